@@ -1,0 +1,373 @@
+"""Layer-graph IR: a DNN as a DAG of layers with per-sample tensor shapes (SPEC section 1).
+
+A :class:`Graph` holds an input shape and layers that name their inputs; ``"input"`` is the
+graph input. :meth:`Graph.analyze` checks the graph (unknown inputs, cycles, shape rules,
+non-positive sizes) and infers every layer's input and output shape.
+
+Example:
+    >>> g = Graph("tiny", Shape(3, 32, 32), (
+    ...     Conv2d("conv1", ("input",), out_channels=16, kernel=(3, 3), padding=(1, 1)),
+    ...     Activation("relu1", ("conv1",)),
+    ...     Flatten("flat", ("relu1",)),
+    ...     Linear("fc", ("flat",), out_features=10),
+    ... ))
+    >>> info = g.analyze()
+    >>> info.out_shape["conv1"]
+    Shape(channels=16, height=32, width=32)
+    >>> g.parameter_count()
+    164298
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import ClassVar, Mapping
+
+import networkx as nx
+
+from parplan.errors import GraphError
+
+INPUT = "input"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-sample tensor shape: channels (features) x height x width. An FC vector is (C, 1, 1)."""
+
+    channels: int
+    height: int = 1
+    width: int = 1
+
+    @property
+    def spatial(self) -> int:
+        """Height x width (1 for feature vectors)."""
+        return self.height * self.width
+
+    @property
+    def elements(self) -> int:
+        """Elements per sample."""
+        return self.channels * self.height * self.width
+
+
+def _pair(value, what: str, layer: str) -> tuple[int, int]:
+    if isinstance(value, int):
+        value = (value, value)
+    try:
+        a, b = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise GraphError(f"layer '{layer}': {what} must be an int or a pair of ints (got {value!r})") from None
+    return a, b
+
+
+def _positive(layer: str, what: str, value: int) -> None:
+    if value <= 0:
+        raise GraphError(f"layer '{layer}': {what} must be > 0 (got {value})")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Base of every layer: a unique name and the names of its inputs (``"input"`` = graph input)."""
+
+    name: str
+    inputs: tuple[str, ...]
+
+    #: Weighted layers (conv, linear) get a partition choice; the others pass layouts through.
+    weighted: ClassVar[bool] = False
+    #: Join layers combine several inputs (add, concat).
+    join: ClassVar[bool] = False
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        """Trainable parameters (weights and biases) of the layer."""
+        return 0
+
+    def _single(self, in_shapes: list[Shape]) -> Shape:
+        if len(in_shapes) != 1:
+            raise GraphError(f"layer '{self.name}': {type(self).__name__} takes exactly 1 input (got {len(in_shapes)})")
+        return in_shapes[0]
+
+
+@dataclass(frozen=True)
+class Conv2d(Layer):
+    """2-D convolution. ``kernel``, ``stride``, ``padding`` are (h, w) pairs or ints."""
+
+    out_channels: int = 0
+    kernel: tuple[int, int] | int = (3, 3)
+    stride: tuple[int, int] | int = (1, 1)
+    padding: tuple[int, int] | int = (0, 0)
+    groups: int = 1
+    bias: bool = True
+    weighted: ClassVar[bool] = True
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        _positive(self.name, "out_channels", self.out_channels)
+        _positive(self.name, "groups", self.groups)
+        kh, kw = _pair(self.kernel, "kernel", self.name)
+        sh, sw = _pair(self.stride, "stride", self.name)
+        ph, pw = _pair(self.padding, "padding", self.name)
+        for what, v in (("kernel", kh), ("kernel", kw), ("stride", sh), ("stride", sw)):
+            _positive(self.name, what, v)
+        if ph < 0 or pw < 0:
+            raise GraphError(f"layer '{self.name}': padding must be >= 0 (got {(ph, pw)})")
+        if x.channels % self.groups or self.out_channels % self.groups:
+            raise GraphError(
+                f"layer '{self.name}': in_channels ({x.channels}) and out_channels ({self.out_channels}) "
+                f"must be divisible by groups ({self.groups})"
+            )
+        h = (x.height + 2 * ph - kh) // sh + 1
+        w = (x.width + 2 * pw - kw) // sw + 1
+        if h <= 0 or w <= 0:
+            raise GraphError(
+                f"layer '{self.name}': kernel {(kh, kw)} does not fit input {x.height}x{x.width} "
+                f"with padding {(ph, pw)} (output would be {h}x{w})"
+            )
+        return Shape(self.out_channels, h, w)
+
+    def kernel_elements(self) -> int:
+        kh, kw = _pair(self.kernel, "kernel", self.name)
+        return kh * kw
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        w = in_shapes[0].channels * self.out_channels * self.kernel_elements() // self.groups
+        return w + (self.out_channels if self.bias else 0)
+
+
+@dataclass(frozen=True)
+class Linear(Layer):
+    """Fully connected layer on a feature vector (input shape (C, 1, 1); flatten first)."""
+
+    out_features: int = 0
+    bias: bool = True
+    weighted: ClassVar[bool] = True
+    groups: ClassVar[int] = 1
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        _positive(self.name, "out_features", self.out_features)
+        if x.spatial != 1:
+            raise GraphError(
+                f"layer '{self.name}': Linear needs a feature vector, got {x.channels}x{x.height}x{x.width}; "
+                "add a Flatten layer before it"
+            )
+        return Shape(self.out_features)
+
+    def kernel_elements(self) -> int:
+        return 1
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        return in_shapes[0].channels * self.out_features + (self.out_features if self.bias else 0)
+
+
+@dataclass(frozen=True)
+class Pool2d(Layer):
+    """Max or average pooling. ``output_size`` set means adaptive pooling to that size."""
+
+    mode: str = "max"
+    kernel: tuple[int, int] | int = (2, 2)
+    stride: tuple[int, int] | int | None = None
+    padding: tuple[int, int] | int = (0, 0)
+    ceil_mode: bool = False
+    output_size: tuple[int, int] | int | None = None
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        if self.mode not in ("max", "avg"):
+            raise GraphError(f"layer '{self.name}': pooling mode must be 'max' or 'avg' (got {self.mode!r})")
+        if self.output_size is not None:
+            oh, ow = _pair(self.output_size, "output_size", self.name)
+            _positive(self.name, "output_size", min(oh, ow))
+            return Shape(x.channels, oh, ow)
+        kh, kw = _pair(self.kernel, "kernel", self.name)
+        sh, sw = _pair(self.stride if self.stride is not None else (kh, kw), "stride", self.name)
+        ph, pw = _pair(self.padding, "padding", self.name)
+        for what, v in (("kernel", kh), ("kernel", kw), ("stride", sh), ("stride", sw)):
+            _positive(self.name, what, v)
+        rnd = math.ceil if self.ceil_mode else math.floor
+        h = int(rnd((x.height + 2 * ph - kh) / sh)) + 1
+        w = int(rnd((x.width + 2 * pw - kw) / sw)) + 1
+        if h <= 0 or w <= 0:
+            raise GraphError(
+                f"layer '{self.name}': pooling window {(kh, kw)} does not fit input {x.height}x{x.width}"
+            )
+        return Shape(x.channels, h, w)
+
+
+@dataclass(frozen=True)
+class Activation(Layer):
+    """Element-wise activation (ReLU, GELU, ...) or dropout: shape unchanged."""
+
+    function: str = "relu"
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        return self._single(in_shapes)
+
+
+@dataclass(frozen=True)
+class Norm(Layer):
+    """Batch or layer normalisation; has 2 x channels affine parameters."""
+
+    kind: str = "batch"
+    affine: bool = True
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        if self.kind not in ("batch", "layer"):
+            raise GraphError(f"layer '{self.name}': norm kind must be 'batch' or 'layer' (got {self.kind!r})")
+        return self._single(in_shapes)
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        return 2 * in_shapes[0].channels if self.affine else 0
+
+
+@dataclass(frozen=True)
+class Flatten(Layer):
+    """Flattens (C, H, W) into a (C*H*W, 1, 1) feature vector."""
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        return Shape(self._single(in_shapes).elements)
+
+
+@dataclass(frozen=True)
+class Add(Layer):
+    """Element-wise sum of >= 2 inputs of equal shape (residual join)."""
+
+    join: ClassVar[bool] = True
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        if len(in_shapes) < 2:
+            raise GraphError(f"layer '{self.name}': Add needs >= 2 inputs (got {len(in_shapes)})")
+        first = in_shapes[0]
+        for name, s in zip(self.inputs[1:], in_shapes[1:]):
+            if s != first:
+                raise GraphError(
+                    f"layer '{self.name}': Add inputs must have equal shapes; '{self.inputs[0]}' is "
+                    f"{_fmt(first)} but '{name}' is {_fmt(s)}"
+                )
+        return first
+
+
+@dataclass(frozen=True)
+class Concat(Layer):
+    """Concatenation of >= 2 inputs along channels (equal spatial sizes)."""
+
+    join: ClassVar[bool] = True
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        if len(in_shapes) < 2:
+            raise GraphError(f"layer '{self.name}': Concat needs >= 2 inputs (got {len(in_shapes)})")
+        first = in_shapes[0]
+        for name, s in zip(self.inputs[1:], in_shapes[1:]):
+            if (s.height, s.width) != (first.height, first.width):
+                raise GraphError(
+                    f"layer '{self.name}': Concat inputs must have equal spatial sizes; '{self.inputs[0]}' is "
+                    f"{_fmt(first)} but '{name}' is {_fmt(s)}"
+                )
+        return Shape(sum(s.channels for s in in_shapes), first.height, first.width)
+
+
+def _fmt(s: Shape) -> str:
+    return f"{s.channels}x{s.height}x{s.width}"
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """Result of :meth:`Graph.analyze`: topological order and inferred shapes per layer."""
+
+    order: tuple[str, ...]
+    in_shapes: Mapping[str, tuple[Shape, ...]]
+    out_shape: Mapping[str, Shape]
+    consumers: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A DNN layer graph: a name, a per-sample input shape and layers (any order, a DAG)."""
+
+    name: str
+    input_shape: Shape
+    layers: tuple[Layer, ...]
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise GraphError(f"graph '{self.name}': no layer named '{name}'")
+
+    def analyze(self) -> GraphInfo:
+        """Validate the graph and infer shapes. Raises :class:`GraphError` naming the bad layer."""
+        if "info" not in self._cache:
+            self._cache["info"] = self._analyze()
+        return self._cache["info"]
+
+    def _analyze(self) -> GraphInfo:
+        s = self.input_shape
+        for what, v in (("channels", s.channels), ("height", s.height), ("width", s.width)):
+            if v <= 0:
+                raise GraphError(f"graph '{self.name}': input {what} must be > 0 (got {v})")
+        if not self.layers:
+            raise GraphError(f"graph '{self.name}': has no layers")
+        by_name: dict[str, Layer] = {}
+        for layer in self.layers:
+            if not isinstance(layer.name, str) or not layer.name:
+                raise GraphError(f"graph '{self.name}': every layer needs a non-empty name (got {layer.name!r})")
+            if layer.name == INPUT:
+                raise GraphError(f"graph '{self.name}': '{INPUT}' is reserved for the graph input")
+            if layer.name in by_name:
+                raise GraphError(f"graph '{self.name}': duplicate layer name '{layer.name}'")
+            by_name[layer.name] = layer
+        dag = nx.DiGraph()
+        dag.add_nodes_from(by_name)
+        for layer in self.layers:
+            if not layer.inputs:
+                raise GraphError(f"layer '{layer.name}': has no inputs (use '{INPUT}' for the graph input)")
+            for src in layer.inputs:
+                if src != INPUT and src not in by_name:
+                    raise GraphError(
+                        f"layer '{layer.name}': unknown input '{src}' (not a layer of graph '{self.name}' "
+                        f"nor '{INPUT}')"
+                    )
+                if src != INPUT:
+                    dag.add_edge(src, layer.name)
+        try:
+            cycle = nx.find_cycle(dag)
+        except nx.NetworkXNoCycle:
+            cycle = None
+        if cycle:
+            names = " -> ".join([e[0] for e in cycle] + [cycle[0][0]])
+            raise GraphError(f"layer '{cycle[0][0]}': graph '{self.name}' has a cycle: {names}")
+        position = {layer.name: i for i, layer in enumerate(self.layers)}
+        order = tuple(nx.lexicographical_topological_sort(dag, key=position.__getitem__))
+        out_shape: dict[str, Shape] = {INPUT: self.input_shape}
+        in_shapes: dict[str, tuple[Shape, ...]] = {}
+        for name in order:
+            layer = by_name[name]
+            shapes = [out_shape[src] for src in layer.inputs]
+            out_shape[name] = layer.infer(shapes)
+            in_shapes[name] = tuple(shapes)
+        del out_shape[INPUT]
+        consumers: dict[str, list[str]] = {name: [] for name in order}
+        consumers[INPUT] = []
+        for name in order:
+            for src in by_name[name].inputs:
+                consumers[src].append(name)
+        return GraphInfo(
+            order=order,
+            in_shapes=MappingProxyType(in_shapes),
+            out_shape=MappingProxyType(out_shape),
+            consumers=MappingProxyType({k: tuple(v) for k, v in consumers.items()}),
+        )
+
+    def parameter_count(self) -> int:
+        """Trainable parameters of the whole graph."""
+        info = self.analyze()
+        return sum(self.layer(n).weight_elements(list(info.in_shapes[n])) for n in info.order)
+
+    def weighted_layers(self) -> tuple[str, ...]:
+        """Names of the weighted (conv, linear) layers in topological order."""
+        info = self.analyze()
+        return tuple(n for n in info.order if self.layer(n).weighted)

@@ -1,0 +1,252 @@
+"""Accelerator kinds and arrays as binary trees of groups (SPEC sections 4-5).
+
+Device kinds come from ``parplan/data/devices.toml`` (user-extendable with another TOML file).
+An array is a binary tree: leaves are devices, each inner node carries the :class:`Link`
+between its two halves. Short forms:
+
+- ``"h100:8"``: 8 H100s as a balanced binary tree;
+- ``"tpu-v2:4,tpu-v3:4"``: two halves (4 TPU-v2, 4 TPU-v3), each a balanced tree. More
+  comma-separated parts are combined as a balanced tree of parts.
+
+Example:
+    >>> arr = parse_array("tpu-v2:2,tpu-v3:2")
+    >>> arr.count, arr.depth
+    (4, 2)
+    >>> round(arr.left.flops_per_s / 1e12), round(arr.right.flops_per_s / 1e12)
+    (90, 246)
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from parplan.errors import HardwareError
+
+_FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """One accelerator chip: peak throughput, memory and its interconnect link."""
+
+    name: str
+    flops_per_s: float
+    memory_bytes: float
+    memory_bytes_per_s: float
+    link_bytes_per_s: float
+    link_latency_s: float
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Link:
+    """The link between the two halves of a group: per-direction bandwidth and latency."""
+
+    bytes_per_s: float
+    latency_s: float = 0.0
+
+    def __post_init__(self):
+        if not self.bytes_per_s > 0:
+            raise HardwareError(f"link bandwidth must be > 0 bytes/s (got {self.bytes_per_s})")
+        if self.latency_s < 0:
+            raise HardwareError(f"link latency must be >= 0 s (got {self.latency_s})")
+
+
+@dataclass(frozen=True, eq=False)
+class ArrayNode:
+    """A group of devices: a leaf (one device) or two halves joined by a link."""
+
+    device: DeviceKind | None = None
+    left: "ArrayNode | None" = None
+    right: "ArrayNode | None" = None
+    link: Link | None = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.device is not None
+
+    @cached_property
+    def flops_per_s(self) -> float:
+        """Summed peak throughput of the group's devices (FLOP/s)."""
+        if self.is_leaf:
+            return self.device.flops_per_s
+        return self.left.flops_per_s + self.right.flops_per_s
+
+    @cached_property
+    def count(self) -> int:
+        """Number of devices."""
+        return 1 if self.is_leaf else self.left.count + self.right.count
+
+    @cached_property
+    def depth(self) -> int:
+        """Number of split levels on the longest root-leaf path (0 for one device)."""
+        return 0 if self.is_leaf else 1 + max(self.left.depth, self.right.depth)
+
+    def devices(self) -> list[DeviceKind]:
+        """Leaf devices, left to right."""
+        return [self.device] if self.is_leaf else self.left.devices() + self.right.devices()
+
+    @cached_property
+    def min_memory_bytes(self) -> float:
+        """Smallest device memory in the group (bytes)."""
+        return min(d.memory_bytes for d in self.devices())
+
+    def inner_nodes(self, path: str = "") -> Iterator[tuple[str, "ArrayNode"]]:
+        """(path, node) of every inner node, pre-order; the root is ``""``, children add L/R."""
+        if self.is_leaf:
+            return
+        yield path, self
+        yield from self.left.inner_nodes(path + "L")
+        yield from self.right.inner_nodes(path + "R")
+
+    def describe(self) -> str:
+        """Compact description, e.g. ``tpu-v2:2,tpu-v3:2``."""
+        parts: list[tuple[str, int]] = []
+        for d in self.devices():
+            if parts and parts[-1][0] == d.name:
+                parts[-1] = (d.name, parts[-1][1] + 1)
+            else:
+                parts.append((d.name, 1))
+        return ",".join(f"{n}:{c}" for n, c in parts)
+
+
+def _check_kind(name: str, entry: Mapping) -> DeviceKind:
+    if not isinstance(entry, Mapping):
+        raise HardwareError(f"device '{name}': expected a table of figures (got {entry!r})")
+    unknown = set(entry) - set(_FIELDS) - {"description"}
+    if unknown:
+        raise HardwareError(f"device '{name}': unknown keys {sorted(unknown)}; valid keys: {list(_FIELDS)}")
+    missing = [f for f in _FIELDS if f not in entry]
+    if missing:
+        raise HardwareError(f"device '{name}': missing {missing}")
+    values = {}
+    for f in _FIELDS:
+        try:
+            values[f] = float(entry[f])
+        except (TypeError, ValueError):
+            raise HardwareError(f"device '{name}': {f} must be a number (got {entry[f]!r})") from None
+        if f == "link_latency_s":
+            if values[f] < 0:
+                raise HardwareError(f"device '{name}': {f} must be >= 0 (got {entry[f]})")
+        elif not values[f] > 0:
+            raise HardwareError(f"device '{name}': {f} must be > 0 (got {entry[f]})")
+    return DeviceKind(name=name, description=str(entry.get("description", "")), **values)
+
+
+def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
+    """Built-in device kinds, plus (overriding) those of a user TOML file of the same shape."""
+    text = resources.files("parplan").joinpath("data/devices.toml").read_text()
+    kinds = {name: _check_kind(name, e) for name, e in tomllib.loads(text).items()}
+    if path is not None:
+        try:
+            user = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise HardwareError(f"device file '{path}' does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise HardwareError(f"device file '{path}': not valid TOML ({exc})") from None
+        kinds.update({name.lower(): _check_kind(name.lower(), e) for name, e in user.items()})
+    return kinds
+
+
+def _kind(name: str, kinds: Mapping[str, DeviceKind]) -> DeviceKind:
+    key = name.strip().lower()
+    if key not in kinds:
+        raise HardwareError(f"unknown device '{name}'; valid devices: {', '.join(sorted(kinds))}")
+    return kinds[key]
+
+
+def _join(left: ArrayNode, right: ArrayNode, bandwidth: float | None, latency: float | None) -> ArrayNode:
+    devs = left.devices() + right.devices()
+    bw = bandwidth if bandwidth is not None else min(d.link_bytes_per_s for d in devs)
+    lat = latency if latency is not None else max(d.link_latency_s for d in devs)
+    return ArrayNode(left=left, right=right, link=Link(bw, lat))
+
+
+def balanced(nodes: list[ArrayNode], bandwidth: float | None = None, latency: float | None = None) -> ArrayNode:
+    """A balanced binary tree over ``nodes`` (left half gets the extra one when odd)."""
+    if len(nodes) == 1:
+        return nodes[0]
+    mid = (len(nodes) + 1) // 2
+    return _join(balanced(nodes[:mid], bandwidth, latency), balanced(nodes[mid:], bandwidth, latency),
+                 bandwidth, latency)
+
+
+def parse_array(
+    spec: str,
+    bandwidth_bytes_per_s: float | None = None,
+    latency_s: float | None = None,
+    devices: Mapping[str, DeviceKind] | None = None,
+) -> ArrayNode:
+    """Array from a short form (``"h100:8"``, ``"tpu-v2:128,tpu-v3:128"``) or a JSON/TOML tree file.
+
+    ``bandwidth_bytes_per_s`` / ``latency_s`` override every link; by default a link between
+    two groups takes the smallest link bandwidth and largest latency of the devices in them.
+    """
+    kinds = load_devices() if devices is None else devices
+    if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
+        raise HardwareError(f"bandwidth must be > 0 bytes/s (got {bandwidth_bytes_per_s})")
+    if latency_s is not None and latency_s < 0:
+        raise HardwareError(f"latency must be >= 0 s (got {latency_s})")
+    path = Path(spec)
+    if path.suffix.lower() in (".json", ".toml"):
+        return _load_array_file(path, kinds, bandwidth_bytes_per_s, latency_s)
+    if not isinstance(spec, str) or not spec.strip():
+        raise HardwareError("array must be a string like 'h100:8' or 'tpu-v2:4,tpu-v3:4' (got an empty value)")
+    groups = []
+    for part in spec.split(","):
+        name, sep, count = part.strip().rpartition(":")
+        if not sep:
+            name, count = part.strip(), "1"
+        try:
+            n = int(count)
+        except ValueError:
+            raise HardwareError(f"array part '{part.strip()}': count must be an integer, as in 'h100:8'") from None
+        if n <= 0:
+            raise HardwareError(f"array part '{part.strip()}': count must be > 0 (got {n})")
+        kind = _kind(name, kinds)
+        groups.append(balanced([ArrayNode(device=kind) for _ in range(n)], bandwidth_bytes_per_s, latency_s))
+    return balanced(groups, bandwidth_bytes_per_s, latency_s)
+
+
+def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
+    """A tree file: ``{"devices": "tpu-v3:4"}`` or ``{"device": "h100"}`` leaves, and inner
+    nodes ``{"left": ..., "right": ..., "gb_per_s": 100, "latency_us": 1}``."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise HardwareError(f"array file '{path}' does not exist") from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise HardwareError(f"array file '{path}': cannot parse ({exc})") from None
+
+    def build(node, where: str) -> ArrayNode:
+        if not isinstance(node, Mapping):
+            raise HardwareError(f"array file '{path}' at {where or 'root'}: expected a table")
+        if "device" in node:
+            return ArrayNode(device=_kind(str(node["device"]), kinds))
+        if "devices" in node:
+            return parse_array(str(node["devices"]), bandwidth, latency, kinds)
+        if "left" not in node or "right" not in node:
+            raise HardwareError(
+                f"array file '{path}' at {where or 'root'}: a node needs 'device', 'devices' or 'left' and 'right'"
+            )
+        left, right = build(node["left"], where + "L"), build(node["right"], where + "R")
+        if "gb_per_s" in node:
+            bw = float(node["gb_per_s"]) * 1e9
+        elif bandwidth is not None:
+            bw = bandwidth
+        else:
+            bw = min(d.link_bytes_per_s for d in left.devices() + right.devices())
+        lat = float(node["latency_us"]) * 1e-6 if "latency_us" in node else latency
+        if lat is None:
+            lat = max(d.link_latency_s for d in left.devices() + right.devices())
+        return ArrayNode(left=left, right=right, link=Link(bw, lat))
+
+    return build(data, "")
