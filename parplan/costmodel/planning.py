@@ -1,0 +1,132 @@
+"""The planning graph: the nodes that carry a partition choice and the edges that carry tensors.
+
+Weighted layers (conv, linear) are nodes with a :class:`PartitionType`; joins (add, concat)
+are nodes with a :class:`Layout`. Every other layer (activation, pooling, norm, flatten)
+passes its input's layout through and is folded into the edge it sits on (SPEC sections 1
+and 6). An edge ``u -> v`` carries the tensor that ``v`` reads from ``u``: its size is
+``fraction * in_elements`` of ``v`` (fraction < 1 only for one input of a concat).
+
+Example:
+    >>> from parplan.costmodel.graph import Graph, Shape, Conv2d, Activation, Add
+    >>> g = Graph("res", Shape(8, 4, 4), (
+    ...     Conv2d("a", ("input",), out_channels=8, kernel=3, padding=1),
+    ...     Conv2d("b", ("a",), out_channels=8, kernel=3, padding=1),
+    ...     Add("sum", ("a", "b")),
+    ...     Activation("relu", ("sum",)),
+    ...     Conv2d("c", ("relu",), out_channels=4, kernel=1),
+    ... ))
+    >>> pg = planning_graph(g)
+    >>> [n.name for n in pg.nodes], [n.preds for n in pg.nodes]
+    (['a', 'b', 'sum', 'c'], [(), (0,), (0, 1), (2,)])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from parplan.costmodel.dims import LayerDims, layer_dims
+from parplan.costmodel.graph import INPUT, Graph, Linear
+from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Choice
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """A node of the planning graph.
+
+    ``dims`` are per-sample (batch 1). ``preds`` index earlier nodes; ``fractions[i]`` is the
+    share of this node's input tensor that comes from ``preds[i]``. ``absorbed`` lists the
+    pass-through layers folded into this node's input edges.
+    """
+
+    name: str
+    is_join: bool
+    is_fc: bool
+    dims: LayerDims
+    preds: tuple[int, ...]
+    fractions: tuple[float, ...]
+    absorbed: tuple[str, ...] = ()
+
+    @property
+    def choices(self) -> tuple[Choice, ...]:
+        return JOIN_LAYOUTS if self.is_join else TYPE_ORDER
+
+
+@dataclass(frozen=True)
+class PlanningGraph:
+    """Nodes in topological order; ``succs`` derived from ``preds``."""
+
+    name: str
+    nodes: tuple[PlanNode, ...]
+
+    @cached_property
+    def succs(self) -> tuple[tuple[int, ...], ...]:
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for v, node in enumerate(self.nodes):
+            for u in node.preds:
+                out[u].append(v)
+        return tuple(tuple(s) for s in out)
+
+    @property
+    def is_chain(self) -> bool:
+        """Every node has at most one predecessor and one successor."""
+        return all(len(n.preds) <= 1 for n in self.nodes) and all(len(s) <= 1 for s in self.succs)
+
+    def index(self, name: str) -> int:
+        for i, n in enumerate(self.nodes):
+            if n.name == name:
+                return i
+        raise KeyError(name)
+
+
+def planning_graph(graph: Graph) -> PlanningGraph:
+    """Build (and cache on the graph) the planning graph of ``graph``."""
+    cache = graph._cache  # noqa: SLF001 - the graph owns a cache for derived views
+    if "planning" not in cache:
+        cache["planning"] = _build(graph)
+    return cache["planning"]
+
+
+def _build(graph: Graph) -> PlanningGraph:
+    info = graph.analyze()
+    index: dict[str, int] = {}
+    # For every layer: which planning nodes its output comes from, as (node, fraction of channels).
+    source: dict[str, tuple[tuple[int, float], ...]] = {INPUT: ()}
+    absorbed_into: dict[str, list[str]] = {}
+    nodes: list[PlanNode] = []
+    for name in info.order:
+        layer = graph.layer(name)
+        if layer.weighted or layer.join:
+            preds: list[int] = []
+            fractions: list[float] = []
+            total = info.out_shape[name].channels if layer.join else None
+            for src, shape in zip(layer.inputs, info.in_shapes[name]):
+                share = shape.channels / total if total else 1.0
+                for u, f in source[src]:
+                    preds.append(u)
+                    fractions.append(f * share)
+            merged: dict[int, float] = {}
+            for u, f in zip(preds, fractions):
+                merged[u] = merged.get(u, 0.0) + f
+            absorbed = []
+            for src in layer.inputs:
+                absorbed.extend(absorbed_into.get(src, []))
+            index[name] = len(nodes)
+            nodes.append(
+                PlanNode(
+                    name=name,
+                    is_join=layer.join,
+                    is_fc=isinstance(layer, Linear),
+                    dims=layer_dims(graph, name, 1),
+                    preds=tuple(merged),
+                    fractions=tuple(merged.values()),
+                    absorbed=tuple(dict.fromkeys(absorbed)),
+                )
+            )
+            source[name] = ((index[name], 1.0),)
+            absorbed_into[name] = []
+        else:
+            (src,) = layer.inputs
+            source[name] = source[src]
+            absorbed_into[name] = [*absorbed_into.get(src, []), name]
+    return PlanningGraph(graph.name, tuple(nodes))

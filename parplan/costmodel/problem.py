@@ -1,0 +1,94 @@
+"""Planning problems and plans.
+
+A :class:`Problem` is the data: a layer graph, an accelerator array, a batch size and an
+element size. A :class:`Plan` holds, for every inner node of the array (a split, keyed by its
+path ``""``, ``"L"``, ``"LR"``, ...), each planning node's choice and side-1 share.
+Planner settings (objective, shares, allowed types) are not part of the problem.
+
+Example:
+    >>> from parplan.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> p = Problem(get_model("alexnet"), parse_array("h100:2"), batch=64)
+    >>> len(p.planning.nodes), p.array.count
+    (8, 2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from parplan.costmodel.cost import SideSpec
+from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.graph import Graph
+from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.layout import Choice
+from parplan.costmodel.planning import PlanningGraph, planning_graph
+from parplan.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A graph on an array at a batch size; ``bytes_per_element`` defaults to 2 (bf16)."""
+
+    graph: Graph
+    array: ArrayNode
+    batch: int
+    bytes_per_element: float = 2.0
+
+    def __post_init__(self):
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch <= 0:
+            raise ConfigError(f"batch must be a positive integer (got {self.batch!r})")
+        if not self.bytes_per_element > 0:
+            raise ConfigError(f"bytes_per_element must be > 0 (got {self.bytes_per_element!r})")
+        self.graph.analyze()
+
+    @property
+    def planning(self) -> PlanningGraph:
+        return planning_graph(self.graph)
+
+    def root_dims(self) -> tuple[LayerDims, ...]:
+        """Every planning node's dims at the full batch."""
+        return tuple(n.dims.scaled(batch=self.batch) for n in self.planning.nodes)
+
+    def side_spec(self, group: ArrayNode) -> SideSpec:
+        """The cost-model view of splitting ``group``: its halves as two devices."""
+        return SideSpec(
+            flops_per_s=(group.left.flops_per_s, group.right.flops_per_s),
+            bytes_per_s=group.link.bytes_per_s,
+            latency_s=group.link.latency_s,
+            bytes_per_element=self.bytes_per_element,
+        )
+
+
+@dataclass(frozen=True)
+class Split:
+    """One split: per planning node, its choice and side-1 (left) share."""
+
+    choices: tuple[Choice, ...]
+    shares: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.choices) != len(self.shares):
+            raise ConfigError("a split needs one share per choice")
+        for a in self.shares:
+            if not 0.0 <= a <= 1.0:
+                raise ConfigError(f"shares must lie in [0, 1] (got {a})")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: one :class:`Split` per inner array node, keyed by path; plus who made it."""
+
+    splits: Mapping[str, Split]
+    planner: str = ""
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "splits", MappingProxyType(dict(self.splits)))
+        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
+
+    @property
+    def root(self) -> Split:
+        return self.splits[""]

@@ -1,0 +1,138 @@
+"""Layer-wise dynamic programming over one split (SPEC sections 4 and 6).
+
+The cost of a node depends on its own choice and its predecessors' choices (the share is
+optimised per node for each such configuration, see :func:`parplan.costmodel.cost.best_share`).
+The DP walks the nodes in topological order keeping, for every assignment of choices to the
+*frontier* (nodes already decided whose consumers are not all decided), the cheapest cost of
+the decided part. On a chain the frontier is one node and this is the classic layer-wise DP;
+on a residual block it is the fork (and the join's inputs), i.e. AccPar's enumeration of the
+types at fork and join. It is exact on every DAG; its cost grows as 3^(frontier width), and
+graphs wider than ``max_states`` states are refused with a pointer to the exact solver.
+
+Example:
+    >>> from parplan.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+    >>> p = Problem(get_model("vgg16"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
+    >>> split = solve_split(SplitProblem.root(p), PlanOptions())
+    >>> len(split.choices) == len(p.planning.nodes)
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from parplan.costmodel.cost import REL_TOL, Objective, ShareMode, SideSpec, node_cost
+from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.layout import Choice, PartitionType
+from parplan.costmodel.planning import PlanNode, PlanningGraph
+from parplan.costmodel.problem import Problem, Split
+from parplan.errors import ConfigError, SolverError
+
+
+def all_choices(node: PlanNode) -> tuple[Choice, ...]:
+    """Every choice of a node (three types, or three join layouts)."""
+    return node.choices
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Planner settings: objective, share mode, and which choices each node may take."""
+
+    objective: Objective = Objective.TIME
+    shares: ShareMode = ShareMode.FREE
+    allowed: Callable[[PlanNode], tuple[Choice, ...]] = field(default=all_choices)
+
+    def __post_init__(self):
+        if self.objective is Objective.COMMUNICATION and self.shares is ShareMode.FREE:
+            raise ConfigError(
+                "objective 'communication' needs fixed shares (free shares would put all work on one "
+                "side to move nothing): use shares 'half' or 'proportional'"
+            )
+
+    def choices(self, node: PlanNode) -> tuple[Choice, ...]:
+        allowed = tuple(self.allowed(node))
+        if not allowed:
+            raise ConfigError(f"node '{node.name}': the planner allows no choice for it")
+        return allowed
+
+
+@dataclass(frozen=True)
+class SplitProblem:
+    """One split to plan: the planning graph, every node's dims at this level, the cost view."""
+
+    planning: PlanningGraph
+    dims: tuple[LayerDims, ...]
+    side: SideSpec
+    path: str = ""
+
+    @classmethod
+    def root(cls, problem: Problem) -> "SplitProblem":
+        return cls(problem.planning, problem.root_dims(), problem.side_spec(problem.array), "")
+
+    def cost(self, v: int, choice: Choice, pred_choices: tuple[Choice, ...], options: PlanOptions):
+        """(share, value) of node ``v`` (see :func:`parplan.costmodel.cost.node_cost`)."""
+        node = self.planning.nodes[v]
+        return node_cost(self.dims[v], choice, pred_choices, node.fractions, self.side,
+                         options.objective, options.shares)
+
+
+def solve_split(sp: SplitProblem, options: PlanOptions, max_states: int = 3**9) -> Split:
+    """Optimal choices and shares for one split under ``options`` (exact on any DAG)."""
+    value, split = frontier_dp(sp, options, max_states)
+    return split
+
+
+def frontier_dp(sp: SplitProblem, options: PlanOptions, max_states: int = 3**9) -> tuple[float, Split]:
+    """(optimal objective, split). Ties go to the earliest choices in BATCH, IN, OUT order."""
+    nodes = sp.planning.nodes
+    succs = sp.planning.succs
+    last_use = [max(s) if s else v for v, s in enumerate(succs)]
+    live: list[int] = []
+    # state key: choices of the live nodes (in `live` order) -> (cost, back-link)
+    states: dict[tuple, tuple[float, tuple | None]] = {(): (0.0, None)}
+    for v, node in enumerate(nodes):
+        choices = options.choices(node)
+        pos = [live.index(u) for u in node.preds]
+        memo: dict[tuple, tuple[float, float]] = {}
+        new_states: dict[tuple, tuple[float, tuple | None]] = {}
+        for key, (cost, link) in states.items():
+            pc = tuple(key[p] for p in pos)
+            for c in choices:
+                if (pc, c) not in memo:
+                    memo[pc, c] = sp.cost(v, c, pc, options)
+                share, val = memo[pc, c]
+                nk = key + (c,)
+                total = cost + val
+                old = new_states.get(nk)
+                if old is None or total < old[0] - REL_TOL * abs(old[0]):
+                    new_states[nk] = (total, (v, c, share, link))
+        live.append(v)
+        keep = [i for i, u in enumerate(live) if last_use[u] > v]
+        if len(keep) < len(live):
+            projected: dict[tuple, tuple[float, tuple | None]] = {}
+            for key, val in new_states.items():
+                pk = tuple(key[i] for i in keep)
+                old = projected.get(pk)
+                if old is None or val[0] < old[0] - REL_TOL * abs(old[0]):
+                    projected[pk] = val
+            new_states = projected
+            live = [live[i] for i in keep]
+        if len(new_states) > max_states:
+            raise SolverError(
+                f"graph '{sp.planning.name}': the DP frontier reached {len(new_states)} states at node "
+                f"'{node.name}' (limit {max_states}); use the exact solver (parplan solve) for this graph"
+            )
+        states = new_states
+    (value, link), = states.values()
+    choices: list[Choice | None] = [None] * len(nodes)
+    shares = [0.0] * len(nodes)
+    while link is not None:
+        v, c, share, link = link
+        choices[v], shares[v] = c, share
+    return value, Split(tuple(choices), tuple(shares))
+
+
+__all__ = ["PlanOptions", "SplitProblem", "all_choices", "frontier_dp", "solve_split", "PartitionType"]

@@ -1,0 +1,127 @@
+"""The planners: AccPar, HyPar, OWT, data and model parallelism, all on one DP engine.
+
+Each planner is a default :class:`PlanOptions` (objective, share mode, allowed choices per
+node); the user may override objective and shares for any of them. Every plan is then priced
+by :func:`parplan.costmodel.evaluate.evaluate`.
+
+============  ======================  ============  ==============  =========================
+planner       types                   shares        objective       source
+============  ======================  ============  ==============  =========================
+accpar        BATCH, IN, OUT          free          time            AccPar (HPCA'20)
+hypar         BATCH, IN               half          communication   HyPar (HPCA'19)
+owt           conv BATCH, FC IN       proportional  time            Krizhevsky's "one weird trick"
+data          BATCH                   proportional  time            data parallelism
+data-half     BATCH                   half          time            naive data parallelism
+model         IN                      proportional  time            model parallelism
+============  ======================  ============  ==============  =========================
+
+Example:
+    >>> from parplan.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+    >>> from parplan.costmodel.evaluate import evaluate
+    >>> p = Problem(get_model("vgg16"), parse_array("tpu-v2:2,tpu-v3:2"), batch=512)
+    >>> acc, dp = (evaluate(p, make_plan(p, name)).step_time_s for name in ("accpar", "data"))
+    >>> acc <= dp
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from parplan.costmodel.cost import Objective, ShareMode
+from parplan.costmodel.layout import Choice, Layout, PartitionType
+from parplan.costmodel.planning import PlanNode
+from parplan.costmodel.problem import Plan, Problem
+from parplan.errors import ConfigError
+from parplan.solvers.dp import PlanOptions, all_choices, solve_split
+from parplan.solvers.hierarchy import plan_top_down
+
+B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
+
+
+def only(*types: PartitionType) -> Callable[[PlanNode], tuple[Choice, ...]]:
+    """Choice rule: weighted layers take only ``types``; joins keep all three layouts."""
+
+    def rule(node: PlanNode) -> tuple[Choice, ...]:
+        return node.choices if node.is_join else types
+
+    rule.__name__ = "only_" + "_".join(t.value for t in types)
+    return rule
+
+
+def owt_rule(node: PlanNode) -> tuple[Choice, ...]:
+    """OWT: convolutions data parallel (BATCH), fully connected layers model parallel (IN)."""
+    if node.is_join:
+        return node.choices
+    return (I,) if node.is_fc else (B,)
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    name: str
+    description: str
+    options: PlanOptions
+
+
+PLANNERS: dict[str, PlannerSpec] = {
+    s.name: s
+    for s in (
+        PlannerSpec("accpar", "AccPar: three types, free shares, step-time objective",
+                    PlanOptions(Objective.TIME, ShareMode.FREE, all_choices)),
+        PlannerSpec("hypar", "HyPar: data or model parallel per layer, share 1/2, communication objective",
+                    PlanOptions(Objective.COMMUNICATION, ShareMode.HALF, only(B, I))),
+        PlannerSpec("owt", "OWT: conv data parallel, FC model parallel",
+                    PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, owt_rule)),
+        PlannerSpec("data", "data parallelism, shares proportional to compute",
+                    PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, only(B))),
+        PlannerSpec("data-half", "data parallelism, share 1/2 (naive on heterogeneous arrays)",
+                    PlanOptions(Objective.TIME, ShareMode.HALF, only(B))),
+        PlannerSpec("model", "model parallelism (Di split) everywhere, shares proportional",
+                    PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, only(I))),
+    )
+}
+
+
+def planner_options(name: str, objective: str | None = None, shares: str | None = None) -> PlanOptions:
+    """The options of planner ``name`` with optional overrides (by their string values)."""
+    key = name.strip().lower()
+    if key not in PLANNERS:
+        raise ConfigError(f"unknown planner '{name}'; valid planners: {', '.join(PLANNERS)}")
+    opts = PLANNERS[key].options
+    changes = {}
+    if objective is not None:
+        changes["objective"] = _enum(Objective, objective, "objective")
+    if shares is not None:
+        changes["shares"] = _enum(ShareMode, shares, "shares")
+    return replace(opts, **changes) if changes else opts
+
+
+def _enum(cls, value: str, what: str):
+    try:
+        return cls(value.strip().lower())
+    except ValueError:
+        raise ConfigError(f"unknown {what} '{value}'; valid: {', '.join(m.value for m in cls)}") from None
+
+
+def make_plan(
+    problem: Problem,
+    planner: str = "accpar",
+    objective: str | None = None,
+    shares: str | None = None,
+    options: PlanOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Plan:
+    """Plan ``problem`` with a named planner (top-down over the hierarchy, layer-wise DP per split).
+
+    ``options`` replaces the planner's options entirely (for ablations).
+    """
+    opts = options if options is not None else planner_options(planner, objective, shares)
+    plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), planner, progress)
+    return Plan(plan.splits, planner=planner,
+                info={"objective": opts.objective.value, "shares": opts.shares.value})
+
+
+__all__ = ["PLANNERS", "PlannerSpec", "make_plan", "only", "owt_rule", "planner_options", "Layout"]
