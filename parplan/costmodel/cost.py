@@ -112,6 +112,15 @@ def side_times(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side
     return t1, t2
 
 
+def comm_seconds(
+    dims: LayerDims, choice: Choice, pred_choices: tuple[Choice, ...], fractions: tuple[float, ...],
+    side: SideSpec, a: float,
+) -> tuple[float, float]:
+    """Communication part (latency + transfer) of (T_1, T_2) for a node at share ``a``."""
+    e1, e2 = node_comm(dims, choice, pred_choices, fractions)
+    return side_times(0.0, e1, e2, exchanges(e1, e2, choice), side, a)
+
+
 def split_time(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float) -> float:
     """max(T_1, T_2) at side-1 share ``a``."""
     return max(side_times(flops, e1, e2, exchanges, side, a))
@@ -180,6 +189,7 @@ __all__ = [
     "SideSpec",
     "ZERO",
     "best_share",
+    "comm_seconds",
     "node_cost",
     "node_memory",
     "exchanges",

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from types import MappingProxyType
 
-from parplan.costmodel.cost import exchanges, node_comm, scale_for_sides, side_times
+from parplan.costmodel.cost import comm_seconds, node_comm, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
@@ -131,9 +131,8 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         preds = tuple(split.choices[u] for u in node.preds)
         e1, e2 = node_comm(d, c, preds, node.fractions)
         intra1, intra2 = node_comm(d, c, (), ())
-        ex = exchanges(e1, e2, c)
         # communication part of each side's time (the compute part is the child's time)
-        s1, s2 = side_times(0.0, e1, e2, ex, side, a)
+        s1, s2 = comm_seconds(d, c, preds, node.fractions, side, a)
         t1, t2 = t_left[v] + s1, t_right[v] + s2
         out[v] = max(t1, t2)
         i1, i2 = intra1.at(a), intra2.at(a)

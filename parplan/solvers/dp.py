@@ -67,6 +67,9 @@ class SplitProblem:
     dims: tuple[LayerDims, ...]
     side: SideSpec
     path: str = ""
+    #: Per-node time (s) below which this split gains nothing: the sibling group's time for the
+    #: node at the parent split (a node's time there is the max over both groups). None = 0.
+    floor_s: tuple[float, ...] | None = None
 
     @classmethod
     def root(cls, problem: Problem) -> "SplitProblem":
@@ -75,8 +78,11 @@ class SplitProblem:
     def cost(self, v: int, choice: Choice, pred_choices: tuple[Choice, ...], options: PlanOptions):
         """(share, value) of node ``v`` (see :func:`parplan.costmodel.cost.node_cost`)."""
         node = self.planning.nodes[v]
-        return node_cost(self.dims[v], choice, pred_choices, node.fractions, self.side,
-                         options.objective, options.shares)
+        share, value = node_cost(self.dims[v], choice, pred_choices, node.fractions, self.side,
+                                 options.objective, options.shares)
+        if self.floor_s is not None and options.objective is Objective.TIME:
+            value = max(value, self.floor_s[v])
+        return share, value
 
 
 def solve_split(sp: SplitProblem, options: PlanOptions, max_states: int = 3**9) -> Split:

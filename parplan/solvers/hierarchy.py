@@ -2,8 +2,14 @@
 
 The root split is planned with each half priced as one device of summed throughput; each half
 then plans its own sub-problem on the layer sizes its share leaves it, down to the devices.
-Any one-split planner (DP, exact, baseline rule) plugs in as ``plan_split``. Identical
-sub-problems (same sub-array structure, same dims) are planned once.
+Any one-split planner (DP, exact, baseline rule) plugs in as ``plan_split``.
+
+A layer's time at a split is the max over its two groups (SPEC 5), so a group gains nothing
+by speeding up a layer on which its sibling is slower. Each group is therefore planned against
+per-layer *floors* (``SplitProblem.floor_s``): the sibling's time for that layer plus the
+sibling's communication, less its own. The group expected to be slower is planned first
+(against its sibling's single-device estimate), the other against the first one's actual
+times. Interchangeable siblings (same structure, same sizes) share one plan.
 
 Example:
     >>> from parplan.zoo import get_model
@@ -20,7 +26,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from parplan.costmodel.cost import scale_for_sides
+import numpy as np
+
+from parplan.costmodel.cost import comm_seconds, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -45,30 +53,66 @@ def plan_top_down(
     plan_split: Callable[[SplitProblem], Split],
     planner: str,
     progress: Callable[[str], None] | None = None,
+    use_floors: bool = True,
 ) -> Plan:
-    """Plan every split of ``problem.array`` top-down with ``plan_split``."""
+    """Plan every split of ``problem.array`` top-down with ``plan_split``.
+
+    ``use_floors=False`` plans every group on its own (the plain recursion of the papers).
+    """
+    pg = problem.planning
     splits: dict[str, Split] = {}
-    memo: dict[tuple, Split] = {}
     sigs: dict[int, tuple] = {}
+    done = [0]
 
     def sig(group: ArrayNode) -> tuple:
         if id(group) not in sigs:
             sigs[id(group)] = signature(group)
         return sigs[id(group)]
 
-    def rec(group: ArrayNode, path: str, dims: tuple[LayerDims, ...]) -> None:
-        if group.is_leaf:
-            return
-        key = (sig(group), dims)
-        if key not in memo:
-            if progress is not None:
-                progress(f"planning split '{path or 'root'}' ({group.count} devices)")
-            memo[key] = plan_split(SplitProblem(problem.planning, dims, problem.side_spec(group), path))
-        split = memo[key]
-        splits[path] = split
-        left, right = child_dims(dims, split)
-        rec(group.left, path + "L", left)
-        rec(group.right, path + "R", right)
+    def assign(path: str, group: ArrayNode, subtree: dict[str, Split]) -> None:
+        """Copy a planned subtree (keys relative to its root) under ``path``."""
+        for rel, split in subtree.items():
+            splits[path + rel] = split
 
-    rec(problem.array, "", problem.root_dims())
+    def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray) -> tuple[np.ndarray, dict[str, Split]]:
+        """Plan ``group``; return its per-node times and its splits keyed relative to it."""
+        if group.is_leaf:
+            return np.array([d.flops / group.device.flops_per_s for d in dims]), {}
+        side = problem.side_spec(group)
+        floor_arg = tuple(floor) if use_floors and floor.any() else None
+        split = plan_split(SplitProblem(pg, dims, side, "", floor_arg))
+        done[0] += 1
+        if progress is not None and done[0] % 16 == 1:
+            progress(f"planned {done[0]} splits ({group.count}-device group)")
+        left, right = child_dims(dims, split)
+        comm = np.array([
+            comm_seconds(d, c, tuple(split.choices[u] for u in node.preds), node.fractions, side, a)
+            for d, c, a, node in zip(dims, split.choices, split.shares, pg.nodes)
+        ]).reshape(len(dims), 2)
+        est = [np.array([d.flops / h.flops_per_s for d in ds]) for h, ds in ((group.left, left), (group.right, right))]
+        halves = [(group.left, left, "L"), (group.right, right, "R")]
+        out: dict[str, Split] = {"": split}
+        if sig(group.left) == sig(group.right) and left == right:
+            f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
+            t, sub = rec(group.left, left, f)
+            for key in ("L", "R"):
+                out.update({key + k: v for k, v in sub.items()})
+            times = t + comm.max(axis=1)
+            return np.maximum(times, floor) if use_floors else times, out
+        # plan the half expected to be slower first
+        first = 0 if (est[0] + comm[:, 0]).sum() >= (est[1] + comm[:, 1]).sum() else 1
+        second = 1 - first
+        actual: list[np.ndarray | None] = [None, None]
+        for i, other_time in ((first, est[second]), (second, None)):
+            j = 1 - i
+            sibling = other_time if other_time is not None else actual[j]
+            f = np.maximum(np.maximum(floor, sibling + comm[:, j]) - comm[:, i], 0.0) if use_floors else floor * 0
+            h, ds, key = halves[i]
+            actual[i], sub = rec(h, ds, f)
+            out.update({key + k: v for k, v in sub.items()})
+        times = np.maximum(actual[0] + comm[:, 0], actual[1] + comm[:, 1])
+        return times, out
+
+    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)))
+    assign("", problem.array, tree)
     return Plan(splits, planner=planner)

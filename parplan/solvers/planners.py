@@ -4,10 +4,19 @@ Each planner is a default :class:`PlanOptions` (objective, share mode, allowed c
 node); the user may override objective and shares for any of them. Every plan is then priced
 by :func:`parplan.costmodel.evaluate.evaluate`.
 
+Why ``accpar`` is a portfolio: the published recursion prices each half of a split as one
+device of summed throughput, blind to the communication the half will pay inside itself. On
+deep arrays that myopia can lose to a plan chosen by another level criterion (e.g. HyPar's
+communication objective), even though every such plan lies in AccPar's search space. So
+``accpar`` runs the top-down DP under several level criteria (AccPar's own first), prices
+each full plan with the evaluator and keeps the fastest; ``plan.info["selected"]`` says which
+criterion won. ``accpar-topdown`` is the published recursion alone (used in ablations).
+
 ============  ======================  ============  ==============  =========================
 planner       types                   shares        objective       source
 ============  ======================  ============  ==============  =========================
-accpar        BATCH, IN, OUT          free          time            AccPar (HPCA'20)
+accpar        BATCH, IN, OUT          free          time            AccPar + portfolio (below)
+accpar-topdown BATCH, IN, OUT         free          time            AccPar (HPCA'20) as published
 hypar         BATCH, IN               half          communication   HyPar (HPCA'19)
 owt           conv BATCH, FC IN       proportional  time            Krizhevsky's "one weird trick"
 data          BATCH                   proportional  time            data parallelism
@@ -69,7 +78,9 @@ class PlannerSpec:
 PLANNERS: dict[str, PlannerSpec] = {
     s.name: s
     for s in (
-        PlannerSpec("accpar", "AccPar: three types, free shares, step-time objective",
+        PlannerSpec("accpar", "AccPar: three types, free shares, step time; best of a portfolio of level criteria",
+                    PlanOptions(Objective.TIME, ShareMode.FREE, all_choices)),
+        PlannerSpec("accpar-topdown", "AccPar as published: three types, free shares, step time, top-down",
                     PlanOptions(Objective.TIME, ShareMode.FREE, all_choices)),
         PlannerSpec("hypar", "HyPar: data or model parallel per layer, share 1/2, communication objective",
                     PlanOptions(Objective.COMMUNICATION, ShareMode.HALF, only(B, I))),
@@ -119,9 +130,40 @@ def make_plan(
     ``options`` replaces the planner's options entirely (for ablations).
     """
     opts = options if options is not None else planner_options(planner, objective, shares)
-    plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), planner, progress)
-    return Plan(plan.splits, planner=planner,
-                info={"objective": opts.objective.value, "shares": opts.shares.value})
+    info = {"objective": opts.objective.value, "shares": opts.shares.value}
+    if planner.strip().lower() != "accpar" or options is not None or opts.objective is not Objective.TIME:
+        plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), planner, progress)
+        return Plan(plan.splits, planner=planner, info=info)
+    return _portfolio(problem, opts, progress)
+
+
+#: Level criteria tried by the ``accpar`` portfolio, AccPar's own first (ties keep the earliest).
+PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
+    ("accpar", None),  # the requested options (free shares by default)
+    ("communication-3types", PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL, all_choices)),
+    ("hypar", PLANNERS["hypar"].options),
+    ("owt", PLANNERS["owt"].options),
+    ("data", PLANNERS["data"].options),
+)
+
+
+def _portfolio(problem: Problem, opts: PlanOptions, progress) -> Plan:
+    from parplan.costmodel.evaluate import evaluate  # local: planners do not price, they select
+
+    best: tuple[float, str, Plan] | None = None
+    for label, candidate in PORTFOLIO:
+        o = opts if candidate is None else candidate
+        plan = plan_top_down(problem, lambda sp, o=o: solve_split(sp, o), "accpar", progress)
+        if problem.array.depth <= 1 and candidate is not None and o.objective is Objective.TIME:
+            continue  # one split: the DP under AccPar's own options is optimal already
+        t = evaluate(problem, plan).step_time_s
+        if best is None or t < best[0] * (1.0 - 1e-12):
+            best = (t, label, plan)
+        if problem.array.depth <= 1:
+            break
+    _, label, plan = best
+    return Plan(plan.splits, planner="accpar",
+                info={"objective": opts.objective.value, "shares": opts.shares.value, "selected": label})
 
 
 __all__ = ["PLANNERS", "PlannerSpec", "make_plan", "only", "owt_rule", "planner_options", "Layout"]
