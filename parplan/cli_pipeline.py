@@ -1,0 +1,216 @@
+"""CLI subcommands ``parplan pipeline`` (PipeDream planner) and ``parplan allreduce`` (collectives).
+
+The main CLI (:mod:`parplan.cli`) registers them through :func:`add_pipeline_parser` and
+:func:`add_collectives_parser`; each subcommand's ``func(args) -> int`` prints its result and
+raises :class:`~parplan.errors.ParplanError` for user mistakes.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="parplan")
+    >>> sub = parser.add_subparsers()
+    >>> _ = add_pipeline_parser(sub), add_collectives_parser(sub)
+    >>> args = parser.parse_args(["allreduce", "--topology", "torus", "--dims", "4x4", "--bytes", "64MB"])
+    >>> args.bytes_, args.func(args)  # doctest: +ELLIPSIS
+    all-reduce of 64 MiB on torus4x4 (16 hosts, 4 port(s), links 25 GB/s)
+    ...
+    (67108864, 0)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from parplan.errors import ConfigError
+
+GIB = 2**30
+_UNITS = {"": 1, "b": 1, "kb": 2**10, "kib": 2**10, "k": 2**10, "mb": 2**20, "mib": 2**20, "m": 2**20,
+          "gb": 2**30, "gib": 2**30, "g": 2**30}
+
+
+def parse_bytes(text: str) -> int:
+    """``"64MB"`` -> 67108864. KB, MB, GB are powers of 1024 (as KiB, MiB, GiB).
+
+    Example:
+        >>> parse_bytes("32KB"), parse_bytes("1e6")
+        (32768, 1000000)
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"size '{text}': expected a number of bytes with an optional unit KB, MB or GB (as in 64MB)")
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise ConfigError(f"size '{text}': must be > 0 bytes")
+    return int(round(value))
+
+
+def _bytes_arg(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_pipeline_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``pipeline``: PipeDream stages + replication for a model or a measured profile."""
+    p = subparsers.add_parser(
+        "pipeline",
+        help="pipeline-parallel plan (PipeDream DP): stages, replication, time per minibatch",
+        description=(
+            "Split a model into contiguous pipeline stages, each replicated data-parallel, minimizing "
+            "the slowest stage's time per minibatch (PipeDream, SOSP'19), level by level over the array."
+        ),
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="zoo name (see 'parplan models') or a model file; times from the cost model")
+    src.add_argument("--profile", metavar="GRAPH_TXT", help="a PipeDream profile graph.txt (measured times)")
+    p.add_argument("--array", required=True, help="accelerator array, e.g. 'a100:16' or a tree file")
+    p.add_argument("--batch", type=int, default=64,
+                   help="minibatch size for --model (default 64); a profile has its own")
+    p.add_argument("--bytes-per-element", type=float, default=2.0,
+                   help="bytes per element for --model activations and weights (default 2)")
+    p.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help="override every link's bandwidth")
+    p.add_argument("--latency", type=float, default=None, metavar="us", help="override every link's latency")
+    p.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
+                   help="per-device limit on stashed weights + activations (default: none)")
+    p.add_argument("--no-replication", action="store_true", help="straight pipeline: one device per stage")
+    p.add_argument("--allow-idle", action="store_true", help="allow devices to stay unused")
+    p.add_argument("--sync", choices=["ring", "pipedream"], default="ring",
+                   help="weight all-reduce price: ring (default) or the paper's 2(m-1)|w|/B")
+    p.add_argument("--no-merge-levels", action="store_true",
+                   help="keep every binary level of the array instead of merging levels with equal links")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=run_pipeline)
+    return p
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """Plan and print; returns 0."""
+    from parplan.costmodel.hardware import parse_array
+    from parplan.pipeline.planner import PipelineOptions, SyncModel, machine_from_array, plan_pipeline
+    from parplan.pipeline.profile import profile_from_graph, read_profile
+
+    if args.memory_limit is not None and not args.memory_limit > 0:
+        raise ConfigError(f"--memory-limit must be > 0 GiB (got {args.memory_limit})")
+    array = parse_array(
+        args.array,
+        bandwidth_bytes_per_s=None if args.bandwidth is None else args.bandwidth * 1e9,
+        latency_s=None if args.latency is None else args.latency * 1e-6,
+    )
+    machine = machine_from_array(array, merge_equal_levels=not args.no_merge_levels)
+    if args.profile:
+        profile = read_profile(args.profile)
+    else:
+        from parplan.modelfile import load_model
+
+        if args.batch is None or args.batch <= 0:
+            raise ConfigError(f"--batch must be > 0 (got {args.batch})")
+        profile = profile_from_graph(load_model(args.model), args.batch, machine.device_flops_per_s,
+                                     args.bytes_per_element)
+    options = PipelineOptions(
+        memory_limit_bytes=None if args.memory_limit is None else args.memory_limit * GIB,
+        replication=not args.no_replication,
+        allow_idle=args.allow_idle,
+        sync=SyncModel(args.sync),
+    )
+    result = plan_pipeline(profile, machine, options)
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.to_table())
+    return 0
+
+
+def add_collectives_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``allreduce``: schedules, validation and time of all-reduce algorithms."""
+    p = subparsers.add_parser(
+        "allreduce",
+        help="all-reduce schedules (ring, dbtree, 2dring, multitree): steps, validity, time",
+        description="Build, validate and time all-reduce schedules on a topology (MultiTree, ISCA'21).",
+    )
+    p.add_argument("--topology", required=True, metavar="ring|mesh|torus|fattree|FILE",
+                   help="topology kind, or an edge-list file 'u v [GB/s [latency_us]]' per line")
+    p.add_argument("--nodes", type=int, default=None, help="hosts of a ring or fat tree")
+    p.add_argument("--dims", default=None, metavar="RxC", help="rows x cols of a mesh or torus, e.g. 4x4")
+    p.add_argument("--ports", type=int, default=None,
+                   help="network ports per host usable at once, 1-4 (default: its links, at most 4)")
+    p.add_argument("--algorithm", default="all", choices=["all", "ring", "dbtree", "2dring", "multitree"])
+    p.add_argument("--bytes", dest="bytes_", type=_bytes_arg, default=64 * 2**20, metavar="SIZE",
+                   help="data per host, e.g. 32KB or 64MB (powers of 1024; default 64MB)")
+    p.add_argument("--bandwidth", type=float, default=25.0, metavar="GB/s", help="link bandwidth (default 25)")
+    p.add_argument("--latency", type=float, default=1.0, metavar="us", help="per-hop latency (default 1)")
+    p.add_argument("--show-steps", action="store_true", help="also print every step's transfers")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=run_allreduce)
+    return p
+
+
+def run_allreduce(args: argparse.Namespace) -> int:
+    """Build, validate, time and print the chosen algorithms; returns 0."""
+    from parplan.collectives.allreduce import Algorithm, best_schedule, lower_bound_steps, validate_schedule
+    from parplan.collectives.topology import parse_topology
+
+    if not args.bandwidth > 0:
+        raise ConfigError(f"--bandwidth must be > 0 GB/s (got {args.bandwidth})")
+    if args.latency < 0:
+        raise ConfigError(f"--latency must be >= 0 us (got {args.latency})")
+    topo = parse_topology(args.topology, nodes=args.nodes, dims=args.dims, ports=args.ports,
+                          bytes_per_s=args.bandwidth * 1e9, latency_s=args.latency * 1e-6)
+    algorithms = list(Algorithm) if args.algorithm == "all" else [Algorithm.parse(args.algorithm)]
+    rows = []
+    ring_seconds = None
+    for alg in algorithms:
+        sched, seconds = best_schedule(alg, topo, args.bytes_)
+        check = validate_schedule(sched)
+        if alg is Algorithm.RING:
+            ring_seconds = seconds
+        rows.append({
+            "algorithm": alg.value,
+            "steps": sched.steps,
+            "phase_steps": list(sched.phase_steps),
+            "params": dict(sched.params),
+            "valid": check.ok,
+            "problems": list(check.problems),
+            "seconds": seconds,
+            "schedule": sched,
+        })
+    if ring_seconds is None:
+        ring_seconds = best_schedule(Algorithm.RING, topo, args.bytes_)[1]
+    bound = lower_bound_steps(topo)
+    if args.format == "json":
+        out = {
+            "topology": topo.describe(), "hosts": topo.size, "ports": topo.ports, "bytes": args.bytes_,
+            "lower_bound_phase_steps": bound,
+            "results": [
+                {k: v for k, v in r.items() if k != "schedule"} | {"speedup_vs_ring": ring_seconds / r["seconds"]}
+                for r in rows
+            ],
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"all-reduce of {_fmt_bytes(args.bytes_)} on {topo.describe()}")
+    print(f"lower bound per phase: ceil((N-1) / min(ports, links per host)) = {bound} steps")
+    header = f"  {'algorithm':<10} {'steps':>6} {'phases':>9} {'valid':>6} {'time us':>12} {'vs ring':>8}  notes"
+    print(header)
+    for r in rows:
+        phases = "-" if r["phase_steps"][1] == 0 else f"{r['phase_steps'][0]}+{r['phase_steps'][1]}"
+        notes = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+        if r["problems"]:
+            notes = (notes + "; " if notes else "") + r["problems"][0]
+        print(f"  {r['algorithm']:<10} {r['steps']:>6} {phases:>9} {str(r['valid']):>6} "
+              f"{r['seconds'] * 1e6:>12.2f} {ring_seconds / r['seconds']:>7.2f}x  {notes}")
+    if args.show_steps:
+        for r in rows:
+            print(f"\n{r['algorithm']} schedule:")
+            for s, step in enumerate(r["schedule"].by_step(), start=1):
+                moves = ", ".join(f"{t.src}->{t.dst}:{t.op.value[0]}{list(t.chunks)}" for t in step)
+                print(f"  step {s}: {moves}")
+    return 0
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
