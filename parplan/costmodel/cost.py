@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.layout import (
@@ -219,6 +220,7 @@ def node_memory(dims: LayerDims, choice: Choice) -> tuple[ShareExpr, ShareExpr]:
     return ShareExpr(x, 2 * w), ShareExpr(2 * w + x, -2 * w)
 
 
+@lru_cache(maxsize=1 << 18)
 def node_cost(
     dims: LayerDims,
     choice: Choice,

@@ -143,12 +143,17 @@ class Linear(Layer):
 
     out_features: int = 0
     bias: bool = True
+    #: Apply the same weights at every position (a token-wise projection, as nn.Linear on
+    #: [batch, seq, hidden]): the input may be (C, S, 1) and the output is (out_features, S, 1).
+    per_position: bool = False
     weighted: ClassVar[bool] = True
     groups: ClassVar[int] = 1
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         x = self._single(in_shapes)
         _positive(self.name, "out_features", self.out_features)
+        if self.per_position:
+            return Shape(self.out_features, x.height, x.width)
         if x.spatial != 1:
             raise GraphError(
                 f"layer '{self.name}': Linear needs a feature vector, got {x.channels}x{x.height}x{x.width}; "
@@ -229,6 +234,53 @@ class Flatten(Layer):
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         return Shape(self._single(in_shapes).elements)
+
+
+@dataclass(frozen=True)
+class Embedding(Layer):
+    """Token (or position) embedding: token ids (1, S, 1) -> (dim, S, 1); ``num`` x ``dim`` weights.
+
+    A table lookup, not a matrix product: it carries parameters but no partition choice.
+    """
+
+    num: int = 0
+    dim: int = 0
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        _positive(self.name, "num", self.num)
+        _positive(self.name, "dim", self.dim)
+        return Shape(self.dim, x.height, x.width)
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        return self.num * self.dim
+
+
+@dataclass(frozen=True)
+class Attention(Layer):
+    """Scaled dot-product attention core on fused Q, K, V: (3*h, S, 1) -> (h, S, 1).
+
+    softmax(Q K^T / sqrt(d)) V over ``heads`` heads; activation x activation products, so no
+    weights and no partition choice (its layout passes through, heads split with columns).
+    """
+
+    heads: int = 1
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        _positive(self.name, "heads", self.heads)
+        if x.channels % (3 * self.heads):
+            raise GraphError(
+                f"layer '{self.name}': input channels ({x.channels}) must be 3 x hidden with hidden "
+                f"divisible by heads ({self.heads}); feed it the fused Q, K, V projection"
+            )
+        return Shape(x.channels // 3, x.height, x.width)
+
+    def attention_flops(self, in_shapes: list[Shape], batch: float) -> float:
+        """FLOPs of one training step of the two attention products (QK^T and AV)."""
+        x = in_shapes[0]
+        hidden, seq = x.channels // 3, x.spatial
+        return 3 * 2 * 2 * batch * seq * seq * hidden
 
 
 @dataclass(frozen=True)

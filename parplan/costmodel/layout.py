@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cache
 
 
 class PartitionType(Enum):
@@ -143,6 +144,7 @@ PARTIAL_TENSOR = {
 }
 
 
+@cache
 def intra(choice: Choice) -> tuple[Tensor | None, tuple[ShareExpr, ShareExpr]]:
     """The reduced tensor and the fractions of it each side receives (PARTIAL -> WHOLE)."""
     if not isinstance(choice, PartitionType):
@@ -150,6 +152,7 @@ def intra(choice: Choice) -> tuple[Tensor | None, tuple[ShareExpr, ShareExpr]]:
     return PARTIAL_TENSOR[choice], conversion(Layout.PARTIAL, Layout.WHOLE)
 
 
+@cache
 def transition(producer: Choice, consumer: Choice) -> tuple[ShareExpr, ShareExpr]:
     """Fractions of A = |F[l]| = |E[l]| received by (side 1, side 2) on a boundary.
 

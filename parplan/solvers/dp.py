@@ -99,22 +99,26 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_states: int = 3**9) 
     live: list[int] = []
     # state key: choices of the live nodes (in `live` order) -> (cost, back-link)
     states: dict[tuple, tuple[float, tuple | None]] = {(): (0.0, None)}
+    allowed = [options.choices(node) for node in nodes]
     for v, node in enumerate(nodes):
-        choices = options.choices(node)
+        choices = allowed[v]
         pos = [live.index(u) for u in node.preds]
         memo: dict[tuple, tuple[float, float]] = {}
         new_states: dict[tuple, tuple[float, tuple | None]] = {}
+        # states are keyed by small ints (index into each live node's allowed choices): hashing
+        # enums dominates otherwise
         for key, (cost, link) in states.items():
-            pc = tuple(key[p] for p in pos)
-            for c in choices:
-                if (pc, c) not in memo:
-                    memo[pc, c] = sp.cost(v, c, pc, options)
-                share, val = memo[pc, c]
-                nk = key + (c,)
+            pk = tuple(key[p] for p in pos)
+            for ci in range(len(choices)):
+                if (pk, ci) not in memo:
+                    pc = tuple(allowed[u][k] for u, k in zip(node.preds, pk))
+                    memo[pk, ci] = sp.cost(v, choices[ci], pc, options)
+                share, val = memo[pk, ci]
+                nk = key + (ci,)
                 total = cost + val
                 old = new_states.get(nk)
                 if old is None or total < old[0] - REL_TOL * abs(old[0]):
-                    new_states[nk] = (total, (v, c, share, link))
+                    new_states[nk] = (total, (v, ci, share, link))
         live.append(v)
         keep = [i for i, u in enumerate(live) if last_use[u] > v]
         if len(keep) < len(live):
@@ -136,8 +140,8 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_states: int = 3**9) 
     choices: list[Choice | None] = [None] * len(nodes)
     shares = [0.0] * len(nodes)
     while link is not None:
-        v, c, share, link = link
-        choices[v], shares[v] = c, share
+        v, ci, share, link = link
+        choices[v], shares[v] = allowed[v][ci], share
     return value, Split(tuple(choices), tuple(shares))
 
 

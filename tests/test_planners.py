@@ -1,0 +1,155 @@
+"""Planners: AccPar is never worse than a baseline; the DP is exact against enumeration;
+published behaviours (OWT rule, HyPar's types, AccPar's IN/OUT alternation)."""
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parplan.costmodel.cost import Objective, ShareMode
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Flatten, Graph, Linear, Pool2d, Shape
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.problem import Problem
+from parplan.errors import ConfigError
+from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
+from parplan.solvers.planners import PLANNERS, make_plan
+from parplan.zoo import MODELS, get_model
+
+B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
+BASELINES = ["accpar-topdown", "hypar", "owt", "data", "data-half", "model"]
+ARRAYS = ["h100:2", "tpu-v2:1,tpu-v3:1", "tpu-v2:4,tpu-v3:4", "a100:16", "v100:4,h100:4"]
+
+
+def _check_not_worse(model, array, bandwidth=None):
+    p = Problem(get_model(model), parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=512)
+    acc = evaluate(p, make_plan(p, "accpar")).step_time_s
+    for name in BASELINES:
+        other = evaluate(p, make_plan(p, name)).step_time_s
+        assert acc <= other * (1 + 1e-9), (model, array, name, acc, other)
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_accpar_never_worse_than_any_baseline_on_2_to_16_devices(model):
+    for array in ARRAYS:
+        _check_not_worse(model, array)
+
+
+@pytest.mark.parametrize("model", ["lenet", "lenet-c", "alexnet", "vgg16", "resnet18", "resnet50", "sfc"])
+def test_accpar_never_worse_than_any_baseline_on_256_devices(model):
+    _check_not_worse(model, "tpu-v2:128,tpu-v3:128")
+    _check_not_worse(model, "h100:256", bandwidth=1e9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("bandwidth", [None, 1e9])
+def test_accpar_never_worse_full_sweep(model, bandwidth):
+    for array in ARRAYS + ["tpu-v2:64,tpu-v3:64", "tpu-v2:128,tpu-v3:128", "h100:256"]:
+        _check_not_worse(model, array, bandwidth)
+
+
+def test_owt_rule_and_data_parallel_types():
+    p = Problem(get_model("alexnet"), parse_array("h100:4"), batch=128)
+    owt = make_plan(p, "owt")
+    for split in owt.splits.values():
+        for node, c in zip(p.planning.nodes, split.choices):
+            assert c is (I if node.is_fc else B)
+    data = make_plan(p, "data")
+    assert all(c is B for s in data.splits.values() for c in s.choices)
+
+
+def test_hypar_uses_only_batch_and_in_at_half_share():
+    p = Problem(get_model("vgg16"), parse_array("h100:16"), batch=128)
+    plan = make_plan(p, "hypar")
+    for split in plan.splits.values():
+        assert set(split.choices) <= {B, I}
+        assert set(split.shares) == {0.5}
+
+
+def test_reference_behaviour_convs_batch_and_fc_alternate_in_out():
+    # SPEC 3: communication objective, a = 1/2, batch 512, 7 levels: convolutions stay BATCH at
+    # the upper levels and consecutive FC layers alternate IN and OUT.
+    p = Problem(get_model("vgg16"), parse_array("h100:128"), batch=512)
+    plan = make_plan(p, "accpar", objective="communication", shares="half")
+    for path in ("", "L"):  # "upper levels"; deeper levels see scaled sizes and may differ
+        split = plan.splits[path]
+        fcs = [c for n, c in zip(p.planning.nodes, split.choices) if n.is_fc]
+        convs = [c for n, c in zip(p.planning.nodes, split.choices) if not n.is_fc]
+        assert set(convs) == {B}
+        assert set(fcs) <= {I, O} and all(x is not y for x, y in zip(fcs, fcs[1:]))
+
+
+def test_heterogeneous_shares_follow_compute_when_compute_bound():
+    p = Problem(get_model("vgg16"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    plan = make_plan(p, "accpar")
+    conv_shares = [a for n, a in zip(p.planning.nodes, plan.root.shares) if not n.is_fc]
+    assert all(math.isclose(a, 45 / 168, rel_tol=0.05) for a in conv_shares)
+
+
+def test_planner_errors_name_the_valid_values():
+    p = Problem(get_model("lenet"), parse_array("h100:2"), batch=8)
+    with pytest.raises(ConfigError, match="unknown planner 'acpar'; valid planners: accpar, accpar-topdown"):
+        make_plan(p, "acpar")
+    with pytest.raises(ConfigError, match="unknown objective 'speed'; valid: time, communication"):
+        make_plan(p, "accpar", objective="speed")
+    with pytest.raises(ConfigError, match="objective 'communication' needs fixed shares"):
+        make_plan(p, "accpar", objective="communication")
+
+
+# ---- the frontier DP against plain enumeration on random small DAGs -------------------------
+
+@st.composite
+def small_dags(draw):
+    """Random small conv DAGs with residual adds and concats (<= 7 planning nodes)."""
+    layers, outputs, channels = [], ["input"], {"input": 8}
+    n = draw(st.integers(1, 5))
+    for k in range(n):
+        kind = draw(st.sampled_from(["conv", "conv", "add", "concat"])) if len(outputs) > 1 else "conv"
+        name = f"n{k}"
+        if kind == "conv":
+            src = draw(st.sampled_from(outputs))
+            c = draw(st.sampled_from([4, 8, 16]))
+            layers.append(Conv2d(name, (src,), out_channels=c, kernel=(3, 3), padding=(1, 1)))
+            channels[name] = c
+        else:
+            a, b = draw(st.lists(st.sampled_from(outputs), min_size=2, max_size=2, unique=True))
+            if kind == "add":
+                if channels[a] != channels[b]:
+                    continue
+                layers.append(Add(name, (a, b)))
+                channels[name] = channels[a]
+            else:
+                layers.append(Concat(name, (a, b)))
+                channels[name] = channels[a] + channels[b]
+        outputs.append(name)
+    if not layers:
+        layers.append(Conv2d("n0", ("input",), out_channels=8, kernel=(3, 3), padding=(1, 1)))
+        outputs.append("n0")
+    layers.append(Flatten("flat", (outputs[-1],)))
+    layers.append(Linear("fc", ("flat",), out_features=draw(st.sampled_from([10, 1000]))))
+    return Graph("rand", Shape(8, 6, 6), tuple(layers))
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_dags(), st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]), st.sampled_from([1e8, 1e10, 1e12]),
+       st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.TIME, ShareMode.HALF),
+                        (Objective.COMMUNICATION, ShareMode.PROPORTIONAL)]))
+def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
+    p = Problem(graph, parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=32)
+    sp = SplitProblem.root(p)
+    opts = PlanOptions(*mode)
+    value, split = frontier_dp(sp, opts)
+    nodes = p.planning.nodes
+    best = math.inf
+    for combo in itertools.product(*(n.choices for n in nodes)):
+        total = sum(sp.cost(v, combo[v], tuple(combo[u] for u in n.preds), opts)[1] for v, n in enumerate(nodes))
+        best = min(best, total)
+    assert math.isclose(value, best, rel_tol=1e-9)
+    # and the DP's value is the evaluator's price of its split
+    got_total = sum(sp.cost(v, split.choices[v], tuple(split.choices[u] for u in n.preds), opts)[1]
+                    for v, n in enumerate(nodes))
+    assert math.isclose(value, got_total, rel_tol=1e-12)
