@@ -1,0 +1,63 @@
+"""Device kinds and array trees."""
+
+import math
+
+import pytest
+
+from parplan.costmodel.hardware import load_devices, parse_array
+from parplan.errors import HardwareError
+
+
+def test_published_tpu_figures():
+    d = load_devices()
+    assert d["tpu-v3"].flops_per_s == 123e12 and d["tpu-v3"].memory_bytes == 32 * 2**30
+    assert d["tpu-v2"].flops_per_s == 45e12 and d["tpu-v2"].memory_bytes == 16 * 2**30
+    assert d["tpu-v2"].memory_bytes_per_s == 600e9 and d["tpu-v3"].memory_bytes_per_s == 900e9
+    assert {"v100", "a100", "h100"} <= set(d)
+
+
+def test_short_forms_build_balanced_trees():
+    a = parse_array("tpu-v2:128,tpu-v3:128")
+    assert a.count == 256 and a.depth == 8
+    assert {d.name for d in a.left.devices()} == {"tpu-v2"} and {d.name for d in a.right.devices()} == {"tpu-v3"}
+    assert math.isclose(a.left.flops_per_s, 128 * 45e12)
+    h = parse_array("h100:8")
+    assert h.count == 8 and h.depth == 3 and len(list(h.inner_nodes())) == 7
+    odd = parse_array("a100:3")
+    assert odd.count == 3 and odd.left.count == 2
+
+
+def test_link_defaults_and_overrides():
+    a = parse_array("tpu-v2:1,tpu-v3:1")
+    assert a.link.bytes_per_s == 62.5e9  # the slower side's link
+    b = parse_array("tpu-v2:1,tpu-v3:1", bandwidth_bytes_per_s=1e9, latency_s=5e-6)
+    assert b.link.bytes_per_s == 1e9 and b.link.latency_s == 5e-6
+
+
+def test_user_device_file_and_tree_file(tmp_path):
+    f = tmp_path / "dev.toml"
+    f.write_text('[mychip]\nflops_per_s = 1e12\nmemory_bytes = 1e9\nmemory_bytes_per_s = 1e11\n'
+                 'link_bytes_per_s = 1e10\nlink_latency_s = 0\n')
+    kinds = load_devices(f)
+    assert parse_array("mychip:4", devices=kinds).flops_per_s == 4e12
+    tree = tmp_path / "arr.json"
+    tree.write_text('{"left": {"devices": "h100:2"}, "right": {"device": "a100"}, "gb_per_s": 25, "latency_us": 3}')
+    t = parse_array(str(tree))
+    assert t.count == 3 and t.link.bytes_per_s == 25e9 and math.isclose(t.link.latency_s, 3e-6)
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("h100:0", "count must be > 0"),
+    ("foo:2", "unknown device 'foo'"),
+    ("", "array must be a string"),
+])
+def test_bad_arrays(spec, msg):
+    with pytest.raises(HardwareError, match=msg):
+        parse_array(spec)
+
+
+def test_bad_device_file(tmp_path):
+    f = tmp_path / "d.toml"
+    f.write_text("[x]\nflops_per_s = -1\n")
+    with pytest.raises(HardwareError, match="device 'x': missing"):
+        load_devices(f)
