@@ -11,7 +11,8 @@ The latency ``L`` is paid by a node that exchanges anything in this configuratio
 weighted layer does; a join only if a re-layout reaches it).
 
 Example (one layer, no predecessor, two equal devices):
-    >>> from parplan.costmodel.dims import LayerDims
+    >>> from parplan.costmodel.collective import Collective
+from parplan.costmodel.dims import LayerDims
     >>> from parplan.costmodel.layout import PartitionType
     >>> d = LayerDims(batch=8, in_features=64, out_features=64, in_spatial=1, out_spatial=1, kernel=1)
     >>> side = SideSpec(flops_per_s=(1e9, 1e9), bytes_per_s=1e9, latency_s=0.0, bytes_per_element=2)
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 
+from parplan.costmodel.collective import Collective
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.layout import (
     Choice,
@@ -68,6 +70,9 @@ class SideSpec:
     bytes_per_s: float
     latency_s: float
     bytes_per_element: float
+    #: Price BATCH gradient exchange with this all-reduce (see collective.py); None = SPEC 2.
+    collective: Collective | None = None
+    hosts: int = 2  # devices in the group being split
 
     def fixed_share(self, mode: ShareMode) -> float:
         if mode is ShareMode.HALF:
@@ -103,28 +108,58 @@ def node_comm(
     return e1, e2
 
 
-def side_times(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float):
-    """(T_1, T_2) at side-1 share ``a``."""
+def side_times(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float,
+               extra_s: float = 0.0):
+    """(T_1, T_2) at side-1 share ``a``; ``extra_s`` is a share-independent time on both sides."""
     c1, c2 = side.flops_per_s
     lat = side.latency_s if exchanges else 0.0
     k = side.bytes_per_element / side.bytes_per_s
-    t1 = a * flops / c1 + lat + k * e1.at(a)
-    t2 = (1.0 - a) * flops / c2 + lat + k * e2.at(a)
+    t1 = a * flops / c1 + lat + k * e1.at(a) + extra_s
+    t2 = (1.0 - a) * flops / c2 + lat + k * e2.at(a) + extra_s
     return t1, t2
+
+
+def node_terms(
+    dims: LayerDims, choice: Choice, pred_choices: tuple[Choice, ...], fractions: tuple[float, ...],
+    side: SideSpec, covered: bool = False,
+) -> tuple[ShareExpr, ShareExpr, bool, float]:
+    """(elements side 1, elements side 2, pays latency, extra seconds) of a node's time.
+
+    Without a collective this is :func:`node_comm` and no extra time. With one, a BATCH node's
+    gradient exchange leaves the link terms: it costs one all-reduce over the group's devices
+    (``extra``), or nothing if ``covered`` (an enclosing split of this node was BATCH and paid
+    for the whole region; see :mod:`parplan.costmodel.collective`).
+    """
+    e1, e2 = node_comm(dims, choice, pred_choices, fractions)
+    if side.collective is None or choice is not PartitionType.BATCH:
+        return e1, e2, exchanges(e1, e2, choice), 0.0
+    w = dims.weight_elements
+    e1, e2 = e1 + ShareExpr(-w), e2 + ShareExpr(-w)
+    extra = 0.0 if covered else side.collective.allreduce_seconds(
+        side.hosts, w * side.bytes_per_element, side.bytes_per_s, side.latency_s)
+    return e1, e2, not (e1.is_zero and e2.is_zero), extra
+
+
+def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tuple[bool, ...]:
+    """Which nodes the children of a split see as covered by an enclosing BATCH all-reduce."""
+    if not has_collective:
+        return covered
+    return tuple(cv or c is PartitionType.BATCH for cv, c in zip(covered, split.choices))
 
 
 def comm_seconds(
     dims: LayerDims, choice: Choice, pred_choices: tuple[Choice, ...], fractions: tuple[float, ...],
-    side: SideSpec, a: float,
+    side: SideSpec, a: float, covered: bool = False,
 ) -> tuple[float, float]:
     """Communication part (latency + transfer) of (T_1, T_2) for a node at share ``a``."""
-    e1, e2 = node_comm(dims, choice, pred_choices, fractions)
-    return side_times(0.0, e1, e2, exchanges(e1, e2, choice), side, a)
+    e1, e2, ex, extra = node_terms(dims, choice, pred_choices, fractions, side, covered)
+    return side_times(0.0, e1, e2, ex, side, a, extra)
 
 
-def split_time(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float) -> float:
+def split_time(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float,
+               extra_s: float = 0.0) -> float:
     """max(T_1, T_2) at side-1 share ``a``."""
-    return max(side_times(flops, e1, e2, exchanges, side, a))
+    return max(side_times(flops, e1, e2, exchanges, side, a, extra_s))
 
 
 def share_candidates(flops: float, e1: ShareExpr, e2: ShareExpr, side: SideSpec) -> tuple[float, ...]:
@@ -147,7 +182,8 @@ def share_candidates(flops: float, e1: ShareExpr, e2: ShareExpr, side: SideSpec)
     return tuple(out)
 
 
-def best_share(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec) -> tuple[float, float]:
+def best_share(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec,
+               extra_s: float = 0.0) -> tuple[float, float]:
     """(share, time) minimising max(T_1, T_2) over a in [0, 1] (exact, see :func:`share_candidates`).
 
     Ties prefer the balance point, then a = 0, then a = 1.
@@ -156,9 +192,9 @@ def best_share(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side
         raise ValueError("quadratic communication terms differ between sides")  # cannot happen (layout.py)
     cands = share_candidates(flops, e1, e2, side)
     order = (cands[1:-1] + cands[:1] + cands[-1:]) if len(cands) == 3 else cands
-    best_a, best_t = order[0], split_time(flops, e1, e2, exchanges, side, order[0])
+    best_a, best_t = order[0], split_time(flops, e1, e2, exchanges, side, order[0], extra_s)
     for a in order[1:]:
-        t = split_time(flops, e1, e2, exchanges, side, a)
+        t = split_time(flops, e1, e2, exchanges, side, a, extra_s)
         if t < best_t * (1.0 - REL_TOL):
             best_a, best_t = a, t
     return best_a, best_t
@@ -191,8 +227,10 @@ __all__ = [
     "ZERO",
     "best_share",
     "comm_seconds",
+    "covered_below",
     "node_cost",
     "node_memory",
+    "node_terms",
     "exchanges",
     "node_comm",
     "scale_for_sides",
@@ -229,18 +267,20 @@ def node_cost(
     side: SideSpec,
     objective: Objective,
     shares: ShareMode,
+    covered: bool = False,
 ) -> tuple[float, float]:
     """(share, value) of one node in one configuration: the share a planner uses and what it costs.
 
     ``objective`` TIME: value = max(T_1, T_2) seconds, with the best share if ``shares`` is FREE.
     ``objective`` COMMUNICATION: value = elements received by both sides at the fixed share.
+    ``covered``: see :func:`node_terms` (only matters with a collective on the array).
     """
-    e1, e2 = node_comm(dims, choice, pred_choices, fractions)
     if objective is Objective.COMMUNICATION:
+        e1, e2 = node_comm(dims, choice, pred_choices, fractions)
         a = side.fixed_share(shares)
         return a, e1.at(a) + e2.at(a)
-    ex = exchanges(e1, e2, choice)
+    e1, e2, ex, extra = node_terms(dims, choice, pred_choices, fractions, side, covered)
     if shares is ShareMode.FREE:
-        return best_share(dims.flops, e1, e2, ex, side)
+        return best_share(dims.flops, e1, e2, ex, side, extra)
     a = side.fixed_share(shares)
-    return a, split_time(dims.flops, e1, e2, ex, side, a)
+    return a, split_time(dims.flops, e1, e2, ex, side, a, extra)

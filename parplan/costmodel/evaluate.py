@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from types import MappingProxyType
 
-from parplan.costmodel.cost import comm_seconds, node_comm, scale_for_sides
+from parplan.costmodel.cost import comm_seconds, covered_below, node_comm, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
@@ -84,7 +84,8 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
                 )
     leaf_compute = np.zeros(n)
     memory: dict[str, float] = {}
-    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory)
+    covered = (False,) * n
+    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory, covered)
     frame = pd.DataFrame(rows, columns=_COLUMNS)
     comm = float(
         (frame.intra_elements_1 + frame.intra_elements_2 + frame.transition_elements_1
@@ -102,7 +103,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
 
 
 def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple[LayerDims, ...],
-          plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict) -> np.ndarray:
+          plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict, covered: tuple[bool, ...]) -> np.ndarray:
     pg = problem.planning
     if group.is_leaf:
         t = np.array([d.flops / group.device.flops_per_s for d in dims])
@@ -123,8 +124,11 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         d1, d2 = scale_for_sides(d, c, a)
         left_dims.append(d1)
         right_dims.append(d2)
-    t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(left_dims), plan, rows, leaf_compute, memory)
-    t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(right_dims), plan, rows, leaf_compute, memory)
+    below = covered_below(covered, split, problem.array.collective is not None)
+    t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(left_dims), plan, rows, leaf_compute, memory,
+                   below)
+    t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(right_dims), plan, rows, leaf_compute,
+                    memory, below)
     out = np.empty(len(dims))
     for v, node in enumerate(pg.nodes):
         c, a, d = split.choices[v], split.shares[v], dims[v]
@@ -132,7 +136,7 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         e1, e2 = node_comm(d, c, preds, node.fractions)
         intra1, intra2 = node_comm(d, c, (), ())
         # communication part of each side's time (the compute part is the child's time)
-        s1, s2 = comm_seconds(d, c, preds, node.fractions, side, a)
+        s1, s2 = comm_seconds(d, c, preds, node.fractions, side, a, covered[v])
         t1, t2 = t_left[v] + s1, t_right[v] + s2
         out[v] = max(t1, t2)
         i1, i2 = intra1.at(a), intra2.at(a)

@@ -7,6 +7,8 @@ between its two halves. Short forms:
 - ``"h100:8"``: 8 H100s as a balanced binary tree;
 - ``"tpu-v2:4,tpu-v3:4"``: two halves (4 TPU-v2, 4 TPU-v3), each a balanced tree. More
   comma-separated parts are combined as a balanced tree of parts.
+- ``"h100:64@multitree:torus"``: any of the above, with BATCH gradient exchange priced as a
+  MultiTree all-reduce on a torus (see :mod:`parplan.costmodel.collective`).
 
 Example:
     >>> arr = parse_array("tpu-v2:2,tpu-v3:2")
@@ -20,12 +22,13 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from parplan.costmodel.collective import Collective, parse_collective
 from parplan.errors import HardwareError
 
 _FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
@@ -66,6 +69,8 @@ class ArrayNode:
     left: "ArrayNode | None" = None
     right: "ArrayNode | None" = None
     link: Link | None = None
+    #: On the root only: price BATCH gradient exchange with this all-reduce (collective.py).
+    collective: Collective | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -113,7 +118,10 @@ class ArrayNode:
                 parts[-1] = (d.name, parts[-1][1] + 1)
             else:
                 parts.append((d.name, 1))
-        return ",".join(f"{n}:{c}" for n, c in parts)
+        text = ",".join(f"{n}:{c}" for n, c in parts)
+        if self.collective is not None:
+            text += f"@{self.collective.algorithm}:{self.collective.topology}"
+        return text
 
 
 def _check_kind(name: str, entry: Mapping) -> DeviceKind:
@@ -188,6 +196,10 @@ def parse_array(
     ``bandwidth_bytes_per_s`` / ``latency_s`` override every link; by default a link between
     two groups takes the smallest link bandwidth and largest latency of the devices in them.
     """
+    if isinstance(spec, str) and "@" in spec:
+        base, _, coll = spec.partition("@")
+        root = parse_array(base, bandwidth_bytes_per_s, latency_s, devices)
+        return replace(root, collective=parse_collective(coll))
     kinds = load_devices() if devices is None else devices
     if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
         raise HardwareError(f"bandwidth must be > 0 bytes/s (got {bandwidth_bytes_per_s})")

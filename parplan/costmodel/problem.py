@@ -59,6 +59,8 @@ class Problem:
             bytes_per_s=group.link.bytes_per_s,
             latency_s=group.link.latency_s,
             bytes_per_element=self.bytes_per_element,
+            collective=self.array.collective,
+            hosts=group.count,
         )
 
 

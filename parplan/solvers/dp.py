@@ -70,6 +70,8 @@ class SplitProblem:
     #: Per-node time (s) below which this split gains nothing: the sibling group's time for the
     #: node at the parent split (a node's time there is the max over both groups). None = 0.
     floor_s: tuple[float, ...] | None = None
+    #: Per node: an enclosing split chose BATCH and paid the all-reduce (collective arrays only).
+    covered: tuple[bool, ...] | None = None
 
     @classmethod
     def root(cls, problem: Problem) -> "SplitProblem":
@@ -79,7 +81,8 @@ class SplitProblem:
         """(share, value) of node ``v`` (see :func:`parplan.costmodel.cost.node_cost`)."""
         node = self.planning.nodes[v]
         share, value = node_cost(self.dims[v], choice, pred_choices, node.fractions, self.side,
-                                 options.objective, options.shares)
+                                 options.objective, options.shares,
+                                 bool(self.covered[v]) if self.covered is not None else False)
         if self.floor_s is not None and options.objective is Objective.TIME:
             value = max(value, self.floor_s[v])
         return share, value

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from parplan.costmodel.cost import comm_seconds, scale_for_sides
+from parplan.costmodel.cost import comm_seconds, covered_below, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -74,27 +74,31 @@ def plan_top_down(
         for rel, split in subtree.items():
             splits[path + rel] = split
 
-    def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray) -> tuple[np.ndarray, dict[str, Split]]:
+    has_collective = problem.array.collective is not None
+
+    def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray,
+            covered: tuple[bool, ...]) -> tuple[np.ndarray, dict[str, Split]]:
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
             return np.array([d.flops / group.device.flops_per_s for d in dims]), {}
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
-        split = plan_split(SplitProblem(pg, dims, side, "", floor_arg))
+        split = plan_split(SplitProblem(pg, dims, side, "", floor_arg, covered if has_collective else None))
+        below = covered_below(covered, split, has_collective)
         done[0] += 1
         if progress is not None and done[0] % 16 == 1:
             progress(f"planned {done[0]} splits ({group.count}-device group)")
         left, right = child_dims(dims, split)
         comm = np.array([
-            comm_seconds(d, c, tuple(split.choices[u] for u in node.preds), node.fractions, side, a)
-            for d, c, a, node in zip(dims, split.choices, split.shares, pg.nodes)
+            comm_seconds(d, c, tuple(split.choices[u] for u in node.preds), node.fractions, side, a, cv)
+            for d, c, a, node, cv in zip(dims, split.choices, split.shares, pg.nodes, covered)
         ]).reshape(len(dims), 2)
         est = [np.array([d.flops / h.flops_per_s for d in ds]) for h, ds in ((group.left, left), (group.right, right))]
         halves = [(group.left, left, "L"), (group.right, right, "R")]
         out: dict[str, Split] = {"": split}
         if sig(group.left) == sig(group.right) and left == right:
             f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
-            t, sub = rec(group.left, left, f)
+            t, sub = rec(group.left, left, f, below)
             for key in ("L", "R"):
                 out.update({key + k: v for k, v in sub.items()})
             times = t + comm.max(axis=1)
@@ -108,11 +112,11 @@ def plan_top_down(
             sibling = other_time if other_time is not None else actual[j]
             f = np.maximum(np.maximum(floor, sibling + comm[:, j]) - comm[:, i], 0.0) if use_floors else floor * 0
             h, ds, key = halves[i]
-            actual[i], sub = rec(h, ds, f)
+            actual[i], sub = rec(h, ds, f, below)
             out.update({key + k: v for k, v in sub.items()})
         times = np.maximum(actual[0] + comm[:, 0], actual[1] + comm[:, 1])
         return times, out
 
-    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)))
+    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes))
     assign("", problem.array, tree)
     return Plan(splits, planner=planner)
