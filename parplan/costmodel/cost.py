@@ -11,8 +11,7 @@ The latency ``L`` is paid by a node that exchanges anything in this configuratio
 weighted layer does; a join only if a re-layout reaches it).
 
 Example (one layer, no predecessor, two equal devices):
-    >>> from parplan.costmodel.collective import Collective
-from parplan.costmodel.dims import LayerDims
+    >>> from parplan.costmodel.dims import LayerDims
     >>> from parplan.costmodel.layout import PartitionType
     >>> d = LayerDims(batch=8, in_features=64, out_features=64, in_spatial=1, out_spatial=1, kernel=1)
     >>> side = SideSpec(flops_per_s=(1e9, 1e9), bytes_per_s=1e9, latency_s=0.0, bytes_per_element=2)
@@ -91,6 +90,7 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
+@lru_cache(maxsize=1 << 18)
 def node_comm(
     dims: LayerDims,
     choice: Choice,
@@ -100,12 +100,24 @@ def node_comm(
     """Elements received by (side 1, side 2) for a node, as functions of its side-1 share."""
     tensor, (i1, i2) = intra(choice)
     size = tensor_elements(dims, tensor) if tensor is not None else 0.0
-    e1, e2 = i1 * size, i2 * size
+    # accumulate coefficients as floats: this is the planners' innermost loop
+    a0, a1, aq = i1.c0 * size, i1.c1 * size, i1.q * size
+    b0, b1, bq = i2.c0 * size, i2.c1 * size, i2.q * size
     for pc, frac in zip(pred_choices, fractions):
         t1, t2 = transition(pc, choice)
         edge = dims.in_elements * frac
-        e1, e2 = e1 + t1 * edge, e2 + t2 * edge
-    return e1, e2
+        a0, a1, aq = a0 + t1.c0 * edge, a1 + t1.c1 * edge, aq + t1.q * edge
+        b0, b1, bq = b0 + t2.c0 * edge, b1 + t2.c1 * edge, bq + t2.q * edge
+    return ShareExpr(a0, a1, aq), ShareExpr(b0, b1, bq)
+
+
+def intra_elements(dims: LayerDims, choice: Choice, a: float) -> tuple[float, float]:
+    """Intra-layer elements received by (side 1, side 2) at share ``a`` (SPEC 2)."""
+    tensor, (i1, i2) = intra(choice)
+    if tensor is None:
+        return 0.0, 0.0
+    size = tensor_elements(dims, tensor)
+    return i1.at(a) * size, i2.at(a) * size
 
 
 def side_times(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float,
@@ -227,6 +239,7 @@ __all__ = [
     "ZERO",
     "best_share",
     "comm_seconds",
+    "intra_elements",
     "covered_below",
     "node_cost",
     "node_memory",

@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from parplan.costmodel.graph import Graph
 
@@ -58,12 +58,8 @@ class LayerDims:
 
     def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
         """A copy with B, Di, Do multiplied by the given factors."""
-        return replace(
-            self,
-            batch=self.batch * batch,
-            in_features=self.in_features * in_features,
-            out_features=self.out_features * out_features,
-        )
+        return LayerDims(self.batch * batch, self.in_features * in_features, self.out_features * out_features,
+                         self.in_spatial, self.out_spatial, self.kernel, self.groups)
 
 
 @dataclass(frozen=True)

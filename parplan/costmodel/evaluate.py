@@ -8,7 +8,8 @@ at the split is the max over the two sides; the step time is the root's sum over
 Example:
     >>> from parplan.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
-    >>> from parplan.costmodel.layout import PartitionType, Layout
+    >>> from parplan.costmodel.layout import PartitionType
+    >>> from parplan.costmodel.problem import Plan, Split
     >>> p = Problem(get_model("vgg11"), parse_array("h100:2"), batch=32)
     >>> n = len(p.planning.nodes)
     >>> dp = Plan({"": Split((PartitionType.BATCH,) * n, (0.5,) * n)})
@@ -26,7 +27,7 @@ import numpy as np
 import pandas as pd
 from types import MappingProxyType
 
-from parplan.costmodel.cost import comm_seconds, covered_below, node_comm, scale_for_sides
+from parplan.costmodel.cost import comm_seconds, covered_below, intra_elements, node_comm, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
@@ -134,12 +135,11 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         c, a, d = split.choices[v], split.shares[v], dims[v]
         preds = tuple(split.choices[u] for u in node.preds)
         e1, e2 = node_comm(d, c, preds, node.fractions)
-        intra1, intra2 = node_comm(d, c, (), ())
+        i1, i2 = intra_elements(d, c, a)
         # communication part of each side's time (the compute part is the child's time)
         s1, s2 = comm_seconds(d, c, preds, node.fractions, side, a, covered[v])
         t1, t2 = t_left[v] + s1, t_right[v] + s2
         out[v] = max(t1, t2)
-        i1, i2 = intra1.at(a), intra2.at(a)
         rows.append((path, depth, node.name, c.value, a, t_left[v], t_right[v], i1, i2,
                      e1.at(a) - i1, e2.at(a) - i2, s1, s2, out[v]))
     return out
