@@ -21,7 +21,8 @@ GIB = 2**30
 def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool = True) -> None:
     """--model, --array, --batch, --bandwidth, --latency, --bytes-per-element, --devices."""
     parser.add_argument("--model", required=model_required,
-                        help="zoo name (see 'parplan models') or a model file (.toml/.json/.csv)")
+                        help="zoo name (see 'parplan models'), a model file (.toml/.json/.csv), an .onnx file, "
+                             "or file.py:factory returning a Graph or (nn.Module, input shape)")
     parser.add_argument("--array", required=True,
                         help="accelerator array, e.g. 'h100:8' or 'tpu-v2:4,tpu-v3:4' or a tree file")
     parser.add_argument("--batch", type=int, default=512, help="global batch size (default 512)")

@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from parplan import zoo
+from parplan import importers, zoo
 from parplan.costmodel.graph import (
     INPUT,
     Activation,
@@ -644,6 +644,9 @@ def load_model(spec: str | Path) -> Graph:
     """
     if isinstance(spec, str) and zoo.canonical_name(spec) in zoo.MODELS:
         return zoo.get_model(spec)
+    external = importers.load_external(spec)  # .onnx files, file.py:factory (torch or Graph)
+    if external is not None:
+        return external
     path = Path(spec)
     if path.is_file() and path.suffix.lower() in MODEL_FILE_SUFFIXES:
         return load_model_file(path)
@@ -652,4 +655,7 @@ def load_model(spec: str | Path) -> Graph:
         reason = f"model file '{path}' has unsupported suffix '{path.suffix}'; valid zoo names: {', '.join(zoo.MODELS)}"
     elif path.suffix.lower() in MODEL_FILE_SUFFIXES:
         reason = f"model file '{path}': no such file; valid zoo names: {', '.join(zoo.MODELS)}"
-    raise ConfigError(f"{reason}; or give the path of an existing model file ({', '.join(MODEL_FILE_SUFFIXES)})")
+    raise ConfigError(
+        f"{reason}; or give the path of an existing model file ({', '.join(MODEL_FILE_SUFFIXES)}, .onnx) "
+        "or file.py:factory"
+    )

@@ -446,6 +446,12 @@ _TITLES: dict[str, str] = {
     "vgg-c": "HyPar VGG-C: VGG config C (1x1 convs in blocks 3-5)",
 }
 
+# Transformers (BERT, GPT-2) live in their own module; the registry is one.
+from parplan.transformers import TRANSFORMER_MODELS, TRANSFORMER_TITLES  # noqa: E402
+
+MODELS.update(TRANSFORMER_MODELS)
+_TITLES.update(TRANSFORMER_TITLES)
+
 
 def canonical_name(name: str) -> str:
     """The registry spelling of a model name: trimmed, lower case, ``_`` read as ``-``."""

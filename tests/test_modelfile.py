@@ -333,21 +333,21 @@ def test_load_model_unknown_spec_lists_names_and_suffixes(tmp_path):
         load_model("resnet-5O")
     assert str(err.value) == (
         f"unknown model 'resnet-5O' (did you mean 'resnet50'?); valid names: {ZOO_NAMES}; "
-        "or give the path of an existing model file (.toml, .json, .csv, .txt)"
+        "or give the path of an existing model file (.toml, .json, .csv, .txt, .onnx) or file.py:factory"
     )
     with pytest.raises(ConfigError) as err:
         load_model(str(tmp_path / "net.toml"))
     assert str(err.value) == (
         f"model file '{tmp_path / 'net.toml'}': no such file; valid zoo names: {ZOO_NAMES}; "
-        "or give the path of an existing model file (.toml, .json, .csv, .txt)"
+        "or give the path of an existing model file (.toml, .json, .csv, .txt, .onnx) or file.py:factory"
     )
-    other = tmp_path / "net.onnx"
+    other = tmp_path / "net.xyz"
     other.write_text("")
     with pytest.raises(ConfigError) as err:
         load_model(str(other))
     assert str(err.value) == (
-        f"model file '{other}' has unsupported suffix '.onnx'; valid zoo names: {ZOO_NAMES}; "
-        "or give the path of an existing model file (.toml, .json, .csv, .txt)"
+        f"model file '{other}' has unsupported suffix '.xyz'; valid zoo names: {ZOO_NAMES}; "
+        "or give the path of an existing model file (.toml, .json, .csv, .txt, .onnx) or file.py:factory"
     )
 
 

@@ -57,7 +57,9 @@ RESNET_BLOCKS = {
 
 
 def test_registry_keys_are_the_documented_names():
-    assert list(MODELS) == list(PARAMS)
+    from parplan.transformers import TRANSFORMER_MODELS
+
+    assert list(MODELS) == list(PARAMS) + list(TRANSFORMER_MODELS)
 
 
 @pytest.mark.parametrize("name", list(PARAMS))

@@ -1,0 +1,328 @@
+"""torch.fx import: re-implemented ResNet-18 / GPT / BERT equal the zoo; every unsupported op is listed."""
+
+import math
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from parplan.costmodel.dims import layer_profiles  # noqa: E402
+from parplan.costmodel.evaluate import evaluate  # noqa: E402
+from parplan.costmodel.graph import Attention, Concat, Embedding, Flatten, Linear, Pool2d, Shape  # noqa: E402
+from parplan.costmodel.hardware import parse_array  # noqa: E402
+from parplan.costmodel.problem import Problem  # noqa: E402
+from parplan.errors import ConfigError, GraphError  # noqa: E402
+from parplan.importers import from_torch, load_external  # noqa: E402
+from parplan.solvers.planners import make_plan  # noqa: E402
+from parplan.transformers import TiedGraph, bert_config, gpt_config  # noqa: E402
+from parplan.zoo import resnet18  # noqa: E402
+
+
+def flops(graph, batch=1):
+    return sum(p.flops for p in layer_profiles(graph, batch))
+
+
+def torch_params(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+# --------------------------------------------------------------------------- models (no torchvision)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or cin != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += identity
+        return self.relu(out)
+
+
+class ResNet18(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages, cin = [], 64
+        for i, planes in enumerate((64, 128, 256, 512)):
+            stages.append(nn.Sequential(BasicBlock(cin, planes, 2 if i else 1), BasicBlock(planes, planes, 1)))
+            cin = planes
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512, 1000)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class GPTBlock(nn.Module):
+    """Pre-LN block with a fused qkv projection, split, head reshapes and fused SDPA."""
+
+    def __init__(self, h, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+        self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+        self.fc1, self.fc2 = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, h, heads, seq, vocab):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, h), nn.Embedding(seq, h)
+        self.blocks = nn.ModuleList([GPTBlock(h, heads) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(h)
+        self.head = nn.Linear(h, vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied, as GPT-2
+
+    def forward(self, idx):
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+class BertLayer(nn.Module):
+    """Post-LN layer with separate q, k, v and attention written out (matmul, scale, softmax)."""
+
+    def __init__(self, h, heads):
+        super().__init__()
+        self.heads = heads
+        self.query, self.key, self.value = nn.Linear(h, h), nn.Linear(h, h), nn.Linear(h, h)
+        self.dense, self.ln1 = nn.Linear(h, h), nn.LayerNorm(h)
+        self.inter, self.out, self.ln2 = nn.Linear(h, 4 * h), nn.Linear(4 * h, h), nn.LayerNorm(h)
+        self.drop = nn.Dropout(0.1)
+
+    def heads_first(self, x):
+        b, t, c = x.shape
+        return x.view(b, t, self.heads, c // self.heads).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        q, k, v = (self.heads_first(f(x)) for f in (self.query, self.key, self.value))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+        ctx = torch.matmul(self.drop(F.softmax(scores, dim=-1)), v).permute(0, 2, 1, 3).contiguous()
+        ctx = ctx.view(ctx.size(0), ctx.size(1), -1)
+        x = self.ln1(x + self.drop(self.dense(ctx)))
+        return self.ln2(x + self.out(F.gelu(self.inter(x))))
+
+
+class Bert(nn.Module):
+    def __init__(self, layers, h, heads, vocab=30522, positions=512):
+        super().__init__()
+        self.word, self.position = nn.Embedding(vocab, h), nn.Embedding(positions, h)
+        self.token_type = nn.Embedding(2, h)
+        self.ln = nn.LayerNorm(h)
+        self.layers = nn.ModuleList([BertLayer(h, heads) for _ in range(layers)])
+        self.pooler = nn.Linear(h, h)
+
+    def forward(self, ids):
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        x = self.ln(self.word(ids) + self.position(pos) + self.token_type(torch.zeros_like(ids)))
+        for layer in self.layers:
+            x = layer(x)
+        return torch.tanh(self.pooler(x[:, 0]))
+
+
+# --------------------------------------------------------------------------- equal to the zoo
+
+
+def test_resnet18_equals_zoo():
+    model = ResNet18()
+    g, zoo = from_torch(model, (3, 224, 224), name="resnet18"), resnet18()
+    assert g.parameter_count() == zoo.parameter_count() == torch_params(model) == 11_689_512
+    assert flops(g) == flops(zoo)
+    assert len(g.weighted_layers()) == len(zoo.weighted_layers()) == 21
+    info, zinfo = g.analyze(), zoo.analyze()
+    assert info.out_shape["layer4.1.conv2"] == zinfo.out_shape["layer4.1.conv2"] == Shape(512, 7, 7)
+    assert g.layer("layer1.0.add").inputs == ("layer1.0.bn2", "maxpool")  # residual join of the block input
+    assert g.layer("layer2.0.add").inputs == ("layer2.0.bn2", "layer2.0.downsample.1")
+    # the same planning problem: data parallelism moves the same amount and takes the same time
+    arr = parse_array("tpu-v2:1,tpu-v3:1")
+    ours, theirs = Problem(g, arr, batch=64), Problem(zoo, arr, batch=64)
+    a, b = (evaluate(p, make_plan(p, "data")) for p in (ours, theirs))
+    assert a.communication_elements == b.communication_elements
+    assert math.isclose(a.step_time_s, b.step_time_s, rel_tol=1e-12)
+
+
+def test_import_keeps_module_state():
+    model = nn.Sequential(BasicBlock(3, 8, 2), nn.Flatten(), nn.Dropout(), nn.Linear(8 * 4 * 4, 2)).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    g = from_torch(model, (3, 8, 8))
+    assert all(m.training for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BN statistics untouched
+    assert g.parameter_count() == torch_params(model)
+    model.eval()
+    from_torch(model, (3, 8, 8))
+    assert not any(m.training for m in model.modules())
+
+
+def test_small_gpt_equals_gpt_config():
+    model = GPT(layers=2, h=128, heads=4, seq=64, vocab=500)
+    g = from_torch(model, (64,))
+    zoo = gpt_config(2, 128, 4, 64, vocab=500)
+    assert isinstance(g, TiedGraph) and g.tied == (("head", "wte"),)
+    assert g.parameter_count() == zoo.parameter_count() == torch_params(model)
+    assert flops(g) == flops(zoo)
+    assert g.input_shape == Shape(1, 64, 1)
+    attn = [layer for layer in g.layers if isinstance(layer, Attention)]
+    assert [a.heads for a in attn] == [4, 4] and attn[0].inputs == ("blocks.0.qkv",)
+    assert g.layer("wpe").inputs == ("input",)  # positions from arange read the token input
+    assert g.analyze().out_shape["blocks.0.fc1"] == Shape(512, 64, 1)
+
+
+def test_small_bert_equals_bert_config():
+    model = Bert(layers=2, h=128, heads=4)
+    g = from_torch(model, (32,))
+    zoo = bert_config(2, 128, 4, seq=32)
+    assert g.parameter_count() == zoo.parameter_count() == torch_params(model)
+    assert flops(g) == flops(zoo)
+    # separate q, k, v are concatenated into the fused attention input
+    qkv = g.layer("layers.0.matmul.qkv")
+    assert isinstance(qkv, Concat) and qkv.inputs == ("layers.0.query", "layers.0.key", "layers.0.value")
+    assert isinstance(g.layer("layers.0.matmul"), Attention) and g.layer("layers.0.matmul").heads == 4
+    assert isinstance(g.layer("getitem"), Pool2d)  # x[:, 0] picks the [CLS] position
+    assert sum(isinstance(layer, Embedding) for layer in g.layers) == 3
+
+
+def test_functional_ops_parameters_and_bias_fold():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Parameter(torch.randn(8, 3, 3, 3))
+            self.a = nn.Conv2d(8, 4, 1)
+            self.b = nn.Conv2d(8, 4, 1)
+            self.w = nn.Parameter(torch.randn(8, 16))
+            self.bias = nn.Parameter(torch.zeros(16))
+            self.fc = nn.Parameter(torch.randn(10, 16))
+
+        def forward(self, x):
+            x = F.relu(F.conv2d(x, self.w1, None, 1, 1))
+            x = F.max_pool2d(x, 2)
+            x = torch.cat([self.a(x), self.b(x)], dim=1)
+            x = x.mean(dim=(2, 3))
+            x = x @ self.w + self.bias
+            return F.linear(torch.sigmoid(x), self.fc)
+
+    net = Net()
+    g = from_torch(net, (3, 16, 16))
+    assert g.parameter_count() == torch_params(net)
+    assert g.layer("conv2d").kernel == (3, 3) and g.layer("conv2d").padding == (1, 1)
+    assert isinstance(g.layer("cat"), Concat)
+    assert g.layer("matmul").bias is True  # "+ self.bias" folded into the product
+    assert g.analyze().out_shape["linear"] == Shape(10)
+
+
+def test_multihead_attention_module_and_flatten():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(100, 32)
+            self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+            self.fc = nn.Linear(16 * 32, 5)
+
+        def forward(self, ids):
+            x = self.emb(ids)
+            y, _ = self.mha(x, x, x)
+            return self.fc((x + y).view(x.size(0), -1))
+
+    net = Net()
+    g = from_torch(net, (16,))
+    assert g.parameter_count() == torch_params(net)
+    assert [type(g.layer(n)).__name__ for n in ("mha.in_proj", "mha.attn", "mha.out_proj")] == \
+        ["Linear", "Attention", "Linear"]
+    flat = [layer for layer in g.layers if isinstance(layer, Flatten)]
+    assert [layer.inputs for layer in flat] == [("add",)]  # view(B, -1) of a (32, 16, 1) sequence
+
+
+def test_unsupported_ops_are_all_listed():
+    class Bad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv1d(4, 8, 3), nn.Conv1d(8, 8, 3)
+            self.gn = nn.GroupNorm(2, 8)
+            self.fc = nn.Linear(8 * 12, 4)
+
+        def forward(self, x):
+            x = self.c1(x)
+            x = x * torch.sigmoid(self.gn(x))
+            x = self.c2(x)
+            return self.fc(torch.sin(x).flatten(1))
+
+    with pytest.raises(GraphError) as info:
+        from_torch(Bad(), (4, 16), name="bad")
+    msg = str(info.value)
+    assert msg.startswith("model 'bad': 5 operator(s) the torch importer cannot map to the layer graph: ")
+    assert "nn.Conv1d x2 at c1, c2" in msg
+    assert "nn.GroupNorm x1 at gn" in msg
+    assert "torch.sin x1 at sin" in msg
+    assert "operator.mul x1 at mul (element-wise product of two tensors" in msg
+    assert "Supported: nn.Conv2d, nn.Linear" in msg
+
+
+def test_user_errors():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+
+    with pytest.raises(GraphError, match=r"model 'Branchy': torch.fx cannot trace it"):
+        from_torch(Branchy(), (4,))
+    with pytest.raises(GraphError, match=r"running it on an example input of shape \(1, 5\).*check input_shape"):
+        from_torch(nn.Linear(4, 2), (5,))
+    with pytest.raises(ConfigError, match=r"input_shape must be positive sizes"):
+        from_torch(nn.Linear(4, 2), (0,))
+    with pytest.raises(ConfigError, match=r"needs a torch.nn.Module"):
+        from_torch("not a module", (4,))
+
+
+def test_load_external_python_factory(tmp_path):
+    src = tmp_path / "mymodels.py"
+    src.write_text(textwrap.dedent("""
+        import torch.nn as nn
+        def mlp():
+            return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)), (32,)
+        def not_a_model():
+            return 3
+    """))
+    g = load_external(f"{src}:mlp")
+    assert g.name == "mlp" and g.parameter_count() == 32 * 64 + 64 + 64 * 10 + 10
+    with pytest.raises(ConfigError, match=r"must return a parplan Graph or an \(nn.Module, input_shape\) pair"):
+        load_external(f"{src}:not_a_model")
+    with pytest.raises(ConfigError, match=r"has no function 'missing'"):
+        load_external(f"{src}:missing")
+    with pytest.raises(ConfigError, match=r"name the factory function"):
+        load_external(str(src))
+
+
+def test_imported_transformer_plans():
+    g = from_torch(GPT(layers=1, h=256, heads=4, seq=64, vocab=500), (64,))
+    p = Problem(g, parse_array("a100:1,h100:1"), batch=4)
+    acc, dp = (evaluate(p, make_plan(p, name)).step_time_s for name in ("accpar", "data"))
+    assert acc <= dp * (1 + 1e-12)
+    assert isinstance(g.layer("head"), Linear) and g.layer("head").per_position

@@ -1,0 +1,202 @@
+"""Transformer zoo: published parameter counts, the batch x sequence view, the Megatron pattern."""
+
+import doctest
+import math
+
+import pytest
+
+import parplan.transformers as transformers_module
+from parplan.costmodel.dims import layer_dims
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.graph import INPUT, Attention, Conv2d, Embedding, Linear, Shape
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.layout import PartitionType, transition
+from parplan.costmodel.problem import Problem
+from parplan.errors import GraphError
+from parplan.solvers.exact import solve_exact
+from parplan.solvers.planners import make_plan
+from parplan.transformers import (
+    GPT3_SIZES,
+    TRANSFORMER_MODELS,
+    TRANSFORMER_TITLES,
+    TiedGraph,
+    bert_config,
+    gpt3,
+    gpt_config,
+)
+
+B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
+
+# Hugging Face's counts (sum of p.numel() over BertModel / GPT2LMHeadModel parameters, the LM
+# head tied to the token embedding) and the papers' rounded figures.
+PARAMS = {
+    "bert-base": (109_482_240, 110e6),
+    "bert-large": (335_141_888, 340e6),
+    "gpt2": (124_439_808, 124e6),
+    "gpt2-medium": (354_823_168, 355e6),
+    "gpt2-large": (774_030_080, 774e6),
+    "gpt2-xl": (1_557_611_200, 1558e6),
+}
+# (layers, hidden, seq)
+CONFIGS = {
+    "bert-base": (12, 768, 512), "bert-large": (24, 1024, 512), "gpt2": (12, 768, 1024),
+    "gpt2-medium": (24, 1024, 1024), "gpt2-large": (36, 1280, 1024), "gpt2-xl": (48, 1600, 1024),
+}
+
+
+def test_doctests():
+    assert doctest.testmod(transformers_module).failed == 0
+
+
+def test_registry_names_and_titles():
+    assert list(TRANSFORMER_MODELS) == list(PARAMS)
+    assert set(TRANSFORMER_TITLES) == set(TRANSFORMER_MODELS)
+    for name, build in TRANSFORMER_MODELS.items():
+        assert build().name == name
+
+
+@pytest.mark.parametrize("name", list(PARAMS))
+def test_parameter_counts_match_published(name):
+    exact, published = PARAMS[name]
+    count = TRANSFORMER_MODELS[name]().parameter_count()
+    assert count == exact
+    assert math.isclose(count, published, rel_tol=0.02)  # the papers round (BERT-large: "340M")
+
+
+@pytest.mark.parametrize("name", list(PARAMS))
+def test_structure(name):
+    layers, hidden, seq = CONFIGS[name]
+    g = TRANSFORMER_MODELS[name]()
+    assert g.input_shape == Shape(1, seq, 1)
+    # qkv, proj, fc1, fc2 per block, plus the LM head (GPT) or the pooler (BERT)
+    assert len(g.weighted_layers()) == 4 * layers + 1
+    assert sum(isinstance(layer, Attention) for layer in g.layers) == layers
+    info = g.analyze()
+    prefix = "h0" if name.startswith("gpt") else "layer0"
+    assert info.out_shape[f"{prefix}.qkv"] == Shape(3 * hidden, seq, 1)
+    assert info.out_shape[f"{prefix}.attn"] == Shape(hidden, seq, 1)
+    assert info.out_shape[f"{prefix}.fc1"] == Shape(4 * hidden, seq, 1)
+    for layer in g.layers:
+        if isinstance(layer, Linear) and not layer.name.startswith("pooler"):
+            assert layer.per_position
+
+
+def test_gpt2_head_is_tied_and_bias_free():
+    g = TRANSFORMER_MODELS["gpt2"]()
+    assert isinstance(g, TiedGraph) and g.tied == (("lm_head", "wte"),)
+    head = g.layer("lm_head")
+    assert not head.bias and head.out_features == 50257
+    untied = sum(g.layer(n).weight_elements(list(g.analyze().in_shapes[n])) for n in g.analyze().order)
+    assert untied - g.parameter_count() == 50257 * 768
+
+
+def test_projection_batch_is_batch_times_sequence():
+    """A token-wise projection is one fully connected layer with B = batch x sequence (SPEC 1)."""
+    g = gpt_config(layers=1, hidden=64, heads=4, seq=32, vocab=100)
+    d = layer_dims(g, "h0.fc1", batch=3)
+    assert (d.in_features, d.out_features, d.kernel) == (64, 256, 1)
+    assert d.in_elements == 3 * 32 * 64 and d.out_elements == 3 * 32 * 256
+    assert d.weight_elements == 64 * 256
+    assert d.flops == 6 * (3 * 32) * 64 * 256
+
+
+def test_gpt3_175b_and_sizes():
+    assert math.isclose(gpt3("175b").parameter_count(), 175e9, rel_tol=0.005)
+    assert math.isclose(gpt3("6.7b").parameter_count(), 6.7e9, rel_tol=0.01)
+    for size in GPT3_SIZES:
+        layers, hidden, heads = GPT3_SIZES[size]
+        assert hidden % heads == 0
+    with pytest.raises(GraphError, match=r"unknown GPT-3 size '7b'; valid sizes: small, medium"):
+        gpt3("7b")
+
+
+def test_config_errors_name_the_rule():
+    with pytest.raises(GraphError, match=r"model 'x': hidden \(100\) must be divisible by heads \(3\)"):
+        gpt_config(2, 100, 3, 16, name="x")
+    with pytest.raises(GraphError, match=r"seq \(2048\) exceeds the 1024 learned positions"):
+        gpt_config(2, 64, 4, 2048, positions=1024)
+    with pytest.raises(GraphError, match=r"layers must be a positive int \(got 0\)"):
+        bert_config(0, 64, 4)
+
+
+def test_tied_graph_rejects_mismatched_ties():
+    layers = (
+        Embedding("wte", (INPUT,), num=100, dim=16),
+        Linear("head", ("wte",), out_features=99, bias=False, per_position=True),
+    )
+    with pytest.raises(GraphError, match=r"layer 'head': tied to 'wte' but has 1584 shared weights where 'wte' has 1600"):
+        TiedGraph("lm", Shape(1, 8, 1), layers, tied=(("head", "wte"),)).parameter_count()
+    conv = (Conv2d("c", (INPUT,), out_channels=4, kernel=1), Linear("f", ("c",), out_features=4, per_position=True))
+    with pytest.raises(GraphError, match=r"layer 'c': a Conv2d can share weights only with a layer of its own type"):
+        TiedGraph("t", Shape(4, 2, 2), conv, tied=(("c", "f"),)).parameter_count()
+
+
+def test_module_reuse_counts_every_parameter_once():
+    layers = (
+        Linear("a", (INPUT,), out_features=8, per_position=True),
+        Linear("b", ("a",), out_features=8, per_position=True),
+    )
+    g = TiedGraph("reuse", Shape(8, 4, 1), layers, tied=(("b", "a"),))
+    assert g.parameter_count() == 8 * 8 + 8
+
+
+# --------------------------------------------------------------------------- Megatron pattern
+
+
+def _root(problem, plan):
+    names = [n.name for n in problem.planning.nodes]
+    return {n: (c, a) for n, c, a in zip(names, plan.root.choices, plan.root.shares)}
+
+
+def test_out_to_in_relayout_is_free():
+    for a in (0.1, 0.24, 0.5, 0.9):
+        e1, e2 = transition(O, I)
+        assert e1.at(a) == 0.0 and e2.at(a) == 0.0
+
+
+@pytest.mark.parametrize("array", ["h100:2", "a100:1,h100:1"])
+def test_megatron_when_weights_outweigh_activations(array):
+    """Hidden 4096, 128 tokens per step: |W| = 16h^2 per MLP >> |F| = B*S*h, so column then row split."""
+    p = Problem(gpt_config(1, 4096, 32, 128, vocab=1000), parse_array(array), batch=1)
+    plan = make_plan(p, "accpar")
+    root = _root(p, plan)
+    assert root["h0.fc1"][0] is O and root["h0.fc2"][0] is I  # column split, then row split
+    assert root["h0.qkv"][0] is O and root["h0.proj"][0] is I  # the same pattern for attention
+    ev = evaluate(p, plan)
+    rows = ev.breakdown[ev.breakdown.level == ""].set_index("node")
+    # no re-layout between the two halves of the block
+    assert rows.loc["h0.fc2", "transition_elements_1"] == 0.0
+    assert rows.loc["h0.fc2", "transition_elements_2"] == 0.0
+    assert rows.loc["h0.proj", "transition_elements_1"] == 0.0
+    # the exact solver (one split: exact) agrees
+    exact = solve_exact(p, backend="highs")
+    assert exact.certificate.status == "optimal"
+    assert [c for c in exact.plan.root.choices] == list(plan.root.choices)
+    assert math.isclose(exact.evaluation.step_time_s, ev.step_time_s, rel_tol=1e-6)
+
+
+def test_data_parallel_when_activations_outweigh_weights():
+    """Hidden 256, 64 x 1024 tokens per step: activations dwarf |W|, so every layer is BATCH."""
+    p = Problem(gpt_config(1, 256, 4, 1024, vocab=1000), parse_array("a100:1,h100:1"), batch=64)
+    root = _root(p, make_plan(p, "accpar"))
+    for name in ("h0.qkv", "h0.proj", "h0.fc1", "h0.fc2"):
+        assert root[name][0] is B, name
+    assert math.isclose(root["h0.fc1"][1], 312 / (312 + 989), rel_tol=0.05)  # share follows throughput
+
+
+def test_gpt2_medium_plans_with_both_planners():
+    p = Problem(TRANSFORMER_MODELS["gpt2-medium"](), parse_array("a100:8,h100:8"), batch=8)
+    acc = evaluate(p, make_plan(p, "accpar"))
+    dp = evaluate(p, make_plan(p, "data"))
+    assert acc.step_time_s <= dp.step_time_s * (1 + 1e-12)
+    small = Problem(TRANSFORMER_MODELS["gpt2-medium"](), parse_array("a100:1,h100:1"), batch=8)
+    exact = solve_exact(small, backend="highs")
+    assert exact.certificate.status == "optimal"
+    assert exact.evaluation.step_time_s <= evaluate(small, make_plan(small, "accpar")).step_time_s * (1 + 1e-6)
+
+
+def test_importer_core_doctests():
+    """The importers' shared builder needs neither torch nor onnx."""
+    import parplan.importers as importers
+
+    assert doctest.testmod(importers).failed == 0
