@@ -77,13 +77,13 @@ def plan_top_down(
     has_collective = problem.array.collective is not None
 
     def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray,
-            covered: tuple[bool, ...]) -> tuple[np.ndarray, dict[str, Split]]:
+            covered: tuple[bool, ...], path: str) -> tuple[np.ndarray, dict[str, Split]]:
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
             return np.array([d.flops / group.device.flops_per_s for d in dims]), {}
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
-        split = plan_split(SplitProblem(pg, dims, side, "", floor_arg, covered if has_collective else None))
+        split = plan_split(SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None))
         below = covered_below(covered, split, has_collective)
         done[0] += 1
         if progress is not None and done[0] % 16 == 1:
@@ -98,7 +98,7 @@ def plan_top_down(
         out: dict[str, Split] = {"": split}
         if sig(group.left) == sig(group.right) and left == right:
             f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
-            t, sub = rec(group.left, left, f, below)
+            t, sub = rec(group.left, left, f, below, path + "L")
             for key in ("L", "R"):
                 out.update({key + k: v for k, v in sub.items()})
             times = t + comm.max(axis=1)
@@ -112,11 +112,11 @@ def plan_top_down(
             sibling = other_time if other_time is not None else actual[j]
             f = np.maximum(np.maximum(floor, sibling + comm[:, j]) - comm[:, i], 0.0) if use_floors else floor * 0
             h, ds, key = halves[i]
-            actual[i], sub = rec(h, ds, f, below)
+            actual[i], sub = rec(h, ds, f, below, path + key)
             out.update({key + k: v for k, v in sub.items()})
         times = np.maximum(actual[0] + comm[:, 0], actual[1] + comm[:, 1])
         return times, out
 
-    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes))
+    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes), "")
     assign("", problem.array, tree)
     return Plan(splits, planner=planner)

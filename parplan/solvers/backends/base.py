@@ -1,0 +1,117 @@
+"""What every exact backend takes and returns (the solver side of the stages in STYLE.md).
+
+A backend turns a solver-neutral :class:`~parplan.formulation.mip.MipModel` into a
+:class:`RawResult`: why the solver stopped (:class:`Termination`), whether it holds a solution,
+the variable values in model order, the objective and the proven bound (both in model units),
+the solver's name and version and the wall time. Backends never decide what "optimal" means
+for the planning problem; :mod:`parplan.solvers.exact` does, from the bound.
+
+Example:
+    >>> SolveOptions(time_limit_s=5).mip_gap
+    1e-09
+    >>> Termination("time_limit") is Termination.TIME_LIMIT
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Protocol
+
+from parplan.errors import ConfigError, SolverError
+
+
+class Termination(Enum):
+    """Why the solver stopped (separate from whether it holds a solution)."""
+
+    OPTIMAL = "optimal"  # the solver proved its solution optimal within mip_gap
+    TIME_LIMIT = "time_limit"  # stopped by the time limit (with or without a solution)
+    INFEASIBLE = "infeasible"  # proved that the model has no solution
+    ERROR = "error"  # the solver failed or stopped for another reason
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Settings of one solve. ``time_limit_s`` None means no limit; ``mip_gap`` is relative."""
+
+    time_limit_s: float | None = None
+    threads: int = 1
+    seed: int = 0
+    mip_gap: float = 1e-9
+    verbose: bool = False
+
+    def __post_init__(self):
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ConfigError(f"time limit must be > 0 seconds (got {self.time_limit_s})")
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise ConfigError(f"threads must be an integer >= 1 (got {self.threads!r})")
+        if not 0.0 <= self.mip_gap < 1.0:
+            raise ConfigError(f"mip_gap must lie in [0, 1) (got {self.mip_gap})")
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """A backend's answer. ``values`` are in model variable order (None without a solution);
+    ``objective`` and ``bound`` are in model units (None when the solver has none)."""
+
+    termination: Termination
+    has_solution: bool
+    values: tuple[float, ...] | None
+    objective: float | None
+    bound: float | None
+    solver: str
+    version: str
+    wall_s: float
+    native_status: str
+    message: str = ""
+
+
+class Backend(Protocol):
+    """An exact solver: ``solve(model, options) -> RawResult``."""
+
+    name: str
+
+    def solve(self, model, options: SolveOptions) -> RawResult:  # pragma: no cover - protocol
+        ...
+
+
+def stopped_by_time(wall_s: float, options: SolveOptions) -> bool:
+    """Whether a solve that ended without proof used up its time limit (5% slack)."""
+    return options.time_limit_s is not None and wall_s >= 0.95 * options.time_limit_s
+
+
+def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
+    """Run ``module``'s ``solve_here(model, options)`` in a fresh interpreter.
+
+    highspy and OR-Tools ship different ``libhighs.so.1`` under one soname: once one is loaded
+    (``import pulp`` loads highspy), the other cannot load in that process. Backends that meet
+    this run their solve in a child process instead (model and options pickled via stdin/stdout).
+    """
+    timeout = None if options.time_limit_s is None else options.time_limit_s + 120.0
+    # the child must import parplan exactly as this process does
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        proc = subprocess.run([sys.executable, "-m", module], input=pickle.dumps((model, options)),
+                              capture_output=True, timeout=timeout, check=False, env=env)
+    except subprocess.TimeoutExpired as exc:
+        raise SolverError(f"solver process {module} did not stop {timeout:.0f} s after its time limit") from exc
+    if proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise SolverError(f"solver process {module} failed: {err[-1] if err else proc.returncode}")
+    return pickle.loads(proc.stdout)
+
+
+def child_main(solve_here: Callable) -> None:
+    """Entry point of a solver child process (see :func:`solve_in_subprocess`)."""
+    model, options = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(pickle.dumps(solve_here(model, options)))
+
+
+def is_library_clash(exc: ImportError) -> bool:
+    """Whether an ImportError is the libhighs soname clash (not a missing library)."""
+    return "undefined symbol" in str(exc)

@@ -1,0 +1,449 @@
+"""Exact planning with certificates: every split solved by a MIP backend (SPEC sections 4-7).
+
+:func:`solve_exact` plans a problem level by level over the hierarchy, as AccPar does (each
+split is an exact MIP, :func:`parplan.formulation.mip.build_mip`), or, with ``joint=True``,
+in one model across all levels (:mod:`parplan.formulation.joint`). The plan is priced by the
+evaluator and the :class:`Certificate` compares that price with the solver's proven bound:
+
+- ``status`` "optimal" only when the solver proved optimality *and* the evaluated price is
+  within ``gap_tol`` of a bound valid for the problem as posed; "feasible" when a plan exists
+  but no such proof (e.g. a memory-limited relaxation, or level-by-level on several levels);
+  "time_limit" when the solver ran out of time (the plan found so far and its true gap are
+  kept); "infeasible" (with the failed constraint family and how much memory is missing);
+  "error".
+- ``bound``: for one split, the solver's bound converted to seconds (elements for the
+  communication objective), minus the integer model's rounding error. For the hierarchy, the
+  root split's bound: any plan's step time is at least its root split's one-level price
+  (a group's time for a layer is at least its FLOPs over the group's summed throughput), and
+  the root memory constraint is necessary, so this bounds every plan of the hierarchy.
+
+Level by level, each split below the root is solved with the per-node floors that
+:func:`~parplan.solvers.hierarchy.plan_top_down` hands it (the sibling group's time); floors
+make many configurations tie, and which of the tied optima a solver returns changes the
+sub-problems below it, so on deep arrays different backends (and the DP) may end at different
+step times although every split is optimal. The certificate then says "feasible" with the
+global bound and gap.
+
+Example:
+    >>> from parplan.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+    >>> p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    >>> r = solve_exact(p, backend="scip")
+    >>> r.certificate.status, r.certificate.gap < 1e-6
+    ('optimal', True)
+    >>> abs(r.certificate.objective - r.evaluation.step_time_s) < 1e-15
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+from parplan.costmodel.cost import Objective, node_comm, node_terms, split_time
+from parplan.costmodel.evaluate import Evaluation, evaluate
+from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.errors import ConfigError, InfeasibleError, SolverError
+from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model
+from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
+from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
+from parplan.solvers.dp import PlanOptions, SplitProblem
+from parplan.solvers.hierarchy import plan_top_down
+
+#: Relative gap under which a proven result is called optimal.
+GAP_TOL = 1e-6
+#: Default share grid (intervals) where shares may stop between candidates.
+DEFAULT_GRID = 8
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """What an exact solve proves about its plan (see the module docstring for the statuses).
+
+    ``objective`` is the evaluator's price of the returned plan (seconds, or elements for the
+    communication objective); ``model_objective`` the solver's objective in the same unit;
+    ``bound`` a proven lower bound; ``gap`` = (objective - bound) / objective.
+    """
+
+    status: str
+    termination: str
+    has_solution: bool
+    objective: float | None
+    model_objective: float | None
+    bound: float | None
+    gap: float | None
+    unit: str
+    backend: str
+    solver: str
+    version: str
+    wall_s: float
+    scope: str = "split"
+    path: str = ""
+    failed_family: str | None = None
+    message: str = ""
+    notes: tuple[str, ...] = ()
+    model_size: str = ""
+    splits: Mapping[str, "Certificate"] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "splits", MappingProxyType(dict(self.splits)))
+
+    @property
+    def is_optimal(self) -> bool:
+        return self.status == "optimal"
+
+    def lines(self) -> list[str]:
+        """Human-readable summary, one fact per line."""
+        def fmt(x):
+            if x is None:
+                return "n/a"
+            return f"{x * 1e3:.6f} ms" if self.unit == "s" else f"{x:.6g} {self.unit}"
+
+        out = [
+            f"status          {self.status} (solver termination: {self.termination}; scope: {self.scope})",
+            f"objective       {fmt(self.objective)} (evaluator price of the plan)",
+            f"model objective {fmt(self.model_objective)}",
+            f"best bound      {fmt(self.bound)}",
+            f"relative gap    {'n/a' if self.gap is None else f'{self.gap:.3e}'}",
+            f"solver          {self.solver} {self.version} (backend '{self.backend}')",
+            f"wall time       {self.wall_s:.3f} s",
+        ]
+        if self.model_size:
+            out.append(f"model           {self.model_size}")
+        if self.message:
+            out.append(f"message         {self.message}")
+        out += [f"note            {n}" for n in self.notes]
+        if len(self.splits) > 1:
+            for path, c in self.splits.items():
+                out.append(f"split {path or 'root':<9} {c.status:<10} gap {'n/a' if c.gap is None else f'{c.gap:.2e}'}"
+                           f"  {c.wall_s:.2f} s")
+        return out
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in (
+            "status", "termination", "has_solution", "objective", "model_objective", "bound", "gap", "unit",
+            "backend", "solver", "version", "wall_s", "scope", "path", "failed_family", "message", "model_size")}
+        d["notes"] = list(self.notes)
+        d["splits"] = {p or "root": c.to_dict() for p, c in self.splits.items()}
+        return d
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """A plan (None if there is none), its certificate and its evaluation."""
+
+    plan: Plan | None
+    certificate: Certificate
+    evaluation: Evaluation | None
+
+
+def split_price(sp: SplitProblem, split: Split, options: PlanOptions) -> float:
+    """The true one-split objective of ``split`` (cost model functions, no solver): what
+    :func:`~parplan.solvers.dp.frontier_dp` minimises, floors and all-reduces included."""
+    total = 0.0
+    for v, node in enumerate(sp.planning.nodes):
+        c, a, d = split.choices[v], split.shares[v], sp.dims[v]
+        pc = tuple(split.choices[u] for u in node.preds)
+        if options.objective is Objective.COMMUNICATION:
+            e1, e2 = node_comm(d, c, pc, node.fractions)
+            total += e1.at(a) + e2.at(a)
+            continue
+        covered = bool(sp.covered[v]) if sp.covered is not None else False
+        e1, e2, ex, extra = node_terms(d, c, pc, node.fractions, sp.side, covered)
+        t = split_time(d.flops, e1, e2, ex, sp.side, a, extra)
+        total += max(t, sp.floor_s[v]) if sp.floor_s is not None else t
+    return float(total)
+
+
+def _status(raw: RawResult, bound_valid: bool, gap: float | None, gap_tol: float) -> str:
+    if raw.termination is Termination.INFEASIBLE:
+        return "infeasible"
+    if raw.termination is Termination.TIME_LIMIT:
+        return "time_limit"
+    if raw.termination is Termination.ERROR or not raw.has_solution:
+        return "error"
+    if bound_valid and gap is not None and gap <= gap_tol:
+        return "optimal"
+    return "feasible"
+
+
+def _gap(objective: float | None, bound: float | None) -> float | None:
+    if objective is None or bound is None:
+        return None
+    if objective == 0.0:
+        return 0.0 if bound >= -1e-12 else math.inf
+    return max(0.0, (objective - bound) / abs(objective))
+
+
+def solve_split_exact(
+    sp: SplitProblem,
+    backend: str = "scip",
+    options: PlanOptions | None = None,
+    solve_options: SolveOptions | None = None,
+    memory: MemoryLimit | None = None,
+    share_grid: int | None = None,
+    max_form: str = "folded",
+    gap_tol: float = GAP_TOL,
+) -> tuple[Split | None, Certificate]:
+    """Solve one split exactly: (split or None, certificate)."""
+    options = PlanOptions() if options is None else options
+    solve_options = SolveOptions() if solve_options is None else solve_options
+    spec = backend_spec(backend)
+    discrete = not spec.supports_continuous
+    if share_grid is None:
+        share_grid = DEFAULT_GRID if (discrete or memory is not None) else 0
+    model, decoder = build_mip(sp, options, memory=memory, share_grid=share_grid, discrete=discrete,
+                               max_form=max_form)
+    solver = get_backend(spec.name)
+    raw = solver.solve(model, solve_options)
+    notes = list(model.notes)
+    scale = model.objective_scale
+    split = decoder(raw) if raw.has_solution else None
+    price = split_price(sp, split, options) if split is not None else None
+    bound = None
+    bound_valid = False
+    if raw.bound is not None:
+        bound = (raw.bound - model.objective_error) / scale
+        bound_valid = not (discrete and memory is not None)
+        if not bound_valid:
+            notes.append(f"the solver's bound {bound:.9g} holds for shares on the grid only, not for "
+                         "continuous shares: no bound is claimed")
+            bound = None
+    gap = _gap(price, bound)
+    status = _status(raw, bound_valid, gap, max(gap_tol, solve_options.mip_gap))
+    if status == "feasible" and raw.termination is Termination.OPTIMAL and not model.exact:
+        notes.append("the model is a relaxation here (memory limit): the plan is re-priced exactly and the gap "
+                     "is against the relaxation's bound; raise share_grid to tighten it")
+    failed, message = None, ""
+    if status == "infeasible":
+        failed, message = _diagnose(sp, model, solver, solve_options, memory)
+    cert = Certificate(
+        status=status,
+        termination=raw.termination.value,
+        has_solution=raw.has_solution,
+        objective=price,
+        model_objective=None if raw.objective is None else raw.objective / scale,
+        bound=bound,
+        gap=gap,
+        unit=model.objective_unit,
+        backend=spec.name,
+        solver=raw.solver,
+        version=raw.version,
+        wall_s=raw.wall_s,
+        scope="split",
+        path=sp.path,
+        failed_family=failed,
+        message=message or raw.message,
+        notes=tuple(notes),
+        model_size=model.describe(),
+    )
+    return split, cert
+
+
+def _diagnose(sp: SplitProblem, model, solver, solve_options: SolveOptions, memory: MemoryLimit | None):
+    """Which constraint family makes the split infeasible, and by how much (memory)."""
+    c1, c2 = sp.side.flops_per_s
+    where = (f"split '{sp.path}'" if sp.path else
+             f"the split of the {sp.side.hosts}-device group ({c1 / 1e12:.0f} | {c2 / 1e12:.0f} TFLOP/s)")
+    if memory is None or "memory" not in model.families():
+        return "unknown", f"{where} is infeasible without a memory limit (please report this model)"
+    relaxed = solver.solve(model.without("memory"), solve_options)
+    if not relaxed.has_solution:
+        return "unknown", f"{where} stays infeasible without its memory constraint (please report this model)"
+    need_model = memory_need_model(model)
+    cont = solver if backend_spec(solver.name).supports_continuous else None
+    if cont is None:
+        names = [n for n in available_backends() if backend_spec(n).supports_continuous]
+        cont = get_backend(names[0]) if names else None
+    factor = None
+    if cont is not None:
+        r = cont.solve(need_model, solve_options)
+        if r.has_solution and r.bound is not None:
+            factor = r.bound  # a proven lower bound on the factor: never over-states the need
+    caps = memory.capacity_bytes
+    if factor is None:
+        return "memory", f"memory: no plan of {where} fits the memory limit ({caps[0] / GIB:.2f} / {caps[1] / GIB:.2f} GiB)"
+    return "memory", (
+        f"memory: {where} needs at least {factor:.4g}x the memory it has: side 1 at least "
+        f"{factor * caps[0] / GIB:.2f} GiB (has {caps[0] / GIB:.2f}), side 2 at least {factor * caps[1] / GIB:.2f} GiB "
+        f"(has {caps[1] / GIB:.2f})" + ("" if memory.per_device else " in total over the side's devices")
+        + "; raise the memory limit or use more devices"
+    )
+
+
+def memory_limit_for(group: ArrayNode, memory_limit_bytes: float | str | None) -> MemoryLimit | None:
+    """Per-side capacities of splitting ``group``: ``memory_limit_bytes`` per device, or each
+    device's own memory for ``"device"``, summed over the side's devices; None: no limit."""
+    if memory_limit_bytes is None:
+        return None
+    if memory_limit_bytes == "device":
+        caps = tuple(sum(d.memory_bytes for d in side.devices()) for side in (group.left, group.right))
+    else:
+        try:
+            per = float(memory_limit_bytes)
+        except (TypeError, ValueError):
+            raise ConfigError(f"memory limit must be a number of bytes or 'device' (got {memory_limit_bytes!r})") from None
+        if not per > 0:
+            raise ConfigError(f"memory limit must be > 0 bytes (got {per})")
+        caps = (per * group.left.count, per * group.right.count)
+    return MemoryLimit(caps, per_device=group.left.is_leaf and group.right.is_leaf)
+
+
+def _memory_for_side(problem: Problem, sp: SplitProblem, memory_limit_bytes) -> MemoryLimit | None:
+    """The memory limit of the group a split problem belongs to (found by its cost view, since
+    the hierarchy hands splits over without their group); groups that look alike to the cost
+    model must have the same capacities."""
+    if memory_limit_bytes is None:
+        return None
+    limits = {memory_limit_for(g, memory_limit_bytes) for _, g in problem.array.inner_nodes()
+              if problem.side_spec(g) == sp.side}
+    if len(limits) != 1:
+        raise ConfigError(f"array '{problem.array.describe()}': cannot tell which group a split belongs to for "
+                          "its memory limit (groups with equal throughput and links but different memory)")
+    return limits.pop()
+
+
+class _Stop(Exception):
+    def __init__(self, cert: Certificate):
+        self.cert = cert
+
+
+def solve_exact(
+    problem: Problem,
+    backend: str = "scip",
+    options: PlanOptions | None = None,
+    time_limit_s: float | None = None,
+    memory_limit_bytes: float | str | None = None,
+    joint: bool = False,
+    share_grid: int | None = None,
+    solve_options: SolveOptions | None = None,
+    max_form: str = "folded",
+    progress: Callable[[str], None] | None = None,
+) -> ExactResult:
+    """Plan ``problem`` exactly, level by level (or jointly): plan, certificate, evaluation.
+
+    ``time_limit_s`` applies to each MIP solve; ``memory_limit_bytes`` is the capacity of every
+    device in bytes (``"device"``: each device's own memory; None: no memory constraint);
+    ``joint=True`` also solves all levels in one model (small arrays, see
+    :mod:`parplan.formulation.joint`) and returns the better of the two plans' certificate.
+    """
+    options = PlanOptions() if options is None else options
+    base = SolveOptions() if solve_options is None else solve_options
+    so = replace(base, time_limit_s=time_limit_s) if time_limit_s is not None else base
+    if problem.array.is_leaf:
+        raise ConfigError(f"array '{problem.array.describe()}' has one device: nothing to split")
+    spec = backend_spec(backend)
+    solved: list[tuple[Split, Certificate]] = []
+
+    def plan_split(sp: SplitProblem) -> Split:
+        if progress is not None:
+            progress(f"solving a split of {sp.side.hosts} devices with {spec.name}")
+        split, cert = solve_split_exact(sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes),
+                                        share_grid, max_form)
+        if split is None:
+            raise _Stop(cert)
+        solved.append((split, cert))
+        return split
+
+    t0 = time.perf_counter()
+    try:
+        plan = plan_top_down(problem, plan_split, f"exact-{spec.name}")
+    except _Stop as stop:
+        certs = {f"#{i}": c for i, (_, c) in enumerate(solved)}
+        cert = _aggregate(problem, None, None, certs, stop.cert, time.perf_counter() - t0, "level-by-level", options)
+        return ExactResult(None, cert, None)
+    # the hierarchy hands splits over without their path: match them back by identity
+    by_id = {id(split): cert for split, cert in solved}
+    certs = {path: replace(by_id[id(split)], path=path) for path, split in plan.splits.items()}
+    plan = Plan(plan.splits, planner=f"exact-{spec.name}",
+                info={"objective": options.objective.value, "shares": options.shares.value, "scope": "level-by-level"})
+    ev = evaluate(problem, plan)
+    cert = _aggregate(problem, plan, ev, certs, None, time.perf_counter() - t0, "level-by-level", options)
+    result = ExactResult(plan, cert, ev)
+    if joint:
+        from parplan.formulation.joint import solve_joint
+
+        result = solve_joint(problem, spec.name, options, so, memory_limit_bytes, share_grid, result, progress)
+    return result
+
+
+def price_of(ev: Evaluation, options: PlanOptions) -> float:
+    return ev.communication_elements if options.objective is Objective.COMMUNICATION else ev.step_time_s
+
+
+def _aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float, scope: str,
+               options: PlanOptions) -> Certificate:
+    root = certs.get("") if failed is None else None
+    first = failed or root or next(iter(certs.values()))
+    notes: list[str] = []
+    if failed is not None:
+        status = failed.status if failed.status in ("infeasible", "error", "time_limit") else "error"
+        where = "the root split" if not certs else f"a split below the root (after {len(certs)} solved)"
+        return replace(failed, status=status, scope=scope, wall_s=wall, splits=certs, objective=None, gap=None,
+                       bound=None, notes=failed.notes + (f"no plan: {where} has {status} status",))
+    objective = price_of(ev, options)
+    bound = root.bound if root is not None else None
+    gap = _gap(objective, bound)
+    statuses = [c.status for c in certs.values()]
+    one_level = problem.array.depth == 1
+    if "time_limit" in statuses:
+        status = "time_limit"
+    elif all(s == "optimal" for s in statuses) and gap is not None and gap <= GAP_TOL:
+        status = "optimal"
+    else:
+        status = "feasible"
+        if all(s == "optimal" for s in statuses) and not one_level:
+            notes.append("every split is optimal given its parent's plan (level-by-level, as AccPar); the bound "
+                         "is the root split's, valid for every plan of the hierarchy")
+    if one_level and root is not None and root.objective is not None and not math.isclose(
+            root.objective, objective, rel_tol=1e-9, abs_tol=0.0):
+        notes.append(f"split price {root.objective!r} differs from the evaluator's {objective!r}")
+    notes.extend(n for c in certs.values() for n in c.notes if n not in notes)
+    return Certificate(
+        status=status,
+        termination=first.termination if len(certs) == 1 else
+        ("optimal" if all(c.termination == "optimal" for c in certs.values()) else "mixed"),
+        has_solution=True,
+        objective=objective,
+        model_objective=root.model_objective if (root is not None and one_level) else None,
+        bound=bound,
+        gap=gap,
+        unit=first.unit,
+        backend=first.backend,
+        solver=first.solver,
+        version=first.version,
+        wall_s=wall,
+        scope=scope if not one_level else "split",
+        path="",
+        notes=tuple(notes),
+        model_size=first.model_size if len(certs) == 1 else f"{len(certs)} split models",
+        splits=certs,
+    )
+
+
+def require_plan(result: ExactResult) -> Plan:
+    """The plan of ``result``, or an error that says why there is none."""
+    if result.plan is not None:
+        return result.plan
+    c = result.certificate
+    if c.status == "infeasible":
+        raise InfeasibleError(c.message or "the planning problem is infeasible")
+    raise SolverError(f"backend '{c.backend}' found no plan ({c.status}): {c.message or c.termination}")
+
+
+__all__ = [
+    "Certificate",
+    "ExactResult",
+    "GAP_TOL",
+    "memory_limit_for",
+    "price_of",
+    "require_plan",
+    "solve_exact",
+    "solve_split_exact",
+    "split_price",
+]
