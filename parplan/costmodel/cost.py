@@ -44,6 +44,17 @@ from parplan.costmodel.layout import (
 
 #: Relative tolerance used to compare times (ties, balance points).
 REL_TOL = 1e-12
+#: Weight of a node's own time when it sits under a floor (see :func:`floored_time`).
+FLOOR_TIE_WEIGHT = 1e-6
+
+
+def floored_time(t: float, floor: float) -> float:
+    """Cost of a node time ``t`` at a split whose sibling sets ``floor`` (SPEC 5: the node's
+    time at the parent is the max over both groups): ``max(t, floor)``, plus a tiny weight on
+    ``t`` itself so that configurations under the floor are not all tied (the faster one wins,
+    which leaves slack for the levels below). No floor, no change.
+    """
+    return max(t, floor) + FLOOR_TIE_WEIGHT * t if floor > 0 else t
 
 
 class Objective(Enum):
@@ -245,6 +256,7 @@ __all__ = [
     "node_memory",
     "node_terms",
     "exchanges",
+    "floored_time",
     "node_comm",
     "scale_for_sides",
     "share_candidates",

@@ -86,8 +86,10 @@ from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
 from parplan.costmodel.cost import (
+    FLOOR_TIE_WEIGHT,
     Objective,
     ShareMode,
+    floored_time,
     node_comm,
     node_memory,
     node_terms,
@@ -538,6 +540,8 @@ def build_mip(
                     if epigraph:
                         side_terms[0].append((i, sides[0]))
                         side_terms[1].append((i, sides[1]))
+                        if data.floor > 0:  # the tie-breaking term of floored_time
+                            b.objective(i, FLOOR_TIE_WEIGHT * max(sides))
                     else:
                         b.objective(i, round(val) if discrete else val)
             if memory is not None:
@@ -616,7 +620,7 @@ def _prepare(sp, options, free, fixed, scale, grid, discrete, segment) -> list[_
                 else:
                     pts = (fixed,)
                 sd = tuple(tuple(t * scale for t in _node_time(sp, v, cfg, s)) for s in pts)
-                vals = tuple(max(max(t), floor * scale) for t in sd)
+                vals = tuple(floored_time(max(t), floor * scale) for t in sd)
             points.append(pts)
             values.append(vals)
             sides.append(sd)

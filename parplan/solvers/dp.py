@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from parplan.costmodel.cost import REL_TOL, Objective, ShareMode, SideSpec, node_cost
+from parplan.costmodel.cost import REL_TOL, Objective, ShareMode, SideSpec, floored_time, node_cost
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.layout import Choice, PartitionType
 from parplan.costmodel.planning import PlanNode, PlanningGraph
@@ -84,7 +84,7 @@ class SplitProblem:
                                  options.objective, options.shares,
                                  bool(self.covered[v]) if self.covered is not None else False)
         if self.floor_s is not None and options.objective is Objective.TIME:
-            value = max(value, self.floor_s[v])
+            value = floored_time(value, self.floor_s[v])
         return share, value
 
 

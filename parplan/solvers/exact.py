@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from parplan.costmodel.cost import Objective, node_comm, node_terms, split_time
+from parplan.costmodel.cost import Objective, floored_time, node_comm, node_terms, split_time
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -156,7 +156,7 @@ def split_price(sp: SplitProblem, split: Split, options: PlanOptions) -> float:
         covered = bool(sp.covered[v]) if sp.covered is not None else False
         e1, e2, ex, extra = node_terms(d, c, pc, node.fractions, sp.side, covered)
         t = split_time(d.flops, e1, e2, ex, sp.side, a, extra)
-        total += max(t, sp.floor_s[v]) if sp.floor_s is not None else t
+        total += floored_time(t, sp.floor_s[v]) if sp.floor_s is not None else t
     return float(total)
 
 
