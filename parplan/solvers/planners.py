@@ -150,20 +150,20 @@ PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
 def _portfolio(problem: Problem, opts: PlanOptions, progress) -> Plan:
     from parplan.costmodel.evaluate import evaluate  # local: planners do not price, they select
 
+    info = {"objective": opts.objective.value, "shares": opts.shares.value}
+    if problem.array.depth <= 1:
+        # one split: the DP under AccPar's own options is already the exact optimum
+        plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), "accpar", progress)
+        return Plan(plan.splits, planner="accpar", info={**info, "selected": "accpar"})
     best: tuple[float, str, Plan] | None = None
     for label, candidate in PORTFOLIO:
         o = opts if candidate is None else candidate
         plan = plan_top_down(problem, lambda sp, o=o: solve_split(sp, o), "accpar", progress)
-        if problem.array.depth <= 1 and candidate is not None and o.objective is Objective.TIME:
-            continue  # one split: the DP under AccPar's own options is optimal already
         t = evaluate(problem, plan).step_time_s
         if best is None or t < best[0] * (1.0 - 1e-12):
             best = (t, label, plan)
-        if problem.array.depth <= 1:
-            break
     _, label, plan = best
-    return Plan(plan.splits, planner="accpar",
-                info={"objective": opts.objective.value, "shares": opts.shares.value, "selected": label})
+    return Plan(plan.splits, planner="accpar", info={**info, "selected": label})
 
 
 __all__ = ["PLANNERS", "PlannerSpec", "make_plan", "only", "owt_rule", "planner_options", "Layout"]
