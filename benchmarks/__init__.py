@@ -1,0 +1,29 @@
+"""parplan benchmarks: the seed papers' tables, DP vs exact, scaling and ablations.
+
+Every benchmark is a module with ``run(out_dir, quick=False, executor=None, **params) ->
+pandas.DataFrame`` that writes ``NAME.csv``, ``NAME.png`` and ``NAME.md`` into ``out_dir``;
+``parplan bench NAME`` runs it from the command line (see :mod:`parplan.cli_bench`), and
+``python -m benchmarks.NAME OUT_DIR [--quick]`` runs it without the CLI.
+
+==============  ==========================================================================
+name            what
+==============  ==========================================================================
+accpar          speedup of OWT, HyPar, AccPar and the exact solver over data parallelism on
+                TPU-v2 + TPU-v3 (AccPar, HPCA'20), with a bandwidth sweep
+hypar           HyPar vs data and model parallelism on 16 devices (HyPar, HPCA'19)
+dp-vs-exact     DP against every exact backend for every zoo model and depths 1..8
+scaling         planner wall time against layers and hierarchy depth; exact backends' reach
+ablations       AccPar with one feature removed at a time
+allreduce       all-reduce algorithms per topology (MultiTree, ISCA'21)
+==============  ==========================================================================
+"""
+
+#: Benchmark name (as typed after ``parplan bench``) -> module under :mod:`benchmarks`.
+BENCHMARKS = {
+    "accpar": "benchmarks.accpar",
+    "hypar": "benchmarks.hypar",
+    "dp-vs-exact": "benchmarks.dp_vs_exact",
+    "scaling": "benchmarks.scaling",
+    "ablations": "benchmarks.ablations",
+    "allreduce": "benchmarks.allreduce",
+}

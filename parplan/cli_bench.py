@@ -1,0 +1,115 @@
+"""``parplan bench NAME``: run one of the repository's benchmarks (CSV, PNG and markdown).
+
+``parplan bench NAME [--out DIR] [--quick] [--executor local|dask|serial] [--scheduler ADDR]
+[--workers N] [benchmark options]``; ``parplan bench NAME --help`` lists a benchmark's own
+options (e.g. ``--bandwidth GB/s`` for accpar). The benchmarks live in the ``benchmarks``
+package at the repository root (see :mod:`benchmarks`); when it is not installed, the
+repository that holds this ``parplan`` package is searched for it.
+
+The markdown summary is printed on stdout, progress (one line per finished task) on stderr.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="parplan")
+    >>> add_bench_parser(parser.add_subparsers(dest="command"))
+    >>> args = parser.parse_args(["bench", "accpar", "--quick", "--bandwidth", "10"])
+    >>> args.bench, args.quick, args.bandwidth_gbps, args.executor
+    ('accpar', True, 10.0, 'local')
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from parplan.errors import ConfigError
+
+#: Benchmark name -> (module, one-line description); the module list is also in benchmarks.BENCHMARKS.
+BENCH_HELP = {
+    "accpar": "AccPar's table: OWT / HyPar / AccPar / exact speedup over data parallelism on TPU-v2 + TPU-v3",
+    "hypar": "HyPar's table: HyPar vs data and model parallelism on 16 devices, plans per level",
+    "dp-vs-exact": "DP vs every exact backend for every zoo model and depths 1..8",
+    "scaling": "planner wall time vs layers and depth; where exact backends stop certifying",
+    "ablations": "AccPar with one feature removed at a time",
+    "allreduce": "all-reduce algorithms per topology and size (MultiTree)",
+}
+
+
+def import_benchmarks() -> ModuleType:
+    """Import the ``benchmarks`` package, adding this repository's root to the path if needed."""
+    try:
+        pkg = importlib.import_module("benchmarks")
+        if hasattr(pkg, "BENCHMARKS"):
+            return pkg
+    except ModuleNotFoundError as exc:
+        if exc.name != "benchmarks":
+            raise
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "__init__.py").is_file():
+        raise ConfigError(
+            "the benchmarks package is not installed and not found next to the parplan package "
+            f"(looked in {root}); run from a checkout of the parplan repository"
+        )
+    sys.path.insert(0, str(root))
+    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
+        del sys.modules[name]  # a different 'benchmarks' (e.g. a namespace package) was imported first
+    return importlib.import_module("benchmarks")
+
+
+def _module(name: str) -> ModuleType:
+    pkg = import_benchmarks()
+    if name not in pkg.BENCHMARKS:
+        raise ConfigError(f"unknown benchmark '{name}'; valid: {', '.join(pkg.BENCHMARKS)}")
+    return importlib.import_module(pkg.BENCHMARKS[name])
+
+
+def add_bench_parser(subparsers) -> None:
+    """Register ``parplan bench NAME ...`` on the CLI's subparsers."""
+    bench = subparsers.add_parser("bench", help="run a benchmark: CSV, PNG and markdown into --out",
+                                  description="Run a benchmark; writes NAME.csv, NAME.png and NAME.md into --out.")
+    sub = bench.add_subparsers(dest="bench", required=True, metavar="NAME")
+    for name, text in BENCH_HELP.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--out", default="results", metavar="DIR", help="output folder (default results/)")
+        p.add_argument("--quick", action="store_true", help="tiny inputs (seconds), same columns")
+        p.add_argument("--executor", default="local", choices=("local", "dask", "serial"),
+                       help="local process pool (default), Dask, or serial in this process")
+        p.add_argument("--scheduler", default=None, metavar="ADDR",
+                       help="Dask scheduler address (implies --executor dask; default: a LocalCluster)")
+        p.add_argument("--workers", type=int, default=2, metavar="N",
+                       help="local pool / LocalCluster worker processes (default 2)")
+        try:
+            module = _module(name)
+        except (ConfigError, ModuleNotFoundError):
+            module = None  # reported when the benchmark is run
+        if module is not None and hasattr(module, "add_arguments"):
+            module.add_arguments(p)
+        p.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    module = _module(args.bench)
+    from benchmarks.common import executor_from_args, run_kwargs
+
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1 (got {args.workers})")
+    out = Path(args.out)
+    if hasattr(module, "add_arguments"):
+        executor = executor_from_args(args.executor, args.workers, args.scheduler)
+        module.run(out, quick=args.quick, executor=executor, **run_kwargs(module.run, args))
+    else:
+        if args.executor != "local" or args.scheduler is not None:
+            print(f"[bench {args.bench}] runs in this process (no task pool); --executor ignored", file=sys.stderr)
+        module.run(out, quick=args.quick)
+    name = getattr(module, "NAME", args.bench)
+    md = out / f"{name}.md"
+    if md.is_file():
+        print(md.read_text())
+    print(f"[bench {args.bench}] wrote {out / name}.csv, .png, .md", file=sys.stderr)
+    return 0
+
+
+__all__ = ["BENCH_HELP", "add_bench_parser", "import_benchmarks"]

@@ -1,0 +1,327 @@
+"""Benchmarks: quick variants (tiny inputs, columns and cross-checks), executors, CLI.
+
+The full runs are marked ``slow`` (excluded by default; ``pytest -m slow``).
+"""
+
+import math
+
+import pandas as pd
+import pytest
+
+from parplan.cli_bench import import_benchmarks
+
+import_benchmarks()  # the repository's benchmarks package, installed or not
+
+from benchmarks import BENCHMARKS  # noqa: E402
+from benchmarks import ablations, accpar, dp_vs_exact, hypar, scaling  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    ExecutorSpec, Task, TaskError, fit_exponent, geomean, make_array, run_kwargs, run_tasks,
+)
+from parplan.errors import ConfigError  # noqa: E402
+
+SERIAL = ExecutorSpec("serial")
+
+
+def _outputs(out, name):
+    for ext in ("csv", "png", "md"):
+        path = out / f"{name}.{ext}"
+        assert path.is_file() and path.stat().st_size > 0, path
+    return pd.read_csv(out / f"{name}.csv")
+
+
+def _has_columns(frame, columns):
+    missing = [c for c in columns if c not in frame.columns]
+    assert not missing, f"missing columns {missing}"
+
+
+# --------------------------------------------------------------------------- executor
+
+
+def test_run_tasks_serial_keeps_task_order_and_reports_progress(capsys):
+    import sys
+
+    tasks = [Task(f"t{i}", pow, {"base": i, "exp": 2}, cost=i) for i in range(4)]
+    assert run_tasks("demo", tasks, SERIAL, log=sys.stderr) == [0, 1, 4, 9]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4
+    assert err[0].startswith("[bench demo] 1/4 t3 done (") and err[0].endswith(" s)")  # largest cost first
+
+
+def test_run_tasks_local_pool_matches_serial():
+    tasks = [Task(f"t{i}", pow, {"base": i, "exp": 3}) for i in range(5)]
+    assert run_tasks("demo", tasks, ExecutorSpec("local", workers=2), log=None) == [i**3 for i in range(5)]
+
+
+def _nap(secs):
+    import time
+
+    time.sleep(secs)
+    return secs
+
+
+def test_local_pool_reports_each_task_when_it_finishes():
+    import time
+
+    class Clock:
+        def __init__(self):
+            self.t0, self.lines = time.perf_counter(), []
+
+        def write(self, text):
+            if text.strip():
+                self.lines.append((time.perf_counter() - self.t0, text.strip()))
+
+        def flush(self):
+            pass
+
+    clock = Clock()
+    tasks = [Task("slow", _nap, {"secs": 2.5}, cost=2), Task("fast", _nap, {"secs": 0.05}, cost=1)]
+    assert run_tasks("demo", tasks, ExecutorSpec("local", workers=2), log=clock) == [2.5, 0.05]
+    (t_fast, first), (t_slow, second) = clock.lines
+    assert "fast done" in first and "slow done" in second
+    assert t_slow - t_fast > 1.0  # the fast task was reported while the slow one still ran
+
+
+def test_failing_task_names_the_benchmark_and_task():
+    tasks = [Task("ok", pow, {"base": 2, "exp": 2}), Task("bad", pow, {"base": 0, "exp": -1})]
+    for spec in (SERIAL, ExecutorSpec("local", workers=2)):
+        with pytest.raises(TaskError, match=r"\[bench demo\] task 'bad' failed: ZeroDivisionError"):
+            run_tasks("demo", tasks, spec, log=None)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"kind": "mpi"}, "executor must be one of local, dask, serial (got 'mpi')"),
+    ({"workers": 0}, "workers must be an integer >= 1 (got 0)"),
+    ({"kind": "local", "scheduler": "tcp://x:8786"}, "a scheduler address needs --executor dask"),
+])
+def test_executor_spec_errors(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        ExecutorSpec(**kwargs)
+    assert message in str(err.value)
+
+
+def test_dask_local_cluster_gives_the_serial_results(tmp_path):
+    pytest.importorskip("dask.distributed")
+    kw = dict(quick=True, models=("alexnet",), variants=("share-half", "flat-split"))
+    serial = ablations.run(tmp_path / "serial", executor=SERIAL, **kw)
+    dask = ablations.run(tmp_path / "dask", executor=ExecutorSpec("dask", workers=2), **kw)
+    pd.testing.assert_frame_equal(serial.drop(columns="wall_s"), dask.drop(columns="wall_s"))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def test_fit_exponent_and_geomean_known_answers():
+    k, _ = fit_exponent([1, 2, 4, 8], [3, 6, 12, 24])
+    assert math.isclose(k, 1.0, rel_tol=1e-9)
+    k, _ = fit_exponent([1, 2, 4], [1, 4, 16])
+    assert math.isclose(k, 2.0, rel_tol=1e-9)
+    assert math.isclose(geomean([2.0, 8.0]), 4.0, rel_tol=1e-12)
+    assert math.isnan(geomean([]))
+
+
+def test_make_array_scales_every_link():
+    base = make_array("tpu-v2:2,tpu-v3:2", bandwidth_gbps=10)
+    scaled = make_array("tpu-v2:2,tpu-v3:2", bandwidth_gbps=10, scale=0.1)
+    links = [(p, n.link.bytes_per_s) for p, n in base.inner_nodes()]
+    assert [(p, bw * 0.1) for p, bw in links] == [(p, n.link.bytes_per_s) for p, n in scaled.inner_nodes()]
+    assert math.isclose(scaled.link.bytes_per_s, 1e9, rel_tol=1e-12)
+
+
+def test_synthetic_graphs_have_the_requested_size_and_are_seeded():
+    chain = scaling.synthetic_chain(40, seed=3)
+    assert len(chain.weighted_layers()) == 40
+    assert chain == scaling.synthetic_chain(40, seed=3)
+    assert chain != scaling.synthetic_chain(40, seed=4)
+    dag = scaling.synthetic_dag(40, seed=3)
+    from parplan.costmodel.planning import planning_graph
+
+    pg = planning_graph(dag)
+    assert 40 <= len(pg.nodes) < 44
+    assert not pg.is_chain and sum(n.is_join for n in pg.nodes) >= 10
+
+
+def test_accpar_explanation_names_the_term_that_makes_hypar_slower():
+    row = {"speedup_owt": 4.0, "speedup_hypar": 3.0, "speedup_accpar": 5.0, "data_compute_fraction": 0.1,
+           "activation_weight_ratio": 10.0, "fc_weight_fraction": 0.9, "accpar_compute_fraction": 0.5,
+           "hypar_compute_s": 4e-3, "owt_compute_s": 2e-3, "hypar_other_s": 1e-3, "owt_other_s": 1e-3,
+           "hypar_comm_bytes": 1e9, "owt_comm_bytes": 1e9}
+    out = accpar.explain(row)
+    assert not out["paper_order"]
+    assert out["ordering"] == "HyPar 3.00x < OWT 4.00x < AccPar 5.00x"
+    assert "HyPar < OWT: its compute time is 4.00 ms vs 2.00 ms" in out["note"]
+    assert out["dominant_term"].startswith("communication")
+
+
+def test_exact_top_down_certifies_every_split_and_stops_on_budget():
+    from parplan.costmodel.problem import Problem
+    from parplan.zoo import get_model
+
+    from benchmarks.common import exact_top_down
+
+    problem = Problem(get_model("lenet"), make_array("tpu-v2:2,tpu-v3:2"), batch=64)
+    row = exact_top_down(problem, "scip", time_limit_s=20)
+    assert row["status"] == "split-optimal" and row["splits"] == row["splits_optimal"] == 3
+    assert row["root_bound"] <= row["step_time_s"] * (1 + 1e-9) and 0.0 <= row["gap"] < 1.0
+    stopped = exact_top_down(problem, "scip", time_limit_s=20, budget_s=1e-3)
+    assert stopped["status"] == "budget" and math.isnan(stopped["step_time_s"]) and stopped["splits"] == 0
+    assert "budget of 0.001 s used after 0 splits" in stopped["message"]
+
+
+# --------------------------------------------------------------------------- quick variants
+
+
+def test_accpar_quick(tmp_path):
+    table = accpar.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "accpar")
+    _has_columns(csv, ["bandwidth", "bandwidth_gbps", "primary", "model", "array", "devices", "levels", "batch",
+                       "speedup_owt", "speedup_hypar", "speedup_accpar", "speedup_topdown", "speedup_exact",
+                       "speedup_bound", "exact_status", "exact_gap", "speedup_data_half", "data_compute_fraction",
+                       "ordering", "paper_order", "dominant_term", "note", "data_step_s", "accpar_step_s",
+                       "accpar_comm_bytes", "hypar_compute_s"])
+    summary = pd.read_csv(tmp_path / "accpar_summary.csv")
+    _has_columns(summary, ["bandwidth", "planner", "geomean", "arithmean", "paper"])
+    assert len(table) == len(accpar.QUICK["models"]) * (1 + len(accpar.QUICK["sweep_gbps"]))
+    prim = table[table.primary]
+    # the exact column exists at the primary bandwidth only, and every split is certified
+    assert prim.speedup_exact.notna().all() and table[~table.primary].speedup_exact.isna().all()
+    assert set(prim.exact_status) <= {"optimal", "split-optimal"}
+    # the bound is a bound, and AccPar (a portfolio containing the data plan) never loses to data parallelism
+    assert (table.speedup_bound >= table.speedup_accpar * (1 - 1e-9)).all()
+    assert (table.speedup_accpar >= 1 - 1e-9).all()
+    md = (tmp_path / "accpar.md").read_text()
+    assert "2.98" in md and "3.78" in md and "6.3" in md and "Where and why" in md
+
+
+def test_hypar_quick(tmp_path):
+    table = hypar.run(tmp_path, quick=True, executor=ExecutorSpec("local", workers=2))
+    csv = _outputs(tmp_path, "hypar")
+    _has_columns(csv, ["bandwidth", "primary", "model", "label", "devices", "levels", "batch", "bytes_per_element",
+                       "speedup_hypar", "speedup_model", "speedup_accpar", "data_comm_bytes", "hypar_comm_bytes",
+                       "model_comm_bytes", "comm_reduction_hypar", "hypar_plan"])
+    levels = pd.read_csv(tmp_path / "hypar_levels.csv")
+    _has_columns(levels, ["model", "planner", "level", "letters", "model_parallel_layers", "level_comm_bytes"])
+    assert (table.bytes_per_element == 8).all()
+    prim = table[table.primary]
+    # per-level traffic adds up to the total the evaluator reports
+    for m in prim.model:
+        lv = levels[(levels.model == m) & (levels.planner == "hypar")]
+        assert len(lv) == prim.levels.iloc[0]
+        total = float(prim[prim.model == m].hypar_comm_bytes.iloc[0])
+        assert math.isclose(lv.level_comm_bytes.sum(), total, rel_tol=1e-9)
+    sfc = prim[prim.model == "sfc"].iloc[0]
+    assert set(sfc.hypar_plan.replace("/", "")) <= {"B", "I"} and "I" in sfc.hypar_plan
+
+
+def test_dp_vs_exact_quick(tmp_path):
+    table = dp_vs_exact.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "dp-vs-exact")
+    _has_columns(csv, ["model", "nodes", "depth", "devices", "backend", "dp_wall_s", "dp_step_s", "exact_wall_s",
+                       "exact_step_s", "status", "root_objective", "root_bound", "root_gap", "gap", "root_match",
+                       "dp_minus_exact_rel", "splits", "splits_optimal"])
+    q = dp_vs_exact.QUICK
+    assert len(table) == len(q["models"]) * len(q["depths"]) * len(q["backends"])
+    assert set(table.status) <= {"optimal", "split-optimal"}
+    # certificate cross-check: on one split the DP is exact, so a continuous-share backend agrees with it,
+    # and no backend beats the DP there (CP-SAT's share grid can only cost more)
+    one = table[table.depth == 1]
+    assert one[one.backend == "scip"].root_match.all()
+    assert (one.dp_minus_exact_rel <= 1e-6).all()
+    assert (table.root_bound <= table.exact_step_s * (1 + 1e-9)).all()
+
+
+def test_scaling_quick(tmp_path):
+    table = scaling.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "scaling")
+    _has_columns(csv, ["series", "study", "kind", "planner", "backend", "size", "layers", "depth", "devices",
+                       "splits_solved", "wall_s", "cpu_s", "status"])
+    fits = pd.read_csv(tmp_path / "scaling_fits.csv")
+    _has_columns(fits, ["study", "series", "exponent_wall", "exponent_cpu", "linear"])
+    assert set(table.study) == {"layers", "depth", "exact"}
+    assert (table.wall_s > 0).all()
+
+
+def test_ablations_quick(tmp_path):
+    table = ablations.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "ablations")
+    _has_columns(csv, ["model", "variant", "removed", "step_s", "rel_to_accpar", "rel_to_topdown",
+                       "speedup_over_data", "comm_bytes"])
+    assert set(table.variant) == set(ablations.VARIANTS)
+    ref = table[table.variant == "accpar"]
+    assert (ref.rel_to_accpar == 1.0).all()
+    slower_links = table[table.variant == "bandwidth-x0.1"]
+    assert (slower_links.rel_to_accpar > 1.0).all()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_bench_runs_a_benchmark_and_prints_its_summary(tmp_path, capsys):
+    from parplan.cli import main
+
+    assert main(["bench", "ablations", "--quick", "--executor", "serial", "--models", "alexnet",
+                 "--variants", "share-half", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "# AccPar ablations" in captured.out
+    assert "[bench ablations] wrote" in captured.err
+    assert (tmp_path / "ablations.csv").is_file()
+
+
+def test_cli_bench_allreduce_uses_the_existing_benchmark(tmp_path, capsys):
+    from parplan.cli import main
+
+    assert main(["bench", "allreduce", "--quick", "--out", str(tmp_path)]) == 0
+    assert "All-reduce" in capsys.readouterr().out
+    assert (tmp_path / "allreduce.png").is_file()
+
+
+def test_cli_bench_user_errors_are_one_line(tmp_path, capsys):
+    from parplan.cli import main
+
+    assert main(["bench", "accpar", "--quick", "--models", "nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("parplan: error: unknown model 'nope'") and "Traceback" not in err
+
+
+def test_every_benchmark_is_registered_and_its_options_map_to_run():
+    import argparse
+    import importlib
+
+    from parplan.cli_bench import BENCH_HELP, add_bench_parser
+
+    assert set(BENCH_HELP) == set(BENCHMARKS)
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "accpar", "--bandwidth", "10", "--sweep", "1,100", "--no-exact"])
+    kw = run_kwargs(accpar.run, args)
+    assert kw["bandwidth_gbps"] == 10.0 and kw["sweep_gbps"] == (1.0, 100.0) and kw["exact"] is False
+    for name, module in BENCHMARKS.items():
+        mod = importlib.import_module(module)
+        assert callable(mod.run)
+
+
+# --------------------------------------------------------------------------- full runs (slow)
+
+
+@pytest.mark.slow
+def test_accpar_full_run(tmp_path):
+    import time
+
+    t0 = time.perf_counter()
+    table = accpar.run(tmp_path)
+    assert time.perf_counter() - t0 < 300
+    assert len(table[table.primary]) == len(accpar.MODELS)
+
+
+@pytest.mark.slow
+def test_scaling_full_run_dp_is_linear(tmp_path):
+    scaling.run(tmp_path)
+    fits = pd.read_csv(tmp_path / "scaling_fits.csv")
+    dp = fits[fits.series.str.startswith("dp ")]
+    assert len(dp) == 2 and dp.exponent_wall.between(0.8, 1.2).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", [hypar, ablations, dp_vs_exact])
+def test_other_full_runs(tmp_path, module):
+    table = module.run(tmp_path)
+    assert len(table) > 0
