@@ -39,6 +39,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.common import (
+    standalone_main,
     ExecutorSpec, Task, csv_names, geomean, grouped_bars, make_array, md_table, out_dir_path, plan_stats,
     run_kwargs, run_tasks, with_progress_header, write_outputs,
 )
@@ -233,14 +234,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir")
-    parser.add_argument("--quick", action="store_true")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    run(args.out_dir, quick=args.quick, **run_kwargs(run, args))
-    print((Path(args.out_dir) / f"{NAME}.md").read_text())
-    return 0
+    return standalone_main(__doc__, NAME, run, add_arguments, argv)
 
 
 if __name__ == "__main__":

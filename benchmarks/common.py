@@ -573,3 +573,17 @@ __all__ = [
     "make_array", "md_table", "out_dir_path", "root_bound", "run_tasks", "scale_links",
     "solve_options", "with_progress_header", "write_outputs",
 ]
+
+
+def standalone_main(doc: str, name: str, run, add_arguments, argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.NAME OUT_DIR [--quick] ...``: run one benchmark, print its summary."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--quick", action="store_true")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    run(args.out_dir, quick=args.quick, **run_kwargs(run, args))
+    print((Path(args.out_dir) / f"{name}.md").read_text())
+    return 0
