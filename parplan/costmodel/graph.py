@@ -345,10 +345,16 @@ class Graph:
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def layer(self, name: str) -> Layer:
-        for layer in self.layers:
-            if layer.name == name:
-                return layer
-        raise GraphError(f"graph '{self.name}': no layer named '{name}'")
+        """The layer called ``name`` (a dict lookup; the index is built once per graph)."""
+        index = self._cache.get("by_name")
+        if index is None:
+            index = self._cache["by_name"] = {}
+            for layer in self.layers:
+                index.setdefault(layer.name, layer)  # the first wins, as a scan would; analyze rejects duplicates
+        try:
+            return index[name]
+        except (KeyError, TypeError):
+            raise GraphError(f"graph '{self.name}': no layer named '{name}'") from None
 
     def analyze(self) -> GraphInfo:
         """Validate the graph and infer shapes. Raises :class:`GraphError` naming the bad layer."""
