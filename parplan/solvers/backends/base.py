@@ -109,7 +109,19 @@ def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
 def child_main(solve_here: Callable) -> None:
     """Entry point of a solver child process (see :func:`solve_in_subprocess`)."""
     model, options = pickle.loads(sys.stdin.buffer.read())
-    sys.stdout.buffer.write(pickle.dumps(solve_here(model, options)))
+    # Solver libraries print banners and logs to file descriptor 1 from C (highspy >= 1.16 prints
+    # its banner before any option can silence it). Point fd 1 at stderr while solving so only
+    # the pickled result reaches the parent through the saved stdout.
+    sys.stdout.flush()
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        result = solve_here(model, options)
+    finally:
+        sys.stdout.flush()
+        os.dup2(result_fd, 1)
+    with os.fdopen(result_fd, "wb") as out:
+        out.write(pickle.dumps(result))
 
 
 def is_library_clash(exc: ImportError) -> bool:
