@@ -14,13 +14,22 @@ communication-objective     the time objective: minimise elements moved (shares 
 flat-split                  the hierarchy: the root split's DP plan repeated in every sub-group
 bandwidth-x0.1              (sensitivity) every link 10x slower, full AccPar replanned
 bandwidth-x10               (sensitivity) every link 10x faster, full AccPar replanned
+allreduce-ring              (model) BATCH gradient exchange priced as a ring all-reduce
+allreduce-dbtree            (model) ... as a double-binary-tree all-reduce
+allreduce-multitree         (model) ... as a MultiTree all-reduce
 ==========================  =================================================================
 
 The option ablations run the published recursion with the feature removed (``make_plan(...,
 options=...)``), so ``rel_to_topdown`` isolates the feature and ``rel_to_accpar`` compares with
 the full planner. ``speedup_over_data`` is over data parallelism on the same array (the
-bandwidth variants change the array). An all-reduce ablation is not included: the
-tensor-partition cost model does not use :mod:`parplan.collectives` yet.
+bandwidth and all-reduce variants change the array).
+
+The all-reduce variants replace the default gradient exchange (each BATCH split sends partial
+dW over the link between its two halves, SPEC 2) with one all-reduce over the devices below
+the topmost BATCH split of each layer, on a torus of those devices built with that group's
+link (array suffix ``@ALG:torus``, :mod:`parplan.costmodel.collective`); full AccPar is
+replanned under that model, and ``pairwise_plan_step_s`` prices the default model's AccPar plan
+under it (so a planner that ignored the collective would score that).
 
 Writes ``ablations.csv`` (one row per model and variant), ``ablations.png`` (grouped bars of
 the step time relative to AccPar) and ``ablations.md``.
@@ -59,8 +68,16 @@ VARIANTS = {
     "flat-split": "hierarchy (root split repeated below)",
     "bandwidth-x0.1": "(sensitivity) links 10x slower",
     "bandwidth-x10": "(sensitivity) links 10x faster",
+    "allreduce-ring": "(model) gradient exchange as ring all-reduce",
+    "allreduce-dbtree": "(model) gradient exchange as double-binary-tree all-reduce",
+    "allreduce-multitree": "(model) gradient exchange as MultiTree all-reduce",
 }
 _SCALE = {"bandwidth-x0.1": 0.1, "bandwidth-x10": 10.0}
+#: All-reduce variants: the collective suffix put on the array.
+_COLLECTIVE = {"allreduce-ring": "ring:torus", "allreduce-dbtree": "dbtree:torus",
+               "allreduce-multitree": "multitree:torus"}
+#: Variants that replan full AccPar on a changed array.
+_REPLANNED = ("accpar", *_SCALE, *_COLLECTIVE)
 _COST = {"resnet152": 30, "resnet101": 20, "resnet50": 8, "resnet34": 4, "resnet18": 2}
 
 
@@ -79,7 +96,7 @@ def variant_plan(problem, variant: str):
         "share-half": PlanOptions(Objective.TIME, ShareMode.HALF, all_choices),
         "communication-objective": PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL, all_choices),
     }
-    if variant in ("accpar", "bandwidth-x0.1", "bandwidth-x10"):
+    if variant in _REPLANNED:
         return make_plan(problem, "accpar")
     if variant == "accpar-topdown":
         return make_plan(problem, "accpar-topdown")
@@ -97,14 +114,22 @@ def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbp
     from parplan.solvers.planners import make_plan
     from parplan.zoo import get_model
 
-    problem = Problem(get_model(model), make_array(array, bandwidth_gbps, _SCALE.get(variant, 1.0)), batch=batch)
+    spec = array
+    if variant in _COLLECTIVE:
+        spec = f"{array.partition('@')[0]}@{_COLLECTIVE[variant]}"
+    problem = Problem(get_model(model), make_array(spec, bandwidth_gbps, _SCALE.get(variant, 1.0)), batch=batch)
     t0 = time.perf_counter()
     plan = variant_plan(problem, variant)
     wall = time.perf_counter() - t0
     stats = plan_stats(problem, plan)
     data = plan_stats(problem, make_plan(problem, "data"))["step_s"]
+    pairwise = math.nan
+    if variant in _COLLECTIVE:
+        default = Problem(problem.graph, make_array(array.partition("@")[0], bandwidth_gbps), batch=batch)
+        pairwise = plan_stats(problem, make_plan(default, "accpar"))["step_s"]
     return {"model": model, "variant": variant, "removed": VARIANTS[variant], "wall_s": wall,
-            "selected": plan.info.get("selected", ""), "data_step_s": data, **stats}
+            "selected": plan.info.get("selected", ""), "data_step_s": data, "pairwise_plan_step_s": pairwise,
+            **stats}
 
 
 def run(
@@ -121,7 +146,9 @@ def run(
 
     Columns: model, variant, removed, array, batch, step_s, rel_to_accpar, rel_to_topdown,
     speedup_over_data, data_step_s, compute_s, other_s, comm_bytes, intra_bytes,
-    transition_bytes, selected (the portfolio's winning criterion, accpar variants), wall_s.
+    transition_bytes, selected (the portfolio's winning criterion, accpar variants),
+    pairwise_plan_step_s (all-reduce variants: the default model's AccPar plan priced under the
+    variant's all-reduce; NaN otherwise), wall_s.
     """
     from parplan.zoo import get_model
 
@@ -141,7 +168,7 @@ def run(
     out = out_dir_path(out_dir)
     tasks = [Task(f"{m} {v}", variant_task,
                   dict(model=m, variant=v, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps),
-                  cost=_COST.get(m, 1) * (3 if v in ("accpar", "bandwidth-x0.1", "bandwidth-x10") else 1))
+                  cost=_COST.get(m, 1) * (3 if v in _REPLANNED else 1))
              for m in models for v in variants]
     with_progress_header(NAME, f"{len(models)} models x {len(variants)} variants on {array} ({arr.count} devices), "
                                f"batch {batch}; {len(tasks)} tasks")
@@ -156,7 +183,7 @@ def run(
     table["batch"] = batch
     cols = ["model", "variant", "removed", "array", "batch", "step_s", "rel_to_accpar", "rel_to_topdown",
             "speedup_over_data", "data_step_s", "compute_s", "other_s", "comm_bytes", "intra_bytes",
-            "transition_bytes", "selected", "wall_s"]
+            "transition_bytes", "selected", "pairwise_plan_step_s", "wall_s"]
     table = table[cols]
     write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table))
     return table
@@ -209,16 +236,33 @@ def _markdown(table: pd.DataFrame) -> str:
     wide = table.pivot_table(index="model", columns="variant", values="rel_to_accpar", sort=False).reset_index()
     lines += md_table(wide, {"model": str, **{v: ".3f" for v in variants if v in wide.columns}})
     worst = {}
-    removed = table[~table.variant.isin(["accpar", "bandwidth-x0.1", "bandwidth-x10"])]
+    removed = table[~table.variant.isin(_REPLANNED)]
     for m, sub in removed.groupby("model", sort=False):
         r = sub.loc[sub.rel_to_accpar.idxmax()]
         worst[m] = (r.variant, r.rel_to_accpar)
     lines += ["", "## Most valuable feature per model", ""]
     lines += [f"- {m}: removing {VARIANTS[v].split(' (')[0] if v != 'accpar-topdown' else 'the portfolio'} "
               f"(`{v}`) costs {x:.2f}x" for m, (v, x) in worst.items()]
-    lines += ["", "Not included: an all-reduce algorithm ablation (the tensor-partition cost model does not use "
-                  "`parplan.collectives` yet).", ""]
+    lines += _collective_markdown(table)
+    lines.append("")
     return "\n".join(lines)
+
+
+def _collective_markdown(table: pd.DataFrame) -> list[str]:
+    sub = table[table.variant.isin(_COLLECTIVE)]
+    if not len(sub):
+        return []
+    lines = ["", "## Gradient exchange as an all-reduce (geometric mean over models)", "",
+             "AccPar replanned with BATCH gradient exchange priced as one all-reduce per layer over the devices "
+             "below its topmost BATCH split (torus of those devices). `vs data` compares with data parallelism "
+             "under the same all-reduce; `pairwise plan` prices the default model's AccPar plan under it "
+             "(> 1: planning with the collective in the cost model paid off).", "",
+             "| variant | step vs default AccPar | speedup over data (same all-reduce) | pairwise plan / replanned |",
+             "| --- | --- | --- | --- |"]
+    for v, s in sub.groupby("variant", sort=False):
+        lines.append(f"| {v} | {geomean(s.rel_to_accpar):.3f} | {geomean(s.speedup_over_data):.2f}x | "
+                     f"{geomean(s.pairwise_plan_step_s / s.step_s):.3f} |")
+    return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ The full runs are marked ``slow`` (excluded by default; ``pytest -m slow``).
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -250,6 +251,23 @@ def test_ablations_quick(tmp_path):
     assert (ref.rel_to_accpar == 1.0).all()
     slower_links = table[table.variant == "bandwidth-x0.1"]
     assert (slower_links.rel_to_accpar > 1.0).all()
+    collective = table[table.variant.str.startswith("allreduce-")]
+    assert len(collective) == 3 * 2 and collective.pairwise_plan_step_s.gt(0).all()
+    assert table[~table.variant.str.startswith("allreduce-")].pairwise_plan_step_s.isna().all()
+
+
+def test_ablations_allreduce_variants_replan_exactly_on_one_split(tmp_path):
+    """On one split the DP is exact under any all-reduce model, so the replanned AccPar can be no
+    slower than the default model's plan repriced, nor than data parallelism (both in its space)."""
+    table = ablations.run(tmp_path, executor=SERIAL, models=("alexnet", "resnet18"), array="tpu-v2:1,tpu-v3:1",
+                          batch=64, variants=tuple(ablations._COLLECTIVE))
+    sub = table[table.variant.isin(ablations._COLLECTIVE)]
+    assert len(sub) == 6
+    assert (sub.step_s <= sub.pairwise_plan_step_s * (1 + 1e-9)).all()
+    assert (sub.step_s <= sub.data_step_s * (1 + 1e-9)).all()
+    # the all-reduce replaces the default exchange: some price must differ from the default model's
+    default = table[table.variant == "accpar"].set_index("model").step_s
+    assert not np.allclose(sub.step_s.to_numpy(), sub.model.map(default).to_numpy(), rtol=1e-9)
 
 
 # --------------------------------------------------------------------------- CLI
