@@ -436,6 +436,8 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
     width_per = min(16.0, max(6.0, 1.5 + 0.12 * bars))
     fig, axes = plt.subplots(rows, cols, figsize=(width_per * cols, 4.2 * rows), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if len(series) > len(colors):  # one distinct colour per series, never a repeat
+        colors = [plt.get_cmap("tab20")(i % 20) for i in range(len(series))]
     for ax, (title, frame) in zip(axes.flat, panels):
         cats = list(frame[category])
         k = len(series)
@@ -457,8 +459,10 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
         ax.grid(True, axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    # Legend above the panels, outside every axes, so it never hides a bar.
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (4.2 * rows) * (-(-len(labels) // 6) + 0.5)))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
