@@ -114,9 +114,8 @@ def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbp
     from parplan.solvers.planners import make_plan
     from parplan.zoo import get_model
 
-    spec = array
-    if variant in _COLLECTIVE:
-        spec = f"{array.partition('@')[0]}@{_COLLECTIVE[variant]}"
+    base = array.partition("@")[0]  # the array without a collective suffix
+    spec = f"{base}@{_COLLECTIVE[variant]}" if variant in _COLLECTIVE else array
     problem = Problem(get_model(model), make_array(spec, bandwidth_gbps, _SCALE.get(variant, 1.0)), batch=batch)
     t0 = time.perf_counter()
     plan = variant_plan(problem, variant)
@@ -125,7 +124,7 @@ def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbp
     data = plan_stats(problem, make_plan(problem, "data"))["step_s"]
     pairwise = math.nan
     if variant in _COLLECTIVE:
-        default = Problem(problem.graph, make_array(array.partition("@")[0], bandwidth_gbps), batch=batch)
+        default = Problem(problem.graph, make_array(base, bandwidth_gbps), batch=batch)
         pairwise = plan_stats(problem, make_plan(default, "accpar"))["step_s"]
     return {"model": model, "variant": variant, "removed": VARIANTS[variant], "wall_s": wall,
             "selected": plan.info.get("selected", ""), "data_step_s": data, "pairwise_plan_step_s": pairwise,

@@ -461,8 +461,10 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
         ax.axis("off")
     # Legend above the panels, outside every axes, so it never hides a bar.
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (4.2 * rows) * (-(-len(labels) // 6) + 0.5)))
+    ncol = max(1, min(len(labels), 6))
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=7, frameon=False)
+    legend_in = 0.3 * (-(-len(labels) // ncol) + 0.5)  # ~0.3 inch per legend row, plus a margin
+    fig.tight_layout(rect=(0, 0, 1, 1 - legend_in / (4.2 * rows)))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
