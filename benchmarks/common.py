@@ -209,7 +209,8 @@ def scale_links(node: ArrayNode, factor: float) -> ArrayNode:
     if node.is_leaf:
         return node
     return ArrayNode(left=scale_links(node.left, factor), right=scale_links(node.right, factor),
-                     link=Link(node.link.bytes_per_s * factor, node.link.latency_s))
+                     link=Link(node.link.bytes_per_s * factor, node.link.latency_s,
+                               None if node.link.right_bytes_per_s is None else node.link.right_bytes_per_s * factor))
 
 
 def make_array(spec: str, bandwidth_gbps: float | None = None, scale: float = 1.0) -> ArrayNode:
@@ -250,7 +251,7 @@ def exact_top_down(problem, backend: str, time_limit_s: float | None = 60.0, bud
     bound, ``splits`` / ``splits_optimal`` and ``wall_s``.
     """
     from parplan.costmodel.evaluate import evaluate
-    from parplan.solvers.dp import PlanOptions
+    from parplan.costmodel.split import PlanOptions
     from parplan.solvers.exact import solve_split_exact
     from parplan.solvers.hierarchy import plan_top_down
 
@@ -307,7 +308,7 @@ def root_bound(problem, backend: str = "scip", time_limit_s: float | None = 60.0
     """The root split solved exactly: its price is a lower bound on the step time of every plan
     of the hierarchy (each group's time for a layer is at least its FLOPs over the group's
     summed throughput). Returns status, objective, bound (s) and wall time."""
-    from parplan.solvers.dp import PlanOptions, SplitProblem
+    from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.exact import solve_split_exact
 
     t0 = time.perf_counter()

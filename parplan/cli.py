@@ -34,6 +34,10 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                         help="bytes per tensor element (default 2, bf16)")
     parser.add_argument("--devices", default=None, metavar="FILE",
                         help="extra device kinds (TOML, same shape as the built-in devices.toml)")
+    parser.add_argument("--optimizer-bytes", type=float, default=12.0, metavar="B",
+                        help="optimizer state per parameter in bytes (default 12: Adam with an fp32 master copy)")
+    parser.add_argument("--share-grid", type=int, default=16, metavar="G",
+                        help="free shares are multiples of 1/G, plus the proportional share (default 16)")
 
 
 def problem_from_args(args: argparse.Namespace):
@@ -49,7 +53,8 @@ def problem_from_args(args: argparse.Namespace):
         latency_s=None if args.latency is None else args.latency * 1e-6,
         devices=load_devices(args.devices),
     )
-    return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element)
+    return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element,
+                   optimizer_bytes_per_param=args.optimizer_bytes)
 
 
 def _progress(enabled: bool):
@@ -66,7 +71,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     problem = problem_from_args(args)
     start = time.perf_counter()
     plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
-                     progress=_progress(args.verbose))
+                     share_grid=args.share_grid, progress=_progress(args.verbose))
     wall = time.perf_counter() - start
     ev = evaluate(problem, plan)
     baseline = evaluate(problem, make_plan(problem, "data"))

@@ -1,7 +1,7 @@
 """``parplan solve`` and ``parplan certify``: exact plans with certificates.
 
 ``parplan solve --model resnet50 --array tpu-v2:1,tpu-v3:1 --backend scip|cpsat|cbc|highs
-[--time-limit S] [--memory-limit GiB|device] [--joint]`` prints the plan and its certificate.
+[--time-limit S] [--memory-limit GiB|device]`` prints the plan and its certificate.
 ``parplan certify --model ... --array ...`` runs the DP and the exact solver on the same
 problem and prints both objectives, their relative difference, the bound, the gap and both
 times (exit status 1 if they contradict each other).
@@ -92,8 +92,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=float, default=None, metavar="S", help="time limit per MIP solve (s)")
     p.add_argument("--memory-limit", default=None, metavar="GiB",
                    help="memory per device in GiB, or 'device' for each device's own memory (default: none)")
-    p.add_argument("--share-grid", type=int, default=None, metavar="N",
-                   help="extra share points (N intervals) where shares may stop between candidates")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
     p.add_argument("--format", default="table", choices=("table", "json"))
@@ -104,8 +102,6 @@ def add_exact_parsers(subparsers) -> None:
     """Register ``solve`` and ``certify`` on an argparse subparsers object."""
     s = subparsers.add_parser("solve", help="exact plan (MIP) with an optimality certificate")
     _common(s)
-    s.add_argument("--joint", action="store_true",
-                   help="also optimise all levels in one model (arrays of <= 3 levels)")
     s.add_argument("--write-lp", default=None, metavar="FILE", help="write the root split's model (.lp)")
     s.add_argument("--write-mps", default=None, metavar="FILE", help="write the root split's model (.mps)")
     s.set_defaults(func=cmd_solve)
@@ -119,7 +115,7 @@ def _setup(args):
     from parplan.solvers.planners import planner_options
 
     problem = _problem(args)
-    options = planner_options(args.planner, args.objective, args.shares)
+    options = planner_options(args.planner, args.objective, args.shares, args.share_grid)
     so = SolveOptions(time_limit_s=args.time_limit, threads=args.threads, seed=args.seed)
     progress = (lambda m: print(f"[parplan] {m}", file=sys.stderr, flush=True)) if args.verbose else None
     return problem, options, so, progress
@@ -130,7 +126,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from parplan.formulation.mip import build_mip
     from parplan.report import plan_report
     from parplan.solvers.backends.registry import backend_spec
-    from parplan.solvers.dp import SplitProblem
+    from parplan.costmodel.split import SplitProblem
     from parplan.solvers.exact import memory_limit_for, solve_exact
     from parplan.solvers.planners import make_plan
 
@@ -138,16 +134,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
     memory = _memory_limit(args.memory_limit)
     if args.write_lp or args.write_mps:
         spec = backend_spec(args.backend)
-        grid = args.share_grid if args.share_grid is not None else (
-            8 if (memory is not None or not spec.supports_continuous) else 0)
         model, _ = build_mip(SplitProblem.root(problem), options, memory_limit_for(problem.array, memory),
-                             grid, discrete=not spec.supports_continuous)
+                             discrete=not spec.supports_continuous)
         for path, write in ((args.write_lp, model.write_lp), (args.write_mps, model.write_mps)):
             if path:
                 write(path)
                 print(f"wrote {path} ({model.describe()})", file=sys.stderr)
-    result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory, joint=args.joint,
-                         share_grid=args.share_grid, solve_options=so, progress=progress)
+    result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory, solve_options=so,
+                         progress=progress)
     cert = result.certificate
     if args.format == "json":
         out = {"certificate": cert.to_dict()}
@@ -179,8 +173,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
     dp_s = time.perf_counter() - t0
     dp_price = price_of(evaluate(problem, dp_plan), options)
     t0 = time.perf_counter()
-    result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory,
-                         share_grid=args.share_grid, solve_options=so, progress=progress)
+    result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory, solve_options=so,
+                         progress=progress)
     exact_s = time.perf_counter() - t0
     cert = result.certificate
     unit = cert.unit

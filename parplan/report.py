@@ -136,7 +136,7 @@ class PlanReport:
             f"step time            {ev.step_time_s * 1e3:.3f} ms",
             f"data parallelism     {self.baseline.step_time_s * 1e3:.3f} ms  -> speedup {self.speedup:.2f}x",
             f"communication        {ev.communication_bytes / 1e6:.1f} MB per step (all levels)",
-            f"peak device memory   {ev.peak_memory_bytes / 2**30:.2f} GiB (weights + gradients + activations)",
+            f"peak device memory   {ev.peak_memory_bytes / 2**30:.2f} GiB (weights, gradients, optimizer state, activations)",
         ]
         if self.wall_s is not None:
             lines.append(f"planning time        {self.wall_s:.3f} s")

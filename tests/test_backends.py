@@ -63,8 +63,8 @@ def mixed() -> tuple[MipModel, float]:
     """min y + 2z, y >= 1.5 - 3x, z >= x - 0.25, x binary, y, z >= 0 continuous: x = 0 -> 1.5; x = 1 -> 1.5."""
     b = ModelBuilder("mixed")
     x, y, z = b.var("x", 0, 1, True), b.var("y", 0, 10), b.var("z", 0, 10)
-    b.constraint("epigraph", "c1", [(y, 1.0), (x, 3.0)], ">=", 1.5)
-    b.constraint("epigraph", "c2", [(z, 1.0), (x, -1.0)], ">=", -0.25)
+    b.constraint("edge_link", "c1", [(y, 1.0), (x, 3.0)], ">=", 1.5)
+    b.constraint("edge_link", "c2", [(z, 1.0), (x, -1.0)], ">=", -0.25)
     b.objective(y, 1.0)
     b.objective(z, 2.0)
     return b.build(), 1.5
@@ -185,9 +185,10 @@ def test_options_are_validated():
 def test_all_backends_agree_on_zoo_splits(model_name):
     p = Problem(get_model(model_name), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
     sp = SplitProblem.root(p)
-    dp, _ = frontier_dp(sp, PlanOptions())
+    opts = PlanOptions(share_grid=4 if model_name != "resnet18" else 2)
+    dp, _ = frontier_dp(sp, opts)
     for name in ALL:
-        split, cert = solve_split_exact(sp, name)
+        split, cert = solve_split_exact(sp, name, opts)
         assert cert.status == "optimal", (name, cert)
         assert math.isclose(cert.objective, dp, rel_tol=TOL[name]), name
         assert cert.bound <= dp * (1 + TOL[name])
@@ -195,7 +196,7 @@ def test_all_backends_agree_on_zoo_splits(model_name):
 
 def test_lp_and_mps_files_round_trip(tmp_path):
     p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
-    model, _ = build_mip(SplitProblem.root(p), PlanOptions())
+    model, _ = build_mip(SplitProblem.root(p), PlanOptions(share_grid=2))
     lp, mps = model.write_lp(tmp_path / "m.lp"), model.write_mps(tmp_path / "m.mps")
     text = lp.read_text()
     assert "Minimize" in text and "one_hot_0" in text and "Binaries" in text

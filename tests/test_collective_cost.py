@@ -1,6 +1,7 @@
 """BATCH gradient exchange priced by an all-reduce on a topology (array option '@ALG:TOPO')."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -8,7 +9,7 @@ from parplan.collectives.allreduce import allreduce_seconds
 from parplan.collectives.topology import ring, torus2d
 from parplan.costmodel.collective import parse_collective
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.hardware import load_devices, parse_array
 from parplan.costmodel.problem import Problem
 from parplan.errors import HardwareError
 from parplan.solvers.planners import make_plan
@@ -21,7 +22,9 @@ from parplan.zoo import get_model
 ])
 def test_pure_data_parallel_pays_exactly_one_allreduce_per_layer(array, topo):
     bw = 10e9
-    p = Problem(get_model("vgg11"), parse_array(array, bandwidth_bytes_per_s=bw, latency_s=1e-6), batch=128)
+    kinds = {k: replace(d, memory_bytes_per_s=1e30) for k, d in load_devices().items()}  # compute-bound
+    p = Problem(get_model("vgg11"), parse_array(array, bandwidth_bytes_per_s=bw, latency_s=1e-6, devices=kinds),
+                batch=128)
     ev = evaluate(p, make_plan(p, "data-half"))
     c = p.array.devices()[0].flops_per_s
     alg = p.array.collective.algorithm

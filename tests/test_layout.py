@@ -1,17 +1,19 @@
-"""The layout algebra reproduces SPEC section 2-3's tables and the published HyPar/AccPar entries."""
+"""The region algebra (docs/costmodel.md section 3): the published tables at equal shares,
+share changes, the ends of the share range, forks and joins."""
 
 import math
 
 import pytest
 
 from parplan.costmodel.layout import (
-    JOIN_LAYOUTS, Layout, PartitionType, ShareExpr, Tensor, conversion, intra, transition,
+    Layout, PartitionType, backward_received, forward_received, hold_extent, intersect_holds, need_extent,
+    transition_table, union_needs,
 )
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 
-# SPEC section 3, side 1, in units of A = |F[l]| = |E[l]|, same share a on both layers.
-SPEC_TABLE = {
+# Side 1, in units of A = |F[l]| = |E[l]|, the same share a on both layers (0 < a < 1).
+EQUAL_SHARE_TABLE = {
     (B, B): lambda a: 0.0,
     (B, I): lambda a: a * (1 - a) * 2,
     (B, O): lambda a: 1 - a,
@@ -24,71 +26,59 @@ SPEC_TABLE = {
 }
 
 
-@pytest.mark.parametrize("pair", list(SPEC_TABLE))
-@pytest.mark.parametrize("a", [0.0, 0.1, 0.268, 0.5, 0.9, 1.0])
-def test_transition_table_matches_spec_for_any_share(pair, a):
-    side1, side2 = transition(*pair)
-    assert math.isclose(side1.at(a), SPEC_TABLE[pair](a), abs_tol=1e-15)
-    # side 2: swap a and 1 - a
-    assert math.isclose(side2.at(a), SPEC_TABLE[pair](1 - a), abs_tol=1e-15)
+@pytest.mark.parametrize("pair", list(EQUAL_SHARE_TABLE))
+@pytest.mark.parametrize("a", [0.1, 0.268, 0.5, 0.9])
+def test_equal_shares_give_the_classic_table(pair, a):
+    side1, side2 = transition_table(*pair, a)
+    assert math.isclose(side1, EQUAL_SHARE_TABLE[pair](a), abs_tol=1e-15)
+    assert math.isclose(side2, EQUAL_SHARE_TABLE[pair](1 - a), abs_tol=1e-15)  # side 2: swap a and 1 - a
 
 
 def test_half_share_equals_published_hypar_table():
     # HyPar (dp = BATCH, mp = IN): dp-dp 0, dp-mp 0.25|F|+0.25|E|, mp-mp 0.5|E|, mp-dp 0.5|E|
     published = {(B, B): 0.0, (B, I): 0.25 + 0.25, (I, I): 0.5, (I, B): 0.5}
     for pair, amount in published.items():
-        s1, s2 = transition(*pair)
-        assert s1.at(0.5) == amount and s2.at(0.5) == amount
+        assert transition_table(*pair, 0.5) == (amount, amount)
 
 
-def test_accpar_free_relayouts_between_in_and_out():
-    # consecutive FC layers alternate IN and OUT because these re-layouts are free (SPEC 3)
-    for pair in ((I, O), (O, I)):
-        s1, s2 = transition(*pair)
-        assert s1.is_zero and s2.is_zero
+@pytest.mark.parametrize("a,b", [(0.25, 0.5), (0.5, 0.25), (0.0, 0.75), (0.3, 1.0)])
+def test_share_change_between_equal_layouts_moves_the_difference(a, b):
+    # rows(a) -> rows(b): side 1 receives F rows [a, b) forward and returns E rows [b, a) backward
+    s1, s2 = transition_table(B, B, a, b)
+    assert math.isclose(s1, abs(a - b)) and math.isclose(s2, abs(a - b))
 
 
-@pytest.mark.parametrize("t,tensor", [(B, Tensor.WEIGHT), (I, Tensor.OUTPUT), (O, Tensor.INPUT)])
-def test_intra_layer_amount_is_the_whole_tensor_per_side_independent_of_share(t, tensor):
-    got, (s1, s2) = intra(t)
-    assert got is tensor
-    for a in (0.0, 0.3, 1.0):
-        assert s1.at(a) == 1.0 and s2.at(a) == 1.0
+def test_a_side_without_work_needs_nothing_and_holds_nothing():
+    # IN at share 1 on side 1: side 2 computes nothing, holds no output; a BATCH consumer at
+    # 1/2 then needs side 2's rows of a tensor only side 1 has
+    s1, s2 = transition_table(I, B, 1.0, 0.5)
+    assert (s1, s2) == (0.5, 0.5)  # side 2 gets F rows [1/2, 1); side 1 gets E rows [1/2, 1) back
+    # the same producer split at 1/2 holds the output whole on both sides: forward is free
+    assert transition_table(I, B, 0.5, 0.5) == (0.5, 0.5)
 
 
-def test_conversion_rules():
-    a = 0.3
-    rc1, rc2 = conversion(Layout.ROWS, Layout.COLS)
-    assert math.isclose(rc1.at(a), a * (1 - a)) and math.isclose(rc2.at(a), a * (1 - a))
-    sw1, sw2 = conversion(Layout.COLS, Layout.WHOLE)
-    assert math.isclose(sw1.at(a), 1 - a) and math.isclose(sw2.at(a), a)
-    for dst in (Layout.ROWS, Layout.COLS, Layout.WHOLE):
-        z1, z2 = conversion(Layout.WHOLE, dst)
-        assert z1.is_zero and z2.is_zero
-    ps1, ps2 = conversion(Layout.PARTIAL, Layout.ROWS)  # reduce-scatter into own slice
-    assert math.isclose(ps1.at(a), a) and math.isclose(ps2.at(a), 1 - a)
-    with pytest.raises(ValueError):
-        conversion(Layout.ROWS, Layout.PARTIAL)
+def test_join_at_share_zero_is_no_free_converter():
+    # rows(1/2) -> join rows(0) -> cols(1/2) costs at least the direct rows -> cols re-layout
+    direct = sum(transition_table(B, I, 0.5, 0.5))
+    via = sum(transition_table(B, Layout.ROWS, 0.5, 0.0)) + sum(transition_table(Layout.ROWS, I, 0.0, 0.5))
+    assert via >= direct
 
 
-def test_join_layouts_only_pay_when_layouts_differ():
-    for lay in JOIN_LAYOUTS:
-        s1, s2 = transition(lay, lay)
-        assert s1.is_zero and s2.is_zero
-    # a BATCH producer into a ROWS join is free; into a WHOLE join costs (1-a) and a
-    s1, s2 = transition(B, Layout.WHOLE)
-    assert math.isclose(s1.at(0.25), 0.75) and math.isclose(s2.at(0.25), 0.25)
+def test_fork_sends_a_tensor_once_and_gradients_are_presummed():
+    hold = hold_extent(Layout.ROWS, 0.5)
+    rows, whole = need_extent(Layout.ROWS, 0.5), need_extent(Layout.WHOLE, 0.5)
+    # two consumers, one needs rows (held) and one the whole tensor: the missing half moves once
+    assert float(forward_received(union_needs([rows, whole]), hold)) == 0.5
+    assert float(forward_received(union_needs([whole, whole]), hold)) == 0.5
+    # gradients: both consumers hold E in rows -> nothing to send; one holds cols -> the rows part
+    # of it that the other side computed
+    cons_rows, cons_cols = hold_extent(Layout.ROWS, 0.5), hold_extent(Layout.COLS, 0.5)
+    assert float(backward_received(hold, intersect_holds([cons_rows, cons_rows]))) == 0.0
+    assert float(backward_received(hold, intersect_holds([cons_rows, cons_cols]))) == 0.25
 
 
-def test_quadratic_coefficient_is_symmetric_for_every_pair():
-    # best_share relies on it
-    choices = (B, I, O, *JOIN_LAYOUTS)
-    for p in choices:
-        for c in choices:
-            s1, s2 = transition(p, c)
-            assert s1.q == s2.q
+def test_extents_broadcast_over_layout_codes():
+    import numpy as np
 
-
-def test_share_expr_arithmetic():
-    e = ShareExpr(1.0, -1.0) + ShareExpr(q=2.0) * 3
-    assert math.isclose(e.at(0.5), 0.5 + 6 * 0.25)
+    x, y = hold_extent(np.array([0, 1, 2, 2]), np.array([0.25, 0.25, 0.25, 0.0]))
+    assert x.tolist() == [0.25, 1.0, 1.0, 0.0] and y.tolist() == [1.0, 0.25, 1.0, 0.0]

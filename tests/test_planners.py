@@ -1,8 +1,8 @@
 """Planners: AccPar is never worse than a baseline; the DP is exact against enumeration;
 published behaviours (OWT rule, HyPar's types, AccPar's IN/OUT alternation)."""
 
-import itertools
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Flatten, Graph, Linear, Pool2d, Shape
-from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.hardware import load_devices, parse_array
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
+from parplan.costmodel.split import price_split
+from parplan.solvers.brute import brute_force_split
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
 from parplan.solvers.planners import PLANNERS, make_plan
 from parplan.zoo import MODELS, get_model
@@ -84,10 +86,19 @@ def test_reference_behaviour_convs_batch_and_fc_alternate_in_out():
 
 
 def test_heterogeneous_shares_follow_compute_when_compute_bound():
-    p = Problem(get_model("vgg16"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    kinds = {k: replace(d, memory_bytes_per_s=1e30) for k, d in load_devices().items()}
+    p = Problem(get_model("vgg16"), parse_array("tpu-v2:1,tpu-v3:1", devices=kinds), batch=512)
     plan = make_plan(p, "accpar")
     conv_shares = [a for n, a in zip(p.planning.nodes, plan.root.shares) if not n.is_fc]
-    assert all(math.isclose(a, 45 / 168, rel_tol=0.05) for a in conv_shares)
+    assert all(math.isclose(a, 45 / 168, rel_tol=1e-12) for a in conv_shares)
+
+
+def test_memory_bound_layers_follow_hbm_bandwidth():
+    # VGG-16's first convolution (3 input channels) is HBM-bound on TPUs: its share moves from the
+    # compute ratio 45/168 towards the HBM ratio 600/1500
+    p = Problem(get_model("vgg16"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    first = make_plan(p, "accpar").root.shares[0]
+    assert 45 / 168 < first <= 600 / 1500
 
 
 def test_planner_errors_name_the_valid_values():
@@ -134,22 +145,15 @@ def small_dags(draw):
     return Graph("rand", Shape(8, 6, 6), tuple(layers))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(small_dags(), st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]), st.sampled_from([1e8, 1e10, 1e12]),
        st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.TIME, ShareMode.HALF),
                         (Objective.COMMUNICATION, ShareMode.PROPORTIONAL)]))
 def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
     p = Problem(graph, parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=32)
     sp = SplitProblem.root(p)
-    opts = PlanOptions(*mode)
+    opts = PlanOptions(*mode, share_grid=2)
     value, split = frontier_dp(sp, opts)
-    nodes = p.planning.nodes
-    best = math.inf
-    for combo in itertools.product(*(n.choices for n in nodes)):
-        total = sum(sp.cost(v, combo[v], tuple(combo[u] for u in n.preds), opts)[1] for v, n in enumerate(nodes))
-        best = min(best, total)
+    best, _ = brute_force_split(sp, opts)
     assert math.isclose(value, best, rel_tol=1e-9)
-    # and the DP's value is the evaluator's price of its split
-    got_total = sum(sp.cost(v, split.choices[v], tuple(split.choices[u] for u in n.preds), opts)[1]
-                    for v, n in enumerate(nodes))
-    assert math.isclose(value, got_total, rel_tol=1e-12)
+    assert math.isclose(value, price_split(sp, split, opts), rel_tol=1e-12)  # the DP's value is its split's price

@@ -1,64 +1,87 @@
-"""Costs of one node at one split: communication per side, the two side times, the best share
-(SPEC sections 2-5). Every planner and the evaluator price through these functions.
+"""Costs of one split (docs/costmodel.md, sections 2-7). Every planner, the MIP and the
+evaluator price through :func:`node_terms`; nothing else derives a cost.
 
-For node ``v`` with choice ``c``, side-1 share ``a`` and predecessor choices ``c_u``, side ``i``
-receives ``intra_i(c) * |T_c| + sum_u transition_i(c_u, c) * |edge u->v|`` elements, and
+A split of a group divides every planning node between side 1 (share ``a``) and side 2
+(share ``1 - a``). A node's *state* is its choice (a type, or a join's layout) and its share.
+Node ``u``'s time at the split is ``max(T_1, T_2)`` with
 
-    T_1 = a * FLOPs / C_1       + [L] + bytes(comm_1) / BW
-    T_2 = (1 - a) * FLOPs / C_2 + [L] + bytes(comm_2) / BW,     node time = max(T_1, T_2).
+    T_i = compute_i(u) + L * [R_i > 0] + R_i * bytes_per_element / BW_i  (+ all-reduce time)
 
-The latency ``L`` is paid by a node that exchanges anything in this configuration (every
-weighted layer does; a join only if a re-layout reaches it).
+where ``compute_i`` is the roofline time of the part of ``u`` side ``i`` keeps (its own
+product and the element-wise ops that travel with it), ``BW_i`` the bandwidth at which side
+``i`` receives, and ``R_i`` the elements side ``i`` receives for ``u``: its intra-layer
+reduction plus the re-layout of ``u``'s output to all its consumers and of their gradients
+back (:mod:`parplan.costmodel.layout`). A node's cost therefore depends on its own state and
+its consumers' states: the *factor* of ``u`` has scope ``(u, consumers of u)``.
 
-Example (one layer, no predecessor, two equal devices):
-    >>> from parplan.costmodel.dims import LayerDims
+Shares live on a grid (:func:`share_points`): ``{0, 1/G, ..., 1}`` plus the proportional
+share for free shares, one point for fixed shares. Planners are exact on that grid; a
+relaxation over the intervals between the points (:func:`share_intervals`, whose costs are
+minima over each interval) bounds what continuous shares could gain.
+
+Example (one layer, no neighbours, two equal devices):
+    >>> from parplan.costmodel.dims import Device, LayerDims
     >>> from parplan.costmodel.layout import PartitionType
     >>> d = LayerDims(batch=8, in_features=64, out_features=64, in_spatial=1, out_spatial=1, kernel=1)
-    >>> side = SideSpec(flops_per_s=(1e9, 1e9), bytes_per_s=1e9, latency_s=0.0, bytes_per_element=2)
-    >>> e1, e2 = node_comm(d, PartitionType.BATCH, (), ())
-    >>> e1.at(0.5), e2.at(0.5)
-    (4096.0, 4096.0)
-    >>> a, t = best_share(d.flops, e1, e2, True, side)
-    >>> a, round(t * 1e6, 3)
-    (0.5, 106.496)
+    >>> dev = Device(1e9, 1e12)
+    >>> side = SideSpec((dev, dev), (1e9, 1e9), latency_s=0.0, bytes_per_element=2)
+    >>> t = StateTable.build(d, False, (PartitionType.BATCH,), (0.5,), side)
+    >>> float(t.intra[0][0]), float(t.compute[0][0]) * 1e6
+    (4096.0, 98.304)
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
+
+import numpy as np
 
 from parplan.costmodel.collective import Collective
-from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.dims import Device, LayerDims
 from parplan.costmodel.layout import (
+    LAYOUT_CODE,
     Choice,
     Layout,
     PartitionType,
-    ShareExpr,
     Tensor,
-    ZERO,
-    intra,
-    transition,
+    PARTIAL_TENSOR,
+    backward_received,
+    forward_received,
+    hold_extent,
+    intersect_holds,
+    need_extent,
+    ports,
+    union_needs,
 )
 
-#: Relative tolerance used to compare times (ties, balance points).
+#: Relative tolerance used to compare times (ties).
 REL_TOL = 1e-12
 #: Weight of a node's own time when it sits under a floor (see :func:`floored_time`).
 FLOOR_TIE_WEIGHT = 1e-6
+#: Default share grid: shares are multiples of 1/16 (plus the proportional share).
+DEFAULT_SHARE_GRID = 16
+#: Default optimizer state, bytes per parameter: Adam's two moments and an fp32 master copy.
+DEFAULT_OPTIMIZER_BYTES = 12.0
+#: A side receiving fewer elements than this pays no latency (float noise of the area formulas).
+RECEIVE_EPS = 1e-9
+#: Sub-intervals on which a relaxation's interval state bounds the compute part of max(T_1, T_2).
+RELAX_STEPS = 8
 
 
-def floored_time(t: float, floor: float) -> float:
-    """Cost of a node time ``t`` at a split whose sibling sets ``floor`` (SPEC 5: the node's
-    time at the parent is the max over both groups): ``max(t, floor)``, plus a tiny weight on
-    ``t`` itself so that configurations under the floor are not all tied (the faster one wins,
-    which leaves slack for the levels below). No floor, no change.
-    """
-    return max(t, floor) + FLOOR_TIE_WEIGHT * t if floor > 0 else t
+def floored_time(t, floor):
+    """Cost of a node time ``t`` at a split whose sibling sets ``floor`` (a node's time at the
+    parent is the max over both groups): ``max(t, floor)``, plus a tiny weight on ``t`` itself
+    so that configurations under the floor are not all tied. No floor, no change.
+    Broadcasts over arrays."""
+    if np.ndim(floor) == 0 and not floor > 0:
+        return t
+    return np.maximum(t, floor) + FLOOR_TIE_WEIGHT * t * (np.asarray(floor) > 0)
 
 
 class Objective(Enum):
-    """What a planner minimises (SPEC section 4)."""
+    """What a planner minimises (docs/costmodel.md section 7)."""
 
     TIME = "time"  # step time: compute + communication, AccPar
     COMMUNICATION = "communication"  # elements moved, HyPar and the published AccPar code
@@ -67,30 +90,77 @@ class Objective(Enum):
 class ShareMode(Enum):
     """How the side-1 share of every node is chosen."""
 
-    FREE = "free"  # continuous, optimised per node (AccPar's flexible ratio)
+    FREE = "free"  # on the share grid, optimised per node (AccPar's flexible ratio)
     HALF = "half"  # 1/2 (homogeneous baselines, HyPar)
     PROPORTIONAL = "proportional"  # C_1 / (C_1 + C_2)
 
 
 @dataclass(frozen=True)
 class SideSpec:
-    """What one split looks like to the cost model: side throughputs, the link, element size."""
+    """What one split looks like to the cost model: the two halves as devices, the bandwidth
+    at which each side receives, the link latency, the element size."""
 
-    flops_per_s: tuple[float, float]
-    bytes_per_s: float
+    devices: tuple[Device, Device]
+    bytes_per_s: tuple[float, float]
     latency_s: float
     bytes_per_element: float
-    #: Price BATCH gradient exchange with this all-reduce (see collective.py); None = SPEC 2.
+    #: Price BATCH gradient exchange with this all-reduce (see collective.py); None = section 2.
     collective: Collective | None = None
     hosts: int = 2  # devices in the group being split
+    optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
+
+    @property
+    def flops_per_s(self) -> tuple[float, float]:
+        """Achieved FLOP/s of the two sides."""
+        return tuple(d.flops_per_s * d.efficiency for d in self.devices)
+
+    def proportional_share(self) -> float:
+        c1, c2 = self.flops_per_s
+        return c1 / (c1 + c2)
 
     def fixed_share(self, mode: ShareMode) -> float:
         if mode is ShareMode.HALF:
             return 0.5
         if mode is ShareMode.PROPORTIONAL:
-            c1, c2 = self.flops_per_s
-            return c1 / (c1 + c2)
+            return self.proportional_share()
         raise ValueError("free shares are optimised, not fixed")
+
+
+def share_points(side: SideSpec, mode: ShareMode, grid: int = DEFAULT_SHARE_GRID) -> tuple[float, ...]:
+    """The shares a node may take: ``{0, 1/grid, ..., 1}`` and the proportional share (free),
+    or the one fixed share."""
+    if mode is not ShareMode.FREE:
+        return (side.fixed_share(mode),)
+    pts = {j / grid for j in range(grid + 1)}
+    prop = side.proportional_share()
+    if all(abs(prop - p) > 1e-12 for p in pts):
+        pts.add(prop)
+    return tuple(sorted(pts))
+
+
+def zero_dims(dims: LayerDims) -> LayerDims:
+    """What a side with no share of a node holds: nothing."""
+    return dims.scaled(0.0, 0.0, 0.0)
+
+
+def scale_for_sides(dims: LayerDims, choice: Choice, a: float) -> tuple[LayerDims, LayerDims]:
+    """Dims each side is left with: BATCH/ROWS scale B, IN scales Di, OUT scales Do, COLS
+    scales a join's channels, WHOLE leaves a join whole; a side with share 0 keeps nothing."""
+    out = []
+    for s in (a, 1.0 - a):
+        if s <= 0.0:
+            out.append(zero_dims(dims))
+        elif choice in (PartitionType.BATCH, Layout.ROWS):
+            out.append(dims.scaled(batch=s))
+        elif choice is PartitionType.IN:
+            out.append(dims.scaled(in_features=s))
+        elif choice is PartitionType.OUT:
+            out.append(dims.scaled(out_features=s))
+        elif choice is Layout.COLS:
+            out.append(dims.scaled(in_features=s, out_features=s))
+        else:
+            out.append(dims)
+    return out[0], out[1]
 
 
 def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
@@ -101,66 +171,177 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
-@lru_cache(maxsize=1 << 18)
-def node_comm(
-    dims: LayerDims,
-    choice: Choice,
-    pred_choices: tuple[Choice, ...],
-    fractions: tuple[float, ...],
-) -> tuple[ShareExpr, ShareExpr]:
-    """Elements received by (side 1, side 2) for a node, as functions of its side-1 share."""
-    tensor, (i1, i2) = intra(choice)
-    size = tensor_elements(dims, tensor) if tensor is not None else 0.0
-    # accumulate coefficients as floats: this is the planners' innermost loop
-    a0, a1, aq = i1.c0 * size, i1.c1 * size, i1.q * size
-    b0, b1, bq = i2.c0 * size, i2.c1 * size, i2.q * size
-    for pc, frac in zip(pred_choices, fractions):
-        t1, t2 = transition(pc, choice)
-        edge = dims.in_elements * frac
-        a0, a1, aq = a0 + t1.c0 * edge, a1 + t1.c1 * edge, aq + t1.q * edge
-        b0, b1, bq = b0 + t2.c0 * edge, b1 + t2.c1 * edge, bq + t2.q * edge
-    return ShareExpr(a0, a1, aq), ShareExpr(b0, b1, bq)
+@dataclass(frozen=True)
+class ShareSet:
+    """Where a node's share may lie in one state: ``[lo, hi]``, and whether each side has work
+    (``has[0]``: a > 0, ``has[1]``: a < 1). A grid point has ``lo == hi``; a relaxation's
+    interval between two points has ``lo < hi`` (docs/costmodel.md section 8)."""
+
+    lo: float
+    hi: float
+    has: tuple[bool, bool]
+
+    @classmethod
+    def point(cls, a: float) -> "ShareSet":
+        return cls(a, a, (a > 0.0, a < 1.0))
 
 
-def intra_elements(dims: LayerDims, choice: Choice, a: float) -> tuple[float, float]:
-    """Intra-layer elements received by (side 1, side 2) at share ``a`` (SPEC 2)."""
-    tensor, (i1, i2) = intra(choice)
-    if tensor is None:
-        return 0.0, 0.0
-    size = tensor_elements(dims, tensor)
-    return i1.at(a) * size, i2.at(a) * size
+def share_intervals(points: tuple[float, ...]) -> tuple[ShareSet, ...]:
+    """The points 0 and 1 (if present) and the closed intervals between consecutive points,
+    with the work flags of their interior: every share in [0, 1] lies in one of them."""
+    out = [ShareSet.point(p) for p in points if p in (0.0, 1.0)]
+    out += [ShareSet(lo, hi, (True, True)) for lo, hi in zip(points, points[1:])]
+    if len(points) == 1 and 0.0 < points[0] < 1.0:
+        out.append(ShareSet.point(points[0]))
+    return tuple(out)
 
 
-def side_times(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float,
-               extra_s: float = 0.0):
-    """(T_1, T_2) at side-1 share ``a``; ``extra_s`` is a share-independent time on both sides."""
-    c1, c2 = side.flops_per_s
-    lat = side.latency_s if exchanges else 0.0
-    k = side.bytes_per_element / side.bytes_per_s
-    t1 = a * flops / c1 + lat + k * e1.at(a) + extra_s
-    t2 = (1.0 - a) * flops / c2 + lat + k * e2.at(a) + extra_s
-    return t1, t2
+@dataclass(frozen=True)
+class StateTable:
+    """Per state of one node at one split (arrays over states): choice, share range, work
+    flags, port layouts, compute seconds and memory bytes per side, intra-layer elements
+    received per side, and the all-reduce seconds of a BATCH gradient exchange on collective
+    arrays. For interval states the per-side figures are their minima over the interval
+    (compute_1 and memory_1 at ``lo``, side 2's at ``hi``), so every term is a lower bound."""
+
+    choices: tuple[Choice, ...]
+    lo: np.ndarray
+    hi: np.ndarray
+    has: np.ndarray  # (2, S) bool
+    give: np.ndarray
+    need: np.ndarray
+    compute: np.ndarray  # (2, S) seconds
+    memory: np.ndarray  # (2, S) bytes
+    intra: np.ndarray  # (2, S) elements
+    extra: np.ndarray  # (S,) seconds, on both sides
+    #: (2, S, K): each side's compute at K shares evenly from lo to hi (K = 1 for points)
+    steps: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return len(self.choices)
+
+    @property
+    def shares(self) -> np.ndarray:
+        """The share of each (point) state."""
+        return self.lo
+
+    @classmethod
+    def build(cls, dims: LayerDims, covered: bool, choices: tuple[Choice, ...], shares, side: SideSpec) -> "StateTable":
+        """The states ``choices x shares`` (choice-major) of a node with ``dims``; ``shares`` are
+        floats (points) or :class:`ShareSet`."""
+        sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
+        k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
+        rows = []
+        bpe = side.bytes_per_element
+        for c in choices:
+            p = ports(c)
+            for ss in sets:
+                split = ss.has[0] and ss.has[1]
+                size = tensor_elements(dims, PARTIAL_TENSOR[c]) if isinstance(c, PartitionType) and split else 0.0
+                x = 0.0
+                if side.collective is not None and c is PartitionType.BATCH:
+                    if split and not covered:
+                        x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s),
+                                                              side.latency_s)
+                    size = 0.0
+                low = (_side_dims(dims, c, ss.lo, 0, ss.has[0]), _side_dims(dims, c, ss.hi, 1, ss.has[1]))
+                grid = np.linspace(ss.lo, ss.hi, k)
+                steps = [[_side_dims(dims, c, g, i, ss.has[i]).compute_seconds(side.devices[i], bpe) for g in grid]
+                         for i in (0, 1)]
+                rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
+                             [steps[0][0], steps[1][-1]],
+                             [d.memory_bytes(bpe, side.optimizer_bytes_per_param) for d in low],
+                             [size, size], x, steps))
+        cols = list(zip(*rows))
+        return cls(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
+                   np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),
+                   np.array(cols[6]).T.reshape(2, -1), np.array(cols[7]).T.reshape(2, -1),
+                   np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
+                   np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k))
 
 
-def node_terms(
-    dims: LayerDims, choice: Choice, pred_choices: tuple[Choice, ...], fractions: tuple[float, ...],
-    side: SideSpec, covered: bool = False,
-) -> tuple[ShareExpr, ShareExpr, bool, float]:
-    """(elements side 1, elements side 2, pays latency, extra seconds) of a node's time.
+def _side_dims(dims: LayerDims, choice: Choice, a: float, side: int, has: bool) -> LayerDims:
+    """Dims side ``side`` keeps at share ``a`` (zero without work)."""
+    if not has:
+        return zero_dims(dims)
+    return scale_for_sides(dims, choice, a)[side]
 
-    Without a collective this is :func:`node_comm` and no extra time. With one, a BATCH node's
-    gradient exchange leaves the link terms: it costs one all-reduce over the group's devices
-    (``extra``), or nothing if ``covered`` (an enclosing split of this node was BATCH and paid
-    for the whole region; see :mod:`parplan.costmodel.collective`).
-    """
-    e1, e2 = node_comm(dims, choice, pred_choices, fractions)
-    if side.collective is None or choice is not PartitionType.BATCH:
-        return e1, e2, exchanges(e1, e2, choice), 0.0
-    w = dims.weight_elements
-    e1, e2 = e1 + ShareExpr(-w), e2 + ShareExpr(-w)
-    extra = 0.0 if covered else side.collective.allreduce_seconds(
-        side.hosts, w * side.bytes_per_element, side.bytes_per_s, side.latency_s)
-    return e1, e2, not (e1.is_zero and e2.is_zero), extra
+
+@dataclass(frozen=True)
+class NodeTerms:
+    """A node's time terms at given states (arrays broadcast over the factor's scope)."""
+
+    compute: tuple[np.ndarray, np.ndarray]  # seconds per side
+    comm: tuple[np.ndarray, np.ndarray]  # seconds per side: latency + transfer + all-reduce
+    received: tuple[np.ndarray, np.ndarray]  # elements per side
+    intra: tuple[np.ndarray, np.ndarray]  # elements per side, part of received
+    steps: tuple[np.ndarray, np.ndarray] | None = None  # compute at sub-shares (relaxation only)
+
+    def times(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.compute[0] + self.comm[0], self.compute[1] + self.comm[1]
+
+
+def output_groups(planning, dims: tuple[LayerDims, ...], u: int) -> list[tuple[float, tuple[int, ...]]]:
+    """The tensors node ``u`` sends at a split: (elements, consumers reading it). Consumers that
+    read the same graph layer's output at the same size read one tensor."""
+    groups: dict[tuple[str, float], list[int]] = {}
+    for v, p in planning.out_edges[u]:
+        node = planning.nodes[v]
+        size = node.fractions[p] * dims[v].in_elements
+        groups.setdefault((node.sources[p] if node.sources else "", size), []).append(v)
+    return [(size, tuple(dict.fromkeys(vs))) for (_, size), vs in groups.items()]
+
+
+def node_terms(tables, side: SideSpec, groups, u: int, idx) -> NodeTerms:
+    """Time terms of node ``u`` with its state index ``idx[u]`` and each consumer's ``idx[v]``
+    (integer arrays that broadcast; ``tables[v]`` the :class:`StateTable` of node ``v``;
+    ``groups`` from :func:`output_groups`). docs/costmodel.md sections 3-5."""
+    t = tables[u]
+    iu = idx[u]
+    give = t.give[iu]
+    received, intra, comm = [], [], []
+    for i in (0, 1):
+        # Side i's own share is a (side 1) or 1 - a (side 2). For an interval state each
+        # region takes the end of the interval that makes the area received smallest: the
+        # producer's holding large, the consumers' needs small (forward); the producer's need
+        # small, the consumers' holdings large (backward). For a point both ends coincide.
+        big_u, small_u = (t.hi[iu], t.lo[iu]) if i == 0 else (1.0 - t.lo[iu], 1.0 - t.hi[iu])
+        has_u = t.has[i][iu]
+        r = t.intra[i][iu]
+        intra.append(r)
+        for size, consumers in groups:
+            needs, holds = [], []
+            for v in consumers:
+                tv, iv = tables[v], idx[v]
+                big_v, small_v = (tv.hi[iv], tv.lo[iv]) if i == 0 else (1.0 - tv.lo[iv], 1.0 - tv.hi[iv])
+                needs.append(need_extent(tv.need[iv], small_v, tv.has[i][iv]))
+                holds.append(hold_extent(tv.need[iv], big_v, tv.has[i][iv]))
+            moved = (forward_received(union_needs(needs), hold_extent(give, big_u, has_u))
+                     + backward_received(hold_extent(give, small_u, has_u), intersect_holds(holds)))
+            r = r + size * moved
+        received.append(r)
+        lat = side.latency_s * (r > RECEIVE_EPS)
+        comm.append(lat + r * (side.bytes_per_element / side.bytes_per_s[i]) + t.extra[iu])
+    compute = (t.compute[0][iu], t.compute[1][iu])
+    steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
+    return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps)
+
+
+def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
+    """A node's contribution to a planner's objective: ``max(T_1, T_2)`` floored (time) or the
+    elements both sides receive (communication)."""
+    if objective is Objective.COMMUNICATION:
+        return terms.received[0] + terms.received[1]
+    if terms.steps is not None:
+        # an interval state: side 1's compute grows and side 2's shrinks with the share, so on
+        # each sub-interval max(T_1, T_2) >= max(T_1 at its start, T_2 at its end)
+        s1, s2 = terms.steps
+        c1, c2 = np.asarray(terms.comm[0])[..., None], np.asarray(terms.comm[1])[..., None]
+        t = np.maximum(s1[..., :-1] + c1, s2[..., 1:] + c2).min(axis=-1)
+        return floored_time(t, floor)
+    t1, t2 = terms.times()
+    return floored_time(np.maximum(t1, t2), floor)
 
 
 def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tuple[bool, ...]:
@@ -170,142 +351,25 @@ def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tup
     return tuple(cv or c is PartitionType.BATCH for cv, c in zip(covered, split.choices))
 
 
-def comm_seconds(
-    dims: LayerDims, choice: Choice, pred_choices: tuple[Choice, ...], fractions: tuple[float, ...],
-    side: SideSpec, a: float, covered: bool = False,
-) -> tuple[float, float]:
-    """Communication part (latency + transfer) of (T_1, T_2) for a node at share ``a``."""
-    e1, e2, ex, extra = node_terms(dims, choice, pred_choices, fractions, side, covered)
-    return side_times(0.0, e1, e2, ex, side, a, extra)
-
-
-def split_time(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec, a: float,
-               extra_s: float = 0.0) -> float:
-    """max(T_1, T_2) at side-1 share ``a``."""
-    return max(side_times(flops, e1, e2, exchanges, side, a, extra_s))
-
-
-def share_candidates(flops: float, e1: ShareExpr, e2: ShareExpr, side: SideSpec) -> tuple[float, ...]:
-    """Shares among which the best one lies: 0, 1 and the balance point of the linear parts.
-
-    The quadratic term ``q*a(1-a)`` is the same on both sides, so
-    ``max(T_1, T_2) = q*a(1-a) + max(lin_1(a), lin_2(a))``: on each side of the point where the
-    linear parts cross the function is concave, hence minimised at a piece's end.
-    """
-    c1, c2 = side.flops_per_s
-    k = side.bytes_per_element / side.bytes_per_s
-    # lin_1(a) - lin_2(a) = s*a + r
-    s = flops / c1 + flops / c2 + k * (e1.c1 - e2.c1)
-    r = k * (e1.c0 - e2.c0) - flops / c2
-    out = [0.0, 1.0]
-    if s != 0.0:
-        cross = -r / s
-        if 0.0 < cross < 1.0:
-            out.insert(1, cross)
-    return tuple(out)
-
-
-def best_share(flops: float, e1: ShareExpr, e2: ShareExpr, exchanges: bool, side: SideSpec,
-               extra_s: float = 0.0) -> tuple[float, float]:
-    """(share, time) minimising max(T_1, T_2) over a in [0, 1] (exact, see :func:`share_candidates`).
-
-    Ties prefer the balance point, then a = 0, then a = 1.
-    """
-    if abs(e1.q - e2.q) > REL_TOL * max(1.0, abs(e1.q)):
-        raise ValueError("quadratic communication terms differ between sides")  # cannot happen (layout.py)
-    cands = share_candidates(flops, e1, e2, side)
-    order = (cands[1:-1] + cands[:1] + cands[-1:]) if len(cands) == 3 else cands
-    best_a, best_t = order[0], split_time(flops, e1, e2, exchanges, side, order[0], extra_s)
-    for a in order[1:]:
-        t = split_time(flops, e1, e2, exchanges, side, a, extra_s)
-        if t < best_t * (1.0 - REL_TOL):
-            best_a, best_t = a, t
-    return best_a, best_t
-
-
-def scale_for_sides(dims: LayerDims, choice: Choice, a: float) -> tuple[LayerDims, LayerDims]:
-    """Dims each side is left with (SPEC 5): BATCH/ROWS scale B, IN scales Di, OUT scales Do,
-    COLS scales the channels of a join; WHOLE leaves the join whole on both sides."""
-    b = 1.0 - a
-    if choice in (PartitionType.BATCH, Layout.ROWS):
-        return dims.scaled(batch=a), dims.scaled(batch=b)
-    if choice is PartitionType.IN:
-        return dims.scaled(in_features=a), dims.scaled(in_features=b)
-    if choice is PartitionType.OUT:
-        return dims.scaled(out_features=a), dims.scaled(out_features=b)
-    if choice is Layout.COLS:
-        return dims.scaled(in_features=a, out_features=a), dims.scaled(in_features=b, out_features=b)
-    return dims, dims
-
-
-def exchanges(e1: ShareExpr, e2: ShareExpr, choice: Choice) -> bool:
-    """Whether the node pays the link latency in this configuration."""
-    return isinstance(choice, PartitionType) or not (e1.is_zero and e2.is_zero)
-
-
 __all__ = [
+    "DEFAULT_OPTIMIZER_BYTES",
+    "DEFAULT_SHARE_GRID",
+    "FLOOR_TIE_WEIGHT",
+    "NodeTerms",
     "Objective",
+    "REL_TOL",
     "ShareMode",
     "SideSpec",
-    "ZERO",
-    "best_share",
-    "comm_seconds",
-    "intra_elements",
+    "StateTable",
     "covered_below",
-    "node_cost",
-    "node_memory",
-    "node_terms",
-    "exchanges",
     "floored_time",
-    "node_comm",
+    "ShareSet",
+    "share_intervals",
+    "node_terms",
+    "node_value",
+    "output_groups",
     "scale_for_sides",
-    "share_candidates",
-    "side_times",
-    "split_time",
+    "share_points",
     "tensor_elements",
+    "zero_dims",
 ]
-
-
-def node_memory(dims: LayerDims, choice: Choice) -> tuple[ShareExpr, ShareExpr]:
-    """Elements held by (side 1, side 2) for a node: weights + gradients + the stored input
-    activation (needed by the gradient product), as functions of the side-1 share ``a``.
-
-    It equals ``2 * |W| + |F[l]|`` of the dims :func:`scale_for_sides` leaves each side, so a
-    device's memory is this sum over nodes at the leaves. Joins hold nothing of their own.
-    """
-    if not isinstance(choice, PartitionType):
-        return ZERO, ZERO
-    w, x = dims.weight_elements, dims.in_elements
-    if choice is PartitionType.BATCH:
-        return ShareExpr(2 * w, x), ShareExpr(2 * w + x, -x)
-    if choice is PartitionType.IN:
-        return ShareExpr(0.0, 2 * w + x), ShareExpr(2 * w + x, -(2 * w + x))
-    return ShareExpr(x, 2 * w), ShareExpr(2 * w + x, -2 * w)
-
-
-@lru_cache(maxsize=1 << 18)
-def node_cost(
-    dims: LayerDims,
-    choice: Choice,
-    pred_choices: tuple[Choice, ...],
-    fractions: tuple[float, ...],
-    side: SideSpec,
-    objective: Objective,
-    shares: ShareMode,
-    covered: bool = False,
-) -> tuple[float, float]:
-    """(share, value) of one node in one configuration: the share a planner uses and what it costs.
-
-    ``objective`` TIME: value = max(T_1, T_2) seconds, with the best share if ``shares`` is FREE.
-    ``objective`` COMMUNICATION: value = elements received by both sides at the fixed share.
-    ``covered``: see :func:`node_terms` (only matters with a collective on the array).
-    """
-    if objective is Objective.COMMUNICATION:
-        e1, e2 = node_comm(dims, choice, pred_choices, fractions)
-        a = side.fixed_share(shares)
-        return a, e1.at(a) + e2.at(a)
-    e1, e2, ex, extra = node_terms(dims, choice, pred_choices, fractions, side, covered)
-    if shares is ShareMode.FREE:
-        return best_share(dims.flops, e1, e2, ex, side, extra)
-    a = side.fixed_share(shares)
-    return a, split_time(dims.flops, e1, e2, ex, side, a, extra)

@@ -1,9 +1,17 @@
-"""Per-layer sizes and FLOPs in the three-matrix-product view (SPEC section 1).
+"""Per-layer sizes, FLOPs, memory traffic and memory in the three-matrix-product view
+(docs/costmodel.md, sections 1 and 5).
 
 Every weighted layer is a fully connected layer with batch ``B``, input features ``Di`` and
 output features ``Do``; convolutions keep their spatial extent as a size multiplier only.
 One training step of a layer runs forward, backward and gradient products:
 ``FLOPs = 3 * 2 * B * Do * Hout*Wout * Di * kh*kw / groups``.
+
+The layers without a partition choice that follow a planning node (activations, norms,
+pooling, attention cores, ...) are carried with it as *element-wise ops*: per element of the
+node's output, each op's training FLOPs and HBM traffic (elements read + written), and the
+activation elements it stores for the backward pass. Layers between the graph input and a
+node are carried per element of the node's input. They run on whatever part of that tensor a
+device holds, so they scale with the node's sizes at every level.
 
 Example:
     >>> d = LayerDims(batch=4, in_features=3, out_features=8, in_spatial=32 * 32, out_spatial=32 * 32, kernel=9)
@@ -11,13 +19,46 @@ Example:
     True
     >>> d.weight_elements, d.in_elements, d.out_elements
     (216.0, 12288, 32768)
+    >>> zero = d.scaled(0.0, 0.0, 0.0)
+    >>> zero.flops, zero.weight_elements, zero.in_elements
+    (0.0, 0.0, 0.0)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parplan.costmodel.graph import Graph
+from parplan.costmodel.graph import INPUT, Graph
+
+#: HBM traffic of one training step of a weighted layer, in units of (|F_in| + |W| + |F_out|):
+#: forward reads F_in and W and writes F_out; backward reads E_out and W and writes E_in;
+#: the gradient product reads F_in and E_out and writes dW.
+WEIGHTED_TRAFFIC = 3.0
+
+
+@dataclass(frozen=True)
+class ElementOp:
+    """An op without a partition choice, per element of the tensor it is attached to:
+    training FLOPs, HBM traffic (elements) and stored activation elements."""
+
+    name: str
+    flops: float = 0.0
+    traffic: float = 0.0
+    stored: float = 0.0
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the time formula needs of a device (or of a group priced as one device)."""
+
+    flops_per_s: float  # peak FLOP/s
+    memory_bytes_per_s: float  # HBM bandwidth
+    efficiency: float = 1.0  # achieved fraction of peak FLOP/s for matrix products
+
+
+def roofline_seconds(flops: float, traffic_bytes: float, device: Device) -> float:
+    """max(FLOPs / (efficiency * peak), bytes / HBM bandwidth) (docs/costmodel.md section 5)."""
+    return max(flops / (device.efficiency * device.flops_per_s), traffic_bytes / device.memory_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -25,7 +66,8 @@ class LayerDims:
     """Sizes of one layer (or one join) at one level of the hierarchy; floats because shares scale them.
 
     For a join (add/concat) ``kernel`` is 0: no weights, no FLOPs, and ``in_features`` ==
-    ``out_features`` == its channels.
+    ``out_features`` == its channels. ``out_ops`` / ``in_ops`` are the element-wise ops carried
+    per output / input element (see the module docstring).
     """
 
     batch: float
@@ -35,15 +77,27 @@ class LayerDims:
     out_spatial: int
     kernel: int
     groups: int = 1
+    out_ops: tuple[ElementOp, ...] = ()
+    in_ops: tuple[ElementOp, ...] = ()
 
     @property
     def flops(self) -> float:
-        """FLOPs of forward + backward + gradient."""
+        """FLOPs of forward + backward + gradient of the weighted product (0 for a join)."""
         return 6.0 * self.batch * self.out_features * self.out_spatial * self.in_features * self.kernel / self.groups
 
     @property
+    def op_flops(self) -> float:
+        """Training FLOPs of the carried element-wise ops (attention cores)."""
+        return (self.out_elements * sum(op.flops for op in self.out_ops)
+                + self.in_elements * sum(op.flops for op in self.in_ops))
+
+    @property
+    def total_flops(self) -> float:
+        return self.flops + self.op_flops
+
+    @property
     def weight_elements(self) -> float:
-        """|W| = |dW| = Di * Do * kh*kw / groups (biases are not partitioned and not counted)."""
+        """|W| = |dW| = Di * Do * kh*kw / groups (biases and norm parameters are not counted)."""
         return self.in_features * self.out_features * self.kernel / self.groups
 
     @property
@@ -56,10 +110,37 @@ class LayerDims:
         """|F[l+1]| = |E[l+1]| = B * Do * Hout*Wout."""
         return self.batch * self.out_features * self.out_spatial
 
+    @property
+    def stored_elements(self) -> float:
+        """Activation elements kept for the backward pass: a weighted layer's input (the gradient
+        product needs it) plus what the carried ops store."""
+        own = self.in_elements if self.kernel else 0.0
+        return (own + self.out_elements * sum(op.stored for op in self.out_ops)
+                + self.in_elements * sum(op.stored for op in self.in_ops))
+
+    def compute_seconds(self, device: Device, bytes_per_element: float) -> float:
+        """Time of one training step of this node on ``device`` (docs/costmodel.md section 5):
+        a roofline for the weighted product plus one per carried op."""
+        t = 0.0
+        if self.kernel and self.flops > 0:
+            traffic = WEIGHTED_TRAFFIC * (self.in_elements + self.weight_elements + self.out_elements)
+            t = roofline_seconds(self.flops, traffic * bytes_per_element, device)
+        for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
+            if size > 0:
+                for op in ops:
+                    t += roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device)
+        return t
+
+    def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float) -> float:
+        """Bytes a device holding these sizes keeps: weights and gradients (``bytes_per_element``
+        each), optimizer state, stored activations (docs/costmodel.md section 6)."""
+        w = self.weight_elements
+        return w * (2.0 * bytes_per_element + optimizer_bytes_per_param) + self.stored_elements * bytes_per_element
+
     def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
         """A copy with B, Di, Do multiplied by the given factors."""
         return LayerDims(self.batch * batch, self.in_features * in_features, self.out_features * out_features,
-                         self.in_spatial, self.out_spatial, self.kernel, self.groups)
+                         self.in_spatial, self.out_spatial, self.kernel, self.groups, self.out_ops, self.in_ops)
 
 
 @dataclass(frozen=True)
@@ -74,8 +155,16 @@ class LayerProfile:
     out_elements: float
 
 
+def element_op(graph: Graph, name: str) -> ElementOp:
+    """Per-sample training FLOPs, traffic and stored elements of a layer without a partition
+    choice (the layer's own rule, see :meth:`parplan.costmodel.graph.Layer.training_cost`)."""
+    info = graph.analyze()
+    flops, traffic, stored = graph.layer(name).training_cost(list(info.in_shapes[name]), info.out_shape[name])
+    return ElementOp(name, float(flops), float(traffic), float(stored))
+
+
 def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
-    """The :class:`LayerDims` of a weighted or join layer of ``graph`` at ``batch``."""
+    """The :class:`LayerDims` of a weighted or join layer of ``graph`` at ``batch`` (no ops)."""
     info = graph.analyze()
     layer = graph.layer(name)
     x, y = info.in_shapes[name][0], info.out_shape[name]
@@ -85,16 +174,20 @@ def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
 
 
 def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
-    """Per-layer FLOPs (training step), parameters and activation sizes in topological order.
+    """Per-layer training FLOPs, parameters and activation sizes in topological order.
 
-    Non-weighted layers have 0 FLOPs here (the cost model treats them as free).
+    Weighted layers count their three products; other layers their own rule (attention cores
+    count QK^T and AV; element-wise layers 0).
     """
     info = graph.analyze()
     out = []
     for name in info.order:
         layer = graph.layer(name)
         ins = list(info.in_shapes[name])
-        flops = layer_dims(graph, name, batch).flops if layer.weighted else 0.0
+        if layer.weighted:
+            flops = layer_dims(graph, name, batch).flops
+        else:
+            flops = batch * layer.training_cost(ins, info.out_shape[name])[0]
         out.append(
             LayerProfile(
                 name=name,
@@ -106,3 +199,7 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
             )
         )
     return out
+
+
+__all__ = ["Device", "ElementOp", "INPUT", "LayerDims", "LayerProfile", "WEIGHTED_TRAFFIC", "element_op",
+           "layer_dims", "layer_profiles", "roofline_seconds"]

@@ -1,9 +1,11 @@
-"""The one evaluator: prices any plan on any problem (SPEC sections 4, 5, 7).
+"""The one evaluator: prices any plan on any problem (docs/costmodel.md sections 4-7).
 
 For every split (inner array node) and planning node: each side's time is the time of its
-child group for that node (recursively; a device's is FLOPs / throughput) plus, if it
-exchanges anything, the link latency and the bytes it receives over the link. The node's time
+child group for that node (recursively; a device's is its roofline compute time for the part
+it keeps) plus that side's communication at this split (latency if it receives anything, the
+elements it receives over its bandwidth, an all-reduce on collective arrays). The node's time
 at the split is the max over the two sides; the step time is the root's sum over nodes.
+Memory is summed per device over the parts it keeps.
 
 Example:
     >>> from parplan.zoo import get_model
@@ -21,17 +23,19 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
 import pandas as pd
-from types import MappingProxyType
 
-from parplan.costmodel.cost import comm_seconds, covered_below, intra_elements, node_comm, scale_for_sides
+from parplan.costmodel.cost import covered_below, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.split import SplitProblem, split_terms
 from parplan.errors import ConfigError
 
 _COLUMNS = [
@@ -43,19 +47,24 @@ _COLUMNS = [
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Price of a plan: step time, per-node root times, communication, per-split breakdown."""
+    """Price of a plan: step time, per-node root times, communication, per-split rows."""
 
     step_time_s: float
     node_time_s: tuple[float, ...]
     communication_elements: float
     communication_bytes: float
-    breakdown: pd.DataFrame
+    rows: tuple[tuple, ...]
     leaf_compute_s: tuple[float, ...]  # per node: the slowest device's compute time
     device_memory_bytes: Mapping[str, float]
 
+    @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        """One row per (split, node): shares, child times, elements received, times."""
+        return pd.DataFrame(list(self.rows), columns=_COLUMNS)
+
     @property
     def peak_memory_bytes(self) -> float:
-        """Largest per-device memory need (weights + gradients + stored activations)."""
+        """Largest per-device memory need (weights, gradients, optimizer state, activations)."""
         return max(self.device_memory_bytes.values())
 
     def level_communication(self) -> pd.Series:
@@ -65,11 +74,10 @@ class Evaluation:
         return total.groupby(b.level, sort=False).sum()
 
 
-def evaluate(problem: Problem, plan: Plan) -> Evaluation:
-    """Price ``plan`` on ``problem``. Raises :class:`ConfigError` if the plan does not fit it."""
+def check_plan(problem: Problem, plan: Plan) -> None:
+    """Raise :class:`ConfigError` if ``plan`` does not fit ``problem`` (node count, choices)."""
     pg = problem.planning
     n = len(pg.nodes)
-    rows: list[tuple] = []
     for path, split in plan.splits.items():
         if len(split.choices) != n:
             raise ConfigError(
@@ -81,23 +89,26 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
             if c not in valid:
                 raise ConfigError(
                     f"plan split '{path or 'root'}': node '{pg.nodes[v].name}' cannot take choice "
-                    f"{c.value!r}; valid: {[x.value for x in valid]}"
+                    f"{getattr(c, 'value', c)!r}; valid: {[x.value for x in valid]}"
                 )
+
+
+def evaluate(problem: Problem, plan: Plan) -> Evaluation:
+    """Price ``plan`` on ``problem``. Raises :class:`ConfigError` if the plan does not fit it."""
+    check_plan(problem, plan)
+    n = len(problem.planning.nodes)
+    rows: list[tuple] = []
     leaf_compute = np.zeros(n)
     memory: dict[str, float] = {}
-    covered = (False,) * n
-    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory, covered)
-    frame = pd.DataFrame(rows, columns=_COLUMNS)
-    comm = float(
-        (frame.intra_elements_1 + frame.intra_elements_2 + frame.transition_elements_1
-         + frame.transition_elements_2).sum()
-    ) if len(frame) else 0.0
+    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory,
+                  (False,) * n)
+    comm = float(sum(r[7] + r[8] + r[9] + r[10] for r in rows))
     return Evaluation(
         step_time_s=float(times.sum()),
         node_time_s=tuple(float(t) for t in times),
         communication_elements=comm,
         communication_bytes=comm * problem.bytes_per_element,
-        breakdown=frame,
+        rows=tuple(rows),
         leaf_compute_s=tuple(float(t) for t in leaf_compute),
         device_memory_bytes=MappingProxyType(memory),
     )
@@ -106,12 +117,12 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
 def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple[LayerDims, ...],
           plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict, covered: tuple[bool, ...]) -> np.ndarray:
     pg = problem.planning
+    bpe = problem.bytes_per_element
     if group.is_leaf:
-        t = np.array([d.flops / group.device.flops_per_s for d in dims])
+        device = group.device.as_device()
+        t = np.array([d.compute_seconds(device, bpe) for d in dims])
         np.maximum(leaf_compute, t, out=leaf_compute)
-        memory[path] = problem.bytes_per_element * sum(
-            2 * d.weight_elements + d.in_elements for d, node in zip(dims, pg.nodes) if not node.is_join
-        )
+        memory[path] = sum(d.memory_bytes(bpe, problem.optimizer_bytes_per_param) for d in dims)
         return t
     if path not in plan.splits:
         raise ConfigError(
@@ -119,27 +130,22 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
             f"(it has {sorted(plan.splits)}); was it made for another array?"
         )
     split = plan.splits[path]
-    side = problem.side_spec(group)
-    left_dims, right_dims = [], []
-    for d, c, a in zip(dims, split.choices, split.shares):
-        d1, d2 = scale_for_sides(d, c, a)
-        left_dims.append(d1)
-        right_dims.append(d2)
-    below = covered_below(covered, split, problem.array.collective is not None)
-    t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(left_dims), plan, rows, leaf_compute, memory,
-                   below)
-    t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(right_dims), plan, rows, leaf_compute,
-                    memory, below)
+    has_collective = problem.array.collective is not None
+    sp = SplitProblem(pg, dims, problem.side_spec(group), path, None, covered if has_collective else None)
+    terms = split_terms(sp, split.choices, split.shares)
+    pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
+    below = covered_below(covered, split, has_collective)
+    t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(p[0] for p in pairs), plan, rows,
+                   leaf_compute, memory, below)
+    t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(p[1] for p in pairs), plan, rows,
+                    leaf_compute, memory, below)
     out = np.empty(len(dims))
     for v, node in enumerate(pg.nodes):
-        c, a, d = split.choices[v], split.shares[v], dims[v]
-        preds = tuple(split.choices[u] for u in node.preds)
-        e1, e2 = node_comm(d, c, preds, node.fractions)
-        i1, i2 = intra_elements(d, c, a)
-        # communication part of each side's time (the compute part is the child's time)
-        s1, s2 = comm_seconds(d, c, preds, node.fractions, side, a, covered[v])
-        t1, t2 = t_left[v] + s1, t_right[v] + s2
-        out[v] = max(t1, t2)
-        rows.append((path, depth, node.name, c.value, a, t_left[v], t_right[v], i1, i2,
-                     e1.at(a) - i1, e2.at(a) - i2, s1, s2, out[v]))
+        tm = terms[v]
+        s1, s2 = float(tm.comm[0]), float(tm.comm[1])
+        i1, i2 = float(tm.intra[0]), float(tm.intra[1])
+        r1, r2 = float(tm.received[0]), float(tm.received[1])
+        out[v] = max(t_left[v] + s1, t_right[v] + s2)
+        rows.append((path, depth, node.name, split.choices[v].value, split.shares[v], t_left[v], t_right[v],
+                     i1, i2, r1 - i1, r2 - i2, s1, s2, out[v]))
     return out

@@ -85,6 +85,17 @@ class Layer:
         """Trainable parameters (weights and biases) of the layer."""
         return 0
 
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        """(FLOPs, HBM traffic elements, stored activation elements) of one training step, per
+        sample, of a layer without a partition choice (docs/costmodel.md section 5).
+
+        Default, an element-wise layer: forward reads its inputs and writes its output, backward
+        reads the output gradient and writes the input gradients, so the traffic is
+        ``2 * (inputs + output)``; it stores its input for the backward pass.
+        """
+        ins = sum(s.elements for s in in_shapes)
+        return 0.0, 2.0 * (ins + out_shape.elements), float(ins)
+
     def _single(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) != 1:
             raise GraphError(f"layer '{self.name}': {type(self).__name__} takes exactly 1 input (got {len(in_shapes)})")
@@ -211,6 +222,16 @@ class Activation(Layer):
     def infer(self, in_shapes: list[Shape]) -> Shape:
         return self._single(in_shapes)
 
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        if self.function.lower() in IDENTITY_FUNCTIONS:
+            return 0.0, 0.0, 0.0
+        return super().training_cost(in_shapes, out_shape)
+
+
+#: Activation functions that are the identity in a training step's cost (dropout is a mask
+#: multiply fused into its neighbour; stochastic depth likewise).
+IDENTITY_FUNCTIONS = frozenset({"identity", "dropout", "stochastic_depth"})
+
 
 @dataclass(frozen=True)
 class Norm(Layer):
@@ -235,6 +256,9 @@ class Flatten(Layer):
     def infer(self, in_shapes: list[Shape]) -> Shape:
         return Shape(self._single(in_shapes).elements)
 
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        return 0.0, 0.0, 0.0  # a view: nothing is read or written
+
 
 @dataclass(frozen=True)
 class Embedding(Layer):
@@ -254,6 +278,9 @@ class Embedding(Layer):
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
         return self.num * self.dim
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        return 0.0, 2.0 * out_shape.elements, 0.0  # gather rows forward, scatter-add backward
 
 
 @dataclass(frozen=True)
@@ -282,12 +309,22 @@ class Attention(Layer):
         hidden, seq = x.channels // 3, x.spatial
         return 3 * 2 * 2 * batch * seq * seq * hidden
 
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and
+        writes the output (and the reverse backward), storing its input."""
+        _, traffic, stored = super().training_cost(in_shapes, out_shape)
+        return self.attention_flops(in_shapes, 1.0), traffic, stored
+
 
 @dataclass(frozen=True)
 class Add(Layer):
     """Element-wise sum of >= 2 inputs of equal shape (residual join)."""
 
     join: ClassVar[bool] = True
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        _, traffic, _ = super().training_cost(in_shapes, out_shape)
+        return 0.0, traffic, 0.0  # the backward pass needs none of its inputs
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) < 2:
@@ -307,6 +344,10 @@ class Concat(Layer):
     """Concatenation of >= 2 inputs along channels (equal spatial sizes)."""
 
     join: ClassVar[bool] = True
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        _, traffic, _ = super().training_cost(in_shapes, out_shape)
+        return 0.0, traffic, 0.0  # the backward pass needs none of its inputs
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) < 2:

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -29,9 +30,12 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from parplan.costmodel.collective import Collective, parse_collective
+from parplan.costmodel.dims import Device
 from parplan.errors import HardwareError
 
 _FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
+#: Optional keys of a device kind (with their defaults).
+_OPTIONAL = {"efficiency": 1.0}
 
 
 @dataclass(frozen=True)
@@ -45,20 +49,39 @@ class DeviceKind:
     link_bytes_per_s: float
     link_latency_s: float
     description: str = ""
+    #: Achieved fraction of peak FLOP/s on matrix products (docs/costmodel.md section 5);
+    #: 1.0, the papers' setting, by default.
+    efficiency: float = 1.0
+
+    def as_device(self) -> Device:
+        return Device(self.flops_per_s, self.memory_bytes_per_s, self.efficiency)
 
 
 @dataclass(frozen=True)
 class Link:
-    """The link between the two halves of a group: per-direction bandwidth and latency."""
+    """The link between the two halves of a group: per-direction bandwidth and latency.
+
+    ``bytes_per_s`` is the bandwidth at which the left half receives; ``right_bytes_per_s``
+    the right half's (None: the same). They differ only when a tree file says so
+    (docs/costmodel.md section 4).
+    """
 
     bytes_per_s: float
     latency_s: float = 0.0
+    right_bytes_per_s: float | None = None
 
     def __post_init__(self):
-        if not self.bytes_per_s > 0:
-            raise HardwareError(f"link bandwidth must be > 0 bytes/s (got {self.bytes_per_s})")
-        if self.latency_s < 0:
-            raise HardwareError(f"link latency must be >= 0 s (got {self.latency_s})")
+        for bw in (self.bytes_per_s, self.right_bytes_per_s if self.right_bytes_per_s is not None else 1.0):
+            if not (isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0):
+                raise HardwareError(f"link bandwidth must be a finite number > 0 bytes/s (got {bw})")
+        if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
+            raise HardwareError(f"link latency must be a finite number >= 0 s (got {self.latency_s})")
+
+    @property
+    def side_bytes_per_s(self) -> tuple[float, float]:
+        """(left, right) receive bandwidths."""
+        right = self.bytes_per_s if self.right_bytes_per_s is None else self.right_bytes_per_s
+        return self.bytes_per_s, right
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +105,16 @@ class ArrayNode:
         if self.is_leaf:
             return self.device.flops_per_s
         return self.left.flops_per_s + self.right.flops_per_s
+
+    @cached_property
+    def as_device(self) -> Device:
+        """The group as one device (the planner's view of a half, docs/costmodel.md section 7):
+        summed achieved FLOP/s and summed HBM bandwidth."""
+        if self.is_leaf:
+            return self.device.as_device()
+        a, b = self.left.as_device, self.right.as_device
+        return Device(a.flops_per_s * a.efficiency + b.flops_per_s * b.efficiency,
+                      a.memory_bytes_per_s + b.memory_bytes_per_s, 1.0)
 
     @cached_property
     def count(self) -> int:
@@ -127,7 +160,7 @@ class ArrayNode:
 def _check_kind(name: str, entry: Mapping) -> DeviceKind:
     if not isinstance(entry, Mapping):
         raise HardwareError(f"device '{name}': expected a table of figures (got {entry!r})")
-    unknown = set(entry) - set(_FIELDS) - {"description"}
+    unknown = set(entry) - set(_FIELDS) - set(_OPTIONAL) - {"description"}
     if unknown:
         raise HardwareError(f"device '{name}': unknown keys {sorted(unknown)}; valid keys: {list(_FIELDS)}")
     missing = [f for f in _FIELDS if f not in entry]
@@ -144,6 +177,15 @@ def _check_kind(name: str, entry: Mapping) -> DeviceKind:
                 raise HardwareError(f"device '{name}': {f} must be >= 0 (got {entry[f]})")
         elif not values[f] > 0:
             raise HardwareError(f"device '{name}': {f} must be > 0 (got {entry[f]})")
+        if not math.isfinite(values[f]):
+            raise HardwareError(f"device '{name}': {f} must be finite (got {entry[f]})")
+    for f, default in _OPTIONAL.items():
+        try:
+            values[f] = float(entry.get(f, default))
+        except (TypeError, ValueError):
+            raise HardwareError(f"device '{name}': {f} must be a number (got {entry[f]!r})") from None
+        if not (math.isfinite(values[f]) and 0 < values[f] <= 1):
+            raise HardwareError(f"device '{name}': {f} must lie in (0, 1] (got {entry[f]})")
     return DeviceKind(name=name, description=str(entry.get("description", "")), **values)
 
 
@@ -259,6 +301,8 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
         lat = float(node["latency_us"]) * 1e-6 if "latency_us" in node else latency
         if lat is None:
             lat = max(d.link_latency_s for d in left.devices() + right.devices())
-        return ArrayNode(left=left, right=right, link=Link(bw, lat))
+        bw_left = float(node["gb_per_s_left"]) * 1e9 if "gb_per_s_left" in node else bw
+        bw_right = float(node["gb_per_s_right"]) * 1e9 if "gb_per_s_right" in node else None
+        return ArrayNode(left=left, right=right, link=Link(bw_left, lat, bw_right))
 
     return build(data, "")

@@ -1,29 +1,42 @@
-"""Partition types, tensor layouts and the layout algebra that derives every communication amount
-(SPEC sections 2-3).
+"""Partition types, tensor layouts and the region algebra that derives every communication
+amount (docs/costmodel.md, sections 2 and 3).
 
-A split divides a layer between side 1 (share ``a``) and side 2 (share ``1 - a``). Each tensor
-on each side is in one :class:`Layout`: ROWS (split on the batch), COLS (split on features),
-WHOLE, or PARTIAL (a full-size partial sum). :func:`conversion` says what a side receives to
-turn one layout into another; the intra-layer reductions and the inter-layer re-layout table
-both follow from it.
+A split divides a layer between side 1 (share ``a``) and side 2 (share ``1 - a``). Seen from
+one side with its *own* share ``s`` (``a`` for side 1, ``1 - a`` for side 2), a tensor of one
+layer is a unit square (rows = batch, columns = features) and a layout is the part of it the
+side holds or needs:
 
-Amounts are :class:`ShareExpr` in the side-1 share ``a``: ``c0 + c1*a + q*a*(1-a)`` times
-the tensor size. The quadratic coefficient is always the same on both sides (rows <-> columns
-moves ``a(1-a)|T|`` each way), which the share optimiser relies on.
+- ROWS at ``s``: the first ``s`` of the rows, ``rect(s, 1)``;
+- COLS at ``s``: the first ``s`` of the columns, ``rect(1, s)``;
+- WHOLE at ``s``: everything if the side has work (``s > 0``), else nothing.
 
-Example (HyPar's published table at a = 1/2, in units of |F| = |E| = A):
-    >>> e1, _ = transition(PartitionType.BATCH, PartitionType.IN)
-    >>> e1.at(0.5)
-    0.5
-    >>> transition(PartitionType.IN, PartitionType.OUT)[0].at(0.5)
-    0.0
+(Side 2's rows are the last ``1 - a``; mirroring both axes makes them a prefix too, so one
+formula serves both sides.) Every region is an origin-anchored rectangle ``rect(X, Y)``; a
+union of needs is an L-shape ``rect(x, 1) | rect(1, y)``; an intersection of holdings is a
+rectangle. A side *receives* the area it needs and does not hold:
+
+- forward (F), a producer's output to all consumers reading the same tensor: the union of
+  their needs minus what the side holds (what is sent once is paid once);
+- backward (E), the consumers' gradients to the producer: what the producer needs minus what
+  *every* consumer's gradient already has on this side (the other side pre-sums the rest);
+- intra-layer reduction of a type's partial sum: the other side's full partial, if both sides
+  have work (``0 < a < 1``).
+
+Example (HyPar's published table at a = 1/2: BATCH -> IN moves 0.25|F| + 0.25|E| per side):
+    >>> f = forward_received(need_extent(Layout.COLS, 0.5), hold_extent(Layout.ROWS, 0.5))
+    >>> e = backward_received(hold_extent(Layout.ROWS, 0.5), hold_extent(Layout.COLS, 0.5))
+    >>> float(f), float(e)
+    (0.25, 0.25)
+    >>> float(forward_received(need_extent(Layout.ROWS, 0.75), hold_extent(Layout.ROWS, 0.5)))
+    0.25
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from functools import cache
+
+import numpy as np
 
 
 class PartitionType(Enum):
@@ -44,72 +57,22 @@ class Layout(Enum):
     ROWS = "rows"
     COLS = "cols"
     WHOLE = "whole"
-    PARTIAL = "partial"
 
 
 #: Choices of a join node (it keeps its inputs' and output's layout equal).
 JOIN_LAYOUTS = (Layout.ROWS, Layout.COLS, Layout.WHOLE)
-#: Deterministic tie-break order (SPEC section 3): BATCH, then IN, then OUT.
+#: Deterministic tie-break order (docs/costmodel.md section 3): BATCH, then IN, then OUT.
 TYPE_ORDER = (PartitionType.BATCH, PartitionType.IN, PartitionType.OUT)
 
 Choice = PartitionType | Layout
 
 
 @dataclass(frozen=True)
-class ShareExpr:
-    """Amount ``c0 + c1*a + q*a*(1-a)`` as a function of the side-1 share ``a``."""
-
-    c0: float = 0.0
-    c1: float = 0.0
-    q: float = 0.0
-
-    def at(self, a: float) -> float:
-        return self.c0 + self.c1 * a + self.q * a * (1.0 - a)
-
-    def __add__(self, other: "ShareExpr") -> "ShareExpr":
-        return ShareExpr(self.c0 + other.c0, self.c1 + other.c1, self.q + other.q)
-
-    def __mul__(self, k: float) -> "ShareExpr":
-        return ShareExpr(self.c0 * k, self.c1 * k, self.q * k)
-
-    __rmul__ = __mul__
-
-    @property
-    def is_zero(self) -> bool:
-        return self.c0 == 0.0 and self.c1 == 0.0 and self.q == 0.0
-
-
-ZERO = ShareExpr()
-_SPLIT = (Layout.ROWS, Layout.COLS)
-
-
-def conversion(src: Layout, dst: Layout) -> tuple[ShareExpr, ShareExpr]:
-    """Fraction of a tensor that (side 1, side 2) receive to go from layout ``src`` to ``dst``.
-
-    Side 1 holds share ``a``, side 2 share ``1 - a``; both sides use the same share.
-    rows <-> cols: each side misses the other's part of its own slice, ``a(1-a)``;
-    split -> whole: the other side's part; partial -> whole: the other side's full partial;
-    partial -> split: the other side's partial of one's own slice; whole -> anything: nothing.
-    """
-    if dst is Layout.PARTIAL:
-        raise ValueError("no layout converts into a partial sum")
-    if src is dst or src is Layout.WHOLE:
-        return ZERO, ZERO
-    if dst is Layout.WHOLE:
-        if src is Layout.PARTIAL:
-            return ShareExpr(1.0), ShareExpr(1.0)
-        return ShareExpr(1.0, -1.0), ShareExpr(0.0, 1.0)  # (1-a) and a
-    if src is Layout.PARTIAL:  # reduce-scatter into one's own slice
-        return ShareExpr(0.0, 1.0), ShareExpr(1.0, -1.0)
-    return ShareExpr(q=1.0), ShareExpr(q=1.0)  # rows <-> cols
-
-
-@dataclass(frozen=True)
 class Ports:
-    """Layouts at a node's two boundaries. F and E share a layout at each port (SPEC 3)."""
+    """Layouts at a node's two boundaries. F and E share a layout at each port."""
 
-    need_in: Layout  # layout of F[l] it needs; it gives E[l] in the same layout
-    give_out: Layout  # layout of F[l+1] it gives; it needs E[l+1] in the same layout
+    need_in: Layout  # layout of F[l] it needs; it holds E[l] in the same layout
+    give_out: Layout  # layout of F[l+1] it holds; it needs E[l+1] in the same layout
 
 
 _PORTS = {
@@ -136,7 +99,7 @@ class Tensor(Enum):
     INPUT = "E_in"  # E[l], |E[l]|
 
 
-#: The tensor each type leaves as a full-size partial sum (SPEC section 2).
+#: The tensor each type leaves as a full-size partial sum (docs/costmodel.md section 2).
 PARTIAL_TENSOR = {
     PartitionType.BATCH: Tensor.WEIGHT,
     PartitionType.IN: Tensor.OUTPUT,
@@ -144,25 +107,72 @@ PARTIAL_TENSOR = {
 }
 
 
-@cache
-def intra(choice: Choice) -> tuple[Tensor | None, tuple[ShareExpr, ShareExpr]]:
-    """The reduced tensor and the fractions of it each side receives (PARTIAL -> WHOLE)."""
-    if not isinstance(choice, PartitionType):
-        return None, (ZERO, ZERO)
-    return PARTIAL_TENSOR[choice], conversion(Layout.PARTIAL, Layout.WHOLE)
+# ----------------------------------------------------------------------------------------------
+# Regions. Every function takes numpy arrays (or floats) and broadcasts.
+# ----------------------------------------------------------------------------------------------
 
 
-@cache
-def transition(producer: Choice, consumer: Choice) -> tuple[ShareExpr, ShareExpr]:
-    """Fractions of A = |F[l]| = |E[l]| received by (side 1, side 2) on a boundary.
+#: Integer codes of the layouts, for arrays of states.
+LAYOUT_CODE = {Layout.ROWS: 0, Layout.COLS: 1, Layout.WHOLE: 2}
 
-    Forward, F goes from the producer's output layout to the consumer's input layout;
-    backward, E goes from the consumer's input layout to the producer's output layout.
-    """
-    give, need = ports(producer).give_out, ports(consumer).need_in
-    f1, f2 = conversion(give, need)
-    e1, e2 = conversion(need, give)
-    return f1 + e1, f2 + e2
+
+def _code(layout):
+    return LAYOUT_CODE[layout] if isinstance(layout, Layout) else np.asarray(layout)
+
+
+def hold_extent(layout, s, has=None):
+    """(X, Y) of ``rect(X, Y)``: the region of a tensor a side with own share ``s`` holds in
+    ``layout`` (a :class:`Layout` or an array of :data:`LAYOUT_CODE` codes). ``has``: whether
+    the side has work (default ``s > 0``; a relaxation passes it apart from ``s``)."""
+    code, s = _code(layout), np.asarray(s, dtype=float)
+    has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
+    x = np.where(code == 0, s, np.where(code == 1, 1.0, has))
+    y = np.where(code == 0, 1.0, np.where(code == 1, s, has))
+    return x, y
+
+
+def need_extent(layout, s, has=None):
+    """(x, y) of the L-shape ``rect(x, 1) | rect(1, y)`` a side with own share ``s`` needs in
+    ``layout``. Unions of needs are element-wise maxima of these pairs."""
+    code, s = _code(layout), np.asarray(s, dtype=float)
+    has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
+    x = np.where(code == 0, s, np.where(code == 1, 0.0, has))
+    y = np.where(code == 0, 0.0, np.where(code == 1, s, has))
+    return x, y
+
+
+def union_needs(needs):
+    """Union of L-shapes given as (x, y) pairs (broadcasting)."""
+    xs, ys = zip(*needs)
+    return _reduce(np.maximum, xs), _reduce(np.maximum, ys)
+
+
+def intersect_holds(holds):
+    """Intersection of origin-anchored rectangles given as (X, Y) pairs (broadcasting)."""
+    xs, ys = zip(*holds)
+    return _reduce(np.minimum, xs), _reduce(np.minimum, ys)
+
+
+def _reduce(op, arrays):
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = op(out, a)
+    return out
+
+
+def forward_received(need, hold):
+    """Area of the L-shape ``need`` = (x, y) outside the rectangle ``hold`` = (X, Y)."""
+    x, y = need
+    hx, hy = hold
+    mx, my = np.minimum(x, hx), np.minimum(y, hy)
+    return (x + y - x * y) - (mx * hy + hx * my - mx * my)
+
+
+def backward_received(need, hold):
+    """Area of the rectangle ``need`` = (X, Y) outside the rectangle ``hold`` = (X', Y')."""
+    x, y = need
+    hx, hy = hold
+    return x * y - np.minimum(x, hx) * np.minimum(y, hy)
 
 
 def choice_name(choice: Choice) -> str:
@@ -175,3 +185,19 @@ def parse_choice(text: str) -> Choice:
         if c.value == text:
             return c
     raise ValueError(f"unknown choice '{text}'")
+
+
+def transition_table(producer: Choice, consumer: Choice, a: float, a_next: float | None = None) -> tuple[float, float]:
+    """Fractions of ``|F| = |E|`` received by (side 1, side 2) on one edge, forward plus
+    backward, the producer at share ``a`` and the consumer at ``a_next`` (default ``a``).
+
+    At ``a = a_next = 1/2`` this is HyPar's and the published AccPar code's table.
+    """
+    b = a if a_next is None else a_next
+    out = []
+    for s_p, s_c in ((a, b), (1.0 - a, 1.0 - b)):
+        give, need = ports(producer).give_out, ports(consumer).need_in
+        f = forward_received(need_extent(need, s_c), hold_extent(give, s_p))
+        e = backward_received(hold_extent(give, s_p), hold_extent(need, s_c))
+        out.append(float(f + e))
+    return out[0], out[1]

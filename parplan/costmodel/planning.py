@@ -2,8 +2,9 @@
 
 Weighted layers (conv, linear) are nodes with a :class:`PartitionType`; joins (add, concat)
 are nodes with a :class:`Layout`. Every other layer (activation, pooling, norm, flatten)
-passes its input's layout through and is folded into the edge it sits on (SPEC sections 1
-and 6). An edge ``u -> v`` carries the tensor that ``v`` reads from ``u``: its size is
+passes its input's layout through and is folded into the edge it sits on; its cost travels
+with the node whose output it reads, as an element-wise op (docs/costmodel.md sections 1
+and 5). An edge ``u -> v`` carries the tensor that ``v`` reads from ``u``: its size is
 ``fraction * in_elements`` of ``v`` (fraction < 1 only for one input of a concat).
 
 Example:
@@ -22,10 +23,10 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
-from parplan.costmodel.dims import LayerDims, layer_dims
+from parplan.costmodel.dims import ElementOp, LayerDims, element_op, layer_dims
 from parplan.costmodel.graph import INPUT, Graph, Linear
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Choice
 
@@ -34,8 +35,11 @@ from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Choice
 class PlanNode:
     """A node of the planning graph.
 
-    ``dims`` are per-sample (batch 1). ``preds`` index earlier nodes; ``fractions[i]`` is the
-    share of this node's input tensor that comes from ``preds[i]``. ``absorbed`` lists the
+    ``dims`` are per-sample (batch 1) and carry the element-wise ops that follow the node (and,
+    for a node reading the graph input through such ops, those). ``preds`` index earlier
+    nodes; ``fractions[i]`` is the share of this node's input tensor that comes from
+    ``preds[i]``; ``sources[i]`` names the graph layer whose output that is (consumers of one
+    node that read the same layer's output read the same tensor). ``absorbed`` lists the
     pass-through layers folded into this node's input edges.
     """
 
@@ -46,6 +50,7 @@ class PlanNode:
     preds: tuple[int, ...]
     fractions: tuple[float, ...]
     absorbed: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
 
     @property
     def choices(self) -> tuple[Choice, ...]:
@@ -67,6 +72,15 @@ class PlanningGraph:
                 out[u].append(v)
         return tuple(tuple(s) for s in out)
 
+    @cached_property
+    def out_edges(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """Per node ``u``: its out-edges as (consumer ``v``, position of ``u`` in ``v.preds``)."""
+        out: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
+        for v, node in enumerate(self.nodes):
+            for p, u in enumerate(node.preds):
+                out[u].append((v, p))
+        return tuple(tuple(e) for e in out)
+
     @property
     def is_chain(self) -> bool:
         """Every node has at most one predecessor and one successor."""
@@ -87,46 +101,76 @@ def planning_graph(graph: Graph) -> PlanningGraph:
     return cache["planning"]
 
 
+def _per_element(graph: Graph, names: list[str], size: float) -> tuple[ElementOp, ...]:
+    """The element-wise ops ``names`` per element of a tensor of ``size`` elements per sample."""
+    out = []
+    for name in names:
+        op = element_op(graph, name)
+        if op.flops or op.traffic or op.stored:
+            out.append(ElementOp(op.name, op.flops / size, op.traffic / size, op.stored / size))
+    return tuple(out)
+
+
 def _build(graph: Graph) -> PlanningGraph:
     info = graph.analyze()
     index: dict[str, int] = {}
     # For every layer: which planning nodes its output comes from, as (node, fraction of channels).
     source: dict[str, tuple[tuple[int, float], ...]] = {INPUT: ()}
     absorbed_into: dict[str, list[str]] = {}
+    # pass-through layers hanging after each node, and those hanging after the graph input
+    after: dict[int | None, list[str]] = {None: []}
+    origin: dict[str, int | None] = {INPUT: None}
     nodes: list[PlanNode] = []
     for name in info.order:
         layer = graph.layer(name)
         if layer.weighted or layer.join:
             preds: list[int] = []
             fractions: list[float] = []
+            sources: list[str] = []
             total = info.out_shape[name].channels if layer.join else None
             for src, shape in zip(layer.inputs, info.in_shapes[name]):
                 share = shape.channels / total if total else 1.0
                 for u, f in source[src]:
                     preds.append(u)
                     fractions.append(f * share)
+                    sources.append(src)
             merged: dict[int, float] = {}
-            for u, f in zip(preds, fractions):
+            first_source: dict[int, str] = {}
+            for u, f, src in zip(preds, fractions, sources):
                 merged[u] = merged.get(u, 0.0) + f
+                first_source.setdefault(u, src)
             absorbed = []
             for src in layer.inputs:
                 absorbed.extend(absorbed_into.get(src, []))
             index[name] = len(nodes)
+            dims = layer_dims(graph, name, 1)
+            pre = [a for a in dict.fromkeys(absorbed) if origin[a] is None]
+            if pre:
+                dims = replace(dims, in_ops=_per_element(graph, pre, dims.in_elements))
             nodes.append(
                 PlanNode(
                     name=name,
                     is_join=layer.join,
                     is_fc=isinstance(layer, Linear),
-                    dims=layer_dims(graph, name, 1),
+                    dims=dims,
                     preds=tuple(merged),
                     fractions=tuple(merged.values()),
                     absorbed=tuple(dict.fromkeys(absorbed)),
+                    sources=tuple(first_source[u] for u in merged),
                 )
             )
             source[name] = ((index[name], 1.0),)
             absorbed_into[name] = []
+            origin[name] = index[name]
+            after[index[name]] = [name] if layer.join else []
         else:
             (src,) = layer.inputs
             source[name] = source[src]
             absorbed_into[name] = [*absorbed_into.get(src, []), name]
-    return PlanningGraph(graph.name, tuple(nodes))
+            origin[name] = origin[src]
+            after[origin[name]].append(name)
+    final = []
+    for v, node in enumerate(nodes):
+        ops = _per_element(graph, after[v], node.dims.out_elements)
+        final.append(replace(node, dims=replace(node.dims, out_ops=ops)) if ops else node)
+    return PlanningGraph(graph.name, tuple(final))

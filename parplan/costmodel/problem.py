@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from parplan.costmodel.cost import SideSpec
+import math
+
+import numpy as np
+
+from parplan.costmodel.cost import DEFAULT_OPTIMIZER_BYTES, SideSpec
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.graph import Graph
 from parplan.costmodel.hardware import ArrayNode
@@ -30,18 +34,29 @@ from parplan.errors import ConfigError
 
 @dataclass(frozen=True)
 class Problem:
-    """A graph on an array at a batch size; ``bytes_per_element`` defaults to 2 (bf16)."""
+    """A graph on an array at a batch size; ``bytes_per_element`` defaults to 2 (bf16);
+    ``optimizer_bytes_per_param`` is the optimizer state per parameter (default 12: Adam's two
+    moments and an fp32 master copy; docs/costmodel.md section 6)."""
 
     graph: Graph
     array: ArrayNode
     batch: int
     bytes_per_element: float = 2.0
+    optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
 
     def __post_init__(self):
+        if isinstance(self.batch, np.integer):
+            object.__setattr__(self, "batch", int(self.batch))
         if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch <= 0:
             raise ConfigError(f"batch must be a positive integer (got {self.batch!r})")
+        for what in ("bytes_per_element", "optimizer_bytes_per_param"):
+            value = getattr(self, what)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
+                raise ConfigError(f"{what} must be a finite number (got {value!r})")
         if not self.bytes_per_element > 0:
             raise ConfigError(f"bytes_per_element must be > 0 (got {self.bytes_per_element!r})")
+        if self.optimizer_bytes_per_param < 0:
+            raise ConfigError(f"optimizer_bytes_per_param must be >= 0 (got {self.optimizer_bytes_per_param!r})")
         self.graph.analyze()
 
     @property
@@ -55,12 +70,13 @@ class Problem:
     def side_spec(self, group: ArrayNode) -> SideSpec:
         """The cost-model view of splitting ``group``: its halves as two devices."""
         return SideSpec(
-            flops_per_s=(group.left.flops_per_s, group.right.flops_per_s),
-            bytes_per_s=group.link.bytes_per_s,
+            devices=(group.left.as_device, group.right.as_device),
+            bytes_per_s=group.link.side_bytes_per_s,
             latency_s=group.link.latency_s,
             bytes_per_element=self.bytes_per_element,
             collective=self.array.collective,
             hosts=group.count,
+            optimizer_bytes_per_param=self.optimizer_bytes_per_param,
         )
 
 
@@ -75,8 +91,8 @@ class Split:
         if len(self.choices) != len(self.shares):
             raise ConfigError("a split needs one share per choice")
         for a in self.shares:
-            if not 0.0 <= a <= 1.0:
-                raise ConfigError(f"shares must lie in [0, 1] (got {a})")
+            if not (isinstance(a, (int, float, np.number)) and 0.0 <= a <= 1.0):
+                raise ConfigError(f"shares must be numbers in [0, 1] (got {a!r})")
 
 
 @dataclass(frozen=True)

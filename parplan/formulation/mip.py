@@ -1,63 +1,33 @@
-"""The exact MIP of one split, as a solver-neutral model (SPEC sections 4 and 6).
+"""The exact MIP of one split, as a solver-neutral model (docs/costmodel.md section 8).
 
 :class:`MipModel` is plain data: variables (bounds, integrality, names), linear constraints
-(each with a name and a *family*: ``one_hot``, ``edge_link``, ``share_link``, ``segment``,
-``epigraph``, ``memory``) and a linear objective. Any backend of
-:mod:`parplan.solvers.backends` solves it; :meth:`MipModel.write_lp` / :meth:`MipModel.write_mps`
-write it without solving. :func:`build_mip` builds the model of a
-:class:`~parplan.solvers.dp.SplitProblem` and a decoder that turns a solution back into a
-:class:`~parplan.costmodel.problem.Split`. Every cost coefficient comes from
-:mod:`parplan.costmodel.cost`; nothing is re-derived here.
+(each with a name and a *family*: ``one_hot``, ``edge_link``, ``memory``) and a linear
+objective. Any backend of :mod:`parplan.solvers.backends` solves it; :meth:`MipModel.write_lp`
+/ :meth:`MipModel.write_mps` write it without solving. :func:`build_mip` builds the model of a
+:class:`~parplan.costmodel.split.SplitProblem` and a decoder that turns a solution back into a
+:class:`~parplan.costmodel.problem.Split`. Every cost coefficient is a cell of a node's cost
+table (:func:`~parplan.costmodel.split.node_factor`); nothing is re-derived here.
 
-Formulation of one split (node ``v``, choice ``c``, predecessors ``u``):
+Formulation (node ``v``, state ``s`` = choice and grid share):
 
-- ``x[v,c]`` binary, one-hot per node (family ``one_hot``).
-- Configuration ``k = (choices of v's predecessors, choice of v)``: ``z[v,k]`` in [0, 1] linked
-  to the node variables by marginals (``edge_link``): the ``z`` with own choice ``c`` sum to
-  ``x[v,c]``, and for every predecessor ``u`` and its choice ``c_u`` the ``z`` whose entry for
-  ``u`` is ``c_u`` sum to ``x[u,c_u]``. With binary ``x`` this forces ``z`` to the product of the
-  ``x`` (for one predecessor it is the edge variable of the (producer type, consumer type)
-  pair; for joins it couples all inputs); no product of variables is left. A node without
-  predecessors uses ``x`` as its ``z``.
-- Shares: for every configuration, the candidate shares ``S_k`` of
-  :func:`~parplan.costmodel.cost.share_candidates` (the per-configuration optimum lies there),
-  refined by a uniform grid of ``share_grid`` intervals where that tightens the model (below).
-  Variables ``u[v,k,s] >= 0`` with ``sum_s u = z[v,k]`` (``share_link``): the disaggregated
-  convex hull of "binary times share", i.e. the exact McCormick envelope of ``z * a`` with the
-  share's true bounds [0, 1] and no big-M. The share is ``a_v = sum_{k,s} s * u``.
-- Time (SPEC 4): node ``v`` costs ``sum_{k,s} u[v,k,s] * max(T_1, T_2)(k, s)`` where
-  ``T_i(k, s)`` comes from :func:`~parplan.costmodel.cost.side_times` (compute + latency +
-  bytes * comm_i(s) / BW). Taking the max per candidate (``max_form="folded"``, the default)
-  is tighter than an epigraph over mixtures. ``max_form="epigraph"`` builds the textbook form
-  instead: ``tau_v >= T_1v(u)``, ``tau_v >= T_2v(u)`` (family ``epigraph``) with segment binaries
-  (below) wherever the time has a quadratic term. Both are exact without a memory limit.
-- Why it is exact: ``max(T_1, T_2) = k*q*a(1-a) + max(lin_1, lin_2)`` with ``q >= 0`` equal on
-  both sides (:mod:`parplan.costmodel.layout`), so on each side of the balance point it is
-  concave (linear when ``q = 0``). With the objective linear in ``u``, the solver puts each
-  active configuration's mass on one candidate, the true optimum. An *epigraph over mixtures
-  of candidates* is not exact when ``q > 0``: mixing ``a = 0`` and ``a = 1`` reaches the
-  balance value of the linear parts without paying ``q*a(1-a)``; hence the segment binaries
-  in that form.
-- Memory (family ``memory``, optional): per side ``sum_v node_memory_i(c_v, a_v) * bytes <=
-  capacity`` (node memory is linear in ``a``). A side's capacity is the sum of its devices'
-  memory: exact when the side is one device, a necessary condition above (the devices of a
-  group together hold at least what the group holds as one device). With a memory limit the
-  share may have to stop between candidates; there the time is concave, so the model uses
-  segment binaries ``w`` (family ``segment``, one per interval between consecutive points of
-  ``S_k`` plus the grid; DCC formulation, locally ideal) and the chord under-estimates the
-  time: the model is then a relaxation whose bound is valid and whose gap shrinks with
-  ``share_grid``. The decoded plan is always re-priced by the evaluator.
-- Floors (splits below the root, :class:`~parplan.solvers.dp.SplitProblem` ``floor_s``): a
-  node's cost is ``max(T_1, T_2, floor)`` per point; where shares may stop between points the
-  shares at which the time crosses the floor become points too. Collective arrays: the terms
-  come from :func:`~parplan.costmodel.cost.node_terms` (all-reduce time included).
-- Communication objective (HyPar's): fixed share, cost ``sum_k z[v,k] * (e_1 + e_2)(a)``
-  elements.
-- ``discrete=True`` builds the integer model for CP-SAT: shares restricted to ``S_k`` plus the
-  grid, one binary per (configuration, share), objective coefficients rounded to integers at
-  a scale where the total is about 1e9 units (error <= 0.5 unit per node, stated in
-  :attr:`MipModel.objective_error`), memory coefficients rounded up and capacities down
-  (conservative). Without a memory limit it is exact up to that rounding.
+- ``y[v,s]`` binary, one-hot per node (family ``one_hot``).
+- Node ``u``'s cost depends on the states of its *scope* (``u`` and its consumers). For every
+  cell ``k`` of the scope's joint states a variable ``z[u,k]`` in [0, 1], linked to the node
+  variables by marginals (family ``edge_link``): for every member ``w`` and state ``s``, the
+  ``z`` whose entry for ``w`` is ``s`` sum to ``y[w,s]``. With binary ``y`` exactly one cell
+  (the product of the members' states) carries 1, so the objective ``sum_k cost[u,k] z[u,k]``
+  is node ``u``'s true cost: no product of variables, no big-M. A node whose scope is itself
+  (no consumers) uses ``y`` directly.
+- Memory (family ``memory``, optional): per side ``sum_{v,s} memory_i[v,s] y[v,s] / capacity_i
+  <= 1`` (rows scaled to the side's capacity, so coefficients are O(1) whatever the model).
+  A side's capacity is the sum of its devices' memory: exact when the side is one device, a
+  necessary condition above.
+
+The model is exact for the share grid (its optimum is the DP's). ``discrete=True`` builds
+the integer model for CP-SAT: the same model with ``z`` integer and objective coefficients
+rounded to integers at a scale where the total is about 1e9 units (error <= 0.5 unit per
+node, stated in :attr:`MipModel.objective_error`); memory coefficients rounded up and
+capacities down at 1e-6 of the capacity (conservative: a plan it accepts fits).
 
 Times are in model units (``objective_scale`` units per second, chosen so the ideal compute
 time of the split is about 1000 units) to keep solver tolerances meaningful.
@@ -66,18 +36,17 @@ Example:
     >>> from parplan.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
-    >>> from parplan.solvers.dp import PlanOptions, SplitProblem
+    >>> from parplan.costmodel.split import PlanOptions, SplitProblem
     >>> sp = SplitProblem.root(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64))
-    >>> model, decode = build_mip(sp, PlanOptions())
+    >>> model, decode = build_mip(sp, PlanOptions(share_grid=2))
     >>> sorted(model.families())
-    ['edge_link', 'one_hot', 'share_link']
-    >>> model.n_integer == 3 * len(sp.planning.nodes)
+    ['edge_link', 'one_hot']
+    >>> model.n_integer == sum(3 * 4 for _ in sp.planning.nodes)  # 3 types x {0, 1/2, 1, proportional}
     True
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -85,26 +54,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
-from parplan.costmodel.cost import (
-    FLOOR_TIE_WEIGHT,
-    Objective,
-    ShareMode,
-    floored_time,
-    node_comm,
-    node_memory,
-    node_terms,
-    share_candidates,
-    side_times,
-)
-from parplan.costmodel.layout import Choice, ShareExpr
+import numpy as np
+
+from parplan.costmodel.cost import Objective, scale_for_sides
 from parplan.costmodel.problem import Split
+from parplan.costmodel.split import PlanOptions, node_factor, split_tables
 from parplan.errors import ConfigError
 
 GIB = float(2**30)
 SENSES = ("<=", ">=", "==")
-FAMILIES = ("one_hot", "edge_link", "share_link", "segment", "epigraph", "memory")
-#: Shares closer than this to a model point are snapped onto it when decoding.
-SNAP_TOL = 1e-7
+FAMILIES = ("one_hot", "edge_link", "memory")
 #: Units of the time objective for the ideal compute time of a split (continuous model).
 TIME_UNITS = 1e3
 #: Units of the objective for the integer (CP-SAT) model.
@@ -333,133 +292,32 @@ class MemoryLimit:
 
     def __post_init__(self):
         for c in self.capacity_bytes:
-            if not c > 0:
-                raise ConfigError(f"memory capacity must be > 0 bytes (got {c})")
-
-
-@dataclass(frozen=True)
-class ConfigVars:
-    """Variables of one configuration of a node: its indicator and, per share point, the
-    variables whose sum is the mass at that point."""
-
-    pred_choices: tuple[Choice, ...]
-    choice: Choice
-    indicator: int
-    points: tuple[float, ...]
-    mass: tuple[tuple[int, ...], ...]
-
-
-@dataclass(frozen=True)
-class NodeVars:
-    x: Mapping[Choice, int]
-    configs: tuple[ConfigVars, ...]
+            if not (math.isfinite(c) and c > 0):
+                raise ConfigError(f"memory capacity must be a finite number > 0 bytes (got {c})")
 
 
 @dataclass(frozen=True)
 class SplitDecoder:
     """Turns a solution (an object with ``.values`` or a sequence, model order) into a Split."""
 
-    nodes: tuple[NodeVars, ...]
+    y: tuple[tuple[int, ...], ...]  # per node, the variable of each state
+    tables: tuple  # per node, its StateTable
 
     def __call__(self, raw) -> Split:
         values = getattr(raw, "values", raw)
         if values is None:
             raise ConfigError("cannot decode a result without a solution")
         choices, shares = [], []
-        for nv in self.nodes:
-            choice = max(nv.x, key=lambda c: values[nv.x[c]])
-            configs = [k for k in nv.configs if k.choice == choice]
-            k = max(configs, key=lambda k: values[k.indicator])
-            masses = [sum(values[i] for i in m) for m in k.mass]
-            total = sum(masses)
-            a = sum(s * m for s, m in zip(k.points, masses)) / total if total > 0 else k.points[0]
-            near = min(k.points, key=lambda s: abs(s - a))
-            a = near if abs(near - a) <= SNAP_TOL else a
-            choices.append(choice)
-            shares.append(min(1.0, max(0.0, a)))
+        for ys, table in zip(self.y, self.tables):
+            s = max(range(len(ys)), key=lambda j: values[ys[j]])
+            choices.append(table.choices[s])
+            shares.append(float(table.shares[s]))
         return Split(tuple(choices), tuple(shares))
 
 
-def share_grid_points(share_grid: int) -> tuple[float, ...]:
-    """{0, 1/G, ..., 1} for ``share_grid`` G >= 1; () for 0."""
-    if share_grid < 0:
-        raise ConfigError(f"share_grid must be >= 0 (got {share_grid})")
-    return tuple(j / share_grid for j in range(share_grid + 1)) if share_grid else ()
-
-
-def _merge_points(*groups: Iterable[float]) -> tuple[float, ...]:
-    out: list[float] = []
-    for s in sorted(p for g in groups for p in g):
-        if not out or s - out[-1] > 1e-12:
-            out.append(s)
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class _Config:
-    pred_choices: tuple[Choice, ...]
-    choice: Choice
-    e1: ShareExpr
-    e2: ShareExpr
-    exchanges: bool
-    extra_s: float  # share-independent time on both sides (an all-reduce on collective arrays)
-
-
-def node_configs(sp, v: int, options) -> list[_Config]:
-    """Every (predecessor choices, own choice) of node ``v`` allowed by ``options``, with its
-    communication terms from :func:`~parplan.costmodel.cost.node_terms` (or
-    :func:`~parplan.costmodel.cost.node_comm` for the communication objective, as node_cost)."""
-    node = sp.planning.nodes[v]
-    covered = bool(sp.covered[v]) if getattr(sp, "covered", None) is not None else False
-    pred_sets = [options.choices(sp.planning.nodes[u]) for u in node.preds]
-    out = []
-    for pc in itertools.product(*pred_sets):
-        for c in options.choices(node):
-            if options.objective is Objective.COMMUNICATION:
-                e1, e2 = node_comm(sp.dims[v], c, tuple(pc), node.fractions)
-                out.append(_Config(tuple(pc), c, e1, e2, True, 0.0))
-            else:
-                e1, e2, ex, extra = node_terms(sp.dims[v], c, tuple(pc), node.fractions, sp.side, covered)
-                out.append(_Config(tuple(pc), c, e1, e2, ex, extra))
-    return out
-
-
-def _node_time(sp, v: int, cfg: _Config, a: float) -> tuple[float, float]:
-    """(T_1, T_2) of node ``v`` in configuration ``cfg`` at share ``a``, seconds."""
-    return side_times(sp.dims[v].flops, cfg.e1, cfg.e2, cfg.exchanges, sp.side, a, cfg.extra_s)
-
-
-def floor_crossings(f, lo: float, hi: float, floor: float, concave: bool) -> tuple[float, ...]:
-    """Shares in (lo, hi) where ``f`` (linear, or concave if ``concave``) equals ``floor``."""
-    def root(a: float, b: float) -> float | None:
-        fa, fb = f(a) - floor, f(b) - floor
-        if fa == 0.0 or fb == 0.0 or (fa > 0) == (fb > 0):
-            return None
-        for _ in range(80):
-            m = 0.5 * (a + b)
-            if (f(m) - floor > 0) == (fa > 0):
-                a = m
-            else:
-                b = m
-        return 0.5 * (a + b)
-
-    if not concave:
-        r = root(lo, hi)
-        return () if r is None else (r,)
-    a, b = lo, hi  # the maximiser of a concave function by golden-section search
-    for _ in range(100):
-        m1, m2 = a + (b - a) * 0.382, a + (b - a) * 0.618
-        if f(m1) < f(m2):
-            a = m1
-        else:
-            b = m2
-    m = 0.5 * (a + b)
-    return tuple(r for r in (root(lo, m), root(m, hi)) if r is not None and lo < r < hi)
-
-
 def _time_scale(sp) -> float:
-    c1, c2 = sp.side.flops_per_s
-    ref = sum(d.flops for d in sp.dims) / (c1 + c2)
+    c = sum(sp.side.flops_per_s)
+    ref = sum(d.total_flops for d in sp.dims) / c
     if not ref > 0:
         ref = 1e-6 * max(1, len(sp.dims))
     return 1.0 / ref
@@ -470,214 +328,87 @@ def _elements_scale(sp) -> float:
     return 1.0 / ref if ref > 0 else 1.0
 
 
-@dataclass(frozen=True)
-class _Node:
-    """Per-node data the builder needs: its configurations with points and per-point values."""
-
-    configs: tuple[_Config, ...]
-    points: tuple[tuple[float, ...], ...]
-    values: tuple[tuple[float, ...], ...]  # objective per point, objective units
-    sides: tuple[tuple[tuple[float, float], ...], ...]  # (T_1, T_2) per point (time) or ()
-    segmented: tuple[bool, ...]
-    floor: float = 0.0  # objective units
+#: Memory rows of the integer model count in units of this fraction of the side's capacity.
+MEMORY_RESOLUTION = 1e-6
 
 
-def build_mip(
-    sp,
-    options=None,
-    memory: MemoryLimit | None = None,
-    share_grid: int = 0,
-    discrete: bool = False,
-    max_form: str = "folded",
-) -> tuple[MipModel, SplitDecoder]:
-    """The MIP of split ``sp`` (a :class:`~parplan.solvers.dp.SplitProblem`) and its decoder.
+def build_mip(sp, options: PlanOptions | None = None, memory: MemoryLimit | None = None,
+              discrete: bool = False) -> tuple[MipModel, SplitDecoder]:
+    """The MIP of split ``sp`` and its decoder.
 
-    ``options``: a :class:`~parplan.solvers.dp.PlanOptions` (objective, share mode, allowed
-    choices); ``memory``: per-side capacity; ``share_grid``: extra uniform share points
-    (intervals) used where shares may stop between candidates (memory limits, integer model);
-    ``discrete``: the integer model for CP-SAT; ``max_form``: "folded" or "epigraph".
+    ``options``: objective, share mode, allowed choices, share grid; ``memory``: per-side
+    capacity; ``discrete``: the integer model for CP-SAT.
     """
-    from parplan.solvers.dp import PlanOptions  # solvers.dp holds the option type; no cycle at import
-
     options = PlanOptions() if options is None else options
-    if max_form not in ("folded", "epigraph"):
-        raise ConfigError(f"max_form must be 'folded' or 'epigraph' (got {max_form!r})")
-    grid = share_grid_points(share_grid)
     time_obj = options.objective is Objective.TIME
-    free = time_obj and options.shares is ShareMode.FREE
-    fixed = None if free else sp.side.fixed_share(options.shares)
-    scale = _time_scale(sp) * TIME_UNITS if time_obj else _elements_scale(sp) * TIME_UNITS
+    scale = (_time_scale(sp) if time_obj else _elements_scale(sp)) * TIME_UNITS
     if discrete:
         scale *= INTEGER_UNITS / TIME_UNITS
-    epigraph = max_form == "epigraph" and free and not discrete
-    nodes = _prepare(sp, options, free, fixed, scale, grid, discrete, memory is not None or epigraph)
-
-    b = ModelBuilder(f"split_{sp.planning.name}_{sp.path or 'root'}")
     pg = sp.planning
-    xs: list[dict[Choice, int]] = []
+    tables = split_tables(sp, options)
+    b = ModelBuilder(f"split_{pg.name}_{sp.path or 'root'}")
+    ys: list[tuple[int, ...]] = []
     for v, node in enumerate(pg.nodes):
-        choices = options.choices(node)
-        xv = {c: b.var(f"x_{v}_{c.value}", 0, 1, True) for c in choices}
-        xs.append(xv)
-        b.constraint("one_hot", f"one_hot_{v}", ((i, 1.0) for i in xv.values()), "==", 1.0)
-
-    node_vars: list[NodeVars] = []
-    mem_terms: tuple[list, list] = ([], [])
-    n_rounded = 0
-    for v, node in enumerate(pg.nodes):
-        data = nodes[v]
-        tau = b.var(f"tau_{v}", data.floor, max(data.floor, max(max(max(t) for t in s) for s in data.sides))) \
-            if epigraph else None
-        side_terms: tuple[list, list] = ([], [])
-        cvars = []
-        for j, (cfg, pts, vals) in enumerate(zip(data.configs, data.points, data.values)):
-            tag = f"{v}_{'_'.join(c.value for c in cfg.pred_choices)}__{cfg.choice.value}"
-            ind = xs[v][cfg.choice] if not node.preds else b.var(f"z_{tag}", 0, 1, discrete)
-            mass = _share_vars(b, tag, ind, pts, data.segmented[j], discrete)
-            cvars.append(ConfigVars(cfg.pred_choices, cfg.choice, ind, pts, mass))
-            for s, val, m, sides in zip(pts, vals, mass, data.sides[j] or [None] * len(pts)):
-                for i in m:
-                    if epigraph:
-                        side_terms[0].append((i, sides[0]))
-                        side_terms[1].append((i, sides[1]))
-                        if data.floor > 0:  # the tie-breaking term of floored_time
-                            b.objective(i, FLOOR_TIE_WEIGHT * max(sides))
-                    else:
-                        b.objective(i, round(val) if discrete else val)
-            if memory is not None:
-                _memory_terms(sp, v, cfg.choice, pts, mass, memory, discrete, mem_terms)
-        n_rounded += 1
-        if epigraph:
-            b.objective(tau, 1.0)
-            for i in (0, 1):
-                b.constraint("epigraph", f"epigraph_{v}_side{i + 1}",
-                             [(tau, 1.0)] + [(k, -t) for k, t in side_terms[i]], ">=", 0.0)
-        if node.preds:
-            _edge_links(b, v, pg, cvars, xs)
-        node_vars.append(NodeVars(MappingProxyType(dict(xs[v])), tuple(cvars)))
-
+        t = tables[v]
+        yv = tuple(b.var(f"y_{v}_{t.choices[s].value}_{s}", 0, 1, True) for s in range(t.size))
+        ys.append(yv)
+        b.constraint("one_hot", f"one_hot_{v}", ((i, 1.0) for i in yv), "==", 1.0)
+    for u in range(len(pg.nodes)):
+        scope, table = node_factor(sp, tables, u, options)
+        costs = np.asarray(table, dtype=float) * scale
+        if discrete:
+            costs = np.round(costs)
+        if len(scope) == 1:
+            for s, c in enumerate(costs):
+                b.objective(ys[u][s], float(c))
+            continue
+        shape = costs.shape
+        flat = costs.ravel()
+        zs = [b.var(f"z_{u}_{k}", 0, 1, discrete) for k in range(flat.size)]
+        for k, c in enumerate(flat):
+            b.objective(zs[k], float(c))
+        cells = np.arange(flat.size).reshape(shape)
+        for axis, w in enumerate(scope):
+            for s in range(shape[axis]):
+                members = np.take(cells, s, axis=axis).ravel()
+                b.constraint("edge_link", f"edge_link_{u}_{w}_{s}",
+                             [(zs[k], 1.0) for k in members] + [(ys[w][s], -1.0)], "==", 0.0)
     notes = []
     if memory is not None:
-        unit = GIB if not discrete else _memory_unit(memory)
         for i, cap in enumerate(memory.capacity_bytes):
-            rhs = cap / unit if not discrete else math.floor(cap / unit)
-            b.constraint("memory", f"memory_side{i + 1}", mem_terms[i], "<=", rhs)
-        notes.append(
-            "memory limit: shares may stop between candidates, where the time is concave; the model "
-            "uses chords there (a relaxation: valid bound, gap shrinks with share_grid)"
-            + ("" if memory.per_device else "; side capacity = sum of its devices' memory "
-               "(a necessary condition above the last level)")
-        )
+            terms = []
+            for v, t in enumerate(tables):
+                for s in range(t.size):
+                    coef = t.memory[i][s] / cap
+                    if discrete:
+                        coef = math.ceil(coef / MEMORY_RESOLUTION - 1e-9)
+                    if coef:
+                        terms.append((ys[v][s], float(coef)))
+            rhs = 1.0 if not discrete else math.floor(1.0 / MEMORY_RESOLUTION)
+            b.constraint("memory", f"memory_side{i + 1}", terms, "<=", rhs)
+        if not memory.per_device:
+            notes.append("side capacity = sum of its devices' memory (a necessary condition above the last level)")
     if discrete:
-        notes.append(
-            f"integer model: shares restricted to candidates plus a grid of {share_grid} intervals; "
-            f"times rounded to 1/{scale:.3g} of the objective unit (error <= 0.5 unit per node)"
-            + ("; memory coefficients rounded up, capacities down" if memory is not None else "")
-        )
+        notes.append(f"integer model: costs rounded to 1/{scale:.3g} of the objective unit (error <= 0.5 unit "
+                     "per node)" + ("; memory coefficients rounded up, capacities down" if memory is not None else ""))
     model = b.build(
         objective_unit="s" if time_obj else "elements",
         objective_scale=scale,
-        objective_error=0.5 * n_rounded if discrete else 0.0,
-        exact=memory is None,
+        objective_error=0.5 * len(pg.nodes) if discrete else 0.0,
+        exact=True,
         notes=tuple(notes),
     )
-    return model, SplitDecoder(tuple(node_vars))
+    return model, SplitDecoder(tuple(ys), tuple(tables))
 
 
-def _prepare(sp, options, free, fixed, scale, grid, discrete, segment) -> list[_Node]:
-    """Configurations, share points and their costs for every node (costmodel calls only).
-
-    A node's time at a split below the root is at least its floor (the sibling group's time at
-    the parent split, see :class:`~parplan.solvers.dp.SplitProblem`): each point's value is
-    ``max(T_1, T_2, floor)``, and where shares may stop between points the shares at which the
-    time crosses the floor are points too (so the chords stay under the true time).
-    """
-    floors = getattr(sp, "floor_s", None)
-    out = []
-    for v in range(len(sp.planning.nodes)):
-        d = sp.dims[v]
-        floor = floors[v] if (floors is not None and options.objective is Objective.TIME) else 0.0
-        configs = node_configs(sp, v, options)
-        points, values, sides, segmented = [], [], [], []
-        for cfg in configs:
-            if cfg.e1.q < 0 or abs(cfg.e1.q - cfg.e2.q) > 1e-12 * max(1.0, abs(cfg.e1.q)):
-                raise ConfigError(f"node '{sp.planning.nodes[v].name}': the share formulation needs an "
-                                  "equal, non-negative quadratic term on both sides (layout.py guarantees it)")
-            quad = cfg.e1.q > 0
-            if options.objective is Objective.COMMUNICATION:
-                pts = (fixed,)
-                vals = ((cfg.e1.at(fixed) + cfg.e2.at(fixed)) * scale,)
-                sd = ()
-            else:
-                if free:
-                    cands = share_candidates(d.flops, cfg.e1, cfg.e2, sp.side)
-                    pts = _merge_points(cands, grid) if (discrete or (quad and segment)) else tuple(cands)
-                    if floor > 0 and segment and not discrete:
-                        def f(a, cfg=cfg):
-                            return max(_node_time(sp, v, cfg, a))
-                        extra = [r for lo, hi in zip(pts, pts[1:]) for r in floor_crossings(f, lo, hi, floor, quad)]
-                        pts = _merge_points(pts, extra)
-                else:
-                    pts = (fixed,)
-                sd = tuple(tuple(t * scale for t in _node_time(sp, v, cfg, s)) for s in pts)
-                vals = tuple(floored_time(max(t), floor * scale) for t in sd)
-            points.append(pts)
-            values.append(vals)
-            sides.append(sd)
-            segmented.append(bool(free and segment and not discrete and quad and len(pts) > 2))
-        out.append(_Node(tuple(configs), tuple(points), tuple(values), tuple(sides), tuple(segmented), floor * scale))
-    return out
-
-
-def _share_vars(b: ModelBuilder, tag: str, ind: int, pts, segmented: bool, discrete: bool) -> tuple[tuple[int, ...], ...]:
-    """Share variables of one configuration; returns, per point, the variables of its mass."""
-    if len(pts) == 1:
-        return ((ind,),)
-    if not segmented:
-        us = [b.var(f"u_{tag}_{j}", 0, 1, discrete) for j in range(len(pts))]
-        b.constraint("share_link", f"share_link_{tag}", [(u, 1.0) for u in us] + [(ind, -1.0)], "==", 0.0)
-        return tuple((u,) for u in us)
-    # DCC: one binary per interval, the mass of an interval split between its two ends
-    mass: list[list[int]] = [[] for _ in pts]
-    ws = []
-    for j in range(len(pts) - 1):
-        w = b.var(f"w_{tag}_{j}", 0, 1, True)
-        lo, hi = b.var(f"l_{tag}_{j}", 0, 1), b.var(f"r_{tag}_{j}", 0, 1)
-        b.constraint("share_link", f"share_link_{tag}_{j}", [(lo, 1.0), (hi, 1.0), (w, -1.0)], "==", 0.0)
-        mass[j].append(lo)
-        mass[j + 1].append(hi)
-        ws.append(w)
-    b.constraint("segment", f"segment_{tag}", [(w, 1.0) for w in ws] + [(ind, -1.0)], "==", 0.0)
-    return tuple(tuple(m) for m in mass)
-
-
-def _edge_links(b: ModelBuilder, v: int, pg, cvars: list[ConfigVars], xs) -> None:
-    """Marginal constraints tying configuration indicators to the node variables."""
-    for c, xi in xs[v].items():
-        b.constraint("edge_link", f"edge_link_{v}_own_{c.value}",
-                     [(k.indicator, 1.0) for k in cvars if k.choice == c] + [(xi, -1.0)], "==", 0.0)
-    for p, u in enumerate(pg.nodes[v].preds):
-        for cu, xi in xs[u].items():
-            b.constraint("edge_link", f"edge_link_{v}_pred{p}_{u}_{cu.value}",
-                         [(k.indicator, 1.0) for k in cvars if k.pred_choices[p] == cu] + [(xi, -1.0)], "==", 0.0)
-
-
-def _memory_unit(memory: MemoryLimit) -> float:
-    return max(memory.capacity_bytes) / 1e6
-
-
-def _memory_terms(sp, v, choice, pts, mass, memory: MemoryLimit, discrete: bool, out) -> None:
-    """Memory of node ``v`` on each side at each share point, times the point's mass."""
-    m = node_memory(sp.dims[v], choice)
-    bpe = sp.side.bytes_per_element
-    unit = GIB if not discrete else _memory_unit(memory)
-    for i in (0, 1):
-        for s, vars_ in zip(pts, mass):
-            coef = m[i].at(s) * bpe / unit
-            if discrete:
-                coef = math.ceil(coef - 1e-9)
-            if coef:
-                out[i].extend((k, coef) for k in vars_)
+def plan_memory_bytes(sp, split: Split) -> tuple[float, float]:
+    """Memory each side of ``sp`` keeps under ``split`` (cost model, not the solver's rows)."""
+    out = [0.0, 0.0]
+    bpe, opt = sp.side.bytes_per_element, sp.side.optimizer_bytes_per_param
+    for d, c, a in zip(sp.dims, split.choices, split.shares):
+        for i, part in enumerate(scale_for_sides(d, c, a)):
+            out[i] += part.memory_bytes(bpe, opt)
+    return out[0], out[1]
 
 
 def memory_need_model(model: MipModel) -> MipModel:
@@ -701,7 +432,6 @@ def memory_need_model(model: MipModel) -> MipModel:
 __all__ = [
     "Constraint",
     "FAMILIES",
-    "GIB",
     "MemoryLimit",
     "MipModel",
     "ModelBuilder",
@@ -710,6 +440,5 @@ __all__ = [
     "build_mip",
     "import_pulp",
     "memory_need_model",
-    "node_configs",
-    "share_grid_points",
+    "plan_memory_bytes",
 ]

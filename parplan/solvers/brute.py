@@ -1,74 +1,59 @@
-"""Brute force over every choice assignment of a small split (the exact solver's referee).
+"""Brute force over every state assignment of a small split (the DP's and the MIP's referee).
 
-Every assignment of choices to the planning nodes (types of weighted layers, layouts of
-joins) is priced with the cost model: each node's share is the best one for its
-configuration (:func:`parplan.costmodel.cost.node_cost`, i.e. ``best_share`` for free shares),
-summed over nodes. The cheapest assignment (ties to the earliest in BATCH, IN, OUT order) is
-returned; :func:`brute_force` then prices its plan with the evaluator. It is exponential
-(3^nodes) and refuses graphs with more than :data:`MAX_WEIGHTED` weighted layers or more than
-:data:`MAX_ASSIGNMENTS` assignments. No memory limit (shares are each configuration's best).
+Every assignment of a state (choice and grid share) to every planning node is priced at once:
+the nodes' cost tables (:func:`parplan.costmodel.split.node_factor`) are added over the full
+joint table of all nodes' states, and the cheapest cell (ties to the lowest, as the DP breaks
+them) is returned. It is exponential (``states ^ nodes``) and refuses splits whose joint table
+exceeds :data:`MAX_CELLS`. :func:`brute_force` plans every split top-down this way and prices
+the plan with the evaluator.
 
 Example:
     >>> from parplan.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
-    >>> value, split = brute_force_split(SplitProblem.root(p), PlanOptions())
+    >>> opts = PlanOptions(share_grid=2)
+    >>> value, split = brute_force_split(SplitProblem.root(p), opts)
     >>> from parplan.solvers.dp import frontier_dp
-    >>> abs(value - frontier_dp(SplitProblem.root(p), PlanOptions())[0]) <= 1e-12 * value
+    >>> abs(value - frontier_dp(SplitProblem.root(p), opts)[0]) <= 1e-12 * value
     True
 """
 
 from __future__ import annotations
 
-import itertools
+import numpy as np
 
 from parplan.costmodel.cost import REL_TOL
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.split import PlanOptions, SplitProblem, node_factor, split_tables
 from parplan.errors import ConfigError
-from parplan.solvers.dp import PlanOptions, SplitProblem
 from parplan.solvers.hierarchy import plan_top_down
 
-#: Most weighted layers a brute-force split accepts.
-MAX_WEIGHTED = 8
-#: Most assignments a brute-force split enumerates (joins add choices too).
-MAX_ASSIGNMENTS = 3**10
+#: Largest joint table (cells) brute force builds.
+MAX_CELLS = 2 * 10**7
 
 
 def brute_force_split(sp: SplitProblem, options: PlanOptions) -> tuple[float, Split]:
-    """(optimal objective, split) of one split by enumeration."""
-    nodes = sp.planning.nodes
-    weighted = sum(not n.is_join for n in nodes)
-    if weighted > MAX_WEIGHTED:
-        raise ConfigError(f"graph '{sp.planning.name}': brute force enumerates 3^n assignments and is limited "
-                          f"to {MAX_WEIGHTED} weighted layers (got {weighted}); use the DP or the exact solver")
-    sets = [options.choices(n) for n in nodes]
-    count = 1
-    for s in sets:
-        count *= len(s)
-    if count > MAX_ASSIGNMENTS:
-        raise ConfigError(f"graph '{sp.planning.name}': {count} assignments exceed the brute-force limit of "
-                          f"{MAX_ASSIGNMENTS}; use the DP or the exact solver")
-    memo: dict[tuple, tuple[float, float]] = {}
-
-    def cost(v: int, c, pc) -> tuple[float, float]:
-        key = (v, c, pc)
-        if key not in memo:
-            memo[key] = sp.cost(v, c, pc, options)
-        return memo[key]
-
-    best: tuple[float, tuple, tuple] | None = None
-    for assignment in itertools.product(*sets):
-        total, shares = 0.0, []
-        for v, node in enumerate(nodes):
-            share, val = cost(v, assignment[v], tuple(assignment[u] for u in node.preds))
-            total += val
-            shares.append(share)
-        if best is None or total < best[0] - REL_TOL * abs(best[0]):
-            best = (total, assignment, tuple(shares))
-    value, choices, shares = best
-    return value, Split(tuple(choices), shares)
+    """(optimal objective, split) of one split by enumeration of the joint table."""
+    n = len(sp.planning.nodes)
+    tables = split_tables(sp, options)
+    shape = tuple(t.size for t in tables)
+    cells = float(np.prod(shape, dtype=float))
+    if cells > MAX_CELLS:
+        raise ConfigError(f"graph '{sp.planning.name}': brute force would enumerate {cells:.3g} assignments "
+                          f"(limit {MAX_CELLS:.3g}); use the DP or the exact solver, or a coarser share grid")
+    total = np.zeros(shape)
+    for u in range(n):
+        scope, table = node_factor(sp, tables, u, options)
+        total = total + table.reshape([shape[w] if w in scope else 1 for w in range(n)])
+    flat = total.ravel()
+    best = flat.min()
+    cell = int(np.argmax(flat <= best + REL_TOL * abs(best)))
+    state = np.unravel_index(cell, shape)
+    choices = tuple(tables[v].choices[state[v]] for v in range(n))
+    shares = tuple(float(tables[v].shares[state[v]]) for v in range(n))
+    return float(flat[cell]), Split(choices, shares)
 
 
 def brute_force(problem: Problem, options: PlanOptions | None = None) -> tuple[Plan, Evaluation]:
@@ -78,4 +63,4 @@ def brute_force(problem: Problem, options: PlanOptions | None = None) -> tuple[P
     return plan, evaluate(problem, plan)
 
 
-__all__ = ["MAX_ASSIGNMENTS", "MAX_WEIGHTED", "brute_force", "brute_force_split"]
+__all__ = ["MAX_CELLS", "brute_force", "brute_force_split"]

@@ -1,8 +1,7 @@
 """Exact planning with certificates: every split solved by a MIP backend (SPEC sections 4-7).
 
 :func:`solve_exact` plans a problem level by level over the hierarchy, as AccPar does (each
-split is an exact MIP, :func:`parplan.formulation.mip.build_mip`), or, with ``joint=True``,
-in one model across all levels (:mod:`parplan.formulation.joint`). The plan is priced by the
+split is an exact MIP, :func:`parplan.formulation.mip.build_mip`). The plan is priced by the
 evaluator and the :class:`Certificate` compares that price with the solver's proven bound:
 
 - ``status`` "optimal" only when the solver proved optimality *and* the evaluated price is
@@ -44,21 +43,23 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
-from parplan.costmodel.cost import Objective, floored_time, node_comm, node_terms, split_time
+from parplan.costmodel.cost import Objective, ShareMode
+from parplan.costmodel.split import price_split
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError, InfeasibleError, SolverError
-from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model
+from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model, plan_memory_bytes
 from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
-from parplan.solvers.dp import PlanOptions, SplitProblem
+from parplan.costmodel.split import PlanOptions, SplitProblem
+from parplan.solvers.dp import continuous_bound
 from parplan.solvers.hierarchy import plan_top_down
 
 #: Relative gap under which a proven result is called optimal.
 GAP_TOL = 1e-6
-#: Default share grid (intervals) where shares may stop between candidates.
-DEFAULT_GRID = 8
+#: Relative slack under which a decoded plan's memory counts as within its limit.
+MEMORY_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class Certificate:
     notes: tuple[str, ...] = ()
     model_size: str = ""
     splits: Mapping[str, "Certificate"] = field(default_factory=dict)
+    #: A proven lower bound on the objective with continuous shares (free shares, time
+    #: objective, no memory limit; None otherwise). ``bound`` is for shares on the grid.
+    continuous_bound: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "splits", MappingProxyType(dict(self.splits)))
@@ -127,7 +131,8 @@ class Certificate:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in (
             "status", "termination", "has_solution", "objective", "model_objective", "bound", "gap", "unit",
-            "backend", "solver", "version", "wall_s", "scope", "path", "failed_family", "message", "model_size")}
+            "backend", "solver", "version", "wall_s", "scope", "path", "failed_family", "message", "model_size",
+            "continuous_bound")}
         d["notes"] = list(self.notes)
         d["splits"] = {p or "root": c.to_dict() for p, c in self.splits.items()}
         return d
@@ -140,24 +145,6 @@ class ExactResult:
     plan: Plan | None
     certificate: Certificate
     evaluation: Evaluation | None
-
-
-def split_price(sp: SplitProblem, split: Split, options: PlanOptions) -> float:
-    """The true one-split objective of ``split`` (cost model functions, no solver): what
-    :func:`~parplan.solvers.dp.frontier_dp` minimises, floors and all-reduces included."""
-    total = 0.0
-    for v, node in enumerate(sp.planning.nodes):
-        c, a, d = split.choices[v], split.shares[v], sp.dims[v]
-        pc = tuple(split.choices[u] for u in node.preds)
-        if options.objective is Objective.COMMUNICATION:
-            e1, e2 = node_comm(d, c, pc, node.fractions)
-            total += e1.at(a) + e2.at(a)
-            continue
-        covered = bool(sp.covered[v]) if sp.covered is not None else False
-        e1, e2, ex, extra = node_terms(d, c, pc, node.fractions, sp.side, covered)
-        t = split_time(d.flops, e1, e2, ex, sp.side, a, extra)
-        total += floored_time(t, sp.floor_s[v]) if sp.floor_s is not None else t
-    return float(total)
 
 
 def _status(raw: RawResult, bound_valid: bool, gap: float | None, gap_tol: float) -> str:
@@ -186,40 +173,48 @@ def solve_split_exact(
     options: PlanOptions | None = None,
     solve_options: SolveOptions | None = None,
     memory: MemoryLimit | None = None,
-    share_grid: int | None = None,
-    max_form: str = "folded",
     gap_tol: float = GAP_TOL,
 ) -> tuple[Split | None, Certificate]:
-    """Solve one split exactly: (split or None, certificate)."""
+    """Solve one split exactly: (split or None, certificate).
+
+    The decoded split is re-checked by the cost model, not the solver: its price is
+    :func:`~parplan.costmodel.split.price_split` and its memory
+    :func:`~parplan.formulation.mip.plan_memory_bytes`; a plan over its memory limit is never
+    reported as optimal or feasible.
+    """
     options = PlanOptions() if options is None else options
     solve_options = SolveOptions() if solve_options is None else solve_options
     spec = backend_spec(backend)
     discrete = not spec.supports_continuous
-    if share_grid is None:
-        share_grid = DEFAULT_GRID if (discrete or memory is not None) else 0
-    model, decoder = build_mip(sp, options, memory=memory, share_grid=share_grid, discrete=discrete,
-                               max_form=max_form)
+    model, decoder = build_mip(sp, options, memory=memory, discrete=discrete)
     solver = get_backend(spec.name)
     raw = solver.solve(model, solve_options)
     notes = list(model.notes)
     scale = model.objective_scale
     split = decoder(raw) if raw.has_solution else None
-    price = split_price(sp, split, options) if split is not None else None
+    price = price_split(sp, split, options) if split is not None else None
     bound = None
-    bound_valid = False
     if raw.bound is not None:
         bound = (raw.bound - model.objective_error) / scale
-        bound_valid = not (discrete and memory is not None)
-        if not bound_valid:
-            notes.append(f"the solver's bound {bound:.9g} holds for shares on the grid only, not for "
-                         "continuous shares: no bound is claimed")
-            bound = None
     gap = _gap(price, bound)
-    status = _status(raw, bound_valid, gap, max(gap_tol, solve_options.mip_gap))
-    if status == "feasible" and raw.termination is Termination.OPTIMAL and not model.exact:
-        notes.append("the model is a relaxation here (memory limit): the plan is re-priced exactly and the gap "
-                     "is against the relaxation's bound; raise share_grid to tighten it")
-    failed, message = None, ""
+    status = _status(raw, bound is not None, gap, max(gap_tol, solve_options.mip_gap))
+    message = ""
+    if split is not None and memory is not None:
+        used = plan_memory_bytes(sp, split)
+        over = [(i, u, c) for i, (u, c) in enumerate(zip(used, memory.capacity_bytes)) if u > c * (1 + MEMORY_TOL)]
+        if over:
+            i, u, c = over[0]
+            status = "error"
+            message = (f"the solver's plan needs {u:.0f} B on side {i + 1}, over its {c:.0f} B limit (solver "
+                       "tolerance); the plan is not certified")
+    continuous = None
+    if options.objective is Objective.TIME and options.shares is ShareMode.FREE and memory is None:
+        continuous = continuous_bound(sp, options)
+        if bound is not None and price is not None:
+            notes.append(f"shares on a grid of 1/{options.share_grid} (plus the proportional share); with continuous "
+                         f"shares this split costs at least {continuous * 1e3:.6g} ms (interval relaxation), so a "
+                         f"finer grid could gain at most {max(0.0, 1 - continuous / bound):.3%}")
+    failed = None
     if status == "infeasible":
         failed, message = _diagnose(sp, model, solver, solve_options, memory)
     cert = Certificate(
@@ -241,6 +236,7 @@ def solve_split_exact(
         message=message or raw.message,
         notes=tuple(notes),
         model_size=model.describe(),
+        continuous_bound=continuous,
     )
     return split, cert
 
@@ -252,10 +248,10 @@ def _diagnose(sp: SplitProblem, model, solver, solve_options: SolveOptions, memo
              f"the split of the {sp.side.hosts}-device group ({c1 / 1e12:.0f} | {c2 / 1e12:.0f} TFLOP/s)")
     if memory is None or "memory" not in model.families():
         return "unknown", f"{where} is infeasible without a memory limit (please report this model)"
-    relaxed = solver.solve(model.without("memory"), solve_options)
-    if not relaxed.has_solution:
-        return "unknown", f"{where} stays infeasible without its memory constraint (please report this model)"
-    need_model = memory_need_model(model)
+    # Every state assignment satisfies the other families (one state per node; the cells follow),
+    # so memory is the cause. How much is missing depends on the node states only: the need
+    # model keeps the one-hot and memory rows.
+    need_model = memory_need_model(model.without("edge_link"))
     cont = solver if backend_spec(solver.name).supports_continuous else None
     if cont is None:
         names = [n for n in available_backends() if backend_spec(n).supports_continuous]
@@ -320,31 +316,31 @@ def solve_exact(
     time_limit_s: float | None = None,
     memory_limit_bytes: float | str | None = None,
     joint: bool = False,
-    share_grid: int | None = None,
     solve_options: SolveOptions | None = None,
-    max_form: str = "folded",
     progress: Callable[[str], None] | None = None,
 ) -> ExactResult:
     """Plan ``problem`` exactly, level by level (or jointly): plan, certificate, evaluation.
 
     ``time_limit_s`` applies to each MIP solve; ``memory_limit_bytes`` is the capacity of every
     device in bytes (``"device"``: each device's own memory; None: no memory constraint);
-    ``joint=True`` also solves all levels in one model (small arrays, see
-    :mod:`parplan.formulation.joint`) and returns the better of the two plans' certificate.
+    ``joint=True`` is refused: the joint multi-level model is being rebuilt for the honest
+    cost model (docs/costmodel.md section 8).
     """
     options = PlanOptions() if options is None else options
     base = SolveOptions() if solve_options is None else solve_options
     so = replace(base, time_limit_s=time_limit_s) if time_limit_s is not None else base
     if problem.array.is_leaf:
         raise ConfigError(f"array '{problem.array.describe()}' has one device: nothing to split")
+    if joint:
+        raise ConfigError("the joint multi-level model is not available for the current cost model yet "
+                          "(docs/costmodel.md section 8); solve level by level (without --joint)")
     spec = backend_spec(backend)
     solved: list[tuple[Split, Certificate]] = []
 
     def plan_split(sp: SplitProblem) -> Split:
         if progress is not None:
             progress(f"solving a split of {sp.side.hosts} devices with {spec.name}")
-        split, cert = solve_split_exact(sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes),
-                                        share_grid, max_form)
+        split, cert = solve_split_exact(sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes))
         if split is None:
             raise _Stop(cert)
         solved.append((split, cert))
@@ -364,12 +360,7 @@ def solve_exact(
                 info={"objective": options.objective.value, "shares": options.shares.value, "scope": "level-by-level"})
     ev = evaluate(problem, plan)
     cert = _aggregate(problem, plan, ev, certs, None, time.perf_counter() - t0, "level-by-level", options)
-    result = ExactResult(plan, cert, ev)
-    if joint:
-        from parplan.formulation.joint import solve_joint
-
-        result = solve_joint(problem, spec.name, options, so, memory_limit_bytes, share_grid, result, progress)
-    return result
+    return ExactResult(plan, cert, ev)
 
 
 def price_of(ev: Evaluation, options: PlanOptions) -> float:
@@ -423,6 +414,7 @@ def _aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float
         notes=tuple(notes),
         model_size=first.model_size if len(certs) == 1 else f"{len(certs)} split models",
         splits=certs,
+        continuous_bound=root.continuous_bound if (root is not None and one_level) else None,
     )
 
 
@@ -445,5 +437,4 @@ __all__ = [
     "require_plan",
     "solve_exact",
     "solve_split_exact",
-    "split_price",
 ]

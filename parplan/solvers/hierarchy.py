@@ -1,4 +1,4 @@
-"""Top-down recursive planning over the array's hierarchy (SPEC section 5).
+"""Top-down recursive planning over the array's hierarchy (docs/costmodel.md section 7).
 
 The root split is planned with each half priced as one device of summed throughput; each half
 then plans its own sub-problem on the layer sizes its share leaves it, down to the devices.
@@ -28,18 +28,18 @@ from typing import Callable
 
 import numpy as np
 
-from parplan.costmodel.cost import comm_seconds, covered_below, scale_for_sides
+from parplan.costmodel.cost import covered_below, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
-from parplan.solvers.dp import SplitProblem
+from parplan.costmodel.split import SplitProblem, split_terms
 
 
 def signature(group: ArrayNode) -> tuple:
     """Structural key of a sub-array: equal keys mean interchangeable groups."""
     if group.is_leaf:
-        return (group.device.name, group.device.flops_per_s)
-    return (group.link.bytes_per_s, group.link.latency_s, signature(group.left), signature(group.right))
+        return (group.device,)
+    return (group.link, signature(group.left), signature(group.right))
 
 
 def child_dims(dims: tuple[LayerDims, ...], split: Split) -> tuple[tuple[LayerDims, ...], tuple[LayerDims, ...]]:
@@ -75,25 +75,27 @@ def plan_top_down(
             splits[path + rel] = split
 
     has_collective = problem.array.collective is not None
+    bpe = problem.bytes_per_element
 
     def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray,
             covered: tuple[bool, ...], path: str) -> tuple[np.ndarray, dict[str, Split]]:
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
-            return np.array([d.flops / group.device.flops_per_s for d in dims]), {}
+            device = group.device.as_device()
+            return np.array([d.compute_seconds(device, bpe) for d in dims]), {}
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
-        split = plan_split(SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None))
+        sp = SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None)
+        split = plan_split(sp)
         below = covered_below(covered, split, has_collective)
         done[0] += 1
         if progress is not None and done[0] % 16 == 1:
             progress(f"planned {done[0]} splits ({group.count}-device group)")
         left, right = child_dims(dims, split)
-        comm = np.array([
-            comm_seconds(d, c, tuple(split.choices[u] for u in node.preds), node.fractions, side, a, cv)
-            for d, c, a, node, cv in zip(dims, split.choices, split.shares, pg.nodes, covered)
-        ]).reshape(len(dims), 2)
-        est = [np.array([d.flops / h.flops_per_s for d in ds]) for h, ds in ((group.left, left), (group.right, right))]
+        terms = split_terms(sp, split.choices, split.shares)
+        comm = np.array([[float(t.comm[0]), float(t.comm[1])] for t in terms]).reshape(len(dims), 2)
+        est = [np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
+               for h, ds in ((group.left, left), (group.right, right))]
         halves = [(group.left, left, "L"), (group.right, right, "R")]
         out: dict[str, Split] = {"": split}
         if sig(group.left) == sig(group.right) and left == right:

@@ -45,7 +45,8 @@ from parplan.costmodel.layout import Choice, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
-from parplan.solvers.dp import PlanOptions, all_choices, solve_split
+from parplan.costmodel.split import PlanOptions, all_choices
+from parplan.solvers.dp import solve_split
 from parplan.solvers.hierarchy import plan_top_down
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
@@ -96,8 +97,11 @@ PLANNERS: dict[str, PlannerSpec] = {
 }
 
 
-def planner_options(name: str, objective: str | None = None, shares: str | None = None) -> PlanOptions:
+def planner_options(name: str, objective: str | None = None, shares: str | None = None,
+                    share_grid: int | None = None) -> PlanOptions:
     """The options of planner ``name`` with optional overrides (by their string values)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"planner must be a name (got {name!r}); valid planners: {', '.join(PLANNERS)}")
     key = name.strip().lower()
     if key not in PLANNERS:
         raise ConfigError(f"unknown planner '{name}'; valid planners: {', '.join(PLANNERS)}")
@@ -107,6 +111,8 @@ def planner_options(name: str, objective: str | None = None, shares: str | None 
         changes["objective"] = _enum(Objective, objective, "objective")
     if shares is not None:
         changes["shares"] = _enum(ShareMode, shares, "shares")
+    if share_grid is not None:
+        changes["share_grid"] = share_grid
     return replace(opts, **changes) if changes else opts
 
 
@@ -124,13 +130,14 @@ def make_plan(
     shares: str | None = None,
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    share_grid: int | None = None,
 ) -> Plan:
     """Plan ``problem`` with a named planner (top-down over the hierarchy, layer-wise DP per split).
 
     ``options`` replaces the planner's options entirely (for ablations).
     """
-    opts = options if options is not None else planner_options(planner, objective, shares)
-    info = {"objective": opts.objective.value, "shares": opts.shares.value}
+    opts = options if options is not None else planner_options(planner, objective, shares, share_grid)
+    info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
     if planner.strip().lower() != "accpar" or options is not None or opts.objective is not Objective.TIME:
         plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), planner, progress)
         return Plan(plan.splits, planner=planner, info=info)
@@ -150,14 +157,14 @@ PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
 def _portfolio(problem: Problem, opts: PlanOptions, progress) -> Plan:
     from parplan.costmodel.evaluate import evaluate  # local: planners do not price, they select
 
-    info = {"objective": opts.objective.value, "shares": opts.shares.value}
+    info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
     if problem.array.depth <= 1:
         # one split: the DP under AccPar's own options is already the exact optimum
         plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), "accpar", progress)
         return Plan(plan.splits, planner="accpar", info={**info, "selected": "accpar"})
     best: tuple[float, str, Plan] | None = None
     for label, candidate in PORTFOLIO:
-        o = opts if candidate is None else candidate
+        o = opts if candidate is None else replace(candidate, share_grid=opts.share_grid)
         plan = plan_top_down(problem, lambda sp, o=o: solve_split(sp, o), "accpar", progress)
         t = evaluate(problem, plan).step_time_s
         if best is None or t < best[0] * (1.0 - 1e-12):

@@ -1,0 +1,177 @@
+"""One split as a planning problem, and its price (docs/costmodel.md sections 3-8).
+
+:class:`PlanOptions` are a planner's settings (objective, share mode, allowed choices, share
+grid); :class:`SplitProblem` is one split to plan (the planning graph, every node's sizes at
+this level, the two sides, the sibling floors). The DP, the MIP and brute force all minimise
+:func:`price_split` over the same states; :func:`node_factor` gives the cost table of one
+node over its factor's scope (the node and its consumers).
+
+Example:
+    >>> from parplan.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+    >>> sp = SplitProblem.root(Problem(get_model("lenet"), parse_array("h100:2"), batch=64))
+    >>> opts = PlanOptions(share_grid=4)
+    >>> tables = split_tables(sp, opts)
+    >>> tables[0].size  # 3 types x 5 shares
+    15
+    >>> scope, values = node_factor(sp, tables, 0, opts)
+    >>> scope, values.shape
+    ((0, 1), (15, 15))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from parplan.costmodel.cost import (
+    DEFAULT_SHARE_GRID,
+    NodeTerms,
+    Objective,
+    ShareMode,
+    SideSpec,
+    StateTable,
+    node_terms,
+    node_value,
+    output_groups,
+    share_intervals,
+    share_points,
+)
+from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.layout import Choice
+from parplan.costmodel.planning import PlanNode, PlanningGraph
+from parplan.errors import ConfigError, SolverError
+
+#: Largest share grid a planner accepts (states per node grow as 3 x grid).
+MAX_SHARE_GRID = 1024
+#: Largest cost table of one node (its states times its consumers' states).
+MAX_FACTOR_CELLS = 2 * 10**7
+
+
+def all_choices(node: PlanNode) -> tuple[Choice, ...]:
+    """Every choice of a node (three types, or three join layouts)."""
+    return node.choices
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Planner settings: objective, share mode, which choices each node may take, and the share
+    grid (free shares are multiples of ``1/share_grid``, plus the proportional share)."""
+
+    objective: Objective = Objective.TIME
+    shares: ShareMode = ShareMode.FREE
+    allowed: Callable[[PlanNode], tuple[Choice, ...]] = field(default=all_choices)
+    share_grid: int = DEFAULT_SHARE_GRID
+
+    def __post_init__(self):
+        if self.objective is Objective.COMMUNICATION and self.shares is ShareMode.FREE:
+            raise ConfigError(
+                "objective 'communication' needs fixed shares (free shares would put all work on one "
+                "side to move nothing): use shares 'half' or 'proportional'"
+            )
+        g = self.share_grid
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= MAX_SHARE_GRID:
+            raise ConfigError(f"share_grid must be an integer in [1, {MAX_SHARE_GRID}] (got {g!r})")
+
+    def choices(self, node: PlanNode) -> tuple[Choice, ...]:
+        allowed = tuple(self.allowed(node))
+        if not allowed:
+            raise ConfigError(f"node '{node.name}': the planner allows no choice for it")
+        return allowed
+
+
+@dataclass(frozen=True)
+class SplitProblem:
+    """One split to plan: the planning graph, every node's dims at this level, the cost view."""
+
+    planning: PlanningGraph
+    dims: tuple[LayerDims, ...]
+    side: SideSpec
+    path: str = ""
+    #: Per-node time (s) below which this split gains nothing: the sibling group's time for the
+    #: node at the parent split (a node's time there is the max over both groups). None = 0.
+    floor_s: tuple[float, ...] | None = None
+    #: Per node: an enclosing split chose BATCH and paid the all-reduce (collective arrays only).
+    covered: tuple[bool, ...] | None = None
+
+    @classmethod
+    def root(cls, problem) -> "SplitProblem":
+        return cls(problem.planning, problem.root_dims(), problem.side_spec(problem.array), "")
+
+    def is_covered(self, v: int) -> bool:
+        return bool(self.covered[v]) if self.covered is not None else False
+
+    def floor(self, v: int, options: PlanOptions) -> float:
+        if self.floor_s is None or options.objective is not Objective.TIME:
+            return 0.0
+        return float(self.floor_s[v])
+
+    def groups(self, u: int):
+        return output_groups(self.planning, self.dims, u)
+
+
+def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) -> list[StateTable]:
+    """Every node's states (allowed choices x share points) with their per-state terms.
+
+    ``relaxed``: the states are the intervals between the points instead (and the points 0
+    and 1), priced by their minima: a plan over them costs at most what any plan with shares
+    anywhere in those intervals costs (docs/costmodel.md section 8)."""
+    shares = share_points(sp.side, options.shares, options.share_grid)
+    if relaxed:
+        shares = share_intervals(shares)
+    return [StateTable.build(sp.dims[v], sp.is_covered(v), options.choices(node), shares, sp.side)
+            for v, node in enumerate(sp.planning.nodes)]
+
+
+def factor_scope(planning: PlanningGraph, u: int) -> tuple[int, ...]:
+    """Node ``u`` and its distinct consumers, in index order: what ``u``'s cost depends on."""
+    return (u,) + tuple(sorted(set(planning.succs[u])))
+
+
+def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple[tuple[int, ...], np.ndarray]:
+    """(scope, table): node ``u``'s objective value for every state of every node in its scope."""
+    scope = factor_scope(sp.planning, u)
+    k = len(scope)
+    cells = float(np.prod([tables[w].size for w in scope], dtype=float))
+    if cells > MAX_FACTOR_CELLS:
+        raise SolverError(
+            f"graph '{sp.planning.name}': node '{sp.planning.nodes[u].name}' feeds {k - 1} consumers, and its cost "
+            f"table would have {cells:.3g} cells (limit {MAX_FACTOR_CELLS:.3g}); use a coarser --share-grid "
+            f"(now {options.share_grid})"
+        )
+    idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
+           for i, w in enumerate(scope)}
+    terms = node_terms(tables, sp.side, sp.groups(u), u, idx)
+    values = node_value(terms, options.objective, sp.floor(u, options))
+    shape = tuple(tables[w].size for w in scope)
+    return scope, np.broadcast_to(np.asarray(values, dtype=float), shape)
+
+
+def split_terms(sp: SplitProblem, choices, shares) -> list[NodeTerms]:
+    """Every node's time terms at one assignment of states (the evaluator's view)."""
+    tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side)
+              for v, (c, a) in enumerate(zip(choices, shares))]
+    zero = {v: np.zeros((), dtype=int) for v in range(len(tables))}
+    return [node_terms(tables, sp.side, sp.groups(u), u, zero) for u in range(len(tables))]
+
+
+def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
+    """The true one-split objective of ``split``: what the DP, the MIP and brute force minimise."""
+    terms = split_terms(sp, split.choices, split.shares)
+    return float(sum(float(node_value(t, options.objective, sp.floor(u, options))) for u, t in enumerate(terms)))
+
+
+__all__ = [
+    "MAX_SHARE_GRID",
+    "PlanOptions",
+    "SplitProblem",
+    "all_choices",
+    "factor_scope",
+    "node_factor",
+    "price_split",
+    "split_tables",
+    "split_terms",
+]

@@ -1,0 +1,168 @@
+"""An independent evaluator written from docs/costmodel.md, for tests only.
+
+It imports no pricing code of parplan (no costmodel.cost, layout, split or evaluate): it reads
+the planning graph's structure and per-sample sizes, and recomputes every amount with explicit
+rectangles in absolute coordinates (side 1 holds the first ``a`` of a split dimension, side 2
+the rest; no mirroring), their unions, differences and intersections by coordinate
+compression. No collective arrays.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+PORTS = {"batch": ("rows", "rows"), "in": ("cols", "whole"), "out": ("whole", "cols"),
+         "rows": ("rows", "rows"), "cols": ("cols", "cols"), "whole": ("whole", "whole")}
+PARTIAL = {"batch": "W", "in": "out", "out": "in"}
+
+
+def region(layout: str, a: float, side: int) -> list[tuple[float, float, float, float]]:
+    """Rectangles (r0, r1, c0, c1) of the unit tensor that ``side`` holds or needs."""
+    lo, hi = (0.0, a) if side == 0 else (a, 1.0)
+    if hi <= lo:
+        return []
+    if layout == "rows":
+        return [(lo, hi, 0.0, 1.0)]
+    if layout == "cols":
+        return [(0.0, 1.0, lo, hi)]
+    return [(0.0, 1.0, 0.0, 1.0)]
+
+
+def _inside(rects, r, c) -> bool:
+    return any(r0 <= r < r1 and c0 <= c < c1 for r0, r1, c0, c1 in rects)
+
+
+def area_where(pred, *rect_sets) -> float:
+    """Area of the cells (of the grid all rectangles induce) where ``pred(memberships)`` holds."""
+    rs = sorted({0.0, 1.0} | {x for s in rect_sets for q in s for x in q[:2]})
+    cs = sorted({0.0, 1.0} | {x for s in rect_sets for q in s for x in q[2:]})
+    total = 0.0
+    for (r0, r1), (c0, c1) in product(zip(rs, rs[1:]), zip(cs, cs[1:])):
+        mid_r, mid_c = (r0 + r1) / 2, (c0 + c1) / 2
+        if pred([_inside(s, mid_r, mid_c) for s in rect_sets]):
+            total += (r1 - r0) * (c1 - c0)
+    return total
+
+
+def scaled(d: dict, choice: str, s: float) -> dict:
+    if s <= 0:
+        return {**d, "B": 0.0, "Di": 0.0, "Do": 0.0}
+    if choice in ("batch", "rows"):
+        return {**d, "B": d["B"] * s}
+    if choice == "in":
+        return {**d, "Di": d["Di"] * s}
+    if choice == "out":
+        return {**d, "Do": d["Do"] * s}
+    if choice == "cols":
+        return {**d, "Di": d["Di"] * s, "Do": d["Do"] * s}
+    return d
+
+
+def sizes(d: dict) -> tuple[float, float, float, float]:
+    """(flops, |W|, |F_in|, |F_out|) of a node with raw sizes ``d``."""
+    w = d["Di"] * d["Do"] * d["k"] / d["g"]
+    fin, fout = d["B"] * d["Di"] * d["Si"], d["B"] * d["Do"] * d["So"]
+    return 6 * d["B"] * d["Do"] * d["So"] * d["Di"] * d["k"] / d["g"], w, fin, fout
+
+
+def compute_s(d: dict, dev, bpe: float) -> float:
+    flops, w, fin, fout = sizes(d)
+    t = 0.0
+    if d["k"] and flops > 0:
+        t = max(flops / (dev.efficiency * dev.flops_per_s), 3 * (fin + w + fout) * bpe / dev.memory_bytes_per_s)
+    for n, ops in ((fout, d["out_ops"]), (fin, d["in_ops"])):
+        if n > 0:
+            for op in ops:
+                t += max(n * op.flops / (dev.efficiency * dev.flops_per_s), n * op.traffic * bpe / dev.memory_bytes_per_s)
+    return t
+
+
+def memory_b(d: dict, bpe: float, opt: float) -> float:
+    _, w, fin, fout = sizes(d)
+    stored = (fin if d["k"] else 0.0) + fout * sum(o.stored for o in d["out_ops"]) + fin * sum(o.stored for o in d["in_ops"])
+    return w * (2 * bpe + opt) + stored * bpe
+
+
+def raw(node, batch) -> dict:
+    d = node.dims
+    return {"B": float(batch), "Di": d.in_features, "Do": d.out_features, "Si": d.in_spatial, "So": d.out_spatial,
+            "k": d.kernel, "g": d.groups, "out_ops": d.out_ops, "in_ops": d.in_ops}
+
+
+def group_device(group):
+    """A group as one device: summed achieved FLOP/s, summed HBM bandwidth."""
+    devs = group.devices()
+
+    class D:
+        flops_per_s = sum(x.flops_per_s * x.efficiency for x in devs)
+        memory_bytes_per_s = sum(x.memory_bytes_per_s for x in devs)
+        efficiency = 1.0
+    return D
+
+
+def split_comm(pg, dims, split, link, bpe):
+    """Per node, per side: (seconds of communication, elements received) at one split."""
+    n = len(pg.nodes)
+    out = []
+    for u in range(n):
+        cu, au = split.choices[u].value, split.shares[u]
+        give = PORTS[cu][1]
+        per_side = []
+        for i in (0, 1):
+            recv = 0.0
+            if cu in PARTIAL and 0 < au < 1:
+                _, w, fin, fout = sizes(dims[u])
+                recv += {"W": w, "in": fin, "out": fout}[PARTIAL[cu]]
+            groups: dict = {}
+            for v, node in enumerate(pg.nodes):
+                for p, pred in enumerate(node.preds):
+                    if pred == u:
+                        size = node.fractions[p] * sizes(dims[v])[2]
+                        groups.setdefault((node.sources[p], size), set()).add(v)
+            hold = region(give, au, i)
+            for (_, size), consumers in groups.items():
+                needs = [region(PORTS[split.choices[v].value][0], split.shares[v], i) for v in sorted(consumers)]
+                union_need = [r for rs in needs for r in rs]
+                fwd = area_where(lambda m: m[0] and not m[1], union_need, hold)
+                bwd = area_where(lambda m: m[0] and not all(m[1:]), hold, *needs)
+                recv += size * (fwd + bwd)
+            lat = link.latency_s if recv > 1e-9 else 0.0
+            per_side.append((lat + recv * bpe / link.side_bytes_per_s[i], recv))
+        out.append(per_side)
+    return out
+
+
+def reference_evaluate(problem, plan):
+    """(step time, per-device memory) of ``plan`` by the rules of docs/costmodel.md."""
+    pg = problem.planning
+    bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
+    memory = {}
+
+    def rec(group, path, dims):
+        if group.is_leaf:
+            dev = group.device
+            memory[path] = sum(memory_b(d, bpe, opt) for d in dims)
+            return [compute_s(d, dev, bpe) for d in dims]
+        split = plan.splits[path]
+        comm = split_comm(pg, dims, split, group.link, bpe)
+        left = [scaled(d, c.value, a) for d, c, a in zip(dims, split.choices, split.shares)]
+        right = [scaled(d, c.value, 1 - a) for d, c, a in zip(dims, split.choices, split.shares)]
+        tl, tr = rec(group.left, path + "L", left), rec(group.right, path + "R", right)
+        return [max(tl[v] + comm[v][0][0], tr[v] + comm[v][1][0]) for v in range(len(dims))]
+
+    times = rec(problem.array, "", [raw(node, problem.batch) for node in pg.nodes])
+    return sum(times), memory
+
+
+def reference_split_time(problem, split):
+    """Step time of a one-split plan with each side priced as one device (the planner's view)."""
+    pg = problem.planning
+    bpe = problem.bytes_per_element
+    dims = [raw(node, problem.batch) for node in pg.nodes]
+    comm = split_comm(pg, dims, split, problem.array.link, bpe)
+    devs = (group_device(problem.array.left), group_device(problem.array.right))
+    total = 0.0
+    for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares)):
+        sides = (scaled(d, c.value, a), scaled(d, c.value, 1 - a))
+        total += max(compute_s(sides[i], devs[i], bpe) + comm[v][i][0] for i in (0, 1))
+    return total

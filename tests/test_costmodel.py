@@ -1,0 +1,253 @@
+"""The cost model against an independent evaluator written from docs/costmodel.md, hand
+computations, and the properties an honest model must have (no free re-layout, no free share
+change, every FLOP priced)."""
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.graph import Attention, Flatten, Graph, Linear, Shape
+from parplan.costmodel.hardware import DeviceKind, load_devices, parse_array
+from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Layout, PartitionType
+from parplan.costmodel.planning import PlanNode, PlanningGraph
+from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.split import PlanOptions, SplitProblem, price_split
+from parplan.solvers.dp import continuous_bound, frontier_dp
+from parplan.solvers.exact import solve_split_exact
+from parplan.formulation.mip import MemoryLimit, plan_memory_bytes
+from parplan.zoo import get_model
+from reference_model import reference_evaluate, reference_split_time
+from test_brute import DEVICES, fast, graphs
+
+B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
+SHARES = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0)
+
+
+def compute_bound_devices():
+    """Built-in kinds with unlimited HBM bandwidth: compute is FLOPs / peak, as the papers price it."""
+    return {k: replace(d, memory_bytes_per_s=1e30) for k, d in load_devices().items()}
+
+
+def mlp():
+    return Graph("mlp", Shape(100), (
+        Linear("fc1", ("input",), out_features=50, bias=False),
+        Linear("fc2", ("fc1",), out_features=20, bias=False),
+    ))
+
+
+def test_hand_computed_two_layer_plan():
+    # two compute-bound devices, 1 GB/s link, no latency, 2 bytes per element, batch 8
+    p = Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e9, latency_s=0.0,
+                                   devices=compute_bound_devices()), batch=8)
+    c = p.array.left.flops_per_s
+    ev = evaluate(p, Plan({"": Split((B, I), (0.5, 0.25))}))
+    f1, f2 = 6 * 8 * 100 * 50, 6 * 8 * 50 * 20
+    # fc1 BATCH at 1/2 -> fc2 IN at 1/4 (rows(1/2) -> cols(1/4), |F| = |E| = 8 * 50 = 400):
+    # side 1 receives F (1 - 1/2) * 1/4 and E 1/2 * (1 - 1/4); side 2 F 1/2 * 3/4, E 1/2 * 1/4;
+    # plus fc1's intra |W| = 5000 each
+    r1 = 5000 + 400 * (0.5 * 0.25 + 0.5 * 0.75)
+    r2 = 5000 + 400 * (0.5 * 0.75 + 0.5 * 0.25)
+    t1 = max(0.5 * f1 / c + 2 * r1 / 1e9, 0.5 * f1 / c + 2 * r2 / 1e9)
+    # fc2 IN at 1/4: intra |F_out| = 8 * 20 each; it is the last node, nothing leaves it
+    t2 = max(0.25 * f2 / c, 0.75 * f2 / c) + 2 * 160 / 1e9
+    assert math.isclose(ev.node_time_s[0], t1, rel_tol=1e-12)
+    assert math.isclose(ev.node_time_s[1], t2, rel_tol=1e-12)
+    assert math.isclose(ev.communication_elements, r1 + r2 + 2 * 160, rel_tol=1e-12)
+
+
+def test_data_parallel_closed_form_on_a_homogeneous_hierarchy():
+    p = Problem(get_model("vgg11"), parse_array("h100:4", bandwidth_bytes_per_s=50e9, latency_s=1e-6,
+                                                devices=compute_bound_devices()), batch=64,
+                optimizer_bytes_per_param=12.0)
+    plan = Plan({k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes)) for k in ("", "L", "R")})
+    ev = evaluate(p, plan)
+    c = p.array.left.left.flops_per_s
+    ops = sum(d.op_flops for d in p.root_dims())
+    assert ops == 0.0  # VGG's element-wise layers cost HBM time only, which is free on these devices
+    expected = sum(d.flops / (4 * c) + 2 * (1e-6 + 2 * d.weight_elements / 50e9) for d in p.root_dims())
+    assert math.isclose(ev.step_time_s, expected, rel_tol=1e-12)
+    # every device keeps all weights, gradients and Adam state and a quarter of the activations
+    mem = sum(d.weight_elements * (2 * 2 + 12) + 2 * d.stored_elements / 4 for d in p.root_dims())
+    assert set(ev.device_memory_bytes) == {"LL", "LR", "RL", "RR"}
+    assert all(math.isclose(m, mem, rel_tol=1e-12) for m in ev.device_memory_bytes.values())
+
+
+@st.composite
+def plans(draw, problem):
+    splits = {}
+    for path, _ in problem.array.inner_nodes():
+        choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in problem.planning.nodes)
+        shares = tuple(draw(st.sampled_from(SHARES)) for _ in problem.planning.nodes)
+        splits[path] = Split(choices, shares)
+    return Plan(splits)
+
+
+@st.composite
+def plan_cases(draw):
+    g = draw(graphs(max_weighted=4, max_joins=2))
+    kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from([2, 4])))]
+    text = ",".join(f"{k}:1" for k in kinds)
+    array = parse_array(text, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
+                        latency_s=draw(st.sampled_from([0.0, 1e-6])))
+    p = Problem(g, array, batch=draw(st.sampled_from([1, 8, 512])), bytes_per_element=draw(st.sampled_from([2.0, 4.0])))
+    return p, draw(plans(p))
+
+
+@fast(150)
+@given(plan_cases())
+def test_evaluator_agrees_with_the_independent_reference(case):
+    p, plan = case
+    ev = evaluate(p, plan)
+    step, memory = reference_evaluate(p, plan)
+    assert math.isclose(ev.step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
+    assert ev.device_memory_bytes.keys() == memory.keys()
+    for k, m in memory.items():
+        assert math.isclose(ev.device_memory_bytes[k], m, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@fast(60)
+@given(plan_cases())
+def test_dp_optimum_is_priced_the_same_by_the_reference(case):
+    p, _ = case
+    root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch)
+    value, split = frontier_dp(SplitProblem.root(root), PlanOptions(share_grid=4))
+    assert math.isclose(value, reference_split_time(root, split), rel_tol=1e-9)
+
+
+def _chain(widths):
+    layers, src = [], "input"
+    for i, w in enumerate(widths[1:]):
+        layers.append(Linear(f"fc{i}", (src,), out_features=w, bias=False))
+        src = f"fc{i}"
+    return Graph("chain", Shape(widths[0]), tuple(layers))
+
+
+def _with_identity_join(pg: PlanningGraph, after: int) -> PlanningGraph:
+    """The planning graph with a pass-through join inserted on the edge after node ``after``."""
+    nodes = list(pg.nodes)
+    u = nodes[after]
+    size = u.dims.out_features * u.dims.out_spatial
+    join = PlanNode("identity", True, False, LayerDims(1, size, size, 1, 1, 0), (after,), (1.0,), (), (u.name,))
+    out = []
+    for v, node in enumerate(nodes):
+        shift = tuple(p + 1 if p > after else p for p in node.preds)
+        if v == after + 1:
+            shift = tuple(after + 1 if p == after else p for p in shift)
+            node = replace(node, sources=("identity",) * len(shift))
+        out.append(replace(node, preds=shift))
+    return PlanningGraph(pg.name, tuple(out[:after + 1] + [join] + out[after + 1:]))
+
+
+@fast(120)
+@given(st.lists(st.integers(1, 512), min_size=3, max_size=6), st.data())
+def test_a_pass_through_join_never_lowers_the_optimum(widths, data):
+    array = parse_array(f"{data.draw(st.sampled_from(DEVICES))}:1,{data.draw(st.sampled_from(DEVICES))}:1",
+                        bandwidth_bytes_per_s=data.draw(st.sampled_from([1e9, 1e11])),
+                        latency_s=data.draw(st.sampled_from([0.0, 1e-6])))
+    p = Problem(_chain(widths), array, batch=data.draw(st.sampled_from([1, 16, 512])))
+    sp = SplitProblem.root(p)
+    after = data.draw(st.integers(0, len(widths) - 3))
+    pg2 = _with_identity_join(sp.planning, after)
+    dims2 = sp.dims[:after + 1] + (pg2.nodes[after + 1].dims.scaled(batch=p.batch),) + sp.dims[after + 1:]
+    sp2 = replace(sp, planning=pg2, dims=dims2)
+    opts = PlanOptions(share_grid=8)
+    base, _ = frontier_dp(sp, opts)
+    with_join, split = frontier_dp(sp2, opts)
+    assert with_join >= base * (1 - 1e-12)
+
+
+def test_attention_flops_are_priced():
+    g = Graph("attn", Shape(64, 128), (
+        Linear("qkv", ("input",), out_features=3 * 64, per_position=True, bias=False),
+        Attention("core", ("qkv",), heads=4),
+        Linear("proj", ("core",), out_features=64, per_position=True, bias=False),
+    ))
+    p = Problem(g, parse_array("h100:2"), batch=4)
+    d = p.root_dims()
+    # QK^T and AV, forward and backward: 3 * 2 * 2 * B * S^2 * hidden
+    assert math.isclose(d[0].op_flops, 3 * 2 * 2 * 4 * 128 * 128 * 64, rel_tol=1e-12)
+    assert d[1].op_flops == 0.0
+
+
+def test_gpt2_training_flops_include_attention():
+    p = Problem(get_model("gpt2"), parse_array("h100:2"), batch=1)
+    dims = p.root_dims()
+    weighted = sum(d.flops for d in dims)
+    attention = sum(d.op_flops for d in dims)
+    # 12 layers x 12 * S^2 * hidden at S = 1024, hidden = 768
+    assert math.isclose(attention, 12 * 12 * 1024 ** 2 * 768, rel_tol=1e-12)
+    assert 0.10 < attention / (weighted + attention) < 0.30
+
+
+@st.composite
+def memory_cases(draw):
+    g = draw(graphs(max_weighted=3, max_joins=1))
+    kinds = (draw(st.sampled_from(DEVICES)), draw(st.sampled_from(DEVICES)))
+    p = Problem(g, parse_array(f"{kinds[0]}:1,{kinds[1]}:1", bandwidth_bytes_per_s=1e10), batch=draw(st.sampled_from([1, 64])))
+    sp = SplitProblem.root(p)
+    _, dp_split = frontier_dp(sp, PlanOptions(share_grid=2))
+    need = plan_memory_bytes(sp, dp_split)
+    frac = draw(st.sampled_from([0.3, 0.6, 0.9, 1.0, 1.5]))
+    return sp, MemoryLimit((max(need[0], 1.0) * frac, max(need[1], 1.0) * frac))
+
+
+@fast(200)
+@given(memory_cases())
+def test_no_certified_plan_exceeds_its_memory_limit(case):
+    sp, limit = case
+    split, cert = solve_split_exact(sp, "scip", PlanOptions(share_grid=2), memory=limit)
+    if cert.status in ("optimal", "feasible"):
+        used = plan_memory_bytes(sp, split)
+        assert all(u <= c * (1 + 1e-9) for u, c in zip(used, limit.capacity_bytes))
+    else:
+        assert cert.status in ("infeasible", "error")
+
+
+def test_per_side_bandwidths_are_used(tmp_path):
+    f = tmp_path / "array.json"
+    f.write_text('{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}')
+    p = Problem(mlp(), parse_array(str(f)), batch=8)
+    ev = evaluate(p, Plan({"": Split((B, B), (0.5, 0.5))}))
+    row = ev.breakdown.iloc[0]
+    assert math.isclose(row.comm_s_1 - p.array.link.latency_s, 2 * 5000 / 1e9, rel_tol=1e-9)
+    assert math.isclose(row.comm_s_2 - p.array.link.latency_s, 2 * 5000 / 100e9, rel_tol=1e-9)
+
+
+def test_a_side_with_no_work_pays_no_latency_and_no_intra():
+    p = Problem(mlp(), parse_array("h100:2", latency_s=1e-5), batch=8)
+    ev = evaluate(p, Plan({"": Split((B, B), (0.0, 0.0))}))
+    assert ev.communication_elements == 0.0
+    assert all(r[11] == 0.0 and r[12] == 0.0 for r in ev.rows)
+
+
+def test_device_efficiency_scales_compute():
+    kinds = compute_bound_devices()
+    half = {k: replace(d, efficiency=0.5) for k, d in kinds.items()}
+    plan = Plan({"": Split((B, B), (0.5, 0.5))})
+    t = [evaluate(Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=k),
+                          batch=8), plan).step_time_s for k in (kinds, half)]
+    assert math.isclose(t[1], 2 * t[0], rel_tol=1e-9)
+
+
+@fast(60)
+@given(plan_cases(), st.sampled_from([2, 4]))
+def test_continuous_bound_is_below_every_plan_with_any_shares(case, grid):
+    """The interval relaxation bounds plans whose shares lie anywhere in [0, 1]: finer grids,
+    and random off-grid shares, never price below it."""
+    p, plan = case
+    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch)
+    sp = SplitProblem.root(root)
+    bound = continuous_bound(sp, PlanOptions(share_grid=grid))
+    for finer in (grid, 5):
+        assert frontier_dp(sp, PlanOptions(share_grid=finer))[0] >= bound * (1 - 1e-12)
+    rng = random.Random(len(root.planning.nodes) * 7919 + grid)
+    for _ in range(20):
+        choices = plan.root.choices
+        shares = tuple(rng.choice([0.0, 1.0, rng.random()]) for _ in choices)
+        assert price_split(sp, Split(choices, shares), PlanOptions()) >= bound * (1 - 1e-12)
