@@ -37,7 +37,7 @@ from parplan.errors import ConfigError
 
 from benchmarks.common import (
     standalone_main,
-    ExecutorSpec, Task, csv_ints, csv_names, exact_top_down, loglog_lines, make_array, md_table, out_dir_path,
+    EXACT_SHARE_GRID, ExecutorSpec, Task, csv_ints, csv_names, exact_options, exact_top_down, loglog_lines, make_array, md_table, out_dir_path,
     run_kwargs, run_tasks, with_progress_header, write_outputs,
 )
 
@@ -62,20 +62,20 @@ def dp_task(model: str, depth: int, batch: int) -> dict:
     """DP side of one (model, depth): root-split optimum and the level-by-level plan's price."""
     from parplan.costmodel.evaluate import evaluate
     from parplan.costmodel.problem import Problem
-    from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
+    from parplan.solvers.dp import SplitProblem, frontier_dp
     from parplan.solvers.planners import make_plan
     from parplan.zoo import get_model
 
     problem = Problem(get_model(model), make_array_for(depth), batch=batch)
     _ = problem.planning  # built (and cached) outside the timed regions, on both sides
     t0 = time.perf_counter()
-    root_value, _ = frontier_dp(SplitProblem.root(problem), PlanOptions())
+    root_value, _ = frontier_dp(SplitProblem.root(problem), exact_options())
     root_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan = make_plan(problem, "accpar-topdown")
+    plan = make_plan(problem, "accpar-topdown", share_grid=EXACT_SHARE_GRID)
     wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    portfolio = make_plan(problem, "accpar")
+    portfolio = make_plan(problem, "accpar", share_grid=EXACT_SHARE_GRID)
     portfolio_wall = time.perf_counter() - t0
     return {
         "model": model, "depth": depth, "nodes": len(problem.planning.nodes), "devices": problem.array.count,

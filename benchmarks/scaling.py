@@ -34,7 +34,7 @@ import pandas as pd
 
 from benchmarks.common import (
     standalone_main,
-    ExecutorSpec, Task, csv_ints, csv_names, fit_exponent, loglog_lines, make_array, md_table, out_dir_path,
+    EXACT_SHARE_GRID, ExecutorSpec, Task, csv_ints, csv_names, fit_exponent, loglog_lines, make_array, md_table, out_dir_path,
     run_kwargs, run_tasks, solve_options, with_progress_header, write_outputs,
 )
 
@@ -186,7 +186,7 @@ def depth_series(model: str, planner_key: str, depths: tuple[int, ...], repeats:
 def exact_series(kind: str, backend: str, sizes: tuple[int, ...], time_limit_s: float, seed: int) -> list[dict]:
     """One exact backend on the one-split problem of growing graphs, until it stops certifying."""
     from parplan.costmodel.problem import Problem
-    from parplan.solvers.dp import PlanOptions, SplitProblem
+    from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.exact import solve_split_exact
 
     array = PLANNERS["dp"][1]
@@ -196,7 +196,8 @@ def exact_series(kind: str, backend: str, sizes: tuple[int, ...], time_limit_s: 
         problem = Problem(_graph(kind, size, seed), arr, batch=BATCH)
         n = len(problem.planning.nodes)
         w0, c0 = time.perf_counter(), time.process_time()
-        _, cert = solve_split_exact(SplitProblem.root(problem), backend, PlanOptions(), solve_options(time_limit_s))
+        _, cert = solve_split_exact(SplitProblem.root(problem), backend, PlanOptions(share_grid=EXACT_SHARE_GRID),
+                                    solve_options(time_limit_s))
         rows.append({"series": f"{backend} {kind}", "study": "exact", "kind": kind, "planner": "exact",
                      "backend": backend, "array": array, "size": size, "layers": n, "depth": 1, "devices": 2,
                      "wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0, "build_s": math.nan,

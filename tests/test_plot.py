@@ -42,10 +42,9 @@ def test_time_breakdown_adds_up_to_node_time(gpt_report):
         total = row.compute_ms + row.intra_ms + row.transition_ms
         assert math.isclose(total, ref.time_s * 1e3, rel_tol=1e-9, abs_tol=1e-12), row.layer
         assert min(row.compute_ms, row.intra_ms, row.transition_ms) >= 0.0
-    # a Megatron-split MLP pays intra-layer communication, not transition, on its second half
-    assert frame.set_index("layer").loc["h0.fc2", "type"] == "in"
-    fc2 = t.set_index("layer").loc["h0.fc2"]
-    assert fc2.intra_ms > 0.0 and fc2.transition_ms == 0.0
+    # a layer whose root share leaves both sides work pays its intra-layer reduction
+    split = frame[(frame.share > 0) & (frame.share < 1) & frame.type.isin(["batch", "in", "out"])]
+    assert (t.set_index("layer").loc[split.layer, "intra_ms"] > 0).all()
 
 
 def test_level_choices_follow_the_plan(gpt_report):

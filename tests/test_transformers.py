@@ -11,6 +11,7 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.graph import INPUT, Attention, Conv2d, Embedding, Linear, Shape
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.layout import PartitionType, transition_table
+from parplan.costmodel.split import PlanOptions
 from parplan.costmodel.problem import Problem
 from parplan.errors import GraphError
 from parplan.solvers.exact import solve_exact
@@ -157,19 +158,24 @@ def test_out_to_in_relayout_is_free():
 def test_megatron_when_weights_outweigh_activations(array):
     """Hidden 4096, 128 tokens per step: |W| = 16h^2 per MLP >> |F| = B*S*h, so column then row split."""
     p = Problem(gpt_config(1, 4096, 32, 128, vocab=1000), parse_array(array), batch=1)
-    plan = make_plan(p, "accpar")
+    opts = PlanOptions(share_grid=4)
+    plan = make_plan(p, "accpar", options=opts)
     root = _root(p, plan)
     assert root["h0.fc1"][0] is O and root["h0.fc2"][0] is I  # column split, then row split
     assert root["h0.qkv"][0] is O and root["h0.proj"][0] is I  # the same pattern for attention
     ev = evaluate(p, plan)
     rows = ev.breakdown[ev.breakdown.level == ""].set_index("node")
-    # no re-layout between the two halves of the block (charged to the producer, docs section 3)
-    for name in ("h0.fc1", "h0.qkv"):
-        assert rows.loc[name, "transition_elements_1"] == 0.0 and rows.loc[name, "transition_elements_2"] == 0.0
+    # between the two halves of a block only a share change moves data (charged to the producer,
+    # docs section 3): cols(a) -> cols(a') moves |a - a'| of the tensor each way
+    for first, second in (("h0.fc1", "h0.fc2"), ("h0.qkv", "h0.proj")):
+        moved = rows.loc[first, "transition_elements_1"] + rows.loc[first, "transition_elements_2"]
+        tensor = p.root_dims()[p.planning.index(second)].in_elements
+        assert math.isclose(moved, 2 * abs(root[first][1] - root[second][1]) * tensor, abs_tol=1e-6)
     # the exact solver (one split: exact) agrees
-    exact = solve_exact(p, backend="highs")
+    exact = solve_exact(p, backend="highs", options=opts)
     assert exact.certificate.status == "optimal"
-    assert [c for c in exact.plan.root.choices] == list(plan.root.choices)
+    exact_root = _root(p, exact.plan)  # ties (e.g. the embedding add's layout) may differ
+    assert [exact_root[n][0] for n in ("h0.qkv", "h0.proj", "h0.fc1", "h0.fc2")] == [O, I, O, I]
     assert math.isclose(exact.evaluation.step_time_s, ev.step_time_s, rel_tol=1e-6)
 
 
@@ -179,7 +185,8 @@ def test_data_parallel_when_activations_outweigh_weights():
     root = _root(p, make_plan(p, "accpar"))
     for name in ("h0.qkv", "h0.proj", "h0.fc1", "h0.fc2"):
         assert root[name][0] is B, name
-    assert math.isclose(root["h0.fc1"][1], 312 / (312 + 989), rel_tol=0.05)  # share follows throughput
+    # the share lies between the compute ratio and the HBM ratio (a small layer is near the roofline's knee)
+    assert 312 / (312 + 989) <= root["h0.fc1"][1] <= 2039 / (2039 + 3350)
 
 
 def test_gpt2_medium_plans_with_both_planners():
@@ -188,9 +195,10 @@ def test_gpt2_medium_plans_with_both_planners():
     dp = evaluate(p, make_plan(p, "data"))
     assert acc.step_time_s <= dp.step_time_s * (1 + 1e-12)
     small = Problem(TRANSFORMER_MODELS["gpt2-medium"](), parse_array("a100:1,h100:1"), batch=8)
-    exact = solve_exact(small, backend="highs")
+    exact = solve_exact(small, backend="cbc", options=PlanOptions(share_grid=2))
     assert exact.certificate.status == "optimal"
-    assert exact.evaluation.step_time_s <= evaluate(small, make_plan(small, "accpar")).step_time_s * (1 + 1e-6)
+    dp = evaluate(small, make_plan(small, "accpar", share_grid=2)).step_time_s
+    assert math.isclose(exact.evaluation.step_time_s, dp, rel_tol=1e-9)
 
 
 def test_importer_core_doctests():
