@@ -197,9 +197,7 @@ def memory_cases(draw):
     return sp, MemoryLimit((max(need[0], 1.0) * frac, max(need[1], 1.0) * frac))
 
 
-@fast(200)
-@given(memory_cases())
-def test_no_certified_plan_exceeds_its_memory_limit(case):
+def _check_memory_case(case):
     sp, limit = case
     split, cert = solve_split_exact(sp, "scip", PlanOptions(share_grid=2), memory=limit)
     if cert.status in ("optimal", "feasible"):
@@ -207,6 +205,19 @@ def test_no_certified_plan_exceeds_its_memory_limit(case):
         assert all(u <= c * (1 + 1e-9) for u, c in zip(used, limit.capacity_bytes))
     else:
         assert cert.status in ("infeasible", "error")
+
+
+@fast(200)
+@given(memory_cases())
+def test_no_certified_plan_exceeds_its_memory_limit(case):
+    _check_memory_case(case)
+
+
+@pytest.mark.slow
+@fast(1000)
+@given(memory_cases())
+def test_no_certified_plan_exceeds_its_memory_limit_1000_instances(case):
+    _check_memory_case(case)
 
 
 def test_per_side_bandwidths_are_used(tmp_path):
