@@ -99,7 +99,7 @@ def same(a: float, b: float, rel: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-15)
 
 
-@fast(200)
+@fast(120)
 @given(problems(), OPTIONS)
 def test_exact_equals_brute_force_on_random_dags(p, options):
     sp = SplitProblem.root(p)
@@ -115,7 +115,7 @@ def test_exact_equals_brute_force_on_random_dags(p, options):
     assert cert.bound <= brute_price * (1 + 1e-9) + 1e-15
 
 
-@fast(100)
+@fast(60)
 @given(problems(chain=True, max_weighted=10), OPTIONS)
 def test_exact_equals_dp_on_random_chains(p, options):
     assert p.planning.is_chain

@@ -69,13 +69,13 @@ def test_plot_resnet50(tmp_path):
 
 
 def test_cli_plan_gpt2_medium_with_plot(tmp_path, monkeypatch, capsys):
-    """``parplan plan --model gpt2-medium --array a100:8,h100:8 --planner accpar --plot``."""
+    """``parplan plan --model gpt2-medium --array a100:2,h100:2 --planner accpar --plot``."""
     monkeypatch.setitem(zoo.MODELS, "gpt2-medium", TRANSFORMER_MODELS["gpt2-medium"])
     png = tmp_path / "plan.png"
-    rc = main(["plan", "--model", "gpt2-medium", "--array", "a100:8,h100:8", "--planner", "accpar",
-               "--batch", "8", "--plot", str(png)])
+    rc = main(["plan", "--model", "gpt2-medium", "--array", "a100:2,h100:2", "--planner", "accpar",
+               "--batch", "8", "--plot", str(png), "--share-grid", "4"])
     out, err = capsys.readouterr()
     assert rc == 0
-    assert out.startswith("gpt2-medium on a100:8,h100:8 (16 devices, 4 levels), batch 8, planner accpar")
+    assert out.startswith("gpt2-medium on a100:2,h100:2 (4 devices, 2 levels), batch 8, planner accpar")
     assert f"wrote {png}" in err
     assert png.read_bytes().startswith(PNG)

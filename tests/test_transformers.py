@@ -189,12 +189,12 @@ def test_data_parallel_when_activations_outweigh_weights():
     assert 312 / (312 + 989) <= root["h0.fc1"][1] <= 2039 / (2039 + 3350)
 
 
-def test_gpt2_medium_plans_with_both_planners():
-    p = Problem(TRANSFORMER_MODELS["gpt2-medium"](), parse_array("a100:8,h100:8"), batch=8)
+def test_gpt2_plans_with_both_planners():
+    p = Problem(TRANSFORMER_MODELS["gpt2"](), parse_array("a100:2,h100:2"), batch=8)
     acc = evaluate(p, make_plan(p, "accpar"))
     dp = evaluate(p, make_plan(p, "data"))
     assert acc.step_time_s <= dp.step_time_s * (1 + 1e-12)
-    small = Problem(TRANSFORMER_MODELS["gpt2-medium"](), parse_array("a100:1,h100:1"), batch=8)
+    small = Problem(TRANSFORMER_MODELS["gpt2"](), parse_array("a100:1,h100:1"), batch=8)
     exact = solve_exact(small, backend="cbc", options=PlanOptions(share_grid=2))
     assert exact.certificate.status == "optimal"
     dp = evaluate(small, make_plan(small, "accpar", share_grid=2)).step_time_s
