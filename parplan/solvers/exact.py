@@ -1,12 +1,13 @@
-"""Exact planning with certificates: every split solved by a MIP backend (SPEC sections 4-7).
+"""Exact planning with certificates: every split solved by a MIP backend (docs/costmodel.md section 8).
 
 :func:`solve_exact` plans a problem level by level over the hierarchy, as AccPar does (each
 split is an exact MIP, :func:`parplan.formulation.mip.build_mip`). The plan is priced by the
 evaluator and the :class:`Certificate` compares that price with the solver's proven bound:
 
 - ``status`` "optimal" only when the solver proved optimality *and* the evaluated price is
-  within ``gap_tol`` of a bound valid for the problem as posed; "feasible" when a plan exists
-  but no such proof (e.g. a memory-limited relaxation, or level-by-level on several levels);
+  within ``gap_tol`` of a bound valid for the problem as posed (shares on the grid), and the
+  decoded plan passed the cost model's own memory re-check; "feasible" when a plan exists but
+  no such proof (e.g. level-by-level on several levels);
   "time_limit" when the solver ran out of time (the plan found so far and its true gap are
   kept); "infeasible" (with the failed constraint family and how much memory is missing);
   "error".
