@@ -169,9 +169,57 @@ def test_cbc_log_parser():
            "Lower bound:                    10.25\nGap:                            0.22\n")
     out = parse_cbc_log(log)
     assert out["result"] == "Stopped on time limit"
-    assert out["objective"] == 12.5 and out["bound"] == 10.25 and not out["no_solution"]
+    assert out["objective"] == 12.5 and not out["no_solution"]
+    assert out["bound"] == pytest.approx(10.245, abs=1e-12)  # 10.25 printed: less half a last digit
     assert parse_cbc_log("Cbc0038I No solution found this major pass\nResult - Optimal solution found\n"
                          "Objective value: 3\n")["no_solution"] is False
+
+
+# Excerpts of real CBC 2.10.3 logs (PuLP's bundled binary), one per way a run can end optimal.
+COMPLETED = ("Cbc0010I After 0 nodes, 1 on tree, -932.73154 best solution, best possible -947.52242 (0.01 seconds)\n"
+             "Cbc0001I Search completed - best objective -932.7315413250599, took 241 iterations and 34 nodes\n"
+             "Result - Optimal solution found\n\nObjective value:                932.73154133\n")
+INTEGRAL = ("Cutoff increment increased from 1e-05 to 0.9999\n"
+            "Cbc0001I Search completed - best objective -841, took 44 iterations and 2 nodes (0.01 seconds)\n"
+            "Result - Optimal solution found\n\nObjective value:                841.00000000\n")
+GAP_EXIT = ("Cbc0011I Exiting as integer gap of 961.01944 less than 1e-10 or 2%\n"
+            "Cbc0001I Search completed - best objective -89442.726980305, took 0 iterations and 0 nodes\n"
+            "Result - Optimal solution found (within gap tolerance)\n\n"
+            "Objective value:                -89442.72698031\nLower bound:                    -90403.746\n")
+
+
+def test_cbc_bound_is_read_from_the_log_never_from_the_requested_gap():
+    from parplan.solvers.backends.cbc import STATUS_MAP, optimal_bound
+
+    # A completed search proves the best objective less CBC's cutoff increment (1e-5 default).
+    assert optimal_bound(parse_cbc_log(COMPLETED)) == pytest.approx(-932.7315413250599 - 1e-5, abs=1e-12)
+    # Integral objective: CBC raised the increment below the objective's step, so V itself.
+    assert optimal_bound(parse_cbc_log(INTEGRAL)) == -841.0
+    # Exited on the gap: CBC's printed lower bound, rounded down by half its last digit.
+    assert STATUS_MAP["Optimal solution found (within gap tolerance)"] is Termination.OPTIMAL
+    assert optimal_bound(parse_cbc_log(GAP_EXIT)) == pytest.approx(-90403.7465, abs=1e-9)
+    no_lower = GAP_EXIT.replace("Lower bound:                    -90403.746\n", "")
+    assert optimal_bound(parse_cbc_log(no_lower)) == pytest.approx(-89442.726980305 - 961.019445, abs=1e-9)
+    # Preprocessing left an LP: its optimum; otherwise the root relaxation is still a bound.
+    lp = ("Continuous objective value is 450000 - 0.00 seconds\nCbc3007W No integer variables - nothing to do\n"
+          "Result - Optimal solution found\n\nObjective value:                450000.00000000\n")
+    assert optimal_bound(parse_cbc_log(lp)) == pytest.approx(450000 - 5e-9, abs=1e-9)
+    assert optimal_bound(parse_cbc_log(lp.replace("Cbc3007W", "Cbc0000X"))) == 449999.5
+    # Nothing that proves a bound: none (the certificate cannot then say optimal).
+    assert optimal_bound(parse_cbc_log("Result - Optimal solution found\nObjective value: 3\n")) is None
+
+
+def test_cbc_bound_includes_the_objective_constant():
+    import dataclasses
+
+    b = ModelBuilder("const"); x = b.var("x", 0, 3, True); y = b.var("y", 0, 3, False)
+    b.objective(x, -1.0); b.objective(y, 0.37)
+    b.constraint("one_hot", "c", [(x, 2.0), (y, -1.0)], "<=", 5.5)
+    model = dataclasses.replace(b.build(), objective_constant=100.0)
+    r = get_backend("cbc").solve(model, SolveOptions())
+    assert r.termination is Termination.OPTIMAL
+    assert r.objective == pytest.approx(97.185, abs=1e-9)
+    assert r.objective - 2e-5 <= r.bound <= r.objective
 
 
 def test_options_are_validated():

@@ -5,6 +5,21 @@ PuLP maps CBC's "Stopped on time - objective value X" to ``LpStatusOptimal`` (wi
 CBC's log to a file and reads its ``Result -`` line, ``Objective value:`` and ``Lower bound:``;
 "optimal" needs both CBC's "Optimal solution found" and ``sol_status`` == optimal.
 
+The bound is what CBC's log proves, never a figure derived from the gap we asked for
+(docs/costmodel.md section 8):
+
+- stopped early, or exited on the gap: CBC's ``Lower bound:`` line;
+- exited on the gap without that line (``Cbc0011I Exiting as integer gap of G``): best
+  objective - G;
+- tree search completed (``Cbc0001I Search completed - best objective V``): every pruned node's
+  relaxation was >= V - c, with c CBC's cutoff increment (1e-5 unless the log says it changed),
+  so V - c. When CBC raised c because every objective value is a multiple of some m > c, no
+  value lies in (V - m, V) and the bound is V itself;
+- preprocessing left no integer variables (``Cbc3007W``): the LP optimum, i.e. the objective;
+- otherwise the root relaxation (``Continuous objective value is X``), or none.
+
+Printed figures are rounded down by half a unit of their last printed digit.
+
 Example:
     >>> from parplan.formulation.mip import ModelBuilder
     >>> b = ModelBuilder("tiny"); x = b.var("x", 0, 3, True); b.objective(x, -1.0)
@@ -27,6 +42,7 @@ from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
 #: CBC "Result - ..." line -> termination.
 STATUS_MAP = {
     "Optimal solution found": Termination.OPTIMAL,
+    "Optimal solution found (within gap tolerance)": Termination.OPTIMAL,
     "Stopped on time limit": Termination.TIME_LIMIT,
     "Problem proven infeasible": Termination.INFEASIBLE,
     "Linear relaxation infeasible": Termination.INFEASIBLE,
@@ -39,15 +55,56 @@ STATUS_MAP = {
 }
 
 
+#: CBC's default cutoff increment (CbcModel's CbcCutoffIncrement): a new incumbent must beat
+#: the last by more than this, so a completed search leaves at most this much unexplored.
+DEFAULT_CUTOFF_INCREMENT = 1e-5
+
+
+def optimal_bound(log: dict) -> float | None:
+    """The lower bound an "Optimal solution found" log proves (see the module docstring)."""
+    best = log["completed_best"]
+    if log["bound"] is not None:
+        return log["bound"]
+    if log["gap_exit"] is not None:
+        ref = best if best is not None else log["objective_floor"]
+        return None if ref is None else ref - log["gap_exit"]
+    if best is not None:
+        return best if log["integral_objective"] else best - log["cutoff_increment"]
+    if log["no_integers"] and log["objective_floor"] is not None:
+        return log["objective_floor"]  # preprocessing left an LP, solved to optimality by CLP
+    return log["relaxation"]
+
+
+def _rounded_down(text: str) -> float:
+    """A printed figure made safe as a lower bound: less half a unit of its last printed digit."""
+    value = float(text)
+    if "e" in text.lower():
+        return value - abs(value) * 5e-6  # exponent form: CBC prints at least 6 significant digits
+    digits = len(text.split(".", 1)[1]) if "." in text else 0
+    return value - 0.5 * 10.0 ** -digits
+
+
 def parse_cbc_log(text: str) -> dict:
-    """Result line, objective, lower bound and version from a CBC log."""
+    """Result line, objective, proven-bound evidence and version from a CBC log (minimisation;
+    figures without the model's objective constant)."""
     out: dict = {}
     m = re.search(r"^Result - (.+?)\s*$", text, re.M)
     out["result"] = m.group(1) if m else None
     m = re.search(r"^Objective value:\s+(\S+)", text, re.M)
     out["objective"] = float(m.group(1)) if m else None
+    out["objective_floor"] = _rounded_down(m.group(1)) if m else None
     m = re.search(r"^Lower bound:\s+(\S+)", text, re.M)
-    out["bound"] = float(m.group(1)) if m else None
+    out["bound"] = _rounded_down(m.group(1)) if m else None
+    m = re.search(r"^Cbc0001I Search completed - best objective (\S+?),", text, re.M)
+    out["completed_best"] = float(m.group(1)) if m else None
+    m = re.search(r"^Cbc0011I Exiting as integer gap of (\S+)", text, re.M)
+    out["gap_exit"] = -_rounded_down("-" + m.group(1)) if m else None
+    m = re.search(r"^Cutoff increment increased from \S+ to (\S+)", text, re.M)
+    out["cutoff_increment"] = float(m.group(1)) if m else DEFAULT_CUTOFF_INCREMENT
+    out["integral_objective"] = m is not None
+    m = re.search(r"^Continuous objective value is (\S+)", text, re.M)
+    out["relaxation"] = _rounded_down(m.group(1)) if m else None
+    out["no_integers"] = re.search(r"^Cbc3007W No integer variables", text, re.M) is not None
     m = re.search(r"^Version:\s+(\S+)", text, re.M)
     out["version"] = m.group(1) if m else None
     out["presolve_infeasible"] = re.search(r"^Problem is infeasible", text, re.M) is not None
@@ -101,11 +158,9 @@ class CbcBackend:
         )
         values = tuple(float(x.varValue) if x.varValue is not None else 0.0 for x in xs) if has else None
         objective = model.objective_value(values) if has else None
-        if term is Termination.OPTIMAL:
-            # CBC stops when (objective - bound) <= mip_gap * |objective| (ratio gap we set)
-            bound = objective - options.mip_gap * abs(objective) if has else None
-        else:
-            bound = log["bound"]
+        bound = optimal_bound(log) if term is Termination.OPTIMAL else log["bound"]
+        if bound is not None:
+            bound += model.objective_constant  # CBC's log leaves out the objective's constant
         return RawResult(
             termination=term,
             has_solution=has,
