@@ -167,6 +167,28 @@ def plot_plan(report, path: str | Path, *, title: str | None = None, dpi: int = 
     return str(path)
 
 
+def plot_compare(frame, meta: dict, path: str | Path, *, dpi: int = 150) -> str:
+    """Step time and speedup over data parallelism per planner (``parplan compare --plot``)."""
+    from parplan.report import time_unit
+
+    unit, factor = time_unit(float(frame.step_time_s.max()))
+    fig = Figure(figsize=(max(6.0, 1.1 * len(frame) + 2.5), 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    x = np.arange(len(frame))
+    left.bar(x, frame.step_time_s * factor, color="#4c72b0")
+    left.set_ylabel(f"step time ({unit})")
+    right.bar(x, frame.speedup_over_data, color="#55a868")
+    right.axhline(1.0, color="0.3", lw=0.8, ls="--")
+    right.set_ylabel("speedup over data parallelism")
+    for ax in (left, right):
+        ax.set_xticks(x)
+        ax.set_xticklabels(frame.planner, rotation=30, ha="right")
+    fig.suptitle(f"{meta['model']} on {meta['array']} ({meta['devices']} devices), batch {meta['batch']}", fontsize=11)
+    fig.savefig(str(path), dpi=dpi)
+    return str(path)
+
+
 def _draw_strip(ax, report, levels, centres: np.ndarray, widths: np.ndarray) -> None:
     links = {depth: link for depth, _, _, link in report.level_types()}
     used: set[Choice] = set()
@@ -183,7 +205,7 @@ def _draw_strip(ax, report, levels, centres: np.ndarray, widths: np.ndarray) -> 
         ax.axhline(y, color="white", linewidth=1.5)
     ax.set_ylim(0, len(levels))
     ax.set_yticks([len(levels) - 1 - r + 0.5 for r in range(len(levels))])
-    ax.set_yticklabels([f"level {d}  ({links.get(d, '')})" for d, *_ in levels], fontsize=8)
+    ax.set_yticklabels([f"level {d + 1}  ({links.get(d, '')})" for d, *_ in levels], fontsize=8)
     ax.tick_params(axis="y", length=0)
     for spine in ("top", "right", "left"):
         ax.spines[spine].set_visible(False)

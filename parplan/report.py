@@ -10,7 +10,7 @@ Example:
     >>> r = plan_report(p, make_plan(p, "accpar"), evaluate(p, make_plan(p, "accpar")),
     ...                 evaluate(p, make_plan(p, "data")))
     >>> r.speedup >= 1.0, list(r.to_dict())[:3]
-    (True, ['model', 'array', 'devices'])
+    (True, ['parplan_version', 'model', 'array'])
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class PlanReport:
         b = self.evaluation.breakdown
         comm = (b.intra_elements_1 + b.intra_elements_2).groupby(b.node, sort=False).sum()
         trans = (b.transition_elements_1 + b.transition_elements_2).groupby(b.node, sort=False).sum()
-        root = self.plan.root
+        root = self.plan.splits.get("")  # None on a one-device array: nothing is split
         rows = []
         bpe = self.problem.bytes_per_element
         for v, node in enumerate(self.problem.planning.nodes):
@@ -58,8 +58,8 @@ class PlanReport:
             rows.append({
                 "layer": node.name,
                 "kind": "join" if node.is_join else ("fc" if node.is_fc else "conv"),
-                "type": root.choices[v].value,
-                "share": root.shares[v],
+                "type": root.choices[v].value if root else "-",
+                "share": root.shares[v] if root else 1.0,
                 "compute_s": c,
                 "communication_s": max(t - c, 0.0),
                 "time_s": t,
@@ -87,9 +87,18 @@ class PlanReport:
             out.append((depth, len(paths), "".join(letters), link))
         return out
 
+    def metadata(self) -> dict:
+        """Run metadata carried by every CSV row and JSON output (so runs can be concatenated)."""
+        from parplan.costmodel.planio import parplan_version
+
+        p = self.problem
+        return {"model": p.graph.name, "array": p.array.describe(), "devices": p.array.count, "batch": p.batch,
+                "planner": self.plan.planner, "parplan_version": parplan_version()}
+
     def to_dict(self) -> dict:
         p, ev = self.problem, self.evaluation
         return {
+            "parplan_version": self.metadata()["parplan_version"],
             "model": p.graph.name,
             "array": p.array.describe(),
             "devices": p.array.count,
@@ -118,32 +127,85 @@ class PlanReport:
     def text(self) -> str:
         p, ev = self.problem, self.evaluation
         opts = ", ".join(f"{k} {v}" for k, v in self.plan.info.items())
+        frame = self.layer_frame()
+        tu, tf = time_unit(max(frame.time_s.max(), frame.compute_s.max()))
+        bu, bf = byte_unit(max(frame.intra_bytes.max(), frame.transition_bytes.max()))
+        levels = p.array.depth
         lines = [
-            f"{p.graph.name} on {p.array.describe()} ({p.array.count} devices, {p.array.depth} levels), "
-            f"batch {p.batch}, planner {self.plan.planner}" + (f" ({opts})" if opts else ""),
+            f"{p.graph.name} on {p.array.describe()} ({p.array.count} device{'s' * (p.array.count != 1)}, "
+            f"{levels} level{'s' * (levels != 1)}), batch {p.batch}, planner {self.plan.planner}"
+            + (f" ({opts})" if opts else ""),
             "",
-            f"{'layer':<24} {'kind':<4} {'type':<6} {'share':>6} {'compute ms':>11} {'comm ms':>9} "
-            f"{'intra MB':>10} {'trans MB':>10} {'time ms':>9}",
+            f"{'layer':<24} {'kind':<4} {'type':<6} {'share':>6} {'compute ' + tu:>11} {'comm ' + tu:>9} "
+            f"{'intra ' + bu:>10} {'trans ' + bu:>10} {'time ' + tu:>9}",
         ]
-        for r in self.layer_frame().itertuples():
+        for r in frame.itertuples():
             lines.append(
-                f"{r.layer[:24]:<24} {r.kind:<4} {r.type:<6} {r.share:>6.3f} {r.compute_s * 1e3:>11.3f} "
-                f"{r.communication_s * 1e3:>9.3f} {r.intra_bytes / 1e6:>10.2f} {r.transition_bytes / 1e6:>10.2f} "
-                f"{r.time_s * 1e3:>9.3f}"
+                f"{r.layer[:24]:<24} {r.kind:<4} {r.type:<6} {r.share:>6.3f} {r.compute_s * tf:>11.3f} "
+                f"{r.communication_s * tf:>9.3f} {r.intra_bytes * bf:>10.2f} {r.transition_bytes * bf:>10.2f} "
+                f"{r.time_s * tf:>9.3f}"
             )
         lines += [
             "",
-            f"step time            {ev.step_time_s * 1e3:.3f} ms",
-            f"data parallelism     {self.baseline.step_time_s * 1e3:.3f} ms  -> speedup {self.speedup:.2f}x",
-            f"communication        {ev.communication_bytes / 1e6:.1f} MB per step (all levels)",
-            f"peak device memory   {ev.peak_memory_bytes / 2**30:.2f} GiB (weights, gradients, optimizer state, activations)",
+            f"step time            {format_time(ev.step_time_s)}",
+            f"data parallelism     {format_time(self.baseline.step_time_s)}  -> speedup {self.speedup:.2f}x",
+            f"communication        {format_bytes(ev.communication_bytes)} per step (all levels)",
+            f"peak device memory   {format_bytes(ev.peak_memory_bytes)} (weights, gradients, optimizer state, activations)",
         ]
         if self.wall_s is not None:
-            lines.append(f"planning time        {self.wall_s:.3f} s")
-        lines += ["", "types per level (B=batch I=in O=out; joins r=rows c=cols w=whole; *=differs between groups):"]
+            lines.append(f"planning time        {format_time(self.wall_s)}")
+        if p.array.is_leaf:
+            return "\n".join(lines + ["", "one device: nothing to split"])
+        lines += ["", "types per level (level 1 = the root split; B=batch I=in O=out; joins r=rows c=cols w=whole; "
+                      "*=differs between groups):"]
         for depth, count, letters, link in self.level_types():
-            lines.append(f"  level {depth} ({count} split{'s' if count > 1 else ''}, link {link}): {letters}")
+            lines.append(f"  level {depth + 1} ({count} split{'s' if count > 1 else ''}, link {link}): {letters}")
         return "\n".join(lines)
+
+
+#: (unit, factor from seconds), largest first.
+_TIME_UNITS = (("s", 1.0), ("ms", 1e3), ("us", 1e6), ("ns", 1e9))
+#: (unit, factor from bytes), largest first; binary units throughout.
+_BYTE_UNITS = (("GiB", 2.0**-30), ("MiB", 2.0**-20), ("KiB", 2.0**-10), ("B", 1.0))
+
+
+def _unit(largest: float, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:
+    """The first (largest) unit in which ``largest`` reads as at least 1; the second for 0."""
+    if not largest > 0:
+        return units[1]
+    return next(((u, f) for u, f in units if largest * f >= 1.0), units[-1])
+
+
+def time_unit(largest_s: float) -> tuple[str, float]:
+    """The unit in which ``largest_s`` reads as at least 1 (down to ns): (name, factor).
+
+    Example:
+        >>> time_unit(0.0123), time_unit(4e-7), time_unit(0.0)
+        (('ms', 1000.0), ('ns', 1000000000.0), ('ms', 1000.0))
+    """
+    return _unit(largest_s, _TIME_UNITS)
+
+
+def byte_unit(largest_bytes: float) -> tuple[str, float]:
+    """The binary unit in which ``largest_bytes`` reads as at least 1: (name, factor).
+
+    Example:
+        >>> byte_unit(3 * 2**20)[0], byte_unit(100)[0], byte_unit(0)[0]
+        ('MiB', 'B', 'MiB')
+    """
+    return _unit(largest_bytes, _BYTE_UNITS)
+
+
+def format_time(seconds: float) -> str:
+    """``0.00123`` -> ``'1.230 ms'``."""
+    unit, factor = time_unit(seconds)
+    return f"{seconds * factor:.3f} {unit}"
+
+
+def format_bytes(n: float) -> str:
+    """``3 * 2**30`` -> ``'3.00 GiB'``."""
+    unit, factor = byte_unit(n)
+    return f"{n * factor:.2f} {unit}"
 
 
 def plan_report(problem: Problem, plan: Plan, evaluation: Evaluation, baseline: Evaluation,

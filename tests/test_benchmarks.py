@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from parplan.cli_bench import import_benchmarks
+from parplan.cli.bench import import_benchmarks
 
 import_benchmarks()  # the repository's benchmarks package, installed or not
 
@@ -304,7 +304,7 @@ def test_every_benchmark_is_registered_and_its_options_map_to_run():
     import argparse
     import importlib
 
-    from parplan.cli_bench import BENCH_HELP, add_bench_parser
+    from parplan.cli.bench import BENCH_HELP, add_bench_parser
 
     assert set(BENCH_HELP) == set(BENCHMARKS)
     parser = argparse.ArgumentParser()

@@ -19,7 +19,7 @@ def test_plan_table_reports_speedup_and_level_table(capsys):
     code, out, err = run(capsys, "plan", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2", "--planner", "accpar")
     assert code == 0, err
     assert "speedup" in out and "types per level" in out
-    assert "level 0 (1 split" in out and "level 1 (2 splits" in out
+    assert "level 1 (1 split" in out and "level 2 (2 splits" in out
     assert "features.0" in out and "classifier.6" in out
 
 

@@ -314,7 +314,7 @@ def test_benchmark_quick(tmp_path):
 
 
 def _parser():
-    from parplan.cli_pipeline import add_collectives_parser, add_pipeline_parser
+    from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
 
     parser = argparse.ArgumentParser(prog="parplan")
     sub = parser.add_subparsers()

@@ -463,7 +463,7 @@ def test_zoo_vgg16_on_heterogeneous_array():
 
 
 def _parser():
-    from parplan.cli_pipeline import add_collectives_parser, add_pipeline_parser
+    from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
 
     parser = argparse.ArgumentParser(prog="parplan")
     sub = parser.add_subparsers()

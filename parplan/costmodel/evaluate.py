@@ -74,6 +74,27 @@ class Evaluation:
         return total.groupby(b.level, sort=False).sum()
 
 
+def memory_overruns(problem: Problem, evaluation: Evaluation,
+                    limit_bytes: float | None = None) -> list[tuple[str, str, float, float]]:
+    """Devices whose memory need exceeds their capacity: ``(leaf path, device kind, need
+    bytes, capacity bytes)``, largest overrun first. ``limit_bytes`` is one capacity for every
+    device; None means each device's own memory (docs/costmodel.md section 6)."""
+    out = []
+
+    def walk(group, path: str) -> None:
+        if group.is_leaf:
+            need = evaluation.device_memory_bytes.get(path, 0.0)
+            cap = group.device.memory_bytes if limit_bytes is None else float(limit_bytes)
+            if need > cap:
+                out.append((path, group.device.name, need, cap))
+            return
+        walk(group.left, path + "L")
+        walk(group.right, path + "R")
+
+    walk(problem.array, "")
+    return sorted(out, key=lambda r: r[3] - r[2])
+
+
 def check_plan(problem: Problem, plan: Plan) -> None:
     """Raise :class:`ConfigError` if ``plan`` does not fit ``problem`` (node count, choices)."""
     pg = problem.planning

@@ -580,7 +580,7 @@ def load_external(spec) -> Graph | None:
     - ``path/model.onnx``: :func:`from_onnx` (graph named after the file);
     - ``path/models.py:factory``: imports the file and calls ``factory()``, which returns a
       :class:`Graph` or an ``(nn.Module, input_shape)`` pair (then :func:`from_torch`, named
-      after the factory).
+      ``<file stem>.<factory>``).
 
     This is the hook of :func:`parplan.modelfile.load_model` for ``parplan plan --model``.
 
@@ -619,7 +619,8 @@ def load_external(spec) -> Graph | None:
     if isinstance(result, Graph):
         return result
     if isinstance(result, tuple) and len(result) == 2:
-        return from_torch(result[0], result[1], name=factory)
+        # Named after the file and the factory: 'models.py:build' is 'models.build', not 'build'.
+        return from_torch(result[0], result[1], name=f"{path.stem}.{factory}")
     raise ConfigError(
         f"model '{text}': {factory}() must return a parplan Graph or an (nn.Module, input_shape) pair "
         f"(got {type(result).__name__})"

@@ -47,7 +47,7 @@ def import_benchmarks() -> ModuleType:
     except ModuleNotFoundError as exc:
         if exc.name != "benchmarks":
             raise
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / "benchmarks" / "__init__.py").is_file():
         raise ConfigError(
             "the benchmarks package is not installed and not found next to the parplan package "

@@ -19,71 +19,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 
+from parplan.cli.common import (
+    add_problem_arguments,
+    memory_limit,
+    problem_from_args,
+    problem_source,
+    progress_printer,
+)
+from parplan.cli.plans import output_path
 from parplan.errors import ConfigError
 
-GIB = 2**30
-GB = 1e9
-
-
-def _problem_arguments(parser: argparse.ArgumentParser) -> None:
-    try:
-        from parplan.cli import add_problem_arguments
-    except ImportError:  # the main CLI module is optional for this one
-        add_problem_arguments = _add_problem_arguments
-    add_problem_arguments(parser)
-
-
-def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="zoo name or model file")
-    parser.add_argument("--array", required=True, help="accelerator array, e.g. 'tpu-v2:1,tpu-v3:1'")
-    parser.add_argument("--batch", type=int, default=512, help="global batch size (default 512)")
-    parser.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help="link bandwidth override")
-    parser.add_argument("--latency", type=float, default=None, metavar="us", help="link latency override")
-    parser.add_argument("--bytes-per-element", type=float, default=2.0, help="bytes per element (default 2)")
-
-
-def _problem(args: argparse.Namespace):
-    try:
-        from parplan.cli import problem_from_args
-    except ImportError:
-        problem_from_args = _problem_from_args
-    return problem_from_args(args)
-
-
-def _problem_from_args(args: argparse.Namespace):
-    from parplan.costmodel.hardware import parse_array
-    from parplan.costmodel.problem import Problem
-    from parplan.modelfile import load_model
-
-    array = parse_array(args.array,
-                        bandwidth_bytes_per_s=None if args.bandwidth is None else args.bandwidth * GB,
-                        latency_s=None if args.latency is None else args.latency * 1e-6)
-    return Problem(load_model(args.model), array, batch=args.batch, bytes_per_element=args.bytes_per_element)
-
-
-def _memory_limit(text: str | None):
-    if text is None:
-        return None
-    if text.strip().lower() == "device":
-        return "device"
-    try:
-        gib = float(text)
-    except ValueError:
-        raise ConfigError(f"--memory-limit must be a number of GiB per device or 'device' (got {text!r})") from None
-    if not gib > 0 or not math.isfinite(gib):
-        raise ConfigError(f"--memory-limit must be > 0 GiB (got {text})")
-    return gib * GIB
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     from parplan.solvers.backends.registry import BACKENDS
     from parplan.solvers.planners import PLANNERS
 
-    _problem_arguments(p)
+    add_problem_arguments(p)
     p.add_argument("--backend", default="scip", help=f"exact backend: {' | '.join(BACKENDS)} (default scip)")
     p.add_argument("--planner", default="accpar",
                    help=f"whose options (types, shares, objective) to solve exactly: {', '.join(PLANNERS)}")
@@ -94,7 +49,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="memory per device in GiB, or 'device' for each device's own memory (default: none)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
-    p.add_argument("--format", default="table", choices=("table", "json"))
+    p.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    p.add_argument("--save", default=None, metavar="JSON",
+                   help="write the exact plan and its certificate as a plan file (re-price with 'parplan evaluate')")
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
 
 
@@ -114,10 +71,10 @@ def _setup(args):
     from parplan.solvers.backends.base import SolveOptions
     from parplan.solvers.planners import planner_options
 
-    problem = _problem(args)
+    problem = problem_from_args(args)
     options = planner_options(args.planner, args.objective, args.shares, args.share_grid)
     so = SolveOptions(time_limit_s=args.time_limit, threads=args.threads, seed=args.seed)
-    progress = (lambda m: print(f"[parplan] {m}", file=sys.stderr, flush=True)) if args.verbose else None
+    progress = progress_printer(args.verbose)
     return problem, options, so, progress
 
 
@@ -130,20 +87,43 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from parplan.solvers.exact import memory_limit_for, solve_exact
     from parplan.solvers.planners import make_plan
 
+    outputs = {name: output_path(value, option) for name, value, option in (
+        ("save", args.save, "--save"), ("lp", args.write_lp, "--write-lp"), ("mps", args.write_mps, "--write-mps"))
+        if value}
     problem, options, so, progress = _setup(args)
-    memory = _memory_limit(args.memory_limit)
+    memory = memory_limit(args.memory_limit)
     if args.write_lp or args.write_mps:
         spec = backend_spec(args.backend)
         model, _ = build_mip(SplitProblem.root(problem), options, memory_limit_for(problem.array, memory),
                              discrete=not spec.supports_continuous)
-        for path, write in ((args.write_lp, model.write_lp), (args.write_mps, model.write_mps)):
-            if path:
-                write(path)
-                print(f"wrote {path} ({model.describe()})", file=sys.stderr)
+        for key, write in (("lp", model.write_lp), ("mps", model.write_mps)):
+            if key in outputs:
+                try:
+                    write(str(outputs[key]))
+                except OSError as exc:
+                    raise ConfigError(f"cannot write '{outputs[key]}': {exc.strerror or exc}") from None
+                print(f"wrote {outputs[key]} ({model.describe()})", file=sys.stderr)
     result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory, solve_options=so,
                          progress=progress)
     cert = result.certificate
-    if args.format == "json":
+    if "save" in outputs:
+        _save(outputs["save"], problem, result.plan, args, cert)
+    if args.format == "csv":
+        if result.plan is not None:
+            baseline = evaluate(problem, make_plan(problem, "data"))
+            report = plan_report(problem, result.plan, result.evaluation, baseline)
+            frame = report.layer_frame()
+            meta = {**report.metadata(), "backend": args.backend}
+        else:
+            import pandas as pd
+
+            frame, meta = pd.DataFrame([{"layer": None}]), {"model": problem.graph.name,
+                                                            "array": problem.array.describe(), "backend": args.backend}
+        for key, value in {**meta, "status": cert.status, "objective": cert.objective, "bound": cert.bound,
+                           "gap": cert.gap}.items():
+            frame[key] = value
+        print(frame.to_csv(index=False), end="")
+    elif args.format == "json":
         out = {"certificate": cert.to_dict()}
         if result.plan is not None:
             baseline = evaluate(problem, make_plan(problem, "data"))
@@ -161,13 +141,29 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return 0 if result.plan is not None else 1
 
 
+def _save(path, problem, plan, args, cert, extra=None) -> None:
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.costmodel.planio import plan_document, write_plan_file
+
+    if plan is None:
+        print(f"parplan: warning: no plan to save to {path} (status {cert.status})", file=sys.stderr)
+        return
+    ev = evaluate(problem, plan)
+    summary = {"step_time_s": ev.step_time_s, "communication_bytes": ev.communication_bytes,
+               "peak_device_memory_bytes": ev.peak_memory_bytes}
+    write_plan_file(path, plan_document(problem, plan, problem_source(args), evaluation=summary,
+                                        certificate=cert.to_dict(), extra=extra))
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     from parplan.costmodel.evaluate import evaluate
     from parplan.solvers.exact import price_of, solve_exact
     from parplan.solvers.planners import make_plan
 
+    save = output_path(args.save, "--save") if args.save else None
     problem, options, so, progress = _setup(args)
-    memory = _memory_limit(args.memory_limit)
+    memory = memory_limit(args.memory_limit)
     t0 = time.perf_counter()
     dp_plan = make_plan(problem, args.planner, options=options)
     dp_s = time.perf_counter() - t0
@@ -195,8 +191,19 @@ def cmd_certify(args: argparse.Namespace) -> int:
         "dp_s": dp_s, "exact_s": exact_s, "solver": f"{cert.solver} {cert.version}",
         "memory_limit": args.memory_limit, "contradictions": bad, "message": cert.message,
     }
+    if save:
+        _save(save, problem, result.plan, args, cert, extra={"dp_objective": dp_price, "dp_s": dp_s,
+                                                              "exact_s": exact_s, "contradictions": bad})
     if args.format == "json":
         print(json.dumps(row, indent=2, default=str))
+    elif args.format == "csv":
+        import pandas as pd
+
+        from parplan.costmodel.planio import parplan_version
+
+        row = {**row, "batch": problem.batch, "planner": args.planner, "backend": args.backend,
+               "contradictions": "; ".join(bad), "parplan_version": parplan_version()}
+        print(pd.DataFrame([row]).to_csv(index=False), end="")
     else:
         def fmt(x):
             if x is None:

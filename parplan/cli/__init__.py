@@ -1,0 +1,85 @@
+"""Command-line interface: ``parplan plan | evaluate | diff | compare | models | devices | solve | certify |
+pipeline | allreduce | bench`` (docs/cli.md).
+
+User mistakes (unknown model, bad array, bad option) print one clear line on stderr and exit
+with status 2; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from parplan.cli.bench import add_bench_parser
+from parplan.cli.common import GB, GIB
+from parplan.cli.exact import add_exact_parsers
+from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
+from parplan.cli.plans import add_plan_parsers
+from parplan.errors import ParplanError
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from parplan.zoo import list_models
+
+    for name, desc in list_models():
+        print(f"{name:<12} {desc}")
+    return 0
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    from parplan.costmodel.hardware import load_devices
+
+    print(f"{'device':<8} {'TFLOP/s':>8} {'memory GiB':>10} {'HBM GB/s':>9} {'link GB/s':>9}  description")
+    for name, d in load_devices(args.devices).items():
+        print(f"{name:<8} {d.flops_per_s / 1e12:>8.0f} {d.memory_bytes / GIB:>10.0f} "
+              f"{d.memory_bytes_per_s / GB:>9.0f} {d.link_bytes_per_s / GB:>9.1f}  {d.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parplan",
+        description="Plan and certify tensor partitioning of DNN training on accelerator arrays.",
+    )
+    from parplan.costmodel.planio import parplan_version
+
+    parser.add_argument("--version", action="version", version=f"parplan {parplan_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    add_plan_parsers(sub)
+
+    m = sub.add_parser("models", help="list the built-in models")
+    m.set_defaults(func=_cmd_models)
+
+    d = sub.add_parser("devices", help="list the built-in device kinds")
+    d.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
+    d.set_defaults(func=_cmd_devices)
+
+    add_exact_parsers(sub)
+    add_pipeline_parser(sub)
+    add_collectives_parser(sub)
+    add_bench_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ParplanError as exc:
+        print(f"parplan: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("parplan: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # Output piped into e.g. `head`, which closed early: not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

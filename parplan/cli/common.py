@@ -1,0 +1,88 @@
+"""What every CLI subcommand shares: the problem options, progress lines, memory limits.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="parplan")
+    >>> add_problem_arguments(parser)
+    >>> args = parser.parse_args(["--model", "lenet", "--array", "h100:2"])
+    >>> problem_from_args(args).array.count, problem_source(args).model
+    (2, 'lenet')
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from parplan.costmodel.planio import ProblemSource
+from parplan.errors import ConfigError
+
+GB = 1e9
+GIB = 2**30
+
+
+def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool = True) -> None:
+    """--model, --array, --batch, --bandwidth, --latency, --bytes-per-element, --devices."""
+    parser.add_argument("--model", required=model_required,
+                        help="zoo name (see 'parplan models'), a model file (.toml/.json/.csv), an .onnx file, "
+                             "or file.py:factory returning a Graph or (nn.Module, input shape)")
+    parser.add_argument("--array", required=True,
+                        help="accelerator array, e.g. 'h100:8' or 'tpu-v2:4,tpu-v3:4' or a tree file")
+    parser.add_argument("--batch", type=int, default=512, help="global batch size (default 512)")
+    parser.add_argument("--bandwidth", type=float, default=None, metavar="GB/s",
+                        help="override every link's per-direction bandwidth (GB/s; default: device data)")
+    parser.add_argument("--latency", type=float, default=None, metavar="us",
+                        help="override every link's latency (microseconds)")
+    parser.add_argument("--bytes-per-element", type=float, default=2.0,
+                        help="bytes per tensor element (default 2, bf16)")
+    parser.add_argument("--devices", default=None, metavar="FILE",
+                        help="extra device kinds (TOML, same shape as the built-in devices.toml)")
+    parser.add_argument("--optimizer-bytes", type=float, default=12.0, metavar="B",
+                        help="optimizer state per parameter in bytes (default 12: Adam with an fp32 master copy)")
+    parser.add_argument("--share-grid", type=int, default=16, metavar="G",
+                        help="free shares are multiples of 1/G, plus the proportional share (default 16)")
+
+
+def problem_from_args(args: argparse.Namespace):
+    """Build a :class:`parplan.costmodel.problem.Problem` from :func:`add_problem_arguments` args."""
+    from parplan.costmodel.hardware import load_devices, parse_array
+    from parplan.costmodel.problem import Problem
+    from parplan.modelfile import load_model
+
+    graph = load_model(args.model)
+    array = parse_array(
+        args.array,
+        bandwidth_bytes_per_s=None if args.bandwidth is None else args.bandwidth * GB,
+        latency_s=None if args.latency is None else args.latency * 1e-6,
+        devices=load_devices(args.devices),
+    )
+    return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element,
+                   optimizer_bytes_per_param=args.optimizer_bytes)
+
+
+def progress_printer(enabled: bool):
+    if not enabled:
+        return None
+    return lambda msg: print(f"[parplan] {msg}", file=sys.stderr, flush=True)
+
+
+def problem_source(args: argparse.Namespace) -> ProblemSource:
+    """What the user typed for the problem, recorded in plan files."""
+    return ProblemSource(model=args.model, array=args.array, bandwidth_gb_per_s=args.bandwidth,
+                         latency_us=args.latency, devices_file=args.devices)
+
+
+def memory_limit(text: str | None) -> float | str | None:
+    """``--memory-limit``: GiB per device -> bytes, ``device`` (each device's own), or None."""
+    if text is None:
+        return None
+    if text.strip().lower() == "device":
+        return "device"
+    try:
+        gib = float(text)
+    except ValueError:
+        raise ConfigError(f"--memory-limit must be a number of GiB per device or 'device' (got {text!r})") from None
+    if not gib > 0 or not math.isfinite(gib):
+        raise ConfigError(f"--memory-limit must be a finite number > 0 of GiB (got {text})")
+    return gib * GIB

@@ -1,0 +1,332 @@
+"""``parplan plan | evaluate | diff | compare``: make, keep, re-price and compare plans.
+
+- ``plan``: one planner's plan, its price, a memory check, ``--save p.json`` (docs/planfile.md).
+- ``evaluate --plan p.json [--model ... --array ... --bandwidth ...]``: re-price a saved plan,
+  on the problem it was made for or on another array, bandwidth or batch with the same tree
+  of groups and the same layers.
+- ``diff a.json b.json``: where two plans of one problem differ and what each difference costs
+  (a's step time with that one cell taken from b).
+- ``compare --planners accpar,hypar,owt,data | all``: one table of step time, speedup,
+  communication, peak memory and planning time; ``--csv`` and ``--plot`` optional.
+
+Example:
+    >>> import argparse
+    >>> parser = argparse.ArgumentParser(prog="parplan")
+    >>> add_plan_parsers(parser.add_subparsers(dest="command"))
+    >>> args = parser.parse_args(["compare", "--model", "lenet", "--array", "h100:2", "--planners", "all"])
+    >>> args.planners, args.batch
+    ('all', 512)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from parplan.cli.common import (
+    add_problem_arguments,
+    memory_limit,
+    problem_from_args,
+    problem_source,
+    progress_printer,
+)
+from parplan.errors import ConfigError
+
+#: Planners ``compare --planners all`` runs, in table order.
+COMPARE_ALL = ("accpar", "accpar-topdown", "hypar", "owt", "data", "data-half", "model")
+
+
+def output_path(text: str, option: str) -> Path:
+    """A file to write for ``option``: not a directory, in a folder that exists."""
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"{option} '{text}' is a directory; give a file name inside it")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{option} '{text}': folder '{path.parent}' does not exist")
+    return path
+
+
+def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict | None = None) -> tuple:
+    """Price ``plan``, print it in ``fmt`` and warn about memory; returns (report, evaluation)."""
+    from parplan.costmodel.evaluate import evaluate, memory_overruns
+    from parplan.report import format_bytes, plan_report
+    from parplan.solvers.planners import make_plan
+
+    ev = evaluate(problem, plan)
+    baseline = evaluate(problem, make_plan(problem, "data"))
+    report = plan_report(problem, plan, ev, baseline, wall_s=wall_s)
+    overruns = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
+    if fmt == "json":
+        out = report.to_dict()
+        out["memory_overruns"] = [{"device": p or "root", "kind": k, "need_bytes": n, "capacity_bytes": c}
+                                  for p, k, n, c in overruns]
+        out.update(extra_json or {})
+        print(json.dumps(out, indent=2, default=str))
+    elif fmt == "csv":
+        frame = report.layer_frame()
+        for key, value in report.metadata().items():
+            frame.insert(len(frame.columns), key, value)
+        print(frame.to_csv(index=False), end="")
+    else:
+        print(report.text())
+    if overruns:
+        what = "the memory limit" if limit not in (None, "device") else "their memory"
+        path, kind, need, cap = overruns[0]
+        print(f"parplan: warning: {len(overruns)} of {problem.array.count} devices exceed {what}; worst: "
+              f"device {path or 'root'} ({kind}) needs {format_bytes(need)} of {format_bytes(cap)}. "
+              "The planners do not plan against memory; 'parplan solve --memory-limit' finds plans that fit.",
+              file=sys.stderr)
+    return report, ev
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from parplan.costmodel.planio import plan_document, write_plan_file
+    from parplan.solvers.planners import make_plan
+
+    save = output_path(args.save, "--save") if args.save else None
+    plot = output_path(args.plot, "--plot") if args.plot else None
+    limit = memory_limit(args.memory_limit)
+    problem = problem_from_args(args)
+    start = time.perf_counter()
+    plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
+                     share_grid=args.share_grid, progress=progress_printer(args.verbose))
+    wall = time.perf_counter() - start
+    report, ev = report_and_checks(problem, plan, wall, limit, args.format)
+    if plot:
+        from parplan.plot import plot_plan
+
+        plot_plan(report, plot)
+        print(f"wrote {plot}", file=sys.stderr)
+    if save:
+        write_plan_file(save, plan_document(problem, plan, problem_source(args), evaluation=_summary(report, wall)))
+        print(f"wrote {save}", file=sys.stderr)
+    return 0
+
+
+def _summary(report, wall_s: float | None) -> dict:
+    ev = report.evaluation
+    return {"step_time_s": ev.step_time_s, "data_parallel_step_time_s": report.baseline.step_time_s,
+            "communication_bytes": ev.communication_bytes, "peak_device_memory_bytes": ev.peak_memory_bytes,
+            "planning_wall_s": wall_s}
+
+
+def _problem_for(args: argparse.Namespace, record: dict):
+    """The problem to price a saved plan on: the file's record, each field overridable."""
+    ns = argparse.Namespace(
+        model=args.model or record.get("model_source") or record.get("model"),
+        array=args.array or record.get("array_source") or record.get("array"),
+        batch=args.batch if args.batch is not None else record.get("batch", 512),
+        bandwidth=args.bandwidth if args.bandwidth is not None else (
+            None if args.array else record.get("bandwidth_gb_per_s")),
+        latency=args.latency if args.latency is not None else (None if args.array else record.get("latency_us")),
+        bytes_per_element=args.bytes_per_element if args.bytes_per_element is not None else record.get(
+            "bytes_per_element", 2.0),
+        optimizer_bytes=args.optimizer_bytes if args.optimizer_bytes is not None else record.get(
+            "optimizer_bytes_per_param", 12.0),
+        devices=args.devices or record.get("devices_file"),
+    )
+    return problem_from_args(ns)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from parplan.costmodel.planio import check_plan_fits, read_plan_file
+    from parplan.report import format_time
+
+    saved = read_plan_file(args.plan)
+    problem = _problem_for(args, dict(saved.problem))
+    where = f"plan file '{args.plan}'"
+    check_plan_fits(problem, saved.nodes, saved.plan, where)
+    report, ev = report_and_checks(problem, saved.plan, None, memory_limit(args.memory_limit), args.format,
+                                   extra_json={"saved_evaluation": saved.evaluation,
+                                               "saved_certificate": saved.certificate})
+    before = (saved.evaluation or {}).get("step_time_s")
+    if args.format == "table" and before is not None:
+        change = (ev.step_time_s - before) / before if before else 0.0
+        same = abs(change) <= 1e-12
+        print(f"saved step time      {format_time(before)}"
+              + ("  (re-priced: the same)" if same else f"  (re-priced here: {change:+.3%})"))
+    return 0
+
+
+def _cells(a, b) -> list[tuple[str, int]]:
+    return [(path, v) for path in sorted(a.splits, key=lambda p: (len(p), p))
+            for v, (ca, sa, cb, sb) in enumerate(zip(a.splits[path].choices, a.splits[path].shares,
+                                                     b.splits[path].choices, b.splits[path].shares))
+            if ca is not cb or sa != sb]
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.costmodel.planio import check_plan_fits, read_plan_file
+    from parplan.costmodel.problem import Plan, Split
+    from parplan.report import format_time
+
+    fa, fb = read_plan_file(args.a), read_plan_file(args.b)
+    if fa.nodes != fb.nodes:
+        raise ConfigError(f"plan files '{args.a}' and '{args.b}' are for different layers "
+                          f"({len(fa.nodes)} vs {len(fb.nodes)} planning nodes); diff compares plans of one model")
+    if set(fa.plan.splits) != set(fb.plan.splits):
+        raise ConfigError(f"plan files '{args.a}' and '{args.b}' are for arrays with different trees of groups "
+                          f"({len(fa.plan.splits)} vs {len(fb.plan.splits)} splits)")
+    problem = _problem_for(args, dict(fa.problem))
+    check_plan_fits(problem, fa.nodes, fa.plan, f"plan file '{args.a}'")
+    ta, tb = evaluate(problem, fa.plan).step_time_s, evaluate(problem, fb.plan).step_time_s
+    cells = _cells(fa.plan, fb.plan)
+    nodes = fa.nodes
+    print(f"{problem.graph.name} on {problem.array.describe()}, batch {problem.batch}")
+    print(f"  a: {args.a} ({fa.plan.planner or '?'})  step {format_time(ta)}")
+    print(f"  b: {args.b} ({fb.plan.planner or '?'})  step {format_time(tb)}  ({(tb - ta) / ta:+.3%} vs a)")
+    if not cells:
+        print("the plans are identical")
+        return 0
+    print(f"{len(cells)} cell{'s' * (len(cells) != 1)} differ (split, layer: a -> b; cost = a's step time with "
+          "that one cell taken from b, minus a's):")
+    shown = cells if args.all or len(cells) <= args.limit else cells[:args.limit]
+    for path, v in shown:
+        sa, sb = fa.plan.splits[path], fb.plan.splits[path]
+        swapped = dict(fa.plan.splits)
+        choices, shares = list(sa.choices), list(sa.shares)
+        choices[v], shares[v] = sb.choices[v], sb.shares[v]
+        swapped[path] = Split(tuple(choices), tuple(shares))
+        delta = evaluate(problem, Plan(swapped, fa.plan.planner)).step_time_s - ta
+        level = f"level {len(path) + 1} {path or 'root'}"
+        print(f"  {level:<16} {nodes[v][:28]:<28} {sa.choices[v].value}@{sa.shares[v]:.3f} -> "
+              f"{sb.choices[v].value}@{sb.shares[v]:.3f}   {'+' if delta >= 0 else '-'}{format_time(abs(delta))}")
+    if len(shown) < len(cells):
+        print(f"  ... {len(cells) - len(shown)} more (--all to list every cell)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.costmodel.planio import parplan_version
+    from parplan.solvers.planners import PLANNERS, make_plan
+
+    names = list(COMPARE_ALL) if args.planners.strip().lower() == "all" else [
+        n.strip().lower() for n in args.planners.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PLANNERS]
+    if unknown or not names:
+        raise ConfigError(f"--planners: unknown planner(s) {', '.join(unknown) or '(none given)'}; "
+                          f"valid: {', '.join(PLANNERS)} or 'all'")
+    csv_path = output_path(args.csv, "--csv") if args.csv else None
+    plot_path = output_path(args.plot, "--plot") if args.plot else None
+    problem = problem_from_args(args)
+    progress = progress_printer(args.verbose)
+    base = evaluate(problem, make_plan(problem, "data")).step_time_s
+    rows = []
+    for name in names:
+        t0 = time.perf_counter()
+        plan = make_plan(problem, name, share_grid=args.share_grid, progress=progress)
+        wall = time.perf_counter() - t0
+        ev = evaluate(problem, plan)
+        rows.append({"planner": name, "step_time_s": ev.step_time_s, "speedup_over_data": base / ev.step_time_s,
+                     "communication_bytes": ev.communication_bytes, "peak_memory_bytes": ev.peak_memory_bytes,
+                     "planning_s": wall})
+        if progress:
+            progress(f"{name}: {ev.step_time_s * 1e3:.4g} ms ({wall:.2f} s)")
+    frame = pd.DataFrame(rows)
+    meta = {"model": problem.graph.name, "array": problem.array.describe(), "devices": problem.array.count,
+            "batch": problem.batch, "parplan_version": parplan_version()}
+    if args.format == "json":
+        print(json.dumps({**meta, "rows": rows}, indent=2))
+    elif args.format == "csv":
+        print(frame.assign(**meta).to_csv(index=False), end="")
+    else:
+        print(compare_text(frame, meta))
+    if csv_path:
+        frame.assign(**meta).to_csv(csv_path, index=False)
+        print(f"wrote {csv_path}", file=sys.stderr)
+    if plot_path:
+        from parplan.plot import plot_compare
+
+        plot_compare(frame, meta, plot_path)
+        print(f"wrote {plot_path}", file=sys.stderr)
+    return 0
+
+
+def compare_text(frame, meta: dict) -> str:
+    """The compare table, in units chosen for its largest value."""
+    from parplan.report import byte_unit, time_unit
+
+    tu, tf = time_unit(frame.step_time_s.max())
+    cu, cf = byte_unit(frame.communication_bytes.max())
+    mu, mf = byte_unit(frame.peak_memory_bytes.max())
+    pu, pf = time_unit(frame.planning_s.max())
+    lines = [f"{meta['model']} on {meta['array']} ({meta['devices']} devices), batch {meta['batch']}", "",
+             f"{'planner':<16} {'step ' + tu:>11} {'speedup':>8} {'comm ' + cu:>11} {'peak mem ' + mu:>12} "
+             f"{'planning ' + pu:>12}"]
+    for r in frame.itertuples():
+        lines.append(f"{r.planner:<16} {r.step_time_s * tf:>11.3f} {r.speedup_over_data:>7.2f}x "
+                     f"{r.communication_bytes * cf:>11.2f} {r.peak_memory_bytes * mf:>12.2f} {r.planning_s * pf:>12.2f}")
+    lines.append("")
+    lines.append("speedup: data parallelism's step time / the planner's; comm: bytes received per step over all levels")
+    return "\n".join(lines)
+
+
+def add_plan_parsers(sub) -> None:
+    """Register ``plan``, ``evaluate``, ``diff`` and ``compare``."""
+    from parplan.solvers.planners import PLANNERS
+
+    p = sub.add_parser("plan", help="plan a model on an array with a planner (fast DP path)")
+    add_problem_arguments(p)
+    p.add_argument("--planner", default="accpar", help=f"one of: {', '.join(PLANNERS)} (default accpar)")
+    p.add_argument("--objective", default=None, help="time | communication (default: the planner's)")
+    p.add_argument("--shares", default=None, help="free | half | proportional (default: the planner's)")
+    p.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    p.add_argument("--plot", default=None, metavar="PNG", help="also draw the plan to this PNG file")
+    p.add_argument("--save", default=None, metavar="JSON", help="write the plan file (re-price with 'parplan evaluate')")
+    _memory_argument(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
+    p.set_defaults(func=cmd_plan)
+
+    e = sub.add_parser("evaluate", help="re-price a saved plan (optionally on another array, bandwidth or batch)")
+    e.add_argument("--plan", required=True, metavar="JSON", help="plan file written by --save")
+    _override_arguments(e)
+    e.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    _memory_argument(e)
+    e.set_defaults(func=cmd_evaluate)
+
+    d = sub.add_parser("diff", help="where two saved plans differ and what each difference costs")
+    d.add_argument("a", metavar="A.json")
+    d.add_argument("b", metavar="B.json")
+    _override_arguments(d)
+    d.add_argument("--limit", type=int, default=40, help="cells to list (default 40)")
+    d.add_argument("--all", action="store_true", help="list every differing cell")
+    d.set_defaults(func=cmd_diff)
+
+    c = sub.add_parser("compare", help="several planners on one problem: one table (optional CSV and plot)")
+    add_problem_arguments(c)
+    c.add_argument("--planners", default="accpar,hypar,owt,data",
+                   help=f"comma-separated ({', '.join(PLANNERS)}) or 'all' (default accpar,hypar,owt,data)")
+    c.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    c.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
+    c.add_argument("--plot", default=None, metavar="PNG", help="also draw step time and speedup per planner")
+    c.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
+    c.set_defaults(func=cmd_compare)
+
+
+def _memory_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memory-limit", default=None, metavar="GiB",
+                   help="warn when a device needs more than this many GiB (default: each device's own memory)")
+
+
+def _override_arguments(p: argparse.ArgumentParser) -> None:
+    """Problem options that default to what the plan file records."""
+    p.add_argument("--model", default=None, help="model (default: the one the plan was made for)")
+    p.add_argument("--array", default=None, help="array (default: the plan's); it must have the same tree of groups")
+    p.add_argument("--batch", type=int, default=None, help="global batch (default: the plan's)")
+    p.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help="override every link's bandwidth")
+    p.add_argument("--latency", type=float, default=None, metavar="us", help="override every link's latency")
+    p.add_argument("--bytes-per-element", type=float, default=None, help="bytes per element (default: the plan's)")
+    p.add_argument("--optimizer-bytes", type=float, default=None, metavar="B",
+                   help="optimizer bytes per parameter (default: the plan's)")
+    p.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
+    p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
+
+
+__all__ = ["add_plan_parsers", "cmd_compare", "cmd_diff", "cmd_evaluate", "cmd_plan", "output_path"]
