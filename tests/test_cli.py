@@ -69,3 +69,41 @@ def test_console_script_runs_in_a_subprocess():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "step time" in res.stdout
+
+
+def test_cli_planner_names_match_the_planners():
+    from parplan.cli.common import PLANNER_NAMES
+    from parplan.solvers.planners import PLANNERS
+
+    assert tuple(PLANNERS) == PLANNER_NAMES
+
+
+def test_help_does_not_import_the_planners_or_the_benchmarks():
+    code = ("import sys; from parplan.cli import build_parser; build_parser(['plan']); "
+            "print(sorted(m for m in ('parplan.solvers.planners', 'benchmarks', 'pandas') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def test_public_api():
+    import parplan
+
+    for name in ("Problem", "Plan", "parse_array", "load_model", "plan", "solve", "certify", "evaluate"):
+        assert name in parplan.__all__ and callable(getattr(parplan, name))
+    assert isinstance(parplan.__version__, str) and parplan.__version__
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        parplan.nope
+
+
+def test_bad_solver_numbers_are_one_line(capsys):
+    for argv, message in (
+        (["--time-limit", "nan"], "time limit must be a number > 0"),
+        (["--threads", "0"], "threads must be an integer in [1, 1024]"),
+        (["--seed", "-1"], "seed must be an integer >= 0"),
+    ):
+        code, _, err = run(capsys, "solve", "--model", "lenet", "--array", "h100:2", *argv)
+        assert code == 2 and message in err and "Traceback" not in err
+    code, out, err = run(capsys, "solve", "--model", "lenet", "--array", "h100:2", "--time-limit", "1e300",
+                         "--seed", str(10**30))
+    assert code == 0 and "optimal" in out, err

@@ -37,14 +37,15 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; ``argv`` (when known) lets it skip importing what the command does not use."""
     parser = argparse.ArgumentParser(
         prog="parplan",
         description="Plan and certify tensor partitioning of DNN training on accelerator arrays.",
     )
-    from parplan.costmodel.planio import parplan_version
+    from parplan import __version__
 
-    parser.add_argument("--version", action="version", version=f"parplan {parplan_version()}")
+    parser.add_argument("--version", action="version", version=f"parplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_plan_parsers(sub)
@@ -59,12 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_exact_parsers(sub)
     add_pipeline_parser(sub)
     add_collectives_parser(sub)
-    add_bench_parser(sub)
+    add_bench_parser(sub, with_options=argv is None or argv[:1] == ["bench"])
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

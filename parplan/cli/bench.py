@@ -66,8 +66,12 @@ def _module(name: str) -> ModuleType:
     return importlib.import_module(pkg.BENCHMARKS[name])
 
 
-def add_bench_parser(subparsers) -> None:
-    """Register ``parplan bench NAME ...`` on the CLI's subparsers."""
+def add_bench_parser(subparsers, with_options: bool = True) -> None:
+    """Register ``parplan bench NAME ...`` on the CLI's subparsers.
+
+    ``with_options=False`` skips each benchmark's own options (importing the benchmarks takes
+    about a second); the CLI passes it unless the command is ``bench``.
+    """
     bench = subparsers.add_parser("bench", help="run a benchmark: CSV, PNG and markdown into --out",
                                   description="Run a benchmark; writes NAME.csv, NAME.png and NAME.md into --out.")
     sub = bench.add_subparsers(dest="bench", required=True, metavar="NAME")
@@ -82,7 +86,7 @@ def add_bench_parser(subparsers) -> None:
         p.add_argument("--workers", type=int, default=2, metavar="N",
                        help="local pool / LocalCluster worker processes (default 2)")
         try:
-            module = _module(name)
+            module = _module(name) if with_options else None
         except (ConfigError, ModuleNotFoundError):
             module = None  # reported when the benchmark is run
         if module is not None and hasattr(module, "add_arguments"):
@@ -97,6 +101,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1 (got {args.workers})")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out '{out}' is a file; give a folder (it is created if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out '{out}': cannot create the folder ({exc.strerror or exc})") from None
     if hasattr(module, "add_arguments"):
         executor = executor_from_args(args.executor, args.workers, args.scheduler)
         module.run(out, quick=args.quick, executor=executor, **run_kwargs(module.run, args))

@@ -15,11 +15,13 @@ import argparse
 import math
 import sys
 
-from parplan.costmodel.planio import ProblemSource
 from parplan.errors import ConfigError
 
 GB = 1e9
 GIB = 2**30
+#: The planners' names for help texts, without importing the planners (the CLI's --help stays
+#: fast); tests/test_cli.py checks it equals parplan.solvers.planners.PLANNERS.
+PLANNER_NAMES = ("accpar", "accpar-topdown", "hypar", "owt", "data", "data-half", "model")
 
 
 def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool = True) -> None:
@@ -61,14 +63,32 @@ def problem_from_args(args: argparse.Namespace):
                    optimizer_bytes_per_param=args.optimizer_bytes)
 
 
-def progress_printer(enabled: bool):
+def progress_printer(enabled: bool, after_s: float | None = None):
+    """A progress callback printing ``[parplan] msg`` on stderr, or None when not ``enabled``.
+
+    With ``after_s`` (and not ``enabled``) it stays quiet until that many seconds have passed,
+    so that only long runs report progress.
+    """
+    if not enabled and after_s is not None:
+        import time
+
+        start = time.perf_counter()
+        return lambda msg: (time.perf_counter() - start >= after_s
+                            and print(f"[parplan] {msg}", file=sys.stderr, flush=True))
+    return _printer(enabled)
+
+
+def _printer(enabled: bool):
     if not enabled:
         return None
     return lambda msg: print(f"[parplan] {msg}", file=sys.stderr, flush=True)
 
 
-def problem_source(args: argparse.Namespace) -> ProblemSource:
-    """What the user typed for the problem, recorded in plan files."""
+def problem_source(args: argparse.Namespace):
+    """What the user typed for the problem (a :class:`~parplan.costmodel.planio.ProblemSource`),
+    recorded in plan files."""
+    from parplan.costmodel.planio import ProblemSource
+
     return ProblemSource(model=args.model, array=args.array, bandwidth_gb_per_s=args.bandwidth,
                          latency_us=args.latency, devices_file=args.devices)
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from parplan.cli.common import (
+    PLANNER_NAMES,
     add_problem_arguments,
     memory_limit,
     problem_from_args,
@@ -36,7 +37,7 @@ from parplan.cli.common import (
 from parplan.errors import ConfigError
 
 #: Planners ``compare --planners all`` runs, in table order.
-COMPARE_ALL = ("accpar", "accpar-topdown", "hypar", "owt", "data", "data-half", "model")
+COMPARE_ALL = PLANNER_NAMES
 
 
 def output_path(text: str, option: str) -> Path:
@@ -212,7 +213,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in PLANNERS]
     if unknown or not names:
         raise ConfigError(f"--planners: unknown planner(s) {', '.join(unknown) or '(none given)'}; "
-                          f"valid: {', '.join(PLANNERS)} or 'all'")
+                          f"valid: {', '.join(PLANNER_NAMES)} or 'all'")
     csv_path = output_path(args.csv, "--csv") if args.csv else None
     plot_path = output_path(args.plot, "--plot") if args.plot else None
     problem = problem_from_args(args)
@@ -270,11 +271,9 @@ def compare_text(frame, meta: dict) -> str:
 
 def add_plan_parsers(sub) -> None:
     """Register ``plan``, ``evaluate``, ``diff`` and ``compare``."""
-    from parplan.solvers.planners import PLANNERS
-
     p = sub.add_parser("plan", help="plan a model on an array with a planner (fast DP path)")
     add_problem_arguments(p)
-    p.add_argument("--planner", default="accpar", help=f"one of: {', '.join(PLANNERS)} (default accpar)")
+    p.add_argument("--planner", default="accpar", help=f"one of: {', '.join(PLANNER_NAMES)} (default accpar)")
     p.add_argument("--objective", default=None, help="time | communication (default: the planner's)")
     p.add_argument("--shares", default=None, help="free | half | proportional (default: the planner's)")
     p.add_argument("--format", default="table", choices=("table", "json", "csv"))
@@ -302,7 +301,7 @@ def add_plan_parsers(sub) -> None:
     c = sub.add_parser("compare", help="several planners on one problem: one table (optional CSV and plot)")
     add_problem_arguments(c)
     c.add_argument("--planners", default="accpar,hypar,owt,data",
-                   help=f"comma-separated ({', '.join(PLANNERS)}) or 'all' (default accpar,hypar,owt,data)")
+                   help=f"comma-separated ({', '.join(PLANNER_NAMES)}) or 'all' (default accpar,hypar,owt,data)")
     c.add_argument("--format", default="table", choices=("table", "json", "csv"))
     c.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
     c.add_argument("--plot", default=None, metavar="PNG", help="also draw step time and speedup per planner")

@@ -364,6 +364,67 @@ def solve_exact(
     return ExactResult(plan, cert, ev)
 
 
+@dataclass(frozen=True)
+class Certification:
+    """The fast DP plan checked against an exact solve of the same problem (``parplan certify``).
+
+    Objectives are in the certificate's unit (seconds, or elements for the communication
+    objective). ``contradictions`` lists results that would prove a planner or the model wrong:
+    the DP beating a proven bound, or beating a one-level "optimal" exact plan.
+    """
+
+    dp_plan: Plan
+    dp_objective: float
+    dp_s: float
+    exact: ExactResult
+    exact_s: float
+    contradictions: tuple[str, ...]
+
+    @property
+    def dp_minus_exact_rel(self) -> float | None:
+        e = self.exact.certificate.objective
+        return None if e is None else (self.dp_objective - e) / e
+
+    @property
+    def dp_gap_to_bound(self) -> float | None:
+        b = self.exact.certificate.bound
+        return None if b is None else max(0.0, (self.dp_objective - b) / self.dp_objective)
+
+
+def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", options: PlanOptions | None = None,
+            time_limit_s: float | None = None, memory_limit_bytes: float | str | None = None,
+            solve_options: SolveOptions | None = None,
+            progress: Callable[[str], None] | None = None) -> Certification:
+    """Run ``planner``'s DP and the exact solver on ``problem`` with the same options; compare.
+
+    Example:
+        >>> from parplan.zoo import get_model
+        >>> from parplan.costmodel.hardware import parse_array
+        >>> c = certify(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64))
+        >>> c.exact.certificate.status, abs(c.dp_minus_exact_rel) < 1e-6, c.contradictions
+        ('optimal', True, ())
+    """
+    from parplan.solvers.planners import make_plan, planner_options
+
+    options = planner_options(planner) if options is None else options
+    t0 = time.perf_counter()
+    dp_plan = make_plan(problem, planner, options=options)
+    dp_s = time.perf_counter() - t0
+    dp_price = price_of(evaluate(problem, dp_plan), options)
+    t0 = time.perf_counter()
+    result = solve_exact(problem, backend, options, time_limit_s=time_limit_s, memory_limit_bytes=memory_limit_bytes,
+                         solve_options=solve_options, progress=progress)
+    exact_s = time.perf_counter() - t0
+    cert = result.certificate
+    bad = []
+    if cert.bound is not None and dp_price < cert.bound * (1 - 1e-6) and memory_limit_bytes is None:
+        bad.append("the DP plan is cheaper than the exact solver's proven bound")
+    if (cert.is_optimal and problem.array.depth == 1 and cert.objective is not None
+            and dp_price < cert.objective * (1 - 1e-6) and memory_limit_bytes is None):
+        bad.append("the DP plan is cheaper than the 'optimal' exact plan")
+    return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad))
+
+
 def price_of(ev: Evaluation, options: PlanOptions) -> float:
     return ev.communication_elements if options.objective is Objective.COMMUNICATION else ev.step_time_s
 
@@ -431,6 +492,8 @@ def require_plan(result: ExactResult) -> Plan:
 
 __all__ = [
     "Certificate",
+    "Certification",
+    "certify",
     "ExactResult",
     "GAP_TOL",
     "memory_limit_for",

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import subprocess
@@ -22,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Protocol
+
+import numpy as np
 
 from parplan.errors import ConfigError, SolverError
 
@@ -35,6 +38,12 @@ class Termination(Enum):
     ERROR = "error"  # the solver failed or stopped for another reason
 
 
+#: Time limits above this (one year) mean "no limit".
+MAX_TIME_LIMIT_S = 365 * 24 * 3600.0
+#: More solver threads than this is a mistake, not a machine.
+MAX_THREADS = 1024
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """Settings of one solve. ``time_limit_s`` None means no limit; ``mip_gap`` is relative."""
@@ -46,10 +55,22 @@ class SolveOptions:
     verbose: bool = False
 
     def __post_init__(self):
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
-            raise ConfigError(f"time limit must be > 0 seconds (got {self.time_limit_s})")
-        if not isinstance(self.threads, int) or self.threads < 1:
-            raise ConfigError(f"threads must be an integer >= 1 (got {self.threads!r})")
+        t = self.time_limit_s
+        if t is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float, np.number)) or math.isnan(t) or not t > 0:
+                raise ConfigError(f"time limit must be a number > 0 of seconds (got {t!r})")
+            # Solvers take int64 milliseconds or timers with a finite range: beyond a year, no limit.
+            object.__setattr__(self, "time_limit_s", None if t > MAX_TIME_LIMIT_S else float(t))
+        for name in ("threads", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, np.integer):
+                object.__setattr__(self, name, int(value))
+        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or not 1 <= self.threads <= MAX_THREADS:
+            raise ConfigError(f"threads must be an integer in [1, {MAX_THREADS}] (got {self.threads!r})")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0 (got {self.seed!r})")
+        # Every backend takes a 31-bit seed; larger seeds are folded into that range.
+        object.__setattr__(self, "seed", self.seed % (2**31 - 1))
         if not 0.0 <= self.mip_gap < 1.0:
             raise ConfigError(f"mip_gap must lie in [0, 1) (got {self.mip_gap})")
 
