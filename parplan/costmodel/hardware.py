@@ -268,41 +268,74 @@ def parse_array(
     return balanced(groups, bandwidth_bytes_per_s, latency_s)
 
 
+#: Deepest array tree a file may describe (2**64 devices is far beyond any array).
+MAX_TREE_DEPTH = 64
+
+
 def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
-    """A tree file: ``{"devices": "tpu-v3:4"}`` or ``{"device": "h100"}`` leaves, and inner
-    nodes ``{"left": ..., "right": ..., "gb_per_s": 100, "latency_us": 1}``."""
+    """A tree file (docs/formats.md): ``{"devices": "tpu-v3:4"}`` or ``{"device": "h100"}``
+    leaves, and inner nodes ``{"left": ..., "right": ..., "gb_per_s": 100, "latency_us": 1}``
+    (optionally ``gb_per_s_left`` / ``gb_per_s_right``: what each side receives at)."""
+    where_file = f"array file '{path}'"
+    if path.is_dir():
+        raise HardwareError(f"{where_file} is a directory, not a JSON/TOML tree file")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise HardwareError(f"array file '{path}' does not exist") from None
+        raise HardwareError(f"{where_file} does not exist") from None
+    except UnicodeDecodeError:
+        raise HardwareError(f"{where_file} is not UTF-8 text") from None
+    except OSError as exc:
+        raise HardwareError(f"{where_file}: cannot read ({exc.strerror or exc})") from None
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise HardwareError(f"array file '{path}': cannot parse ({exc})") from None
+        raise HardwareError(f"{where_file}: cannot parse ({exc})") from None
+    except RecursionError:
+        raise HardwareError(f"{where_file}: nested too deeply to parse") from None
+
+    def number(node, key: str, where: str, scale: float) -> float | None:
+        """An optional numeric key: bandwidths (gb_per_s*) > 0, latency >= 0, finite."""
+        if key not in node:
+            return None
+        value = node[key]
+        positive = key.startswith("gb_per_s")
+        ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+              and (value > 0 if positive else value >= 0))
+        if not ok:
+            rule = "a finite number > 0" if positive else "a finite number >= 0"
+            raise HardwareError(f"{where_file} at {where or 'root'}: '{key}' must be {rule} (got {value!r})")
+        return float(value) * scale
 
     def build(node, where: str) -> ArrayNode:
+        if len(where) > MAX_TREE_DEPTH:
+            raise HardwareError(f"{where_file}: the tree is deeper than {MAX_TREE_DEPTH} levels")
         if not isinstance(node, Mapping):
-            raise HardwareError(f"array file '{path}' at {where or 'root'}: expected a table")
+            raise HardwareError(f"{where_file} at {where or 'root'}: expected a table")
         if "device" in node:
-            return ArrayNode(device=_kind(str(node["device"]), kinds))
+            if not isinstance(node["device"], str):
+                raise HardwareError(f"{where_file} at {where or 'root'}: 'device' must be a device name string")
+            return ArrayNode(device=_kind(node["device"], kinds))
         if "devices" in node:
-            return parse_array(str(node["devices"]), bandwidth, latency, kinds)
+            if not isinstance(node["devices"], str):
+                raise HardwareError(f"{where_file} at {where or 'root'}: 'devices' must be a string like 'h100:4'")
+            return parse_array(node["devices"], bandwidth, latency, kinds)
         if "left" not in node or "right" not in node:
             raise HardwareError(
-                f"array file '{path}' at {where or 'root'}: a node needs 'device', 'devices' or 'left' and 'right'"
+                f"{where_file} at {where or 'root'}: a node needs 'device', 'devices' or 'left' and 'right'"
             )
         left, right = build(node["left"], where + "L"), build(node["right"], where + "R")
-        if "gb_per_s" in node:
-            bw = float(node["gb_per_s"]) * 1e9
-        elif bandwidth is not None:
-            bw = bandwidth
-        else:
-            bw = min(d.link_bytes_per_s for d in left.devices() + right.devices())
-        lat = float(node["latency_us"]) * 1e-6 if "latency_us" in node else latency
+        bw = number(node, "gb_per_s", where, 1e9)
+        if bw is None:
+            bw = bandwidth if bandwidth is not None else min(d.link_bytes_per_s for d in left.devices() + right.devices())
+        lat = number(node, "latency_us", where, 1e-6)
         if lat is None:
-            lat = max(d.link_latency_s for d in left.devices() + right.devices())
-        bw_left = float(node["gb_per_s_left"]) * 1e9 if "gb_per_s_left" in node else bw
-        bw_right = float(node["gb_per_s_right"]) * 1e9 if "gb_per_s_right" in node else None
-        return ArrayNode(left=left, right=right, link=Link(bw_left, lat, bw_right))
+            lat = latency if latency is not None else max(d.link_latency_s for d in left.devices() + right.devices())
+        bw_left = number(node, "gb_per_s_left", where, 1e9)
+        bw_right = number(node, "gb_per_s_right", where, 1e9)
+        return ArrayNode(left=left, right=right, link=Link(bw if bw_left is None else bw_left, lat, bw_right))
 
-    return build(data, "")
+    try:
+        return build(data, "")
+    except RecursionError:
+        raise HardwareError(f"{where_file}: the tree is nested too deeply") from None
