@@ -2,7 +2,7 @@
 
 Every benchmark is a module with ``run(out_dir, quick=False, executor=None, **params) ->
 pandas.DataFrame`` that writes ``NAME.csv``, ``NAME.png`` and ``NAME.md`` into ``out_dir``;
-``parplan bench NAME`` runs it from the command line (see :mod:`parplan.cli_bench`), and
+``parplan bench NAME`` runs it from the command line (see :mod:`parplan.cli.bench`), and
 ``python -m benchmarks.NAME OUT_DIR [--quick]`` runs it without the CLI.
 
 ==============  ==========================================================================

@@ -331,7 +331,8 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
         "only where equally good split plans (ties, e.g. below a sibling's time floor) send the lower levels into "
         "different sub-problems. Run at the "
         "primary bandwidth only, to keep the default run within 5 minutes on 2 cores; the joint model over all "
-        "levels stops at 8 devices, so no global optimum of the 128-device array is claimed. The `accpar` "
+        f"levels is not available for the current cost model, so no global optimum of the {first['devices']}-device "
+        "array is claimed. The `accpar` "
         "portfolio can beat `exact` because level-by-level optimality is not global optimality.",
         "",
         "`bound`: data-parallel time over the root split's exact optimum (each half priced as one device of "

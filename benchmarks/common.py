@@ -458,8 +458,8 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
             xs = [i - 0.4 + w * (j + 0.5) for i in range(len(cats))]
             ax.bar(xs, frame[col].astype(float).fillna(0.0), width=w, label=label, color=colors[j % len(colors)])
         for j, (label, value) in enumerate((references or {}).items()):
-            ax.axhline(value, ls="--", lw=0.9, color=colors[j % len(colors)], alpha=0.8)
-            ax.text(len(cats) - 0.5, value, f" {label}", fontsize=7, va="bottom", ha="right")
+            # Named in the legend above the panels, never as text over the bars.
+            ax.axhline(value, ls="--", lw=0.9, color=colors[(k + j) % len(colors)], alpha=0.8, label=label)
         ax.axhline(1.0, color="black", lw=0.6)
         ax.set_xticks(range(len(cats)))
         ax.set_xticklabels(cats, rotation=40, ha="right", fontsize=8)

@@ -153,8 +153,11 @@ def plot_plan(report, path: str | Path, *, title: str | None = None, dpi: int = 
     weighted = [i for i, k in enumerate(times.kind) if k != "join"] or list(range(len(times)))
     step = max(1, int(np.ceil(len(weighted) / 60)))
     ticks = weighted[::step]
-    bottom.set_xticks(centres[ticks])
-    bottom.set_xticklabels([times.layer[i] for i in ticks], rotation=90, fontsize=7 if len(ticks) > 40 else 8)
+    labels = [times.layer[i] for i in ticks]
+    for ax in (top, bottom):  # both panels share the layer columns and name them
+        ax.set_xticks(centres[ticks])
+        ax.set_xticklabels(labels, rotation=90, fontsize=7 if len(ticks) > 40 else 8)
+        ax.tick_params(axis="x", labelbottom=True)
     bottom.set_xlim(0, total)
     p, ev = report.problem, report.evaluation
     headline = title or (
