@@ -112,6 +112,7 @@ from parplan.costmodel.graph import (
     Shape,
 )
 from parplan.errors import ConfigError, GraphError
+from parplan.readers import parse_json, parse_toml, read_text
 
 __all__ = [
     "LAYER_TYPES",
@@ -387,22 +388,13 @@ def load_model_file(path: str | Path) -> Graph:
         raise ConfigError(
             f"model file '{path}': unsupported suffix '{suffix}'; use one of {', '.join(MODEL_FILE_SUFFIXES)}"
         )
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"model file '{path}': no such file")
     if suffix in (".csv", ".txt"):
         return load_layer_table(path)
     source = f"model file '{path}'"
-    text = path.read_text(encoding="utf-8")
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{source}: not valid JSON: {exc}") from None
+    text = read_text(path, "model file")
+    data = parse_toml(text, source) if suffix == ".toml" else parse_json(text, source)
     return graph_from_dict(data, default_name=path.stem, source=source)
 
 
@@ -432,9 +424,9 @@ class _Row:
 def _read_text(path_or_text: str | Path) -> tuple[str, str, str]:
     """(text, source for messages, default graph name)."""
     if isinstance(path_or_text, Path):
-        if not path_or_text.is_file():
+        if not path_or_text.exists():
             raise ConfigError(f"layer table '{path_or_text}': no such file")
-        return path_or_text.read_text(encoding="utf-8"), f"layer table '{path_or_text}'", path_or_text.stem
+        return read_text(path_or_text, "layer table"), f"layer table '{path_or_text}'", path_or_text.stem
     text = str(path_or_text)
     if "\n" not in text and Path(text).is_file():
         return _read_text(Path(text))

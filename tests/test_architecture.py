@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / "parplan"
 
 #: Layer of each top-level part of the package, lowest first (docs/architecture.md).
 LAYERS = {
-    "errors": 0,
+    "errors": 0, "readers": 0,
     "collectives": 1,
     "costmodel": 2,
     "formulation": 3,

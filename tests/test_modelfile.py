@@ -183,11 +183,11 @@ def test_bad_description_messages(data, message):
 def test_file_level_errors(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = \n")
-    with pytest.raises(ConfigError, match=r"^model file '.*bad\.toml': not valid TOML: "):
+    with pytest.raises(ConfigError, match=r"^model file '.*bad\.toml': not valid TOML \("):
         load_model_file(bad)
     bad_json = tmp_path / "bad.json"
     bad_json.write_text("{")
-    with pytest.raises(ConfigError, match=r"^model file '.*bad\.json': not valid JSON: "):
+    with pytest.raises(ConfigError, match=r"^model file '.*bad\.json': not valid JSON \("):
         load_model_file(bad_json)
     with pytest.raises(ConfigError) as err:
         load_model_file(tmp_path / "net.yaml")

@@ -29,6 +29,7 @@ from typing import Hashable
 import networkx as nx
 
 from parplan.errors import ConfigError
+from parplan.readers import read_text
 
 __all__ = [
     "Topology",
@@ -156,9 +157,15 @@ def _add_link(g: nx.DiGraph, u, v, bytes_per_s: float, latency_s: float) -> None
     g.add_edge(v, u, bytes_per_s=bytes_per_s, latency_s=latency_s)
 
 
+#: Most hosts a topology may have (schedules are refused well below this; see allreduce.py).
+MAX_HOSTS = 65536
+
+
 def _check_count(what: str, n: int, minimum: int) -> None:
-    if not isinstance(n, int) or n < minimum:
+    if not isinstance(n, int) or isinstance(n, bool) or n < minimum:
         raise ConfigError(f"{what} must be an integer >= {minimum} (got {n!r})")
+    if n > MAX_HOSTS:
+        raise ConfigError(f"{what}: at most {MAX_HOSTS:,} hosts are supported (got {n:,})")
 
 
 def _check_link(bytes_per_s: float, latency_s: float) -> None:
@@ -187,6 +194,7 @@ def ring(n: int, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DE
 def _grid(kind: str, rows: int, cols: int, bytes_per_s: float, latency_s: float, ports: int | None) -> Topology:
     _check_count(f"{kind}: rows", rows, 1)
     _check_count(f"{kind}: cols", cols, 1)
+    _check_count(f"{kind}: rows x cols", rows * cols, 1)
     _check_link(bytes_per_s, latency_s)
     if rows * cols < 2:
         raise ConfigError(f"{kind} {rows}x{cols}: needs at least 2 nodes")
@@ -308,12 +316,7 @@ def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, l
         (3, (50000000000.0, 2e-06))
     """
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"topology file '{path}' does not exist; give an edge list 'u v [GB/s [latency_us]]' per line"
-        ) from None
+    lines = read_text(p, "topology file", hint="give an edge list 'u v [GB/s [latency_us]]' per line").splitlines()
     _check_link(bytes_per_s, latency_s)
     edges, switches = [], set()
     for lineno, raw in enumerate(lines, start=1):

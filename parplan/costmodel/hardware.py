@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import tomllib
 from dataclasses import dataclass, replace
@@ -32,6 +31,7 @@ from typing import Iterator, Mapping
 from parplan.costmodel.collective import Collective, parse_collective
 from parplan.costmodel.dims import Device
 from parplan.errors import HardwareError
+from parplan.readers import parse_json, parse_toml, read_text
 
 _FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
 #: Optional keys of a device kind (with their defaults).
@@ -194,12 +194,10 @@ def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
     text = resources.files("parplan").joinpath("data/devices.toml").read_text()
     kinds = {name: _check_kind(name, e) for name, e in tomllib.loads(text).items()}
     if path is not None:
-        try:
-            user = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise HardwareError(f"device file '{path}' does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise HardwareError(f"device file '{path}': not valid TOML ({exc})") from None
+        user = parse_toml(read_text(path, "device file", HardwareError), f"device file '{path}'", HardwareError)
+        for name, entry in user.items():
+            if not isinstance(entry, dict):
+                raise HardwareError(f"device file '{path}': '{name}' must be a table of figures ([{name}] ...)")
         kinds.update({name.lower(): _check_kind(name.lower(), e) for name, e in user.items()})
     return kinds
 
@@ -241,6 +239,12 @@ def parse_array(
     if isinstance(spec, str) and "@" in spec:
         base, _, coll = spec.partition("@")
         root = parse_array(base, bandwidth_bytes_per_s, latency_s, devices)
+        from parplan.collectives.allreduce import MAX_SCHEDULE_HOSTS
+
+        if root.count > MAX_SCHEDULE_HOSTS:
+            raise HardwareError(f"array '{spec}': an all-reduce collective is priced with explicit schedules, built "
+                                f"for at most {MAX_SCHEDULE_HOSTS:,} devices (got {root.count:,}); drop "
+                                f"'@{coll}' to price gradient exchange per split")
         return replace(root, collective=parse_collective(coll))
     kinds = load_devices() if devices is None else devices
     if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
@@ -253,6 +257,7 @@ def parse_array(
     if not isinstance(spec, str) or not spec.strip():
         raise HardwareError("array must be a string like 'h100:8' or 'tpu-v2:4,tpu-v3:4' (got an empty value)")
     groups = []
+    total = 0
     for part in spec.split(","):
         name, sep, count = part.strip().rpartition(":")
         if not sep:
@@ -263,13 +268,20 @@ def parse_array(
             raise HardwareError(f"array part '{part.strip()}': count must be an integer, as in 'h100:8'") from None
         if n <= 0:
             raise HardwareError(f"array part '{part.strip()}': count must be > 0 (got {n})")
+        total += n
+        if total > MAX_DEVICES:
+            raise HardwareError(
+                f"array '{spec}' has at least {total:,} devices; parplan plans arrays of at most {MAX_DEVICES:,} "
+                f"(planning time grows with the device count: about 8 s per 1,000 devices for a small model)")
         kind = _kind(name, kinds)
         groups.append(balanced([ArrayNode(device=kind) for _ in range(n)], bandwidth_bytes_per_s, latency_s))
     return balanced(groups, bandwidth_bytes_per_s, latency_s)
 
 
-#: Deepest array tree a file may describe (2**64 devices is far beyond any array).
+#: Deepest array tree a file may describe.
 MAX_TREE_DEPTH = 64
+#: Most devices an array may have: evaluation visits every device (65,536 take minutes).
+MAX_DEVICES = 65536
 
 
 def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
@@ -277,22 +289,11 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
     leaves, and inner nodes ``{"left": ..., "right": ..., "gb_per_s": 100, "latency_us": 1}``
     (optionally ``gb_per_s_left`` / ``gb_per_s_right``: what each side receives at)."""
     where_file = f"array file '{path}'"
-    if path.is_dir():
-        raise HardwareError(f"{where_file} is a directory, not a JSON/TOML tree file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HardwareError(f"{where_file} does not exist") from None
-    except UnicodeDecodeError:
-        raise HardwareError(f"{where_file} is not UTF-8 text") from None
-    except OSError as exc:
-        raise HardwareError(f"{where_file}: cannot read ({exc.strerror or exc})") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise HardwareError(f"{where_file}: cannot parse ({exc})") from None
-    except RecursionError:
-        raise HardwareError(f"{where_file}: nested too deeply to parse") from None
+    text = read_text(path, "array file", HardwareError)
+    if path.suffix.lower() == ".json":
+        data = parse_json(text, where_file, HardwareError)
+    else:
+        data = parse_toml(text, where_file, HardwareError)
 
     def number(node, key: str, where: str, scale: float) -> float | None:
         """An optional numeric key: bandwidths (gb_per_s*) > 0, latency >= 0, finite."""
@@ -307,6 +308,15 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
             raise HardwareError(f"{where_file} at {where or 'root'}: '{key}' must be {rule} (got {value!r})")
         return float(value) * scale
 
+    seen = [0]
+
+    def leaf(node: ArrayNode) -> ArrayNode:
+        seen[0] += node.count
+        if seen[0] > MAX_DEVICES:
+            raise HardwareError(f"{where_file} describes more than {MAX_DEVICES:,} devices; parplan plans arrays of "
+                                f"at most {MAX_DEVICES:,}")
+        return node
+
     def build(node, where: str) -> ArrayNode:
         if len(where) > MAX_TREE_DEPTH:
             raise HardwareError(f"{where_file}: the tree is deeper than {MAX_TREE_DEPTH} levels")
@@ -315,11 +325,11 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
         if "device" in node:
             if not isinstance(node["device"], str):
                 raise HardwareError(f"{where_file} at {where or 'root'}: 'device' must be a device name string")
-            return ArrayNode(device=_kind(node["device"], kinds))
+            return leaf(ArrayNode(device=_kind(node["device"], kinds)))
         if "devices" in node:
             if not isinstance(node["devices"], str):
                 raise HardwareError(f"{where_file} at {where or 'root'}: 'devices' must be a string like 'h100:4'")
-            return parse_array(node["devices"], bandwidth, latency, kinds)
+            return leaf(parse_array(node["devices"], bandwidth, latency, kinds))
         if "left" not in node or "right" not in node:
             raise HardwareError(
                 f"{where_file} at {where or 'root'}: a node needs 'device', 'devices' or 'left' and 'right'"
@@ -336,6 +346,7 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
         return ArrayNode(left=left, right=right, link=Link(bw if bw_left is None else bw_left, lat, bw_right))
 
     try:
-        return build(data, "")
+        root = build(data, "")
     except RecursionError:
         raise HardwareError(f"{where_file}: the tree is nested too deeply") from None
+    return root

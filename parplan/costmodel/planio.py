@@ -34,6 +34,7 @@ from typing import Any, Mapping
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
+from parplan.readers import parse_json, read_text
 
 FORMAT = "parplan-plan"
 SCHEMA_VERSION = 1
@@ -153,22 +154,8 @@ def write_plan_file(path: str | Path, document: Mapping[str, Any]) -> Path:
 
 def read_plan_file(path: str | Path) -> PlanFile:
     """Read and validate a plan file. Every defect is a :class:`ConfigError` naming the file."""
-    path = Path(path)
     where = f"plan file '{path}'"
-    if not path.exists():
-        raise ConfigError(f"{where}: no such file")
-    if path.is_dir():
-        raise ConfigError(f"{where}: is a directory, not a plan file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: not UTF-8 text (a plan file is JSON written by 'parplan ... --save')") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError(f"{where}: not valid JSON ({exc})") from None
+    doc = parse_json(read_text(path, "plan file"), where)
     return read_plan_document(doc, where)
 
 

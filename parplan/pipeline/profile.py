@@ -37,6 +37,7 @@ import networkx as nx
 from parplan.costmodel.dims import layer_profiles
 from parplan.costmodel.graph import INPUT, Graph
 from parplan.errors import ConfigError, GraphError
+from parplan.readers import read_text
 
 __all__ = ["ProfiledLayer", "PipelineProfile", "parse_profile", "read_profile", "profile_from_graph"]
 
@@ -262,12 +263,7 @@ def _with_note(profile: PipelineProfile, note: str) -> PipelineProfile:
 def read_profile(path: str | Path) -> PipelineProfile:
     """Read a PipeDream ``graph.txt`` file (see :func:`parse_profile`)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"profile file '{path}' does not exist; give the path of a PipeDream graph.txt") from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"profile file '{path}' cannot be read as text ({exc})") from None
+    text = read_text(p, "profile file", hint="give the path of a PipeDream graph.txt")
     name = p.parent.name if p.name == "graph.txt" else p.name.split(".")[0]
     return parse_profile(text, source=str(path), name=name)
 
