@@ -332,6 +332,31 @@ def root_bound(problem, backend: str = "scip", time_limit_s: float | None = 60.0
     return {"status": "bound", "objective": value, "bound": bound, "wall_s": time.perf_counter() - t0}
 
 
+def plan_shape(problem, plan, prefix: str = "") -> dict[str, float]:
+    """What a plan does, beyond its price: ``idle_devices`` (devices given no work on any layer:
+    every split above them put their side at share 0) and ``model_parallel_cells`` (the
+    fraction of (split, weighted layer) cells that are IN or OUT rather than BATCH)."""
+    from parplan.costmodel.layout import PartitionType
+
+    nodes = problem.planning.nodes
+    weighted = [v for v, n in enumerate(nodes) if not n.is_join]
+    idle = 0
+
+    def walk(group, path: str, work: tuple[float, ...]) -> None:
+        nonlocal idle
+        if group.is_leaf:
+            idle += all(w <= 0.0 for w in work)
+            return
+        split = plan.splits[path]
+        walk(group.left, path + "L", tuple(w * a for w, a in zip(work, split.shares)))
+        walk(group.right, path + "R", tuple(w * (1 - a) for w, a in zip(work, split.shares)))
+
+    walk(problem.array, "", (1.0,) * len(nodes))
+    cells = [split.choices[v] for split in plan.splits.values() for v in weighted]
+    mp = sum(c in (PartitionType.IN, PartitionType.OUT) for c in cells) / max(1, len(cells))
+    return {f"{prefix}idle_devices": idle, f"{prefix}model_parallel_cells": mp}
+
+
 def plan_stats(problem, plan, prefix: str = "") -> dict[str, float]:
     """The evaluator's price of ``plan`` split into terms: ``step_s``; ``compute_s`` (per layer,
     the slowest device's compute time, summed); ``other_s`` = step - compute (communication,
