@@ -99,6 +99,7 @@ from typing import Any, Mapping
 from parplan import importers, zoo
 from parplan.costmodel.graph import (
     INPUT,
+    MAX_EXTENT,
     Activation,
     Add,
     Concat,
@@ -476,8 +477,8 @@ def _parse_rows(text: str, source: str) -> list[_Row]:
                 numbers[key] = int(value[key])
             except ValueError:
                 raise GraphError(f"{where}: {key} must be a positive int (got '{value[key]}')") from None
-            if numbers[key] <= 0:
-                raise GraphError(f"{where}: {key} must be a positive int (got {numbers[key]})")
+            if not 0 < numbers[key] <= MAX_EXTENT:
+                raise GraphError(f"{where}: {key} must be an int in [1, {MAX_EXTENT:,}] (got {numbers[key]})")
         rows.append(_Row(where, name, _TABLE_TYPES[kind], **numbers))
     return rows
 
@@ -634,6 +635,8 @@ def load_model(spec: str | Path) -> Graph:
         ...
         parplan.errors.ConfigError: unknown model 'resnet-5O' ...; or give the path of an existing model file ...
     """
+    if not isinstance(spec, (str, Path)):
+        raise ConfigError(f"model must be a zoo name or a path (got {type(spec).__name__} {spec!r:.60})")
     if isinstance(spec, str) and zoo.canonical_name(spec) in zoo.MODELS:
         return zoo.get_model(spec)
     external = importers.load_external(spec)  # .onnx files, file.py:factory (torch or Graph)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 
@@ -161,10 +162,10 @@ def run_allreduce(args: argparse.Namespace) -> int:
     )
     from parplan.collectives.topology import parse_topology
 
-    if not args.bandwidth > 0:
-        raise ConfigError(f"--bandwidth must be > 0 GB/s (got {args.bandwidth})")
-    if args.latency < 0:
-        raise ConfigError(f"--latency must be >= 0 us (got {args.latency})")
+    if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
+        raise ConfigError(f"--bandwidth must be a finite number > 0 of GB/s (got {args.bandwidth})")
+    if not (math.isfinite(args.latency) and args.latency >= 0):
+        raise ConfigError(f"--latency must be a finite number >= 0 of us (got {args.latency})")
     topo = parse_topology(args.topology, nodes=args.nodes, dims=args.dims, ports=args.ports,
                           bytes_per_s=args.bandwidth * 1e9, latency_s=args.latency * 1e-6)
     algorithms = list(Algorithm) if args.algorithm == "all" else [Algorithm.parse(args.algorithm)]

@@ -36,6 +36,8 @@ from parplan.cli.common import (
 )
 from parplan.errors import ConfigError
 
+#: Above this many devices ``plan`` says up front that it will take minutes.
+LARGE_ARRAY = 4096
 #: Planners ``compare --planners all`` runs, in table order.
 COMPARE_ALL = PLANNER_NAMES
 
@@ -91,6 +93,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plot = output_path(args.plot, "--plot") if args.plot else None
     limit = memory_limit(args.memory_limit)
     problem = problem_from_args(args)
+    if problem.array.count > LARGE_ARRAY:
+        print(f"parplan: note: {problem.array.count:,} devices; pricing a plan visits every device, so planning "
+              f"takes minutes (about 8 s per 1,000 devices for LeNet, more for larger models)", file=sys.stderr)
     start = time.perf_counter()
     plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
                      share_grid=args.share_grid, progress=progress_printer(args.verbose))

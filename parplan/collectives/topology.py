@@ -169,10 +169,10 @@ def _check_count(what: str, n: int, minimum: int) -> None:
 
 
 def _check_link(bytes_per_s: float, latency_s: float) -> None:
-    if not bytes_per_s > 0:
-        raise ConfigError(f"link bandwidth must be > 0 bytes/s (got {bytes_per_s})")
-    if latency_s < 0:
-        raise ConfigError(f"link latency must be >= 0 s (got {latency_s})")
+    if not (isinstance(bytes_per_s, (int, float)) and math.isfinite(bytes_per_s) and bytes_per_s > 0):
+        raise ConfigError(f"link bandwidth must be a finite number > 0 bytes/s (got {bytes_per_s})")
+    if not (isinstance(latency_s, (int, float)) and math.isfinite(latency_s) and latency_s >= 0):
+        raise ConfigError(f"link latency must be a finite number >= 0 s (got {latency_s})")
 
 
 def _default_ports(ports: int | None, degree: int) -> int:

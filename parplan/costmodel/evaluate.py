@@ -97,6 +97,11 @@ def memory_overruns(problem: Problem, evaluation: Evaluation,
 
 def check_plan(problem: Problem, plan: Plan) -> None:
     """Raise :class:`ConfigError` if ``plan`` does not fit ``problem`` (node count, choices)."""
+    if not isinstance(problem, Problem):
+        raise ConfigError(f"evaluate: problem must be a Problem (got {type(problem).__name__})")
+    if not isinstance(plan, Plan):
+        raise ConfigError(f"evaluate: plan must be a Plan (got {type(plan).__name__}); "
+                          "plans come from parplan.plan, parplan.solve or Plan.load")
     pg = problem.planning
     n = len(pg.nodes)
     for path, split in plan.splits.items():

@@ -61,9 +61,16 @@ def _pair(value, what: str, layer: str) -> tuple[int, int]:
     return a, b
 
 
+#: Largest channel count, feature count or spatial extent a layer may have (2^31 - 1): far
+#: beyond any real network, and the products of sizes stay exact in float64.
+MAX_EXTENT = 2**31 - 1
+
+
 def _positive(layer: str, what: str, value: int) -> None:
     if value <= 0:
         raise GraphError(f"layer '{layer}': {what} must be > 0 (got {value})")
+    if value > MAX_EXTENT:
+        raise GraphError(f"layer '{layer}': {what} must be at most {MAX_EXTENT:,} (got {value:,})")
 
 
 @dataclass(frozen=True)
@@ -406,8 +413,8 @@ class Graph:
     def _analyze(self) -> GraphInfo:
         s = self.input_shape
         for what, v in (("channels", s.channels), ("height", s.height), ("width", s.width)):
-            if v <= 0:
-                raise GraphError(f"graph '{self.name}': input {what} must be > 0 (got {v})")
+            if v <= 0 or v > MAX_EXTENT:
+                raise GraphError(f"graph '{self.name}': input {what} must be in [1, {MAX_EXTENT:,}] (got {v})")
         if not self.layers:
             raise GraphError(f"graph '{self.name}': has no layers")
         by_name: dict[str, Layer] = {}

@@ -236,6 +236,11 @@ def parse_array(
     ``bandwidth_bytes_per_s`` / ``latency_s`` override every link; by default a link between
     two groups takes the smallest link bandwidth and largest latency of the devices in them.
     """
+    if not isinstance(spec, (str, Path)):
+        raise HardwareError(f"array must be a string like 'h100:8' or a tree file's path (got {type(spec).__name__})")
+    for what, value in (("bandwidth", bandwidth_bytes_per_s), ("latency", latency_s)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise HardwareError(f"{what} must be a number or None (got {type(value).__name__} {value!r:.40})")
     if isinstance(spec, str) and "@" in spec:
         base, _, coll = spec.partition("@")
         root = parse_array(base, bandwidth_bytes_per_s, latency_s, devices)
@@ -325,7 +330,10 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
         if "device" in node:
             if not isinstance(node["device"], str):
                 raise HardwareError(f"{where_file} at {where or 'root'}: 'device' must be a device name string")
-            return leaf(ArrayNode(device=_kind(node["device"], kinds)))
+            try:
+                return leaf(ArrayNode(device=_kind(node["device"], kinds)))
+            except HardwareError as exc:
+                raise HardwareError(f"{where_file} at {where or 'root'}: {exc}") from None
         if "devices" in node:
             if not isinstance(node["devices"], str):
                 raise HardwareError(f"{where_file} at {where or 'root'}: 'devices' must be a string like 'h100:4'")

@@ -33,6 +33,10 @@ from parplan.costmodel.planning import PlanningGraph, planning_graph
 from parplan.errors import ConfigError
 
 
+#: Largest global batch (2^40): far beyond any training run, and sizes stay exact in float64.
+MAX_BATCH = 2**40
+
+
 @dataclass(frozen=True)
 class Problem:
     """A graph on an array at a batch size; ``bytes_per_element`` defaults to 2 (bf16);
@@ -46,10 +50,16 @@ class Problem:
     optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
 
     def __post_init__(self):
+        if not isinstance(self.graph, Graph):
+            raise ConfigError(f"Problem: graph must be a parplan Graph, e.g. load_model('alexnet') "
+                              f"(got {type(self.graph).__name__})")
+        if not isinstance(self.array, ArrayNode):
+            raise ConfigError(f"Problem: array must be an array, e.g. parse_array('h100:8') "
+                              f"(got {type(self.array).__name__})")
         if isinstance(self.batch, np.integer):
             object.__setattr__(self, "batch", int(self.batch))
-        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch <= 0:
-            raise ConfigError(f"batch must be a positive integer (got {self.batch!r})")
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or not 0 < self.batch <= MAX_BATCH:
+            raise ConfigError(f"batch must be an integer in [1, {MAX_BATCH:,}] (got {self.batch!r})")
         for what in ("bytes_per_element", "optimizer_bytes_per_param"):
             value = getattr(self, what)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):

@@ -136,6 +136,9 @@ def make_plan(
 
     ``options`` replaces the planner's options entirely (for ablations).
     """
+    if not isinstance(problem, Problem):
+        raise ConfigError(f"plan: problem must be a Problem (got {type(problem).__name__}); "
+                          "build one with Problem(load_model(...), parse_array(...), batch=...)")
     opts = options if options is not None else planner_options(planner, objective, shares, share_grid)
     info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
     if planner.strip().lower() != "accpar" or options is not None or opts.objective is not Objective.TIME:

@@ -171,4 +171,7 @@ class CbcBackend:
             version=log["version"] or f"bundled with PuLP {pulp.__version__}",
             wall_s=wall,
             native_status=f"{result or 'no result line'}; pulp status {prob.status}, sol_status {prob.sol_status}",
+            message="" if term is not Termination.ERROR else (
+                f"CBC ended with '{result or 'no result line in its log'}' (PuLP status {prob.status}, solution "
+                f"status {prob.sol_status}); no plan is certified"),
         )
