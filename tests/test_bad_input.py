@@ -107,13 +107,6 @@ TREES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TREES))
-def test_bad_array_files(capsys, tmp_path, name):
-    path = tmp_path / name
-    path.write_bytes(TREES[name])
-    _check(capsys, ["plan", "--model", "lenet", "--array", str(path)], message=name)
-
-
 def test_array_file_that_is_a_directory(capsys, tmp_path):
     d = tmp_path / "tree.json"
     d.mkdir()
@@ -190,13 +183,6 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_bad_model_files(capsys, tmp_path, name):
-    path = tmp_path / name
-    path.write_bytes(MODELS[name])
-    _check(capsys, ["plan", "--model", str(path), "--array", "h100:2", "--batch", "8"])
-
-
 @pytest.mark.parametrize("spec", ["nope", "", "missing.toml", "missing.onnx", "missing.py:build", "x.py:",
                                   "tests:build"])
 def test_bad_model_names(capsys, spec):
@@ -246,13 +232,6 @@ TOPOLOGIES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
-def test_bad_topology_files(capsys, tmp_path, name):
-    path = tmp_path / name
-    path.write_bytes(TOPOLOGIES[name])
-    _check(capsys, ["allreduce", "--topology", str(path), "--bytes", "1MB"])
-
-
 PROFILES = {
     "nonutf8.txt": b"\xff\xfe",
     "empty.txt": b"",
@@ -260,13 +239,6 @@ PROFILES = {
     "nan.txt": b"node1 -- Conv2d -- forward_compute_time=nan, backward_compute_time=1.0, activation_size=1.0, "
                b"parameter_size=1.0\n",
 }
-
-
-@pytest.mark.parametrize("name", sorted(PROFILES))
-def test_bad_pipedream_profiles(capsys, tmp_path, name):
-    path = tmp_path / name
-    path.write_bytes(PROFILES[name])
-    _check(capsys, ["pipeline", "--profile", str(path), "--array", "v100:4"])
 
 
 @pytest.mark.parametrize("argv", [
@@ -277,6 +249,24 @@ def test_bad_pipedream_profiles(capsys, tmp_path, name):
 ])
 def test_bad_pipeline_options(capsys, argv):
     _check(capsys, ["pipeline", *argv])
+
+
+# ----------------------------------------------------------------- every bad file, through its command
+
+FILE_ARGV = {
+    "array": lambda path: ["plan", "--model", "lenet", "--array", path],
+    "model": lambda path: ["plan", "--model", path, "--array", "h100:2", "--batch", "8"],
+    "topology": lambda path: ["allreduce", "--topology", path, "--bytes", "1MB"],
+    "profile": lambda path: ["pipeline", "--profile", path, "--array", "v100:4"],
+}
+FILES = {"array": TREES, "model": MODELS, "topology": TOPOLOGIES, "profile": PROFILES}
+
+
+@pytest.mark.parametrize("kind, name", [(k, n) for k, files in FILES.items() for n in sorted(files)])
+def test_bad_files(capsys, tmp_path, kind, name):
+    path = tmp_path / name
+    path.write_bytes(FILES[kind][name])
+    _check(capsys, FILE_ARGV[kind](str(path)), message=name if kind == "array" else None)
 
 
 # ----------------------------------------------------------------- output paths
