@@ -223,9 +223,9 @@ def test_cbc_bound_includes_the_objective_constant():
 
 
 def test_options_are_validated():
-    with pytest.raises(ConfigError, match="time limit must be > 0 seconds"):
+    with pytest.raises(ConfigError, match="time limit must be a number > 0 of seconds"):
         SolveOptions(time_limit_s=0)
-    with pytest.raises(ConfigError, match="threads must be an integer >= 1"):
+    with pytest.raises(ConfigError, match=r"threads must be an integer in \[1, 1024\]"):
         SolveOptions(threads=0)
 
 

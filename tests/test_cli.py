@@ -47,7 +47,7 @@ def test_plan_csv(capsys):
     (["plan", "--model", "vgg16", "--array", "h200:2"], "unknown device 'h200'; valid devices: a100, h100"),
     (["plan", "--model", "vgg16", "--array", "h100:x"], "count must be an integer"),
     (["plan", "--model", "vgg16", "--array", "h100:2", "--planner", "foo"], "unknown planner 'foo'"),
-    (["plan", "--model", "vgg16", "--array", "h100:2", "--batch", "0"], "batch must be a positive integer"),
+    (["plan", "--model", "vgg16", "--array", "h100:2", "--batch", "0"], "batch must be an integer in [1, "),
     (["plan", "--model", "vgg16", "--array", "h100:2", "--bandwidth", "-1"], "bandwidth must be > 0"),
     (["plan", "--model", "missing.toml", "--array", "h100:2"], "missing.toml"),
 ])

@@ -311,7 +311,7 @@ def test_load_external_python_factory(tmp_path):
             return 3
     """))
     g = load_external(f"{src}:mlp")
-    assert g.name == "mlp" and g.parameter_count() == 32 * 64 + 64 + 64 * 10 + 10
+    assert g.name == "mymodels.mlp" and g.parameter_count() == 32 * 64 + 64 + 64 * 10 + 10
     with pytest.raises(ConfigError, match=r"must return a parplan Graph or an \(nn.Module, input_shape\) pair"):
         load_external(f"{src}:not_a_model")
     with pytest.raises(ConfigError, match=r"has no function 'missing'"):

@@ -288,7 +288,7 @@ def test_table_text_without_header_and_strided_conv(tmp_path):
      "out_h, out_w, kernel), got 8"),
     ("a pool 3 8 8 8 8 8 3\n", "layer table: row 1 'a' (line 1): type must be conv or fc (got 'pool')"),
     ("a conv 3 x 8 8 8 8 3\n", "layer table: row 1 'a' (line 1): out_channels must be a positive int (got 'x')"),
-    ("a conv 3 8 0 8 8 8 3\n", "layer table: row 1 'a' (line 1): in_h must be a positive int (got 0)"),
+    ("a conv 3 8 0 8 8 8 3\n", "layer table: row 1 'a' (line 1): in_h must be an int in [1, 2,147,483,647] (got 0)"),
     ("name type in_c out_c in_h in_w out_h out_w kernel\n",
      "layer table: header (line 1) must name the columns name, type, in_channels, out_channels, in_h, in_w, "
      "out_h, out_w, kernel once each (got name, type, in_c, out_c, in_h, in_w, out_h, out_w, kernel)"),

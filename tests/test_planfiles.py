@@ -99,7 +99,7 @@ def test_malformed_plan_files_are_one_clear_error(tmp_path, capsys, content, mes
 
 def test_missing_and_directory_plan_files(tmp_path, capsys):
     code, _, err = run(capsys, "evaluate", "--plan", str(tmp_path / "nope.json"))
-    assert code == 2 and "no such file" in err
+    assert code == 2 and "does not exist" in err
     code, _, err = run(capsys, "evaluate", "--plan", str(tmp_path))
     assert code == 2 and "is a directory" in err
 
