@@ -25,7 +25,7 @@ the full planner. ``speedup_over_data`` is over data parallelism on the same arr
 bandwidth and all-reduce variants change the array).
 
 The all-reduce variants replace the default gradient exchange (each BATCH split sends partial
-dW over the link between its two halves, SPEC 2) with one all-reduce over the devices below
+dW over the link between its two halves, docs/costmodel.md section 2) with one all-reduce over the devices below
 the topmost BATCH split of each layer, on a torus of those devices built with that group's
 link (array suffix ``@ALG:torus``, :mod:`parplan.costmodel.collective`); full AccPar is
 replanned under that model, and ``pairwise_plan_step_s`` prices the default model's AccPar plan

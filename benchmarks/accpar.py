@@ -2,7 +2,7 @@
 
 For AlexNet, VGG-11/13/16/19 and ResNet-18/34/50/101/152 at batch 512 on
 ``tpu-v2:64,tpu-v3:64`` (128 devices, 7 levels: the setup of the authors' released planner,
-SPEC section 8), every planner's plan is priced by the one evaluator and divided into the
+the AccPar paper, HPCA'20), every planner's plan is priced by the one evaluator and divided into the
 data-parallel step time (shares proportional to compute; the naive 1/2 form is reported too):
 
 - OWT, HyPar, AccPar (``accpar``: the portfolio) and ``accpar-topdown`` (the published
@@ -45,7 +45,7 @@ from benchmarks.common import (
 )
 
 NAME = "accpar"
-#: The paper's average speedups over data parallelism (SPEC section 8).
+#: The paper's average speedups over data parallelism (AccPar, HPCA'20).
 PAPER = {"owt": 2.98, "hypar": 3.78, "accpar": 6.30}
 #: AccPar's speedup over data parallelism at the devices' own links under the *previous* cost
 #: model (recorded at commit c056e4c, before docs/costmodel.md section 10's changes): kept to

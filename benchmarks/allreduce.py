@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 from parplan.collectives.allreduce import Algorithm, best_schedule, lower_bound_steps, validate_schedule  # noqa: E402
 from parplan.collectives.topology import fat_tree, mesh2d, ring, torus2d  # noqa: E402
 
-#: MultiTree's reported communication speedup over ring all-reduce (SPEC section 8).
+#: MultiTree's reported communication speedup over ring all-reduce (MultiTree, ISCA'21).
 PAPER_SPEEDUP_VS_RING = 2.3
 
 FULL_SIZES = tuple(2**k for k in range(15, 27))  # 32 KiB .. 64 MiB

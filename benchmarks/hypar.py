@@ -35,7 +35,7 @@ from benchmarks.common import (
 )
 
 NAME = "hypar"
-#: HyPar's geometric-mean performance gain over data parallelism (SPEC section 8).
+#: HyPar's geometric-mean performance gain over data parallelism (HyPar, HPCA'19).
 PAPER_GMEAN = 3.39
 MODELS = {"sfc": "SFC", "lenet-c": "Lenet-c", "cifar-c": "Cifar-c", "alexnet": "AlexNet", "vgg11": "VGG-A",
           "vgg13": "VGG-B", "vgg-c": "VGG-C", "vgg16": "VGG-D", "vgg19": "VGG-E"}

@@ -1,4 +1,4 @@
-"""Transformer zoo: BERT and GPT-2 / GPT-3-style decoders as layer graphs (SPEC sections 1 and 6).
+"""Transformer zoo: BERT and GPT-2 / GPT-3-style decoders as layer graphs (docs/costmodel.md section 1).
 
 A transformer is expressed in the graph IR with the sequence in the spatial slot: token ids
 are a ``(1, S, 1)`` input, activations are ``(hidden, S, 1)``, and every projection is a

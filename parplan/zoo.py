@@ -1,4 +1,4 @@
-"""Model zoo: standard DNNs as per-sample layer graphs (SPEC section 6).
+"""Model zoo: standard DNNs as per-sample layer graphs (docs/formats.md lists every way to give a model).
 
 Every function returns a fresh :class:`~parplan.costmodel.graph.Graph` at the model's
 standard input size. The batch size is not part of a graph: the planner takes it separately.

@@ -74,7 +74,7 @@ def test_hypar_uses_only_batch_and_in_at_half_share():
 
 
 def test_reference_behaviour_convs_batch_and_fc_alternate_in_out():
-    # SPEC 3: communication objective, a = 1/2, batch 512, 7 levels: convolutions stay BATCH at
+    # docs/costmodel.md section 9: communication objective, a = 1/2, batch 512, 7 levels: convolutions stay BATCH at
     # the upper levels and consecutive FC layers alternate IN and OUT.
     p = Problem(get_model("vgg16"), parse_array("h100:128"), batch=512)
     plan = make_plan(p, "accpar", objective="communication", shares="half")

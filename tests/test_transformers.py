@@ -92,7 +92,7 @@ def test_gpt2_head_is_tied_and_bias_free():
 
 
 def test_projection_batch_is_batch_times_sequence():
-    """A token-wise projection is one fully connected layer with B = batch x sequence (SPEC 1)."""
+    """A token-wise projection is one fully connected layer with B = batch x sequence (docs/costmodel.md section 1)."""
     g = gpt_config(layers=1, hidden=64, heads=4, seq=32, vocab=100)
     d = layer_dims(g, "h0.fc1", batch=3)
     assert (d.in_features, d.out_features, d.kernel) == (64, 256, 1)

@@ -1,7 +1,7 @@
 """Pricing BATCH-type gradient exchange with an all-reduce algorithm on a network topology.
 
 By default a BATCH split exchanges the full partial dW over the link between the two halves
-(SPEC 2). With a :class:`Collective` on the array (``--array "h100:64@multitree:torus"``),
+(docs/costmodel.md section 2). With a :class:`Collective` on the array (``--array "h100:64@multitree:torus"``),
 the devices below the *topmost* BATCH split of a layer form one data-parallel region: that
 split pays one all-reduce of ``|W|`` bytes over all the devices of its group, on a topology
 of that many hosts, and BATCH splits of the same layer below it pay nothing more. A layer that

@@ -1,4 +1,4 @@
-"""Layer-graph IR: a DNN as a DAG of layers with per-sample tensor shapes (SPEC section 1).
+"""Layer-graph IR: a DNN as a DAG of layers with per-sample tensor shapes (docs/costmodel.md section 1).
 
 A :class:`Graph` holds an input shape and layers that name their inputs; ``"input"`` is the
 graph input. :meth:`Graph.analyze` checks the graph (unknown inputs, cycles, shape rules,

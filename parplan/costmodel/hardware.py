@@ -1,4 +1,4 @@
-"""Accelerator kinds and arrays as binary trees of groups (SPEC sections 4-5).
+"""Accelerator kinds and arrays as binary trees of groups (docs/costmodel.md sections 4 and 7; file formats: docs/formats.md).
 
 Device kinds come from ``parplan/data/devices.toml`` (user-extendable with another TOML file).
 An array is a binary tree: leaves are devices, each inner node carries the :class:`Link`

@@ -271,7 +271,7 @@ def read_profile(path: str | Path) -> PipelineProfile:
 def profile_from_graph(
     graph: Graph, batch: int, flops_per_s: float, bytes_per_element: float = 2.0
 ) -> PipelineProfile:
-    """Profile of a layer graph at ``batch`` on a device of ``flops_per_s`` (SPEC section 1).
+    """Profile of a layer graph at ``batch`` on a device of ``flops_per_s`` (docs/costmodel.md section 5).
 
     Per layer: compute seconds = training FLOPs / ``flops_per_s``, split 1/3 forward (one of the
     three products) and 2/3 backward; activation bytes = output elements x

@@ -4,7 +4,7 @@ The root split is planned with each half priced as one device of summed throughp
 then plans its own sub-problem on the layer sizes its share leaves it, down to the devices.
 Any one-split planner (DP, exact, baseline rule) plugs in as ``plan_split``.
 
-A layer's time at a split is the max over its two groups (SPEC 5), so a group gains nothing
+A layer's time at a split is the max over its two groups (docs/costmodel.md section 7), so a group gains nothing
 by speeding up a layer on which its sibling is slower. Each group is therefore planned against
 per-layer *floors* (``SplitProblem.floor_s``): the sibling's time for that layer plus the
 sibling's communication, less its own. The group expected to be slower is planned first

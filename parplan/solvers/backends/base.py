@@ -1,4 +1,4 @@
-"""What every exact backend takes and returns (the solver side of the stages in STYLE.md).
+"""What every exact backend takes and returns (the solver side of the stages in docs/architecture.md).
 
 A backend turns a solver-neutral :class:`~parplan.formulation.mip.MipModel` into a
 :class:`RawResult`: why the solver stopped (:class:`Termination`), whether it holds a solution,
