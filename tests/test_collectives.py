@@ -346,3 +346,57 @@ def test_cli_allreduce_user_errors():
         args.func(args)
     with pytest.raises(SystemExit):
         parser.parse_args(["allreduce", "--topology", "ring", "--bytes", "lots"])
+
+
+# ------------------------------------------------- MultiTree's neighbour order and the ring floor
+
+def _multitree_phase_steps(topo):
+    from parplan.collectives.allreduce import build_schedule
+
+    sched = build_schedule("multitree", topo)
+    assert validate_schedule(sched).ok
+    return sched.phase_steps[0], dict(sched.params)
+
+
+@pytest.mark.parametrize("k", [4, 5, 6, 7, 8])
+def test_multitree_on_a_1_port_torus_takes_n_minus_1_steps(k):
+    steps, params = _multitree_phase_steps(torus2d(k, k, ports=1))
+    assert steps == k * k - 1 and params == {"order": "nswe"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", range(9, 17))
+def test_multitree_on_larger_1_port_tori_takes_n_minus_1_steps(k):
+    assert _multitree_phase_steps(torus2d(k, k, ports=1))[0] == k * k - 1
+
+
+@pytest.mark.slow
+def test_multitree_on_a_4_port_16x16_torus_takes_at_most_64_steps():
+    assert _multitree_phase_steps(torus2d(16, 16, ports=4))[0] <= 64
+
+
+def test_multitree_neighbour_order_is_a_parameter():
+    from parplan.collectives.allreduce import multitree_schedule
+
+    t = torus2d(4, 4, ports=1)
+    assert multitree_schedule(t).phase_steps[0] == 15
+    assert multitree_schedule(t, "ensw").phase_steps[0] >= 15
+    assert multitree_schedule(t, None).phase_steps[0] == 16  # the topology's own order
+    with pytest.raises(ConfigError, match="permutation of 'nswe'"):
+        multitree_schedule(t, "nsx")
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(kind=st.sampled_from(["ring", "mesh", "torus", "fattree"]), rows=st.integers(2, 5), cols=st.integers(2, 5),
+       ports=st.integers(1, 4))
+def test_multitree_never_takes_more_steps_than_ring(kind, rows, cols, ports):
+    from parplan.collectives.allreduce import build_schedule
+
+    n = rows * cols
+    topo = {"ring": lambda: ring(n, ports=min(ports, 2)), "mesh": lambda: mesh2d(rows, cols, ports=ports),
+            "torus": lambda: torus2d(rows, cols, ports=ports), "fattree": lambda: fat_tree(max(n, 4), ports=ports)}[kind]()
+    multi, flat = build_schedule("multitree", topo), build_schedule("ring", topo)
+    assert validate_schedule(multi).ok
+    assert multi.steps <= flat.steps
+    if dict(multi.params).get("fallback") == "ring":
+        assert multi.transfers == flat.transfers

@@ -46,7 +46,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable, Sequence
 
 from parplan.collectives.topology import Topology
@@ -405,8 +405,46 @@ def dbtree_schedule(topo: Topology, pieces: int = 1) -> Schedule:
 # MultiTree.
 
 
-def multitree_schedule(topo: Topology) -> Schedule:
+#: Directions of a 2D mesh / torus neighbour, as (row step, column step).
+_DIRECTIONS = {"n": (-1, 0), "s": (1, 0), "w": (0, -1), "e": (0, 1)}
+#: The reference construction's neighbour order on meshes and tori: north, south, west, east.
+DIMENSION_ORDER = "nswe"
+
+
+def grid_neighbor_order(topo: Topology, order: str = DIMENSION_ORDER):
+    """Candidate children of a host on a 2D mesh or torus, in the direction order ``order``
+    (a permutation of ``"nswe"``); None for other topologies (their own order is kept)."""
+    if topo.dims is None or topo.switched:
+        return None
+    if sorted(order) != sorted(DIMENSION_ORDER):
+        raise ConfigError(f"neighbour order must be a permutation of 'nswe' (got {order!r})")
+    rows, cols = topo.dims
+    wrap = topo.kind == "torus"
+
+    def candidates(host) -> tuple:
+        r, c = divmod(host, cols)
+        out = []
+        for d in order:
+            dr, dc = _DIRECTIONS[d]
+            nr, nc = r + dr, c + dc
+            if wrap:
+                nr, nc = nr % rows, nc % cols
+            elif not (0 <= nr < rows and 0 <= nc < cols):
+                continue
+            v = nr * cols + nc
+            if v != host and v not in out and topo.graph.has_edge(host, v):
+                out.append(v)
+        return tuple(out)
+
+    return candidates
+
+
+def multitree_schedule(topo: Topology, neighbor_order: str | None = DIMENSION_ORDER) -> Schedule:
     """MultiTree all-reduce: a spanning tree rooted at every host, built step by step.
+
+    On meshes and tori a host's candidate children are its neighbours in ``neighbor_order``
+    (default north, south, west, east, as the reference construction; ring's N-1 steps per
+    phase on a 1-port torus); ``None`` or another topology: the topology's own order.
 
     In each time step the trees take turns in rounds (the trees with fewest hosts first, ties
     in an order rotating every step); on its turn a tree adds one edge: the first host already
@@ -421,6 +459,8 @@ def multitree_schedule(topo: Topology) -> Schedule:
     hosts = list(topo.hosts)
     n = len(hosts)
     ports = topo.ports
+    grid = grid_neighbor_order(topo, neighbor_order) if neighbor_order is not None else None
+    candidates = grid if grid is not None else topo.tree_candidates
     members = [{h} for h in hosts]
     order = [[h] for h in hosts]  # breadth-first order of each tree
     joined: list[dict] = [{h: 0} for h in hosts]
@@ -440,7 +480,8 @@ def multitree_schedule(topo: Topology) -> Schedule:
             for r in sorted(range(n), key=lambda r: (len(members[r]), (r - start) % n)):
                 if len(members[r]) == n:
                     continue
-                added = _grow_one(topo, r, step, members[r], order[r], joined[r], used, sends, recvs, ports)
+                added = _grow_one(topo, candidates, r, step, members[r], order[r], joined[r], used, sends, recvs,
+                                  ports)
                 if added is not None:
                     edges.append((step, r, *added))
                     grew = True
@@ -454,14 +495,15 @@ def multitree_schedule(topo: Topology) -> Schedule:
         transfers.append(Transfer(t + T, parent, child, (r,), Op.COPY, route_down))
         transfers.append(Transfer(T + 1 - t, child, parent, (r,), Op.REDUCE, route_up))
     transfers.sort(key=lambda x: (x.step, str(x.src), str(x.dst)))
-    return Schedule(Algorithm.MULTITREE, topo, (1.0 / n,) * n, tuple(transfers), (T, T))
+    return Schedule(Algorithm.MULTITREE, topo, (1.0 / n,) * n, tuple(transfers), (T, T),
+                    params=(("order", neighbor_order),) if grid is not None else ())
 
 
-def _grow_one(topo, r, step, members, order, joined, used, sends, recvs, ports):
+def _grow_one(topo, candidates, r, step, members, order, joined, used, sends, recvs, ports):
     for parent in order:
         if joined[parent] >= step or sends[parent] >= ports:
             continue
-        for child in topo.tree_candidates(parent):
+        for child in candidates(parent):
             if child in members or recvs[child] >= ports:
                 continue
             route = topo.route(parent, child)
@@ -611,8 +653,22 @@ def build_schedule(algorithm: Algorithm | str, topology: Topology, pieces: int =
         elif alg is Algorithm.RING2D:
             cache[key] = ring2d_schedule(topology)
         else:
-            cache[key] = multitree_schedule(topology)
+            cache[key] = _multitree_no_worse_than_ring(topology)
     return cache[key]
+
+
+def _multitree_no_worse_than_ring(topo: Topology) -> Schedule:
+    """MultiTree in the dimension neighbour order (and, on meshes, the topology's own order
+    where it needs fewer steps); never more steps than ring on the same topology and ports:
+    then ring's schedule is returned, marked ``fallback=ring``."""
+    tried = [multitree_schedule(topo)]
+    if topo.kind == "mesh":
+        tried.append(multitree_schedule(topo, None))
+    best = min(tried, key=lambda sched: sched.steps)
+    ring_sched = build_schedule(Algorithm.RING, topo)
+    if best.steps > ring_sched.steps:
+        return replace(ring_sched, algorithm=Algorithm.MULTITREE, params=(("fallback", "ring"),))
+    return best
 
 
 def best_schedule(algorithm: Algorithm | str, topology: Topology, bytes_: float) -> tuple[Schedule, float]:
