@@ -68,10 +68,9 @@ def test_bad_solver_options(capsys, option, value):
     _check(capsys, ["solve", "--model", "lenet", "--array", "h100:2", "--batch", "8", option, value])
 
 
-@pytest.mark.parametrize("value", ["1e300", "99999999999999999999999"])
-def test_huge_but_valid_solver_numbers_work(capsys, value):
-    out = _check(capsys, ["solve", "--model", "lenet", "--array", "h100:2", "--batch", "8", "--time-limit", value],
-                 must_fail=False)
+def test_huge_but_valid_solver_numbers_work(capsys):
+    out = _check(capsys, ["solve", "--model", "lenet", "--array", "h100:2", "--batch", "8", "--time-limit", "1e300",
+                          "--seed", "99999999999999999999999"], must_fail=False)
     assert "optimal" in out
 
 
@@ -341,7 +340,7 @@ def test_numpy_integers_are_integers():
 
 # ----------------------------------------------------------------- property: finite, non-negative times
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     model=st.sampled_from(["lenet", "alexnet", "resnet18", "sfc"]),
     array=st.sampled_from(["h100:2", "tpu-v2:1,tpu-v3:1", "v100:2,h100:2", "h100:4@ring:ring"]),

@@ -46,6 +46,5 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     cert = namespace["result"].certificate
-    assert cert.splits and all(c.status == "optimal" for c in cert.splits.values())
-    assert cert.bound is not None and cert.bound <= cert.objective
+    assert cert.status == "optimal" and cert.bound <= cert.objective * (1 + 1e-9)
     assert (tmp_path / "alexnet.json").is_file()
