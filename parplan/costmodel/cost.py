@@ -146,21 +146,22 @@ def zero_dims(dims: LayerDims) -> LayerDims:
 def scale_for_sides(dims: LayerDims, choice: Choice, a: float) -> tuple[LayerDims, LayerDims]:
     """Dims each side is left with: BATCH/ROWS scale B, IN scales Di, OUT scales Do, COLS
     scales a join's channels, WHOLE leaves a join whole; a side with share 0 keeps nothing."""
-    out = []
-    for s in (a, 1.0 - a):
-        if s <= 0.0:
-            out.append(zero_dims(dims))
-        elif choice in (PartitionType.BATCH, Layout.ROWS):
-            out.append(dims.scaled(batch=s))
-        elif choice is PartitionType.IN:
-            out.append(dims.scaled(in_features=s))
-        elif choice is PartitionType.OUT:
-            out.append(dims.scaled(out_features=s))
-        elif choice is Layout.COLS:
-            out.append(dims.scaled(in_features=s, out_features=s))
-        else:
-            out.append(dims)
-    return out[0], out[1]
+    return _one_side(dims, choice, a), _one_side(dims, choice, 1.0 - a)
+
+
+def _one_side(dims: LayerDims, choice: Choice, s: float) -> LayerDims:
+    """Dims a side with share ``s`` of a node split by ``choice`` keeps."""
+    if s <= 0.0:
+        return zero_dims(dims)
+    if choice in (PartitionType.BATCH, Layout.ROWS):
+        return dims.scaled(batch=s)
+    if choice is PartitionType.IN:
+        return dims.scaled(in_features=s)
+    if choice is PartitionType.OUT:
+        return dims.scaled(out_features=s)
+    if choice is Layout.COLS:
+        return dims.scaled(in_features=s, out_features=s)
+    return dims
 
 
 def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
@@ -246,9 +247,12 @@ class StateTable:
                                                               side.latency_s)
                     size = 0.0
                 low = (_side_dims(dims, c, ss.lo, 0, ss.has[0]), _side_dims(dims, c, ss.hi, 1, ss.has[1]))
-                grid = np.linspace(ss.lo, ss.hi, k)
-                steps = [[_side_dims(dims, c, g, i, ss.has[i]).compute_seconds(side.devices[i], bpe) for g in grid]
-                         for i in (0, 1)]
+                if k == 1:  # a point: each side's compute at its own share (the dims just built)
+                    steps = [[low[i].compute_seconds(side.devices[i], bpe)] for i in (0, 1)]
+                else:
+                    grid = np.linspace(ss.lo, ss.hi, k)
+                    steps = [[_side_dims(dims, c, g, i, ss.has[i]).compute_seconds(side.devices[i], bpe)
+                              for g in grid] for i in (0, 1)]
                 rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
                              [steps[0][0], steps[1][-1]],
                              [d.memory_bytes(bpe, side.optimizer_bytes_per_param) for d in low],
@@ -262,10 +266,11 @@ class StateTable:
 
 
 def _side_dims(dims: LayerDims, choice: Choice, a: float, side: int, has: bool) -> LayerDims:
-    """Dims side ``side`` keeps at share ``a`` (zero without work)."""
+    """Dims side ``side`` keeps at share ``a`` (zero without work): one side of
+    :func:`scale_for_sides`."""
     if not has:
         return zero_dims(dims)
-    return scale_for_sides(dims, choice, a)[side]
+    return _one_side(dims, choice, a if side == 0 else 1.0 - a)
 
 
 @dataclass(frozen=True)
