@@ -498,7 +498,10 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
         ax.axis("off")
     # Legend above the panels, outside every axes, so it never hides a bar.
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    ncol = max(1, min(len(labels), 6))
+    # As many columns as fit the figure's width (7-pt text: ~0.055 in per character plus the
+    # handle), so that no entry is cut at the edges however long the labels are.
+    entry_in = 0.055 * max((len(label) for label in labels), default=1) + 0.5
+    ncol = max(1, min(len(labels), 6, int(0.95 * width_per * cols / entry_in)))
     fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=7, frameon=False)
     legend_in = 0.3 * (-(-len(labels) // ncol) + 0.5)  # ~0.3 inch per legend row, plus a margin
     fig.tight_layout(rect=(0, 0, 1, 1 - legend_in / (4.2 * rows)))
