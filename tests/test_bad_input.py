@@ -361,3 +361,36 @@ def test_accepted_inputs_give_finite_non_negative_times(model, array, batch, ban
     assert all(math.isfinite(t) and t >= 0 for t in ev.node_time_s)
     assert math.isfinite(ev.communication_bytes) and ev.communication_bytes >= 0
     assert math.isfinite(ev.peak_memory_bytes) and ev.peak_memory_bytes > 0
+
+
+# ----------------------------------------------------------------- ONNX files and pipes
+
+@pytest.mark.parametrize("kind", ["no_nodes", "no_inputs", "garbage"])
+def test_bad_onnx_files(capsys, tmp_path, kind):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    path = tmp_path / f"{kind}.onnx"
+    if kind == "garbage":
+        path.write_bytes(b"\x00\x01not a protobuf")
+    else:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+        inputs = [x] if kind == "no_nodes" else []
+        onnx.save(helper.make_model(helper.make_graph([], kind, inputs, [x] if inputs else [])), str(path))
+    _check(capsys, ["plan", "--model", str(path), "--array", "h100:2"])
+
+
+def test_output_piped_into_a_closed_reader_ends_quietly():
+    import subprocess
+    import sys
+
+    # `parplan allreduce ... --show-steps | head -1`: 110 kB of output, more than a pipe holds;
+    # the reader closes the pipe after one line.
+    proc = subprocess.Popen([sys.executable, "-m", "parplan.cli", "allreduce", "--topology", "torus", "--dims", "8x8",
+                             "--algorithm", "ring", "--bytes", "1MB", "--show-steps"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
