@@ -3,6 +3,7 @@
 import copy
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -156,7 +157,8 @@ def test_one_device_units_version_and_output_paths(tmp_path, capsys):
     code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:1")
     assert code == 0, err
     assert "one device: nothing to split" in out and "(1 device, 0 levels)" in out
-    code, out, _ = run(capsys, "plan", "--model", "examples/tiny_resnet.toml", "--array", "h100:2", "--batch", "8")
+    example = Path(__file__).resolve().parents[1] / "examples" / "tiny_resnet.toml"
+    code, out, _ = run(capsys, "plan", "--model", str(example), "--array", "h100:2", "--batch", "8")
     rows = [line.split() for line in out.splitlines() if line.startswith("conv1 ")]
     assert rows and float(rows[0][4]) > 0  # compute column in a unit where it is not 0.000
     with pytest.raises(SystemExit) as exc:
