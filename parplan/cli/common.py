@@ -42,6 +42,9 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                         help="extra device kinds (TOML, same shape as the built-in devices.toml)")
     parser.add_argument("--optimizer-bytes", type=float, default=12.0, metavar="B",
                         help="optimizer state per parameter in bytes (default 12: Adam with an fp32 master copy)")
+    parser.add_argument("--compat", default=None, choices=("hypar",),
+                        help="price with a published planner's rule where it differs from parplan's "
+                             "(hypar: IN reductions at the pooled size, as the HyPar paper)")
     parser.add_argument("--share-grid", type=int, default=16, metavar="G",
                         help="free shares are multiples of 1/G, plus the proportional share (default 16)")
 
@@ -60,7 +63,7 @@ def problem_from_args(args: argparse.Namespace):
         devices=load_devices(args.devices),
     )
     return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element,
-                   optimizer_bytes_per_param=args.optimizer_bytes)
+                   optimizer_bytes_per_param=args.optimizer_bytes, compat=getattr(args, "compat", None))
 
 
 def progress_printer(enabled: bool, after_s: float | None = None):

@@ -133,6 +133,7 @@ def _problem_for(args: argparse.Namespace, record: dict):
         optimizer_bytes=args.optimizer_bytes if args.optimizer_bytes is not None else record.get(
             "optimizer_bytes_per_param", 12.0),
         devices=args.devices or record.get("devices_file"),
+        compat=args.compat if args.compat is not None else record.get("compat"),
     )
     return problem_from_args(ns)
 
@@ -330,6 +331,7 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer-bytes", type=float, default=None, metavar="B",
                    help="optimizer bytes per parameter (default: the plan's)")
     p.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
+    p.add_argument("--compat", default=None, choices=("hypar",), help="price with HyPar's rule (default: the plan's)")
     p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
 
 

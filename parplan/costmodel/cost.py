@@ -108,6 +108,10 @@ class SideSpec:
     collective: Collective | None = None
     hosts: int = 2  # devices in the group being split
     optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
+    #: A published planner's rule instead of parplan's where they differ (docs/costmodel.md
+    #: section 9): "hypar" prices an IN split's partial-sum reduction at the size the next layer
+    #: reads (after pooling), as the HyPar paper does; None = parplan's own model.
+    compat: str | None = None
 
     @property
     def flops_per_s(self) -> tuple[float, float]:
@@ -228,9 +232,11 @@ class StateTable:
         return self.lo
 
     @classmethod
-    def build(cls, dims: LayerDims, covered: bool, choices: tuple[Choice, ...], shares, side: SideSpec) -> "StateTable":
+    def build(cls, dims: LayerDims, covered: bool, choices: tuple[Choice, ...], shares, side: SideSpec,
+              in_reduction_elements: float | None = None) -> "StateTable":
         """The states ``choices x shares`` (choice-major) of a node with ``dims``; ``shares`` are
-        floats (points) or :class:`ShareSet`."""
+        floats (points) or :class:`ShareSet`. ``in_reduction_elements`` replaces the size of an
+        IN split's partial-sum reduction (the layer's output) where a compat rule says so."""
         sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
         k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
         rows = []
@@ -240,6 +246,8 @@ class StateTable:
             for ss in sets:
                 split = ss.has[0] and ss.has[1]
                 size = tensor_elements(dims, PARTIAL_TENSOR[c]) if isinstance(c, PartitionType) and split else 0.0
+                if c is PartitionType.IN and split and in_reduction_elements is not None:
+                    size = in_reduction_elements
                 x = 0.0
                 if side.collective is not None and c is PartitionType.BATCH:
                     if split and not covered:

@@ -33,6 +33,8 @@ from parplan.costmodel.planning import PlanningGraph, planning_graph
 from parplan.errors import ConfigError
 
 
+#: Accepted values of ``Problem.compat``: parplan's own model, or a published rule.
+COMPAT_NAMES = (None, "hypar")
 #: Largest global batch (2^40): far beyond any training run, and sizes stay exact in float64.
 MAX_BATCH = 2**40
 
@@ -48,8 +50,12 @@ class Problem:
     batch: int
     bytes_per_element: float = 2.0
     optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
+    #: None (parplan's cost model) or "hypar" (HyPar's pricing of IN reductions; section 9).
+    compat: str | None = None
 
     def __post_init__(self):
+        if self.compat not in COMPAT_NAMES:
+            raise ConfigError(f"compat must be one of {', '.join(repr(c) for c in COMPAT_NAMES)} (got {self.compat!r})")
         if not isinstance(self.graph, Graph):
             raise ConfigError(f"Problem: graph must be a parplan Graph, e.g. load_model('alexnet') "
                               f"(got {type(self.graph).__name__})")
@@ -88,6 +94,7 @@ class Problem:
             collective=self.array.collective,
             hosts=group.count,
             optimizer_bytes_per_param=self.optimizer_bytes_per_param,
+            compat=self.compat,
         )
 
 

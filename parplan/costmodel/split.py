@@ -122,8 +122,23 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
     shares = share_points(sp.side, options.shares, options.share_grid)
     if relaxed:
         shares = share_intervals(shares)
-    return [StateTable.build(sp.dims[v], sp.is_covered(v), options.choices(node), shares, sp.side)
+    return [StateTable.build(sp.dims[v], sp.is_covered(v), options.choices(node), shares, sp.side,
+                             compat_reduction_elements(sp, v))
             for v, node in enumerate(sp.planning.nodes)]
+
+
+#: Compat rules (docs/costmodel.md section 9) and what each changes.
+COMPAT_RULES = {"hypar": "IN reductions priced at the size the next layer reads (after pooling), as HyPar"}
+
+
+def compat_reduction_elements(sp: SplitProblem, v: int) -> float | None:
+    """Under ``compat="hypar"``: the size of node ``v``'s output as its consumers read it (after
+    any pooling; the largest tensor it sends), which HyPar prices an IN reduction at. None
+    otherwise, and for a node without consumers."""
+    if sp.side.compat != "hypar":
+        return None
+    sizes = [size for size, _ in output_groups(sp.planning, sp.dims, v)]
+    return max(sizes) if sizes else None
 
 
 def factor_scope(planning: PlanningGraph, u: int) -> tuple[int, ...]:
@@ -152,7 +167,7 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
 
 def split_terms(sp: SplitProblem, choices, shares) -> list[NodeTerms]:
     """Every node's time terms at one assignment of states (the evaluator's view)."""
-    tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side)
+    tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side, compat_reduction_elements(sp, v))
               for v, (c, a) in enumerate(zip(choices, shares))]
     zero = {v: np.zeros((), dtype=int) for v in range(len(tables))}
     return [node_terms(tables, sp.side, sp.groups(u), u, zero) for u in range(len(tables))]
