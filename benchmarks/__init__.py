@@ -15,6 +15,7 @@ dp-vs-exact     DP against every exact backend for every zoo model and depths 1.
 scaling         planner wall time against layers and hierarchy depth; exact backends' reach
 ablations       AccPar with one feature removed at a time
 allreduce       all-reduce algorithms per topology (MultiTree, ISCA'21)
+speed           planner time against the published AccPar C++; the CLI's start-up time
 ==============  ==========================================================================
 """
 
@@ -26,4 +27,5 @@ BENCHMARKS = {
     "scaling": "benchmarks.scaling",
     "ablations": "benchmarks.ablations",
     "allreduce": "benchmarks.allreduce",
+    "speed": "benchmarks.speed",
 }

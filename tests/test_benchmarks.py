@@ -343,3 +343,14 @@ def test_scaling_full_run_dp_is_linear(tmp_path):
 def test_other_full_runs(tmp_path, module):
     table = module.run(tmp_path)
     assert len(table) > 0
+
+
+def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
+    from benchmarks.speed import RECORDED_CPP_MS, run
+
+    table = run(tmp_path, quick=True)
+    dp = table[table.what.str.startswith("DP")]
+    assert len(dp) == 2 and (dp.ratio > 0).all()
+    assert all(math.isclose(r.ratio, r.parplan_ms / RECORDED_CPP_MS[(r.model, r.what.split("(")[1].split(",")[0])])
+               for r in dp.itertuples())
+    assert (tmp_path / "speed.md").read_text().startswith("# Planner speed")

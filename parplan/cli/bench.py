@@ -35,6 +35,7 @@ BENCH_HELP = {
     "scaling": "planner wall time vs layers and depth; where exact backends stop certifying",
     "ablations": "AccPar with one feature removed at a time",
     "allreduce": "all-reduce algorithms per topology and size (MultiTree)",
+    "speed": "planner time against the published AccPar C++ (ratios), and the CLI's start-up time",
 }
 
 
