@@ -287,6 +287,7 @@ def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
         before = PREVIOUS_MODEL_ACCPAR[r.model]
         lines.append(f"| {r.model} | {before:.2f} | {r.speedup_accpar:.2f} | {r.speedup_accpar / before - 1:+.1%} "
                      f"| {int(r.accpar_idle_devices)} of {r.devices} | {r.accpar_model_parallel_cells:.1%} |")
+    idle = [r.model for r in rows if r.model.startswith("resnet") and r.accpar_idle_devices > 0]
     lines += [
         "",
         "`idle devices`: devices the AccPar plan gives no work (every split above them puts their side at share "
@@ -296,14 +297,14 @@ def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
         "layout for free (a re-layout was priced only at the consumer's share, and `a (1 - a) = 0` there), "
         "and it let consecutive layers change shares for free; its ResNet plans routed re-layouts through the "
         "adds at no cost. Now every byte a join receives is charged and a share change moves `|a - a'|` of the "
-        "tensor, so IN / OUT splits inside residual blocks rarely pay off: the ResNet plans are data parallel "
-        "almost everywhere (see the IN/OUT column), with model parallelism left on the FC layer and on a few "
-        "late, weight-heavy layers at the lowest levels. The element-wise, attention and HBM terms add compute "
-        "that every plan pays, which lowers every speedup a little. Where a ResNet plan still gains clearly, "
-        "look at the idle-devices column: giving a whole half of the array no work is now free (a side at "
-        "share 0 holds nothing and pays neither reduction nor latency; the previous model charged it latency), "
-        "and for the smaller ResNets running on the 64 TPU-v3 chips alone beats spreading the batch over the "
-        "slower TPU-v2 half and paying the gradient exchange across the root link.",
+        "tensor, so IN / OUT splits inside residual blocks pay off less: the ResNet plans are mostly data "
+        "parallel (see the IN/OUT column), with model parallelism on the FC layer and on late, weight-heavy "
+        "layers, mostly at the lowest levels. The element-wise, attention and HBM terms add compute that every "
+        "plan pays, which lowers every speedup a little." + (
+            f" {', '.join(idle)}: the plan leaves devices idle (the idle-devices column): a side at share 0 "
+            "now holds nothing and pays neither reduction nor latency (the previous model charged it latency), and "
+            "running on the TPU-v3 half alone beats spreading the batch over the slower TPU-v2 half and paying the "
+            "gradient exchange across the root link." if idle else ""),
         "",
     ]
     slow = table[table.bandwidth_gbps == table.bandwidth_gbps.min()] if table.bandwidth_gbps.notna().any() else None
