@@ -8,11 +8,14 @@ data-parallel step time (shares proportional to compute; the naive 1/2 form is r
 - OWT, HyPar, AccPar (``accpar``: the portfolio) and ``accpar-topdown`` (the published
   recursion alone);
 - ``exact``: every split solved by an exact MIP backend level by level (each split certified
-  optimal given its parent's plan, as AccPar plans) -- at the primary bandwidth only, to keep
-  the default run within 5 minutes on 2 cores (the jointly optimal plan of a 128-device array
-  is out of reach of the joint model, which stops at 8 devices);
-- ``bound``: the data-parallel time over the root split's exact optimum, a proven upper bound
-  on the speedup of *any* plan (every level below the root can only add time).
+  optimal given its parent's plan, as AccPar plans; share grid 1/4) -- at the primary bandwidth
+  only (the whole run takes about 30 minutes on 2 cores; no joint model of the 128-device array
+  exists for the current cost model);
+- ``bound``: the data-parallel time over a lower bound on every plan (the interval relaxation
+  of the root split, halves as single devices): a proven upper bound on the speedup of *any*
+  plan with shares anywhere in [0, 1].
+- the AccPar plan's shape: devices it leaves idle and the fraction of IN / OUT choices, and a
+  section on how the results changed from the previous cost model.
 
 The interconnect bandwidth of the paper is unknown, so the table is repeated at several link
 bandwidths (``sweep_gbps``, default 1, 10 and 100 GB/s) besides the primary one (``bandwidth_gbps``;
