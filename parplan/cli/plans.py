@@ -171,6 +171,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from parplan.costmodel.problem import Plan, Split
     from parplan.report import format_time
 
+    if args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1 (got {args.limit})")
     fa, fb = read_plan_file(args.a), read_plan_file(args.b)
     if fa.nodes != fb.nodes:
         raise ConfigError(f"plan files '{args.a}' and '{args.b}' are for different layers "
