@@ -30,8 +30,8 @@ Example:
     >>> from parplan.costmodel.problem import Problem
     >>> p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
     >>> r = solve_exact(p, backend="scip")
-    >>> r.certificate.status, r.certificate.gap < 1e-6
-    ('optimal', True)
+    >>> r.certificate.status == "optimal", r.certificate.status is Status.OPTIMAL, r.certificate.gap < 1e-6
+    (True, True, True)
     >>> abs(r.certificate.objective - r.evaluation.step_time_s) < 1e-15
     True
 """
@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -59,6 +60,19 @@ from parplan.solvers.hierarchy import plan_top_down
 
 #: Relative gap under which a proven result is called optimal.
 GAP_TOL = 1e-6
+
+
+class Status(StrEnum):
+    """What a certificate says of its plan (docs/costmodel.md section 8). A ``StrEnum``: it
+    compares equal to, prints and serialises as its value ("optimal", ...)."""
+
+    OPTIMAL = "optimal"  # proven within GAP_TOL, re-priced and memory re-checked
+    FEASIBLE = "feasible"  # a checked plan, without a proof of optimality
+    TIME_LIMIT = "time_limit"  # stopped by the time limit; the incumbent and its gap are kept
+    INFEASIBLE = "infeasible"  # proven: no plan satisfies the constraints
+    ERROR = "error"  # the solver failed, or its plan did not pass the re-check
+
+
 #: Relative slack under which a decoded plan's memory counts as within its limit.
 MEMORY_TOL = 1e-9
 
@@ -72,7 +86,7 @@ class Certificate:
     ``bound`` a proven lower bound; ``gap`` = (objective - bound) / objective.
     """
 
-    status: str
+    status: Status
     termination: str
     has_solution: bool
     objective: float | None
@@ -100,7 +114,7 @@ class Certificate:
 
     @property
     def is_optimal(self) -> bool:
-        return self.status == "optimal"
+        return self.status == Status.OPTIMAL
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact per line."""
@@ -150,14 +164,14 @@ class ExactResult:
 
 def _status(raw: RawResult, bound_valid: bool, gap: float | None, gap_tol: float) -> str:
     if raw.termination is Termination.INFEASIBLE:
-        return "infeasible"
+        return Status.INFEASIBLE
     if raw.termination is Termination.TIME_LIMIT:
-        return "time_limit"
+        return Status.TIME_LIMIT
     if raw.termination is Termination.ERROR or not raw.has_solution:
-        return "error"
+        return Status.ERROR
     if bound_valid and gap is not None and gap <= gap_tol:
-        return "optimal"
-    return "feasible"
+        return Status.OPTIMAL
+    return Status.FEASIBLE
 
 
 def _gap(objective: float | None, bound: float | None) -> float | None:
@@ -205,7 +219,7 @@ def solve_split_exact(
         over = [(i, u, c) for i, (u, c) in enumerate(zip(used, memory.capacity_bytes)) if u > c * (1 + MEMORY_TOL)]
         if over:
             i, u, c = over[0]
-            status = "error"
+            status = Status.ERROR
             message = (f"the solver's plan needs {u:.0f} B on side {i + 1}, over its {c:.0f} B limit (solver "
                        "tolerance); the plan is not certified")
     continuous = None
@@ -401,7 +415,7 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
         >>> from parplan.zoo import get_model
         >>> from parplan.costmodel.hardware import parse_array
         >>> c = certify(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64))
-        >>> c.exact.certificate.status, abs(c.dp_minus_exact_rel) < 1e-6, c.contradictions
+        >>> str(c.exact.certificate.status), abs(c.dp_minus_exact_rel) < 1e-6, c.contradictions
         ('optimal', True, ())
     """
     from parplan.solvers.planners import make_plan, planner_options
@@ -435,7 +449,8 @@ def _aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float
     first = failed or root or next(iter(certs.values()))
     notes: list[str] = []
     if failed is not None:
-        status = failed.status if failed.status in ("infeasible", "error", "time_limit") else "error"
+        status = Status(failed.status) if failed.status in (Status.INFEASIBLE, Status.ERROR, Status.TIME_LIMIT) \
+            else Status.ERROR
         where = "the root split" if not certs else f"a split below the root (after {len(certs)} solved)"
         return replace(failed, status=status, scope=scope, wall_s=wall, splits=certs, objective=None, gap=None,
                        bound=None, notes=failed.notes + (f"no plan: {where} has {status} status",))
@@ -444,13 +459,13 @@ def _aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float
     gap = _gap(objective, bound)
     statuses = [c.status for c in certs.values()]
     one_level = problem.array.depth == 1
-    if "time_limit" in statuses:
-        status = "time_limit"
-    elif all(s == "optimal" for s in statuses) and gap is not None and gap <= GAP_TOL:
-        status = "optimal"
+    if Status.TIME_LIMIT in statuses:
+        status = Status.TIME_LIMIT
+    elif all(s == Status.OPTIMAL for s in statuses) and gap is not None and gap <= GAP_TOL:
+        status = Status.OPTIMAL
     else:
-        status = "feasible"
-        if all(s == "optimal" for s in statuses) and not one_level:
+        status = Status.FEASIBLE
+        if all(s == Status.OPTIMAL for s in statuses) and not one_level:
             notes.append("every split is optimal given its parent's plan (level-by-level, as AccPar); the bound "
                          "is the root split's, valid for every plan of the hierarchy")
     if one_level and root is not None and root.objective is not None and not math.isclose(
@@ -492,6 +507,7 @@ def require_plan(result: ExactResult) -> Plan:
 
 __all__ = [
     "Certificate",
+    "Status",
     "Certification",
     "certify",
     "ExactResult",
