@@ -184,7 +184,7 @@ def run(
             "speedup_over_data", "data_step_s", "compute_s", "other_s", "comm_bytes", "intra_bytes",
             "transition_bytes", "selected", "pairwise_plan_step_s", "wall_s"]
     table = table[cols]
-    write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table))
+    write_outputs(out, NAME, table, lambda p: _plot(table, p), lambda: _markdown(table))
     return table
 
 

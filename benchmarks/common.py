@@ -399,8 +399,9 @@ def model_traits(problem) -> dict[str, float]:
 
 
 def geomean(values: Iterable[float]) -> float:
-    """Geometric mean of positive values (NaN if there are none)."""
-    xs = [float(v) for v in values if v == v]
+    """Geometric mean of the positive values (NaN if there are none); NaN, zero and negative
+    values are left out (a ratio of 0, e.g. a term a variant removes entirely, has no log)."""
+    xs = [float(v) for v in values if v == v and v > 0]
     if not xs:
         return math.nan
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
@@ -430,15 +431,16 @@ def out_dir_path(out_dir: str | Path) -> Path:
     return out
 
 
-def write_outputs(out: Path, name: str, table: pd.DataFrame, draw: Callable[[Path], None], markdown: str,
-                  extra: Mapping[str, pd.DataFrame] | None = None) -> None:
-    """Write ``name.csv`` (``table``), ``name.png`` (``draw(path)``), ``name.md`` and extra CSVs
-    (``extra``: file stem -> table)."""
+def write_outputs(out: Path, name: str, table: pd.DataFrame, draw: Callable[[Path], None],
+                  markdown: str | Callable[[], str], extra: Mapping[str, pd.DataFrame] | None = None) -> None:
+    """Write ``name.csv`` (``table``) and the extra CSVs (``extra``: file stem -> table) first,
+    so that a long run's data survives a failing plot or summary; then ``name.png``
+    (``draw(path)``) and ``name.md`` (``markdown``, or a callable making it)."""
     table.to_csv(out / f"{name}.csv", index=False)
     for stem, frame in (extra or {}).items():
         frame.to_csv(out / f"{stem}.csv", index=False)
     draw(out / f"{name}.png")
-    (out / f"{name}.md").write_text(markdown)
+    (out / f"{name}.md").write_text(markdown() if callable(markdown) else markdown)
 
 
 def _pyplot():
