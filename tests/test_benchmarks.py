@@ -354,3 +354,10 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
     assert all(math.isclose(r.ratio, r.parplan_ms / RECORDED_CPP_MS[(r.model, r.what.split("(")[1].split(",")[0])])
                for r in dp.itertuples())
     assert (tmp_path / "speed.md").read_text().startswith("# Planner speed")
+
+
+def test_geomean_leaves_out_non_positive_values():
+    from benchmarks.common import geomean
+
+    assert geomean([0.0, 4.0, 1.0, float("nan")]) == pytest.approx(2.0)
+    assert math.isnan(geomean([0.0, -1.0]))
