@@ -130,7 +130,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
             frame[key] = value
         print(frame.to_csv(index=False), end="")
     elif args.format == "json":
-        out = {"certificate": cert.to_dict()}
+        from parplan.costmodel.planio import parplan_version
+
+        out = {"model": problem.graph.name, "array": problem.array.describe(), "devices": problem.array.count,
+               "batch": problem.batch, "planner": args.planner, "backend": args.backend,
+               "parplan_version": parplan_version(), "certificate": cert.to_dict()}
         if result.plan is not None:
             baseline = evaluate(problem, make_plan(problem, "data"))
             out["plan"] = plan_report(problem, result.plan, result.evaluation, baseline).to_dict()
@@ -185,16 +189,16 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if save:
         _save(save, problem, result.plan, args, cert, extra={"dp_objective": dp_price, "dp_s": dp_s,
                                                               "exact_s": exact_s, "contradictions": bad})
+    from parplan.costmodel.planio import parplan_version
+
+    meta = {"batch": problem.batch, "planner": args.planner, "backend": args.backend,
+            "parplan_version": parplan_version()}
     if args.format == "json":
-        print(json.dumps(row, indent=2, default=str))
+        print(json.dumps({**row, **meta}, indent=2, default=str))
     elif args.format == "csv":
         import pandas as pd
 
-        from parplan.costmodel.planio import parplan_version
-
-        row = {**row, "batch": problem.batch, "planner": args.planner, "backend": args.backend,
-               "contradictions": "; ".join(bad), "parplan_version": parplan_version()}
-        print(pd.DataFrame([row]).to_csv(index=False), end="")
+        print(pd.DataFrame([{**row, **meta, "contradictions": "; ".join(bad)}]).to_csv(index=False), end="")
     else:
         def fmt(x):
             if x is None:
