@@ -48,7 +48,7 @@ FIT_MIN_LAYERS = 64
 DEFAULT_REPEATS = 7
 POINT_BUDGET_S = 10.0
 BATCH = 512
-QUICK = {"sizes": (8, 16, 32), "depths": (1, 2), "exact_sizes": (8, 16), "repeats": 1, "time_limit_s": 10.0,
+QUICK = {"sizes": (8, 16), "depths": (1, 2), "exact_sizes": (8,), "repeats": 1, "time_limit_s": 10.0,
          "backends": ("scip",), "depth_models": ("vgg11",)}
 PLANNERS = {"dp": ("accpar-topdown", "tpu-v2:1,tpu-v3:1"), "portfolio": ("accpar", "tpu-v2:4,tpu-v3:4")}
 DEPTH_MODELS = ("vgg16", "resnet50")
