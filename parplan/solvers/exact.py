@@ -28,7 +28,7 @@ Example:
     >>> from parplan.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
-    >>> p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    >>> p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
     >>> r = solve_exact(p, backend="scip")
     >>> r.certificate.status == "optimal", r.certificate.status is Status.OPTIMAL, r.certificate.gap < 1e-6
     (True, True, True)
