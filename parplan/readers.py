@@ -50,20 +50,19 @@ def read_text(path: str | Path, what: str, error: type[Exception] = ConfigError,
 
 def parse_json(text: str, where: str, error: type[Exception] = ConfigError) -> Any:
     """``json.loads`` with parse errors and over-deep nesting as one message."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{where}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise error(f"{where}: nested too deeply to be a parplan input") from None
+    return _parse(json.loads, json.JSONDecodeError, "JSON", text, where, error)
 
 
 def parse_toml(text: str, where: str, error: type[Exception] = ConfigError) -> dict:
     """``tomllib.loads`` with parse errors and over-deep nesting as one message."""
+    return _parse(tomllib.loads, tomllib.TOMLDecodeError, "TOML", text, where, error)
+
+
+def _parse(loads, decode_error: type[Exception], kind: str, text: str, where: str, error: type[Exception]):
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"{where}: not valid TOML ({exc})") from None
+        return loads(text)
+    except decode_error as exc:
+        raise error(f"{where}: not valid {kind} ({exc})") from None
     except RecursionError:
         raise error(f"{where}: nested too deeply to be a parplan input") from None
 

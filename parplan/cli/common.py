@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 from parplan.errors import ConfigError
 
@@ -109,3 +110,13 @@ def memory_limit(text: str | None) -> float | str | None:
     if not gib > 0 or not math.isfinite(gib):
         raise ConfigError(f"--memory-limit must be a finite number > 0 of GiB (got {text})")
     return gib * GIB
+
+
+def output_path(text: str, option: str) -> Path:
+    """A file to write for ``option``: not a directory, in a folder that exists."""
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"{option} '{text}' is a directory; give a file name inside it")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{option} '{text}': folder '{path.parent}' does not exist")
+    return path

@@ -28,9 +28,9 @@ from parplan.cli.common import (
     memory_limit,
     problem_from_args,
     problem_source,
+    output_path,
     progress_printer,
 )
-from parplan.cli.plans import output_path
 from parplan.errors import ConfigError
 
 #: Default time limit per MIP solve (seconds); a long level-by-level solve is many of these.
@@ -113,7 +113,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                          progress=progress)
     cert = result.certificate
     if "save" in outputs:
-        _save(outputs["save"], problem, result.plan, args, cert)
+        _save(outputs["save"], problem, result, args)
     if args.format == "csv":
         if result.plan is not None:
             baseline = evaluate(problem, make_plan(problem, "data"))
@@ -151,14 +151,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return 0 if result.plan is not None else 1
 
 
-def _save(path, problem, plan, args, cert, extra=None) -> None:
-    from parplan.costmodel.evaluate import evaluate
+def _save(path, problem, result, args, extra=None) -> None:
+    """Write ``result``'s plan with its certificate and the evaluation the solve already made."""
     from parplan.costmodel.planio import plan_document, write_plan_file
 
+    plan, cert, ev = result.plan, result.certificate, result.evaluation
     if plan is None:
         print(f"parplan: warning: no plan to save to {path} (status {cert.status})", file=sys.stderr)
         return
-    ev = evaluate(problem, plan)
     summary = {"step_time_s": ev.step_time_s, "communication_bytes": ev.communication_bytes,
                "peak_device_memory_bytes": ev.peak_memory_bytes}
     write_plan_file(path, plan_document(problem, plan, problem_source(args), evaluation=summary,
@@ -187,7 +187,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         "memory_limit": args.memory_limit, "contradictions": bad, "message": cert.message,
     }
     if save:
-        _save(save, problem, result.plan, args, cert, extra={"dp_objective": dp_price, "dp_s": dp_s,
+        _save(save, problem, result, args, extra={"dp_objective": dp_price, "dp_s": dp_s,
                                                               "exact_s": exact_s, "contradictions": bad})
     from parplan.costmodel.planio import parplan_version
 

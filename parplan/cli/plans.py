@@ -24,12 +24,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from parplan.cli.common import (
     PLANNER_NAMES,
     add_problem_arguments,
     memory_limit,
+    output_path,
     problem_from_args,
     problem_source,
     progress_printer,
@@ -40,16 +40,6 @@ from parplan.errors import ConfigError
 LARGE_ARRAY = 4096
 #: Planners ``compare --planners all`` runs, in table order.
 COMPARE_ALL = PLANNER_NAMES
-
-
-def output_path(text: str, option: str) -> Path:
-    """A file to write for ``option``: not a directory, in a folder that exists."""
-    path = Path(text)
-    if path.is_dir():
-        raise ConfigError(f"{option} '{text}' is a directory; give a file name inside it")
-    if not path.parent.is_dir():
-        raise ConfigError(f"{option} '{text}': folder '{path.parent}' does not exist")
-    return path
 
 
 def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict | None = None) -> tuple:
@@ -337,4 +327,4 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
 
 
-__all__ = ["add_plan_parsers", "cmd_compare", "cmd_diff", "cmd_evaluate", "cmd_plan", "output_path"]
+__all__ = ["add_plan_parsers", "cmd_compare", "cmd_diff", "cmd_evaluate", "cmd_plan"]

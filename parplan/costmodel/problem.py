@@ -133,13 +133,6 @@ class Plan:
         # Mapping proxies do not pickle; rebuild from plain dicts (pickle and deepcopy).
         return (Plan, (dict(self.splits), self.planner, dict(self.info)))
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Plan):
-            return NotImplemented
-        return (dict(self.splits), self.planner, dict(self.info)) == (dict(other.splits), other.planner, dict(other.info))
-
-    __hash__ = None  # holds mappings
-
     def save(self, path, problem: Problem, **records) -> Path:
         """Write this plan for ``problem`` as a plan file (docs/planfile.md); ``records`` are
         :func:`parplan.costmodel.planio.plan_document`'s keyword arguments."""
