@@ -3,8 +3,9 @@
 It imports no pricing code of parplan (no costmodel.cost, layout, split or evaluate): it reads
 the planning graph's structure and per-sample sizes, and recomputes every amount with explicit
 rectangles in absolute coordinates (side 1 holds the first ``a`` of a split dimension, side 2
-the rest; no mirroring), their unions, differences and intersections by coordinate
-compression. No collective arrays.
+the rest; no mirroring; a node's box at a group is cut from its box at the parent), their
+unions, differences and intersections by coordinate compression, with the set rules of
+docs/costmodel.md section 3 written as predicates. No collective arrays.
 """
 
 from __future__ import annotations
@@ -16,16 +17,31 @@ PORTS = {"batch": ("rows", "rows"), "in": ("cols", "whole"), "out": ("whole", "c
 PARTIAL = {"batch": "W", "in": "out", "out": "in"}
 
 
-def region(layout: str, a: float, side: int) -> list[tuple[float, float, float, float]]:
-    """Rectangles (r0, r1, c0, c1) of the unit tensor that ``side`` holds or needs."""
-    lo, hi = (0.0, a) if side == 0 else (a, 1.0)
-    if hi <= lo:
+def child_box(box, choice: str, a: float, side: int):
+    """The box (rows, ins, outs intervals in root coordinates) side ``side`` keeps, or None."""
+    s = a if side == 0 else 1.0 - a
+    if box is None or s <= 0:
+        return None
+    axes = {"batch": ("rows",), "rows": ("rows",), "in": ("ins",), "out": ("outs",), "cols": ("ins", "outs"),
+            "whole": ()}[choice]
+    out = dict(box)
+    for ax in axes:
+        lo, hi = box[ax]
+        cut = lo + a * (hi - lo)
+        out[ax] = (lo, cut) if side == 0 else (cut, hi)
+    return out
+
+
+def port(box, which: str) -> list[tuple[float, float, float, float]]:
+    """Rows x input columns ("in") or rows x output columns ("out") of a box."""
+    if box is None:
         return []
-    if layout == "rows":
-        return [(lo, hi, 0.0, 1.0)]
-    if layout == "cols":
-        return [(0.0, 1.0, lo, hi)]
-    return [(0.0, 1.0, 0.0, 1.0)]
+    r0, r1 = box["rows"]
+    c0, c1 = box["ins" if which == "in" else "outs"]
+    return [(r0, r1, c0, c1)] if r1 > r0 and c1 > c0 else []
+
+
+ROOT_BOX = {"rows": (0.0, 1.0), "ins": (0.0, 1.0), "outs": (0.0, 1.0)}
 
 
 def _inside(rects, r, c) -> bool:
@@ -100,31 +116,56 @@ def group_device(group):
     return D
 
 
-def split_comm(pg, dims, split, link, bpe):
-    """Per node, per side: (seconds of communication, elements received) at one split."""
+def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair):
+    """Per node, per side: (seconds of communication, elements received) at one split.
+
+    ``boxes``: every node's box at this group; ``roots``: raw sizes at the root (tensor sizes)."""
     n = len(pg.nodes)
+    kids = [[child_box(boxes[v], split.choices[v].value, split.shares[v], i) for v in range(n)] for i in (0, 1)]
     out = []
     for u in range(n):
         cu, au = split.choices[u].value, split.shares[u]
-        give = PORTS[cu][1]
+        g = port(boxes[u], "out")
+        h = [port(kids[0][u], "out"), port(kids[1][u], "out")]
+        tensors: dict = {}
+        for v, node in enumerate(pg.nodes):
+            for p, pred in enumerate(node.preds):
+                if pred == u:
+                    size = node.fractions[p] * sizes(roots[v])[2]
+                    tensors.setdefault(node.sources[p], [size, set()])[1].add(v)
         per_side = []
         for i in (0, 1):
             recv = 0.0
             if cu in PARTIAL and 0 < au < 1:
                 _, w, fin, fout = sizes(dims[u])
                 recv += {"W": w, "in": fin, "out": fout}[PARTIAL[cu]]
-            groups: dict = {}
-            for v, node in enumerate(pg.nodes):
-                for p, pred in enumerate(node.preds):
-                    if pred == u:
-                        size = node.fractions[p] * sizes(dims[v])[2]
-                        groups.setdefault((node.sources[p], size), set()).add(v)
-            hold = region(give, au, i)
-            for (_, size), consumers in groups.items():
-                needs = [region(PORTS[split.choices[v].value][0], split.shares[v], i) for v in sorted(consumers)]
-                union_need = [r for rs in needs for r in rs]
-                fwd = area_where(lambda m: m[0] and not m[1], union_need, hold)
-                bwd = area_where(lambda m: m[0] and not all(m[1:]), hold, *needs)
+            for size, consumers in tensors.values():
+                vs = sorted(consumers)
+                m = [port(boxes[v], "in") for v in vs]
+                pq = [[port(kids[j][v], "in") for v in vs] for j in (0, 1)]
+                k = len(vs)
+                # forward: side 1 gets what it needs of the group's holding from side 2; side 2 also
+                # what landed on side 1 from outside the group
+                if i == 0:
+                    fwd = area_where(lambda x: any(x[:k]) and x[k] and not x[k + 1], *pq[0], g, h[0])
+                else:
+                    fwd = area_where(lambda x: any(x[:k]) and not x[k] and (x[k + 1] or any(x[k + 2:])),
+                                     *pq[1], h[1], g, *pq[0])
+                if leaf_pair:  # one device pre-sums every consumer's gradient: one value per point
+                    if i == 0:
+                        bwd = area_where(lambda x: x[0] and any(x[1 + j] and not x[1 + k + j] for j in range(k)),
+                                         h[0], *m, *pq[0])
+                    else:
+                        bwd = area_where(lambda x: x[0] and any(not x[2 + k + j] and (x[2 + j] or x[1])
+                                                                for j in range(k)), h[1], h[0], *m, *pq[1])
+                else:  # groups send each consumer's gradient apart
+                    bwd = 0.0
+                    for j in range(k):
+                        if i == 0:
+                            bwd += area_where(lambda x: x[0] and x[1] and not x[2], h[0], m[j], pq[0][j])
+                        else:
+                            bwd += area_where(lambda x: x[0] and not x[1] and (x[2] or x[3]),
+                                              h[1], pq[1][j], m[j], h[0])
                 recv += size * (fwd + bwd)
             lat = link.latency_s if recv > 1e-9 else 0.0
             per_side.append((lat + recv * bpe / link.side_bytes_per_s[i], recv))
@@ -138,19 +179,24 @@ def reference_evaluate(problem, plan):
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
-    def rec(group, path, dims):
+    roots = [raw(node, problem.batch) for node in pg.nodes]
+
+    def rec(group, path, dims, boxes):
         if group.is_leaf:
             dev = group.device
             memory[path] = sum(memory_b(d, bpe, opt) for d in dims)
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
-        comm = split_comm(pg, dims, split, group.link, bpe)
+        pair = group.left.is_leaf and group.right.is_leaf
+        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair)
         left = [scaled(d, c.value, a) for d, c, a in zip(dims, split.choices, split.shares)]
         right = [scaled(d, c.value, 1 - a) for d, c, a in zip(dims, split.choices, split.shares)]
-        tl, tr = rec(group.left, path + "L", left), rec(group.right, path + "R", right)
+        lb = [child_box(b, c.value, a, 0) for b, c, a in zip(boxes, split.choices, split.shares)]
+        rb = [child_box(b, c.value, a, 1) for b, c, a in zip(boxes, split.choices, split.shares)]
+        tl, tr = rec(group.left, path + "L", left, lb), rec(group.right, path + "R", right, rb)
         return [max(tl[v] + comm[v][0][0], tr[v] + comm[v][1][0]) for v in range(len(dims))]
 
-    times = rec(problem.array, "", [raw(node, problem.batch) for node in pg.nodes])
+    times = rec(problem.array, "", roots, [dict(ROOT_BOX) for _ in pg.nodes])
     return sum(times), memory
 
 
@@ -159,7 +205,9 @@ def reference_split_time(problem, split):
     pg = problem.planning
     bpe = problem.bytes_per_element
     dims = [raw(node, problem.batch) for node in pg.nodes]
-    comm = split_comm(pg, dims, split, problem.array.link, bpe)
+    a = problem.array
+    comm = split_comm(pg, dims, dims, [dict(ROOT_BOX) for _ in pg.nodes], split, a.link, bpe,
+                      a.left.is_leaf and a.right.is_leaf)
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0
     for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares)):

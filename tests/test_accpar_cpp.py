@@ -4,7 +4,9 @@ tests/data/accpar_cpp/ holds the C++'s own AlexNet and VGG-11 network files as l
 the per-level plans its binary printed (batch 512, 7 levels = 128 devices, shares 1/2, the
 communication objective). With every share fixed at 1/2 parplan's honest cost model must still
 choose exactly those types at every level (docs/costmodel.md section 9: what the papers' setting
-reproduces), for data parallelism, OWT, HyPar and AccPar.
+reproduces), for data parallelism, OWT, HyPar and AccPar, under ``compat="accpar-code"``: each
+level priced in its own frame, as the C++ does (parplan's own model prices a lower level's
+re-layouts where the data really lies, docs/costmodel.md section 3).
 
 The elements each side receives per level must also equal the communication the C++ prints
 for that level, exactly.
@@ -40,7 +42,8 @@ def _published(model: str) -> tuple[list[str], dict[tuple[str, int], dict]]:
 @pytest.fixture(scope="module", params=["alexnet", "vgg11"])
 def case(request):
     model = request.param
-    problem = Problem(load_layer_table(DATA / f"{model}.csv"), parse_array("h100:128"), batch=512)
+    problem = Problem(load_layer_table(DATA / f"{model}.csv"), parse_array("h100:128"), batch=512,
+                      compat="accpar-code")
     layers, table = _published(model)
     assert [n.name for n in problem.planning.nodes] == layers
     return model, problem, table

@@ -43,9 +43,10 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                         help="extra device kinds (TOML, same shape as the built-in devices.toml)")
     parser.add_argument("--optimizer-bytes", type=float, default=12.0, metavar="B",
                         help="optimizer state per parameter in bytes (default 12: Adam with an fp32 master copy)")
-    parser.add_argument("--compat", default=None, choices=("hypar",),
+    parser.add_argument("--compat", default=None, choices=("hypar", "accpar-code"),
                         help="price with a published planner's rule where it differs from parplan's "
-                             "(hypar: IN reductions at the pooled size, as the HyPar paper)")
+                             "(hypar: IN reductions at the pooled size, as the HyPar paper; accpar-code: "
+                             "each split in its own frame, as the published AccPar code)")
     parser.add_argument("--share-grid", type=int, default=16, metavar="G",
                         help="free shares are multiples of 1/G, plus the proportional share (default 16)")
 

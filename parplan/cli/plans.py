@@ -323,7 +323,7 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer-bytes", type=float, default=None, metavar="B",
                    help="optimizer bytes per parameter (default: the plan's)")
     p.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
-    p.add_argument("--compat", default=None, choices=("hypar",), help="price with HyPar's rule (default: the plan's)")
+    p.add_argument("--compat", default=None, choices=("hypar", "accpar-code"), help="price with HyPar's rule (default: the plan's)")
     p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
 
 

@@ -40,21 +40,10 @@ import numpy as np
 
 from parplan.costmodel.collective import Collective
 from parplan.costmodel.dims import Device, LayerDims
-from parplan.costmodel.layout import (
-    LAYOUT_CODE,
-    Choice,
-    Layout,
-    PartitionType,
-    Tensor,
-    PARTIAL_TENSOR,
-    backward_received,
-    forward_received,
-    hold_extent,
-    intersect_holds,
-    need_extent,
-    ports,
-    union_needs,
-)
+from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor, ports
+from parplan.costmodel.regions import ROOT, backward_presummed, child_rect
+from parplan.costmodel.regions import backward_received as backward_area
+from parplan.costmodel.regions import forward_received as forward_area
 
 #: Relative tolerance used to compare times (ties).
 REL_TOL = 1e-12
@@ -296,42 +285,57 @@ class NodeTerms:
 
 
 def output_groups(planning, dims: tuple[LayerDims, ...], u: int) -> list[tuple[float, tuple[int, ...]]]:
-    """The tensors node ``u`` sends at a split: (elements, consumers reading it). Consumers that
-    read the same graph layer's output at the same size read one tensor."""
-    groups: dict[tuple[str, float], list[int]] = {}
+    """The tensors node ``u`` sends: (elements at ``dims``, consumers reading it). Consumers
+    that read the same graph layer's output read one tensor."""
+    groups: dict[str, tuple[float, list[int]]] = {}
     for v, p in planning.out_edges[u]:
         node = planning.nodes[v]
         size = node.fractions[p] * dims[v].in_elements
-        groups.setdefault((node.sources[p] if node.sources else "", size), []).append(v)
-    return [(size, tuple(dict.fromkeys(vs))) for (_, size), vs in groups.items()]
+        key = node.sources[p] if node.sources else f"#{v}"
+        groups.setdefault(key, (size, []))[1].append(v)
+    return [(size, tuple(dict.fromkeys(vs))) for size, vs in groups.values()]
 
 
-def node_terms(tables, side: SideSpec, groups, u: int, idx) -> NodeTerms:
+def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True) -> NodeTerms:
     """Time terms of node ``u`` with its state index ``idx[u]`` and each consumer's ``idx[v]``
     (integer arrays that broadcast; ``tables[v]`` the :class:`StateTable` of node ``v``;
-    ``groups`` from :func:`output_groups`). docs/costmodel.md sections 3-5."""
+    ``groups`` from :func:`output_groups` at the root's sizes; ``regions`` every node's
+    :class:`~parplan.costmodel.regions.Region` at this group, None at the root; ``leaf_pair``:
+    both sides are single devices, which pre-sum gradients). docs/costmodel.md sections 3-5."""
     t = tables[u]
     iu = idx[u]
-    give = t.give[iu]
+    reg = regions if regions is not None else [ROOT] * len(tables)
+
+    def ends(tab, i, side_):
+        big, small = (tab.hi[i], tab.lo[i]) if side_ == 0 else (1.0 - tab.lo[i], 1.0 - tab.hi[i])
+        return big, small
+
+    # Each region takes the end of its share interval that makes the amount smallest (for a
+    # point both ends coincide): held regions large and needed ones small forward; the
+    # producer's need small and the consumers' holdings large backward (docs/costmodel.md
+    # section 8). Side 2's formulas also read side 1's regions at their small ends.
+    g = reg[u].rect("out")
+    hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
+    wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
     received, intra, comm = [], [], []
     for i in (0, 1):
-        # Side i's own share is a (side 1) or 1 - a (side 2). For an interval state each
-        # region takes the end of the interval that makes the area received smallest: the
-        # producer's holding large, the consumers' needs small (forward); the producer's need
-        # small, the consumers' holdings large (backward). For a point both ends coincide.
-        big_u, small_u = (t.hi[iu], t.lo[iu]) if i == 0 else (1.0 - t.lo[iu], 1.0 - t.hi[iu])
-        has_u = t.has[i][iu]
         r = t.intra[i][iu]
         intra.append(r)
         for size, consumers in groups:
-            needs, holds = [], []
+            m, small, big = [], ([], []), ([], [])
             for v in consumers:
                 tv, iv = tables[v], idx[v]
-                big_v, small_v = (tv.hi[iv], tv.lo[iv]) if i == 0 else (1.0 - tv.lo[iv], 1.0 - tv.hi[iv])
-                needs.append(need_extent(tv.need[iv], small_v, tv.has[i][iv]))
-                holds.append(hold_extent(tv.need[iv], big_v, tv.has[i][iv]))
-            moved = (forward_received(union_needs(needs), hold_extent(give, big_u, has_u))
-                     + backward_received(hold_extent(give, small_u, has_u), intersect_holds(holds)))
+                m.append(reg[v].rect("in"))
+                for j in (0, 1):
+                    b, sm = ends(tv, iv, j)
+                    small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
+                    big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
+            moved = forward_area(g, hold, m, small[0], small[1], i)
+            if leaf_pair:
+                moved = moved + backward_presummed(wants, m, big[0], big[1], i)
+            else:
+                for k in range(len(consumers)):
+                    moved = moved + backward_area(wants, m[k], big[0][k], big[1][k], i)
             r = r + size * moved
         received.append(r)
         lat = side.latency_s * (r > RECEIVE_EPS)

@@ -392,6 +392,10 @@ class Graph:
     layers: tuple[Layer, ...]
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
+    def __reduce__(self):
+        # the cache holds derived views (some read-only mappings); a copy rebuilds them
+        return (Graph, (self.name, self.input_shape, self.layers))
+
     def layer(self, name: str) -> Layer:
         """The layer called ``name`` (a dict lookup; the index is built once per graph)."""
         index = self._cache.get("by_name")

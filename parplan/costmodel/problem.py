@@ -34,7 +34,7 @@ from parplan.errors import ConfigError
 
 
 #: Accepted values of ``Problem.compat``: parplan's own model, or a published rule.
-COMPAT_NAMES = (None, "hypar")
+COMPAT_NAMES = (None, "hypar", "accpar-code")
 #: Largest global batch (2^40): far beyond any training run, and sizes stay exact in float64.
 MAX_BATCH = 2**40
 
@@ -50,7 +50,8 @@ class Problem:
     batch: int
     bytes_per_element: float = 2.0
     optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
-    #: None (parplan's cost model) or "hypar" (HyPar's pricing of IN reductions; section 9).
+    #: None (parplan's cost model), "hypar" (HyPar's pricing of IN reductions) or
+    #: "accpar-code" (every split in its own frame, as the published AccPar code; section 9).
     compat: str | None = None
 
     def __post_init__(self):

@@ -43,6 +43,7 @@ from parplan.costmodel.cost import (
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
+from parplan.costmodel.regions import ROOT, Region, child_region
 from parplan.errors import ConfigError, SolverError
 
 #: Largest share grid a planner accepts (states per node grow as 3 x grid).
@@ -96,10 +97,24 @@ class SplitProblem:
     floor_s: tuple[float, ...] | None = None
     #: Per node: an enclosing split chose BATCH and paid the all-reduce (collective arrays only).
     covered: tuple[bool, ...] | None = None
+    #: Per node: its region at this group (docs/costmodel.md section 3); None at the root.
+    regions: tuple[Region, ...] | None = None
+    #: Every node's dims at the root (tensor sizes of the region algebra); None: ``dims``.
+    root_dims: tuple[LayerDims, ...] | None = None
+    #: Both sides are single devices (they pre-sum gradients of several consumers).
+    leaf_pair: bool = True
 
     @classmethod
     def root(cls, problem) -> "SplitProblem":
-        return cls(problem.planning, problem.root_dims(), problem.side_spec(problem.array), "")
+        a = problem.array
+        return cls(problem.planning, problem.root_dims(), problem.side_spec(a), "",
+                   leaf_pair=bool(a.left.is_leaf and a.right.is_leaf))
+
+    def child_regions(self, split) -> tuple[tuple[Region, ...], tuple[Region, ...]]:
+        """Every node's region on each side of ``split``."""
+        regs = self.regions if self.regions is not None else (ROOT,) * len(self.dims)
+        return tuple(tuple(child_region(r, c, a, side) for r, c, a in zip(regs, split.choices, split.shares))
+                     for side in (0, 1))
 
     def is_covered(self, v: int) -> bool:
         return bool(self.covered[v]) if self.covered is not None else False
@@ -109,8 +124,21 @@ class SplitProblem:
             return 0.0
         return float(self.floor_s[v])
 
+    @property
+    def frames(self) -> tuple[tuple[Region, ...] | None, bool]:
+        """(regions, leaf_pair) the costs use. Under ``compat="accpar-code"`` every split is
+        priced in its own frame (each node's region at this group taken as the whole
+        tensor) and every side pre-sums gradients, as the published AccPar code prices a level
+        (docs/costmodel.md section 9)."""
+        if self.side.compat == "accpar-code":
+            return None, True
+        return self.regions, self.leaf_pair
+
     def groups(self, u: int):
-        return output_groups(self.planning, self.dims, u)
+        """The tensors ``u`` sends, at the root's sizes (areas are fractions of the root's;
+        under ``compat="accpar-code"`` at this group's sizes, in its own frame)."""
+        own = self.root_dims is None or self.side.compat == "accpar-code"
+        return output_groups(self.planning, self.dims if own else self.root_dims, u)
 
 
 def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) -> list[StateTable]:
@@ -128,7 +156,10 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
 
 
 #: Compat rules (docs/costmodel.md section 9) and what each changes.
-COMPAT_RULES = {"hypar": "IN reductions priced at the size the next layer reads (after pooling), as HyPar"}
+COMPAT_RULES = {
+    "hypar": "IN reductions priced at the size the next layer reads (after pooling), as HyPar",
+    "accpar-code": "every split priced in its own frame, groups pre-summing gradients, as the published AccPar code",
+}
 
 
 def compat_reduction_elements(sp: SplitProblem, v: int) -> float | None:
@@ -159,7 +190,7 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
         )
     idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
            for i, w in enumerate(scope)}
-    terms = node_terms(tables, sp.side, sp.groups(u), u, idx)
+    terms = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
     values = node_value(terms, options.objective, sp.floor(u, options))
     shape = tuple(tables[w].size for w in scope)
     return scope, np.broadcast_to(np.asarray(values, dtype=float), shape)
@@ -170,7 +201,7 @@ def split_terms(sp: SplitProblem, choices, shares) -> list[NodeTerms]:
     tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side, compat_reduction_elements(sp, v))
               for v, (c, a) in enumerate(zip(choices, shares))]
     zero = {v: np.zeros((), dtype=int) for v in range(len(tables))}
-    return [node_terms(tables, sp.side, sp.groups(u), u, zero) for u in range(len(tables))]
+    return [node_terms(tables, sp.side, sp.groups(u), u, zero, *sp.frames) for u in range(len(tables))]
 
 
 def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:

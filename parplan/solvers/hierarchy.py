@@ -42,6 +42,17 @@ def signature(group: ArrayNode) -> tuple:
     return (group.link, signature(group.left), signature(group.right))
 
 
+def _translates(a, b) -> bool:
+    """Regions ``b`` are ``a`` moved by one offset per axis (rows, and columns of every node):
+    every area of docs/costmodel.md section 3 is then the same, so one plan serves both."""
+    def offsets(axis):
+        return {round(getattr(y, axis)[0] - getattr(x, axis)[0], 12) for x, y in zip(a, b) if not x.empty}
+    same_size = all(x.empty == y.empty and all(
+        abs((getattr(x, ax)[1] - getattr(x, ax)[0]) - (getattr(y, ax)[1] - getattr(y, ax)[0])) < 1e-12
+        for ax in ("rows", "ins", "outs")) for x, y in zip(a, b))
+    return same_size and all(len(offsets(ax)) <= 1 for ax in ("rows", "ins", "outs"))
+
+
 def child_dims(dims: tuple[LayerDims, ...], split: Split) -> tuple[tuple[LayerDims, ...], tuple[LayerDims, ...]]:
     """The dims left to each side by a split."""
     pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
@@ -77,30 +88,35 @@ def plan_top_down(
     has_collective = problem.array.collective is not None
     bpe = problem.bytes_per_element
 
+    root_dims = problem.root_dims()
+
     def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray,
-            covered: tuple[bool, ...], path: str) -> tuple[np.ndarray, dict[str, Split]]:
+            covered: tuple[bool, ...], path: str, regions) -> tuple[np.ndarray, dict[str, Split]]:
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
             device = group.device.as_device()
             return np.array([d.compute_seconds(device, bpe) for d in dims]), {}
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
-        sp = SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None)
+        sp = SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None, regions,
+                          root_dims, bool(group.left.is_leaf and group.right.is_leaf))
         split = plan_split(sp)
         below = covered_below(covered, split, has_collective)
         done[0] += 1
         if progress is not None and done[0] % 16 == 1:
             progress(f"planned {done[0]} splits ({group.count}-device group)")
         left, right = child_dims(dims, split)
+        reg_left, reg_right = sp.child_regions(split)
         terms = split_terms(sp, split.choices, split.shares)
         comm = np.array([[float(t.comm[0]), float(t.comm[1])] for t in terms]).reshape(len(dims), 2)
         est = [np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
                for h, ds in ((group.left, left), (group.right, right))]
-        halves = [(group.left, left, "L"), (group.right, right, "R")]
+        halves = [(group.left, left, "L", reg_left), (group.right, right, "R", reg_right)]
         out: dict[str, Split] = {"": split}
-        if sig(group.left) == sig(group.right) and left == right:
+        same_frames = problem.compat == "accpar-code" or _translates(reg_left, reg_right)
+        if sig(group.left) == sig(group.right) and left == right and same_frames:
             f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
-            t, sub = rec(group.left, left, f, below, path + "L")
+            t, sub = rec(group.left, left, f, below, path + "L", reg_left)
             for key in ("L", "R"):
                 out.update({key + k: v for k, v in sub.items()})
             times = t + comm.max(axis=1)
@@ -113,12 +129,12 @@ def plan_top_down(
             j = 1 - i
             sibling = other_time if other_time is not None else actual[j]
             f = np.maximum(np.maximum(floor, sibling + comm[:, j]) - comm[:, i], 0.0) if use_floors else floor * 0
-            h, ds, key = halves[i]
-            actual[i], sub = rec(h, ds, f, below, path + key)
+            h, ds, key, regs = halves[i]
+            actual[i], sub = rec(h, ds, f, below, path + key, regs)
             out.update({key + k: v for k, v in sub.items()})
         times = np.maximum(actual[0] + comm[:, 0], actual[1] + comm[:, 1])
         return times, out
 
-    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes), "")
+    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes), "", None)
     assign("", problem.array, tree)
     return Plan(splits, planner=planner)

@@ -1,0 +1,307 @@
+"""Run a plan with torch.distributed and compare it with the cost model (docs/executor.md).
+
+:func:`run_plan` spawns one process per device of the array (gloo on CPU), executes
+``steps`` training steps of the plan on the partition its schedule gives, checks the loss and
+every weight gradient against a single-process float64 reference, and compares the elements
+each side of each split received, per node and phase, with the evaluator's figures at the
+executed (integer) shares. A :class:`Cluster` keeps the processes for several runs (tests).
+
+Example (needs torch):
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+    >>> from parplan.solvers.planners import make_plan
+    >>> from parplan.zoo import get_model
+    >>> p = Problem(get_model("lenet"), parse_array("cpu:2"), batch=4)
+    >>> r = run_plan(p, make_plan(p, "accpar"))            # doctest: +SKIP
+    >>> r.numerics_equal, r.bytes_equal                       # doctest: +SKIP
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import queue
+import socket
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.problem import Plan, Problem
+from parplan.errors import ConfigError, ParplanError
+from parplan.executor.schedule import Schedule, build_schedule, executed_plan
+
+#: Relative tolerance of the numerics check (float64 sums in different orders).
+RTOL = 1e-9
+#: Largest number of processes ``run`` starts (one per device; CPUs run them in turn).
+MAX_PROCESSES = 16
+#: Seconds a collective may wait before the run is declared stuck.
+TIMEOUT_S = 300
+
+
+class ExecutionError(ParplanError):
+    """A worker process failed or the run timed out."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Comm:
+    """Blocking point-to-point transfers over the default process group."""
+
+    def __init__(self, dist):
+        self.dist = dist
+
+    def send(self, tensor, dst: int) -> None:
+        self.dist.send(tensor, dst)
+
+    def recv(self, tensor, src: int) -> None:
+        self.dist.recv(tensor, src)
+
+
+def _worker(rank: int, world: int, port: int, jobs, results) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from parplan.executor.torchexec import run_device
+
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=TIMEOUT_S))
+    except Exception:  # noqa: BLE001 - reported to the parent, which raises
+        results.put((rank, "error", traceback.format_exc()))
+        return
+    comm = _Comm(dist)
+    while True:
+        job = jobs.get()
+        if job is None:
+            break
+        schedule, seed, steps, lr = pickle.loads(job)
+        try:
+            results.put((rank, "ok", run_device(schedule, rank, comm, seed, steps, lr)))
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises
+            results.put((rank, "error", traceback.format_exc()))
+    dist.destroy_process_group()
+
+
+class Cluster:
+    """``world`` worker processes joined in one gloo group, reused across runs.
+
+    Use as a context manager; :meth:`run` executes one schedule on all of them."""
+
+    def __init__(self, world: int):
+        import multiprocessing as mp
+
+        _require_torch()
+        if not 1 <= world <= MAX_PROCESSES:
+            raise ConfigError(f"run: {world} devices; the executor starts one process per device, at most "
+                              f"{MAX_PROCESSES}")
+        ctx = mp.get_context("spawn")
+        port = _free_port()
+        self.world = world
+        self.results = ctx.Queue()
+        self.jobs = [ctx.Queue() for _ in range(world)]
+        self.procs = [ctx.Process(target=_worker, args=(r, world, port, self.jobs[r], self.results), daemon=True)
+                      for r in range(world)]
+        for p in self.procs:
+            p.start()
+
+    def run(self, schedule: Schedule, seed: int = 0, steps: int = 1, lr: float = 0.01) -> list[dict]:
+        if len(schedule.leaves) != self.world:
+            raise ConfigError(f"run: the plan's array has {len(schedule.leaves)} devices but the cluster "
+                              f"{self.world}")
+        job = pickle.dumps((schedule, seed, steps, lr))  # here, so that a failure is raised here
+        for q in self.jobs:
+            q.put(job)
+        out: dict[int, dict] = {}
+        errors = []
+        while len(out) + len(errors) < self.world:
+            try:
+                rank, status, payload = self.results.get(timeout=TIMEOUT_S + 60)
+            except queue.Empty:
+                raise ExecutionError(f"run: no answer from {self.world - len(out)} worker(s) in "
+                                     f"{TIMEOUT_S + 60} s") from None
+            if status == "ok":
+                out[rank] = payload
+            else:
+                errors.append(f"rank {rank}:\n{payload}")
+        if errors:
+            raise ExecutionError("run: a worker failed\n" + "\n".join(errors))
+        return [out[r] for r in range(self.world)]
+
+    def close(self) -> None:
+        for q in self.jobs:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError("run: the reference executor needs torch; install it with "
+                          "pip install 'parplan[torch]' (CPU build: see README)") from None
+
+
+@dataclass(frozen=True)
+class ExecutionReport:
+    """What a run measured next to what the model predicts.
+
+    ``bytes`` has one row per (split, node, side, phase): the model's elements (evaluator at
+    the executed shares), the elements received, their difference. ``timing`` has one row per
+    (device, node): the model's compute seconds and the measured seconds (CPU wall time of the
+    device's own products and element-wise ops, mean over steps)."""
+
+    losses: tuple[float, ...]
+    reference_losses: tuple[float, ...]
+    max_grad_rel_error: float
+    bytes: pd.DataFrame
+    timing: pd.DataFrame
+    executed_shares: dict
+    inexact_shares: tuple[str, ...]
+    bytes_per_element: float
+
+    @property
+    def loss_rel_error(self) -> float:
+        return max(abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses))
+
+    @property
+    def numerics_equal(self) -> bool:
+        return self.loss_rel_error <= RTOL and self.max_grad_rel_error <= RTOL
+
+    @property
+    def bytes_equal(self) -> bool:
+        return bool((self.bytes.difference.abs() <= 1e-6 * np.maximum(1.0, self.bytes.model_elements)).all())
+
+    def differences(self) -> pd.DataFrame:
+        """Rows where the elements received differ from the model's."""
+        b = self.bytes
+        return b[b.difference.abs() > 1e-6 * np.maximum(1.0, b.model_elements)]
+
+
+def compare_bytes(schedule: Schedule, received: dict) -> pd.DataFrame:
+    """Model vs measured elements per (split, node, side, phase)."""
+    ev = evaluate(schedule.problem, executed_plan(schedule))
+    rows = []
+    for r in ev.breakdown.itertuples():
+        for side in (1, 2):
+            for phase, model in (("intra", getattr(r, f"intra_elements_{side}")),
+                                 ("transition", getattr(r, f"transition_elements_{side}"))):
+                got = received.get((r.level, r.node, side, phase), 0)
+                rows.append((r.level or "root", r.node, side, phase, float(model), int(got), got - float(model)))
+    known = {(r.level, r.node) for r in ev.breakdown.itertuples()}
+    for (split, node, side, phase), got in received.items():
+        if (split, node) not in known:
+            rows.append((split or "root", node, side, phase, 0.0, int(got), float(got)))
+    return pd.DataFrame(rows, columns=["split", "node", "side", "phase", "model_elements", "measured_elements",
+                                       "difference"])
+
+
+def _timing(schedule: Schedule, results: list[dict]) -> pd.DataFrame:
+    from parplan.costmodel.cost import scale_for_sides
+
+    problem = schedule.problem
+    plan = executed_plan(schedule)
+    dims_at: dict[str, tuple] = {}
+
+    def walk(group, path, dims):
+        if group.is_leaf:
+            dims_at[path] = dims
+            return
+        split = plan.splits[path]
+        pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
+        walk(group.left, path + "L", tuple(p[0] for p in pairs))
+        walk(group.right, path + "R", tuple(p[1] for p in pairs))
+
+    walk(problem.array, "", problem.root_dims())
+    leaves = {p: leaf for p, leaf in _leaves(problem.array)}
+    rows = []
+    for res in results:
+        path = schedule.leaves[res["rank"]]
+        device = leaves[path].device.as_device()
+        for v, node in enumerate(problem.planning.nodes):
+            measured = float(np.mean([s.get(node.name, 0.0) for s in res["seconds"]]))
+            model = dims_at[path][v].compute_seconds(device, problem.bytes_per_element)
+            rows.append((res["rank"], path or "root", node.name, model, measured))
+    return pd.DataFrame(rows, columns=["rank", "device", "node", "model_s", "measured_s"])
+
+
+def _leaves(group, path=""):
+    if group.is_leaf:
+        yield path, group
+        return
+    yield from _leaves(group.left, path + "L")
+    yield from _leaves(group.right, path + "R")
+
+
+def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: float = 0.01,
+             cluster: Cluster | None = None) -> ExecutionReport:
+    """Execute ``steps`` training steps of ``plan`` with one process per device and compare.
+
+    ``cluster``: worker processes to reuse (else started and stopped here)."""
+    from parplan.executor.torchexec import reference_run
+
+    _require_torch()
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
+        raise ConfigError(f"run: steps must be an integer in [1, 1000] (got {steps!r})")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ConfigError(f"run: learning rate must be a finite number >= 0 (got {lr!r})")
+    schedule = build_schedule(problem, plan)
+    if cluster is None:
+        with Cluster(len(schedule.leaves)) as c:
+            results = c.run(schedule, seed, steps, lr)
+    else:
+        results = cluster.run(schedule, seed, steps, lr)
+    ref_losses, ref_grads = reference_run(problem, seed, steps, lr)
+    losses = tuple(float(sum(r["losses"][k] for r in results)) for k in range(steps))
+    err = _grad_error(results, ref_grads)
+    received: dict = {}
+    for r in results:
+        for key, n in r["received"][0].items():
+            received[key] = received.get(key, 0) + n
+    planned = schedule.received()
+    if planned != received:
+        raise ExecutionError("run: the elements the workers received differ from the schedule's messages")
+    return ExecutionReport(losses, tuple(ref_losses), err, compare_bytes(schedule, received),
+                           _timing(schedule, results), schedule.executed_shares, schedule.inexact,
+                           problem.bytes_per_element)
+
+
+def _grad_error(results: list[dict], ref: dict) -> float:
+    """Largest relative error of any weight gradient (every point of every weight must be held
+    by some device; replicas must agree)."""
+    worst = 0.0
+    for name, want in ref.items():
+        got = np.full(want.shape, np.nan)
+        for r in results:
+            dw, mask = r["grads"][name]
+            m = np.broadcast_to(mask[..., None], dw.shape)
+            clash = m & ~np.isnan(got) & ~np.isclose(got, dw, rtol=RTOL, atol=0)
+            if clash.any():
+                return math.inf
+            got = np.where(m, dw, got)
+        if np.isnan(got).any():
+            return math.inf
+        scale = max(float(np.abs(want).max()), 1e-300)
+        worst = max(worst, float(np.abs(got - want).max()) / scale)
+    return worst
+
+
+__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "compare_bytes", "run_plan"]

@@ -1,0 +1,443 @@
+"""The numerics of the reference executor (docs/executor.md): one device's part of a training
+step, driven by a :class:`~parplan.executor.schedule.Schedule`, and the single-process
+reference it must equal. float64 throughout; torch is imported here only.
+
+Every buffer is a full-size ``(rows, cols, cell)`` tensor of which a device fills the part its
+boxes and messages give it; regions are the schedule's boolean masks. Weights are drawn from
+``seed`` (the same on every device); the loss is ``0.5 * sum((y - target)^2)`` over the
+network's output, a sum of per-point terms, so every device computes the loss and its
+gradient on the part of the output it holds (docs/costmodel.md section 3: the last node's
+output feeds the loss locally). Biases are left out (the cost model does not price them);
+batch norm runs with fixed statistics (a fixed per-channel scale), as the cost model prices it
+(element-wise).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as tf
+
+from parplan.costmodel.graph import INPUT, Activation, Add, Concat, Conv2d, Flatten, Linear, Norm, Pool2d
+from parplan.executor.schedule import Schedule, graph_frames, need_mask, origins, readers_of
+
+DTYPE = torch.float64
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def init_tensors(problem, seed: int):
+    """Weights (torch layout, float64), the input batch and the loss target, from ``seed``."""
+    g = torch.Generator().manual_seed(int(seed))
+    info = problem.graph.analyze()
+    weights = {}
+    for name in info.order:
+        layer = problem.graph.layer(name)
+        x = info.in_shapes[name][0]
+        if isinstance(layer, Conv2d):
+            kh, kw = _pair(layer.kernel)
+            fan = x.channels * kh * kw
+            weights[name] = torch.randn(layer.out_channels, x.channels, kh, kw, generator=g, dtype=DTYPE) / fan ** 0.5
+        elif isinstance(layer, Linear):
+            weights[name] = torch.randn(layer.out_features, x.elements, generator=g, dtype=DTYPE) / x.elements ** 0.5
+    s = problem.graph.input_shape
+    inp = torch.randn(problem.batch, s.channels, s.height, s.width, generator=g, dtype=DTYPE)
+    out = info.out_shape[info.order[-1]]
+    target = torch.randn(problem.batch, out.elements, generator=g, dtype=DTYPE)
+    return weights, inp, target
+
+
+def norm_scale(channels: int) -> torch.Tensor:
+    """The fixed per-channel scale a batch norm applies (its statistics are not exchanged)."""
+    return torch.linspace(0.5, 1.5, channels, dtype=DTYPE)
+
+
+def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
+    """An element-wise layer on ``x`` of shape (rows, len(cols), cell) -> (rows, len(cols), cell')."""
+    n, c = x.shape[0], x.shape[1]
+    if isinstance(layer, Pool2d):
+        s = info.in_shapes[layer.name][0]
+        x4 = x.reshape(n, c, s.height, s.width)
+        if layer.output_size is not None:
+            fn = tf.adaptive_max_pool2d if layer.mode == "max" else tf.adaptive_avg_pool2d
+            y = fn(x4, _pair(layer.output_size))
+        else:
+            k = _pair(layer.kernel)
+            st = _pair(layer.stride) if layer.stride is not None else k
+            pad = _pair(layer.padding)
+            if layer.mode == "max":
+                y = tf.max_pool2d(x4, k, st, pad, ceil_mode=layer.ceil_mode)
+            else:
+                y = tf.avg_pool2d(x4, k, st, pad, ceil_mode=layer.ceil_mode)
+        return y.reshape(n, c, -1)
+    if isinstance(layer, Norm):
+        total = info.out_shape[layer.name].channels
+        return x * norm_scale(total)[torch.as_tensor(cols)].view(1, c, 1)
+    if isinstance(layer, Flatten):
+        return x
+    fn = layer.function.lower()
+    if fn == "relu":
+        return torch.relu(x)
+    if fn == "gelu":
+        return tf.gelu(x)
+    if fn == "tanh":
+        return torch.tanh(x)
+    if fn == "sigmoid":
+        return torch.sigmoid(x)
+    return x  # identity, dropout and stochastic depth: the identity in a deterministic step
+
+
+def reference_step(problem, weights, inp, target):
+    """Loss and every weight gradient of one step on one process (no partitioning)."""
+    info = problem.graph.analyze()
+    w = {k: v.clone().requires_grad_() for k, v in weights.items()}
+    f = {INPUT: inp.reshape(problem.batch, inp.shape[1], -1)}
+    for name in info.order:
+        layer = problem.graph.layer(name)
+        xs = [f[s] for s in layer.inputs]
+        if isinstance(layer, Conv2d):
+            s = info.in_shapes[name][0]
+            y = tf.conv2d(xs[0].reshape(problem.batch, s.channels, s.height, s.width), w[name],
+                          stride=_pair(layer.stride), padding=_pair(layer.padding))
+            f[name] = y.reshape(problem.batch, y.shape[1], -1)
+        elif isinstance(layer, Linear):
+            y = xs[0].reshape(problem.batch, -1) @ w[name].T
+            f[name] = y.reshape(problem.batch, -1, 1)
+        elif isinstance(layer, Add):
+            f[name] = sum(xs[1:], xs[0])
+        elif isinstance(layer, Concat):
+            f[name] = torch.cat(xs, dim=1)
+        else:
+            f[name] = apply_op(layer, info, xs[0], np.arange(xs[0].shape[1]))
+    y = f[info.order[-1]].reshape(problem.batch, -1)
+    loss = 0.5 * ((y - target) ** 2).sum()
+    loss.backward()
+    return float(loss.detach()), {k: v.grad.detach() for k, v in w.items()}
+
+
+def weight_grid(layer, w: torch.Tensor, in_cell: int) -> torch.Tensor:
+    """A weight (or its gradient) as the (in columns, out columns, cell) grid of the schedule."""
+    if isinstance(layer, Conv2d):
+        return w.permute(1, 0, 2, 3).reshape(w.shape[1], w.shape[0], -1)
+    return w.reshape(w.shape[0], -1, in_cell).permute(1, 0, 2)
+
+
+class DeviceStep:
+    """One device's training step: buffers, local products, message handling."""
+
+    def __init__(self, schedule: Schedule, rank: int, weights, inp, target, comm):
+        self.s = schedule
+        self.p = schedule.problem
+        self.info = self.p.graph.analyze()
+        self.rank = rank
+        self.leaf = schedule.leaves[rank]
+        self.boxes = schedule.boxes[self.leaf]
+        self.weights = weights
+        self.target = target
+        self.comm = comm
+        self.origin = origins(self.p)
+        self.F: dict[str, torch.Tensor] = {}
+        self.E: dict[str, torch.Tensor] = {}
+        self.bufs: dict[str, torch.Tensor] = {}
+        self.saved: dict[str, tuple] = {}
+        self.avail: dict[tuple[str, str], torch.Tensor] = {}  # (tensor, consumer) -> its gradient here
+        self.arrived: dict[str, torch.Tensor] = {}  # tensor -> pre-summed gradients received
+        self.received: dict[tuple, int] = {}
+        self.seconds: dict[str, float] = {}
+        self.readers = readers_of(self.p, schedule.frames)
+        self.F[INPUT] = inp.reshape(self.p.batch, inp.shape[1], -1)
+
+    # ---------------------------------------------------------------- buffers
+    def _zeros(self, rows, cols, cell):
+        return torch.zeros(rows, cols, cell, dtype=DTYPE)
+
+    def _tensor(self, store, name):
+        if name not in store:
+            fr = self.s.frames[name]
+            store[name] = self._zeros(self.p.batch, fr.cols, fr.cell)
+        return store[name]
+
+    def _buffer(self, kind: str, tensor: str) -> torch.Tensor:
+        if kind == "fwd":
+            return self._tensor(self.F, tensor)
+        if kind == "bwd":
+            return self._tensor(self.E, tensor)
+        return self.bufs[tensor]
+
+    def _contribution(self, reader: str, tensor: str) -> torch.Tensor:
+        """The gradient of ``tensor`` that planning node ``reader`` holds (its input gradient)."""
+        layer = self.p.graph.layer(reader)
+        if isinstance(layer, (Conv2d, Linear)):
+            return self.bufs[f"{reader}/ein"]
+        e = self._tensor(self.E, reader)
+        if isinstance(layer, Concat):
+            off = 0
+            for src in layer.inputs:
+                if src == tensor:
+                    break
+                off += self.s.frames[src].cols
+            return e[:, off:off + self.s.frames[tensor].cols]
+        return e
+
+    def exchange(self, messages) -> None:
+        """Send and receive in the schedule's global order (every device walks the same list,
+        so each blocking pair meets)."""
+        for m in messages:
+            if m.src == self.rank:
+                buf = self._buffer(m.kind, m.tensor)
+                if m.kind == "bwd":
+                    payload = torch.zeros(int(m.mask.sum()), m.cell, dtype=DTYPE)
+                    for reader, part in m.parts:
+                        sel = torch.as_tensor(part[m.mask])
+                        payload[sel] += self.avail[(m.tensor, reader)][torch.as_tensor(part)]
+                else:
+                    payload = buf[torch.as_tensor(m.mask)]
+                self.comm.send(payload.contiguous(), m.dst)
+            elif m.dst == self.rank:
+                payload = torch.empty(int(m.mask.sum()), m.cell, dtype=DTYPE)
+                self.comm.recv(payload, m.src)
+                key = (m.split, m.node, m.side, m.phase)
+                self.received[key] = self.received.get(key, 0) + payload.numel()
+                mask = torch.as_tensor(m.mask)
+                if m.kind == "bwd":
+                    # one consumer's gradient: kept apart (this device may forward it); several
+                    # pre-summed by a single device: only added
+                    if len(m.parts) == 1:
+                        self.avail[(m.tensor, m.parts[0][0])][mask] += payload
+                    else:
+                        self._tensor(self.arrived, m.tensor)[mask] += payload
+                    continue
+                buf = self._buffer(m.kind, m.tensor)
+                if m.kind == "rs":
+                    buf[mask] += payload
+                else:
+                    buf[mask] = payload
+
+    # ---------------------------------------------------------------- forward
+    def forward(self) -> None:
+        graph = self.p.graph
+        for name in self.info.order:  # layers before the first planning node: data loading
+            if self.origin[name] == INPUT:
+                layer = graph.layer(name)
+                x = self.F[layer.inputs[0]]
+                self.F[name] = apply_op(layer, self.info, x, np.arange(x.shape[1]))
+        for node in self.p.planning.nodes:
+            t0 = time.perf_counter()
+            box = self.boxes[node.name]
+            layer = graph.layer(node.name)
+            if not node.is_join:
+                self._product(node.name, layer, box)
+            t1 = time.perf_counter()
+            if not node.is_join:
+                self.exchange(self.s.forward[node.name])
+                self.F[node.name] = self.bufs[f"{node.name}/out"]
+            t2 = time.perf_counter()
+            if node.is_join:
+                self._join(node.name, layer, box)
+            self._ops(node.name, box)
+            t3 = time.perf_counter()
+            self.seconds[node.name] = (t1 - t0) + (t3 - t2)
+            self.exchange(self.s.transitions_fwd[node.name])
+
+    def _product(self, name, layer, box) -> None:
+        fin = self.s.frames[layer.inputs[0]]
+        fout = self.s.frames[name]
+        self.bufs[f"{name}/out"] = self._zeros(self.p.batch, fout.cols, fout.cell)
+        wcell = layer.kernel_elements() if isinstance(layer, Conv2d) else fin.cell
+        self.bufs[f"{name}/ein"] = self._zeros(self.p.batch, fin.cols, fin.cell)
+        self.bufs[f"{name}/dw"] = self._zeros(fin.cols, fout.cols, wcell)
+        if box.empty:
+            return
+        ins, outs = torch.as_tensor(box.ins), torch.as_tensor(box.outs)
+        n = box.r1 - box.r0
+        x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, ins].clone().requires_grad_()
+        wfull = self.weights[name]
+        if isinstance(layer, Conv2d):
+            s = self.info.in_shapes[name][0]
+            w = wfull[outs][:, ins].clone().requires_grad_()
+            y = tf.conv2d(x.reshape(n, len(ins), s.height, s.width), w, stride=_pair(layer.stride),
+                          padding=_pair(layer.padding)).reshape(n, len(outs), -1)
+        else:
+            w = wfull.reshape(wfull.shape[0], fin.cols, fin.cell)[outs][:, ins].clone().requires_grad_()
+            y = (x.reshape(n, -1) @ w.reshape(len(outs), -1).T).reshape(n, len(outs), 1)
+        self.saved[name] = (x, w, y)
+        self.bufs[f"{name}/out"][box.r0:box.r1, outs] = y.detach()
+
+    def _join(self, name, layer, box) -> None:
+        out = self._tensor(self.F, name)
+        if box.empty:
+            return
+        cols = torch.as_tensor(box.outs)
+        if isinstance(layer, Add):
+            total = sum(self._tensor(self.F, s)[box.r0:box.r1][:, cols] for s in layer.inputs)
+            out[box.r0:box.r1, cols] = total
+            return
+        off = 0
+        for src in layer.inputs:
+            c = self.s.frames[src].cols
+            mine = box.outs[(box.outs >= off) & (box.outs < off + c)]
+            if len(mine):
+                out[box.r0:box.r1, torch.as_tensor(mine)] = self._tensor(self.F, src)[box.r0:box.r1][
+                    :, torch.as_tensor(mine - off)]
+            off += c
+
+    def _chain(self, node: str) -> list[str]:
+        """Non-planning layers computed from ``node``'s output, in graph order."""
+        return [n for n in self.info.order if self.origin[n] == node and n != node]
+
+    def _ops(self, node: str, box) -> None:
+        for name in self._chain(node):
+            layer = self.p.graph.layer(name)
+            out = self._tensor(self.F, name)
+            if box.empty:
+                continue
+            cols = torch.as_tensor(box.outs)
+            x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols].clone().requires_grad_()
+            y = apply_op(layer, self.info, x, box.outs)
+            self.saved[name] = (x, y)
+            out[box.r0:box.r1, cols] = y.detach()
+
+    # ---------------------------------------------------------------- loss and backward
+    def loss(self) -> float:
+        last = self.info.order[-1]
+        producer = self.origin[last]
+        box = self.boxes[producer]
+        e = self._tensor(self.E, last)
+        if box.empty:
+            return 0.0
+        cols = torch.as_tensor(box.outs)
+        y = self.F[last][box.r0:box.r1][:, cols]
+        fr = self.s.frames[last]
+        t = self.target.reshape(self.p.batch, fr.cols, fr.cell)[box.r0:box.r1][:, cols]
+        e[box.r0:box.r1, cols] = y - t
+        own = torch.as_tensor(self.s.owners["loss"][box.r0:box.r1][:, box.outs] == self.rank)
+        return float(0.5 * ((y - t) ** 2)[own].sum())
+
+    def backward(self) -> None:
+        graph = self.p.graph
+        for node in reversed(self.p.planning.nodes):
+            box = self.boxes[node.name]
+            tensors = [t for t in (node.name, *self._chain(node.name)) if t in self.readers]
+            for tensor in tensors:
+                self._own_contributions(tensor)
+            self.exchange(self.s.transitions_bwd[node.name])
+            for tensor in tensors:
+                self._sum_gradients(tensor, box)
+            t0 = time.perf_counter()
+            if not box.empty:
+                cols = torch.as_tensor(box.outs)
+                for name in reversed(self._chain(node.name)):
+                    x, y = self.saved[name]
+                    g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
+                    (gx,) = torch.autograd.grad(y, x, g)
+                    src = graph.layer(name).inputs[0]
+                    self._tensor(self.E, src)[box.r0:box.r1, cols] += gx
+            if not node.is_join and not box.empty:
+                layer = graph.layer(node.name)
+                x, w, y = self.saved[node.name]
+                g = self._tensor(self.E, node.name)[box.r0:box.r1][:, torch.as_tensor(box.outs)]
+                gx, gw = torch.autograd.grad(y, (x, w), g)
+                ins, outs = torch.as_tensor(box.ins), torch.as_tensor(box.outs)
+                self.bufs[f"{node.name}/ein"][box.r0:box.r1, ins] = gx
+                grid = (gw.permute(1, 0, 2, 3).reshape(len(ins), len(outs), -1) if isinstance(layer, Conv2d)
+                        else gw.permute(1, 0, 2))
+                self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]] = grid
+            self.seconds[node.name] = self.seconds.get(node.name, 0.0) + time.perf_counter() - t0
+            self.exchange(self.s.backward[node.name])
+
+    def _own_contributions(self, tensor: str) -> None:
+        """Each consumer's gradient of ``tensor`` where this device holds it."""
+        fr = self.s.frames[tensor]
+        for r in self.readers[tensor]:
+            buf = self._zeros(self.p.batch, fr.cols, fr.cell)
+            m = torch.as_tensor(need_mask(self.boxes[r.node], r, self.p.batch, fr))
+            buf[m] = self._contribution(r.node, tensor)[m]
+            self.avail[(tensor, r.node)] = buf
+
+    def _sum_gradients(self, tensor: str, box) -> None:
+        """The gradient of ``tensor`` on what this device holds of it: every consumer's part,
+        held or received, and the pre-summed parts received."""
+        if box.empty:
+            return
+        fr = self.s.frames[tensor]
+        hold = torch.as_tensor(box.mask(self.p.batch, fr.cols, "out"))
+        e = self._tensor(self.E, tensor)
+        for r in self.readers[tensor]:
+            e[hold] += self.avail[(tensor, r.node)][hold]
+        if tensor in self.arrived:
+            e[hold] += self.arrived[tensor][hold]
+
+    def weight_gradients(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per weighted node: (dW grid as numpy, mask of the grid points this device holds)."""
+        out = {}
+        for node in self.p.planning.nodes:
+            if node.is_join:
+                continue
+            box = self.boxes[node.name]
+            dw = self.bufs[f"{node.name}/dw"]
+            mask = np.zeros(dw.shape[:2], dtype=bool)
+            if not box.empty:
+                mask[np.ix_(box.ins, box.outs)] = True
+            out[node.name] = (dw.numpy().copy(), mask)
+        return out
+
+    def apply_update(self, lr: float) -> None:
+        """SGD on the weight region this device holds (its reduced dW there is the total)."""
+        for node in self.p.planning.nodes:
+            box = self.boxes[node.name]
+            if node.is_join or box.empty:
+                continue
+            layer = self.p.graph.layer(node.name)
+            ins, outs = torch.as_tensor(box.ins), torch.as_tensor(box.outs)
+            g = self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]].permute(1, 0, 2)  # (out, in, cell)
+            w = self.weights[node.name]
+            if isinstance(layer, Conv2d):
+                w[outs[:, None], ins[None, :]] -= lr * g.reshape(len(outs), len(ins), *w.shape[2:])
+            else:
+                fin = self.s.frames[layer.inputs[0]]
+                w.view(w.shape[0], fin.cols, fin.cell)[outs[:, None], ins[None, :]] -= lr * g
+
+
+def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: float) -> dict:
+    """All ``steps`` of one device; returns its losses, weight gradients of the last step,
+    elements received per (split, node, side, phase) per step, and per-node seconds."""
+    weights, inp, target = init_tensors(schedule.problem, seed)
+    losses, received, seconds = [], [], []
+    step = None
+    for k in range(steps):
+        step = DeviceStep(schedule, rank, weights, inp, target, comm)
+        step.forward()
+        losses.append(step.loss())
+        step.backward()
+        received.append(dict(step.received))
+        seconds.append(dict(step.seconds))
+        if k + 1 < steps:
+            step.apply_update(lr)
+    return {"rank": rank, "losses": losses, "grads": step.weight_gradients(), "received": received,
+            "seconds": seconds}
+
+
+def reference_run(problem, seed: int, steps: int, lr: float):
+    """Losses of every step and the weight gradients of the last, on one process."""
+    weights, inp, target = init_tensors(problem, seed)
+    losses = []
+    grads = {}
+    for k in range(steps):
+        loss, grads = reference_step(problem, weights, inp, target)
+        losses.append(loss)
+        if k + 1 < steps:
+            for name, g in grads.items():
+                weights[name] = weights[name] - lr * g
+    frames = graph_frames(problem)
+    grids = {}
+    for name, g in grads.items():
+        layer = problem.graph.layer(name)
+        grids[name] = weight_grid(layer, g, frames[layer.inputs[0]].cell).numpy()
+    return losses, grids
+
+
+__all__ = ["DeviceStep", "apply_op", "init_tensors", "reference_run", "reference_step", "run_device", "weight_grid"]
