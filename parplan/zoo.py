@@ -66,6 +66,7 @@ __all__ = [
     "resnet50",
     "resnet101",
     "resnet152",
+    "resnet_2block",
     "sfc",
     "vgg11",
     "vgg13",
@@ -382,6 +383,27 @@ def _resnet(name: str, block: Callable[..., int], depths: tuple[int, int, int, i
     return c.graph(name, Shape(3, 224, 224))
 
 
+def resnet_2block() -> Graph:
+    """A two-block ResNet on 3x32x32 (CIFAR-sized): a 3x3 stem of 16 channels, a BasicBlock
+    16->16 (identity shortcut), a BasicBlock 16->32 with stride 2 (1x1 downsample shortcut),
+    global average pooling and a 10-way fc; 6 conv + 1 fc, small enough for ``parplan run``.
+
+    Example:
+        >>> resnet_2block().parameter_count()
+        19994
+    """
+    c = _Chain()
+    c.add(Conv2d, "conv1", out_channels=16, kernel=3, padding=1, bias=False)
+    c.add(Norm, "bn1", kind="batch")
+    c.add(Activation, "relu", function="relu")
+    channels = _basic_block(c, "layer1.0", 16, 16, 1)
+    channels = _basic_block(c, "layer2.0", channels, 32, 2)
+    c.add(Pool2d, "avgpool", mode="avg", output_size=1)
+    c.add(Flatten, "flatten")
+    c.add(Linear, "fc", out_features=10)
+    return c.graph("resnet-2block", Shape(3, 32, 32))
+
+
 def resnet18() -> Graph:
     """Torchvision ResNet-18 on 3x224x224: BasicBlocks [2, 2, 2, 2]; 20 conv + 1 fc, 11,689,512 params."""
     return _resnet("resnet18", _basic_block, (2, 2, 2, 2))
@@ -426,6 +448,7 @@ MODELS: dict[str, Callable[[], Graph]] = {
     "lenet-c": lenet_c,
     "cifar-c": cifar_c,
     "vgg-c": vgg_c,
+    "resnet-2block": resnet_2block,
 }
 
 _TITLES: dict[str, str] = {
@@ -435,6 +458,7 @@ _TITLES: dict[str, str] = {
     "vgg13": "VGG-13, config B (torchvision, no BN)",
     "vgg16": "VGG-16, config D (torchvision, no BN)",
     "vgg19": "VGG-19, config E (torchvision, no BN)",
+    "resnet-2block": "ResNet with two BasicBlocks (16, 32 channels; for parplan run)",
     "resnet18": "ResNet-18 (torchvision, BasicBlock 2-2-2-2)",
     "resnet34": "ResNet-34 (torchvision, BasicBlock 3-4-6-3)",
     "resnet50": "ResNet-50 (torchvision, Bottleneck 3-4-6-3)",

@@ -27,6 +27,7 @@ PARAMS = {
     "lenet-c": 431_080,
     "cifar-c": 145_578,
     "vgg-c": 133_638_952,
+    "resnet-2block": 19_994,
 }
 
 # (conv layers, fc layers); ResNet conv counts include the downsample 1x1 convs.
@@ -46,9 +47,10 @@ WEIGHTED = {
     "lenet-c": (2, 2),
     "cifar-c": (3, 2),
     "vgg-c": (13, 3),
+    "resnet-2block": (6, 1),
 }
 
-INPUTS = {"lenet": Shape(1, 32, 32), "sfc": Shape(1, 28, 28), "lenet-c": Shape(1, 28, 28), "cifar-c": Shape(3, 32, 32)}
+INPUTS = {"resnet-2block": Shape(3, 32, 32), "lenet": Shape(1, 32, 32), "sfc": Shape(1, 28, 28), "lenet-c": Shape(1, 28, 28), "cifar-c": Shape(3, 32, 32)}
 
 # (residual blocks, of which with a downsample shortcut)
 RESNET_BLOCKS = {
@@ -82,7 +84,7 @@ def test_input_and_output_shapes(name):
     assert g.name == name
     assert g.input_shape == INPUTS.get(name, Shape(3, 224, 224))
     sinks = [n for n in info.order if not info.consumers[n]]
-    classes = 10 if name in ("lenet", "sfc", "lenet-c", "cifar-c") else 1000
+    classes = 10 if name in ("lenet", "sfc", "lenet-c", "cifar-c", "resnet-2block") else 1000
     assert len(sinks) == 1
     assert info.out_shape[sinks[0]] == Shape(classes, 1, 1)
 
@@ -199,6 +201,7 @@ def test_get_model_unknown_name_lists_valid_names():
     assert str(err.value) == (
         "unknown model 'resnet51' (did you mean 'resnet50'?); valid names: lenet, alexnet, vgg11, vgg13, "
         "vgg16, vgg19, resnet18, resnet34, resnet50, resnet101, resnet152, sfc, lenet-c, cifar-c, vgg-c, "
+        "resnet-2block, "
         "bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl"
     )
 

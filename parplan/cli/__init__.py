@@ -1,5 +1,5 @@
-"""Command-line interface: ``parplan plan | evaluate | diff | compare | models | devices | solve | certify |
-pipeline | allreduce | bench`` (docs/cli.md).
+"""Command-line interface: ``parplan plan | evaluate | diff | compare | run | models | devices | solve |
+certify | pipeline | allreduce | bench`` (docs/cli.md).
 
 User mistakes (unknown model, bad array, bad option) print one clear line on stderr and exit
 with status 2; they never show a traceback.
@@ -16,6 +16,7 @@ from parplan.cli.common import GB, GIB
 from parplan.cli.exact import add_exact_parsers
 from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
 from parplan.cli.plans import add_plan_parsers
+from parplan.cli.run import add_run_parser
 from parplan.errors import ParplanError
 
 
@@ -49,6 +50,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_plan_parsers(sub)
+    add_run_parser(sub)
 
     m = sub.add_parser("models", help="list the built-in models")
     m.set_defaults(func=_cmd_models)

@@ -199,7 +199,7 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                 raise ConfigError(f"run: activation '{name}' uses '{layer.function}'; the executor runs "
                                   f"{', '.join(FUNCTIONS)}")
             src = srcs[0]
-            cell = src.cell if isinstance(layer, Flatten) else out.spatial
+            cell = out.spatial if isinstance(layer, Pool2d) else src.cell
             frames[name] = Frame(src.cols, cell, src.segments)
         else:
             raise ConfigError(f"run: layer '{name}' is a {type(layer).__name__}; the executor runs CNNs and "

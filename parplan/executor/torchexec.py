@@ -226,20 +226,20 @@ class DeviceStep:
                 x = self.F[layer.inputs[0]]
                 self.F[name] = apply_op(layer, self.info, x, np.arange(x.shape[1]))
         for node in self.p.planning.nodes:
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             box = self.boxes[node.name]
             layer = graph.layer(node.name)
             if not node.is_join:
                 self._product(node.name, layer, box)
-            t1 = time.perf_counter()
+            t1 = time.process_time()
             if not node.is_join:
                 self.exchange(self.s.forward[node.name])
                 self.F[node.name] = self.bufs[f"{node.name}/out"]
-            t2 = time.perf_counter()
+            t2 = time.process_time()
             if node.is_join:
                 self._join(node.name, layer, box)
             self._ops(node.name, box)
-            t3 = time.perf_counter()
+            t3 = time.process_time()
             self.seconds[node.name] = (t1 - t0) + (t3 - t2)
             self.exchange(self.s.transitions_fwd[node.name])
 
@@ -327,7 +327,7 @@ class DeviceStep:
             self.exchange(self.s.transitions_bwd[node.name])
             for tensor in tensors:
                 self._sum_gradients(tensor, box)
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             if not box.empty:
                 cols = torch.as_tensor(box.outs)
                 for name in reversed(self._chain(node.name)):
@@ -346,7 +346,7 @@ class DeviceStep:
                 grid = (gw.permute(1, 0, 2, 3).reshape(len(ins), len(outs), -1) if isinstance(layer, Conv2d)
                         else gw.permute(1, 0, 2))
                 self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]] = grid
-            self.seconds[node.name] = self.seconds.get(node.name, 0.0) + time.perf_counter() - t0
+            self.seconds[node.name] = self.seconds.get(node.name, 0.0) + time.process_time() - t0
             self.exchange(self.s.backward[node.name])
 
     def _own_contributions(self, tensor: str) -> None:

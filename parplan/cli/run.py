@@ -1,0 +1,147 @@
+"""``parplan run``: execute a plan with torch.distributed and check it against the cost model
+(docs/executor.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+
+from parplan.cli.common import PLANNER_NAMES, output_path, problem_from_args
+from parplan.errors import ConfigError
+
+#: Default global batch of ``run``: small, since the reference executor computes in float64 on CPUs.
+RUN_BATCH = 8
+
+
+def _problem_and_plan(args: argparse.Namespace):
+    from parplan.solvers.planners import make_plan
+
+    if args.plan:
+        from parplan.cli.plans import _problem_for
+        from parplan.costmodel.planio import check_plan_fits, read_plan_file
+
+        saved = read_plan_file(args.plan)
+        record = dict(saved.problem)
+        if args.batch is None:
+            args.batch = record.get("batch", RUN_BATCH)
+        problem = _problem_for(args, record)
+        if problem.compat is not None:
+            print(f"parplan: note: the plan was priced with --compat {problem.compat}; run compares with parplan's "
+                  "own model", file=sys.stderr)
+            problem = replace(problem, compat=None)
+        check_plan_fits(problem, saved.nodes, saved.plan, f"plan file '{args.plan}'")
+        return problem, saved.plan, f"plan file {args.plan}"
+    if not args.model or not args.array:
+        raise ConfigError("run: give --model and --array (and optionally --planner), or --plan FILE")
+    if args.batch is None:
+        args.batch = RUN_BATCH
+    ns = argparse.Namespace(**{**vars(args), "bytes_per_element": args.bytes_per_element or 2.0,
+                               "optimizer_bytes": args.optimizer_bytes or 12.0})
+    problem = problem_from_args(ns)
+    plan = make_plan(problem, args.planner, share_grid=args.share_grid)
+    return problem, plan, f"planner {args.planner}"
+
+
+def _per_node(report, bpe: float):
+    """Bytes per (node, phase): model and measured, summed over splits and sides."""
+    b = report.bytes
+    g = b.groupby(["node", "phase"], sort=False)[["model_elements", "measured_elements"]].sum().reset_index()
+    g["model_bytes"] = g.model_elements * bpe
+    g["measured_bytes"] = g.measured_elements * bpe
+    return g
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from parplan.executor.launch import RTOL, run_plan
+    from parplan.report import format_bytes, format_time
+
+    csv_path = output_path(args.csv, "--csv") if args.csv else None
+    problem, plan, source = _problem_and_plan(args)
+    n = problem.array.count
+    print(f"[parplan] running {args.steps} step(s) of {source} on {n} processes (gloo)...", file=sys.stderr,
+          flush=True)
+    start = time.perf_counter()
+    report = run_plan(problem, plan, steps=args.steps, seed=args.seed, lr=args.lr)
+    wall = time.perf_counter() - start
+    bpe = problem.bytes_per_element
+    meta = {"model": problem.graph.name, "array": problem.array.describe(), "devices": n,
+            "batch": problem.batch, "source": source, "steps": args.steps}
+    if csv_path:
+        report.bytes.assign(**meta).to_csv(csv_path, index=False)
+        print(f"wrote {csv_path}", file=sys.stderr)
+    ok = report.numerics_equal and report.bytes_equal
+    if args.format == "csv":
+        report.bytes.assign(**meta).to_csv(sys.stdout, index=False)
+        return 0 if ok else 1
+    if args.format == "json":
+        out = {**meta, "numerics_equal": report.numerics_equal, "bytes_equal": report.bytes_equal,
+               "losses": report.losses, "reference_losses": report.reference_losses,
+               "loss_rel_error": report.loss_rel_error, "max_grad_rel_error": report.max_grad_rel_error,
+               "inexact_shares": list(report.inexact_shares),
+               "executed_shares": {k: list(v) for k, v in report.executed_shares.items()},
+               "bytes": report.bytes.to_dict(orient="records"), "timing": report.timing.to_dict(orient="records"),
+               "wall_s": wall}
+        print(json.dumps(out, indent=2))
+        return 0 if ok else 1
+    print(f"model {meta['model']}  array {meta['array']}  batch {problem.batch}  {source}  "
+          f"{args.steps} step(s) in {wall:.1f} s")
+    rounded = sum(1 for p, s in report.executed_shares.items() for a, b in zip(plan.splits[p].shares, s)
+                  if abs(a - b) > 1e-12)
+    if rounded:
+        print(f"shares rounded to whole rows/columns: {rounded} of "
+              f"{sum(len(s) for s in report.executed_shares.values())}; the model is priced at the executed ones")
+    print(f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}")
+    verdict = "equal" if report.numerics_equal else "DIFFERENT"
+    print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
+          f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
+    rows = _per_node(report, bpe)
+    timing = report.timing.groupby("node", sort=False)[["model_s", "measured_s"]].max()
+    print()
+    width = max(16, *(len(n) for n in rows.node))
+    print(f"{'node':<{width}} {'phase':<11} {'model':>11} {'measured':>11}  {'model compute':>13} {'CPU time':>12}")
+    for r in rows.itertuples():
+        t = timing.loc[r.node]
+        same = "" if abs(r.model_elements - r.measured_elements) <= 1e-6 * max(1.0, r.model_elements) else "  <- differs"
+        first = r.phase == "intra"
+        print(f"{r.node:<{width}} {r.phase:<11} {format_bytes(r.model_bytes):>11} {format_bytes(r.measured_bytes):>11}  "
+              f"{format_time(t.model_s) if first else '':>13} {format_time(t.measured_s) if first else '':>12}{same}")
+    total_m, total_x = rows.model_bytes.sum(), rows.measured_bytes.sum()
+    print(f"{'total':<{width}} {'':<11} {format_bytes(total_m):>11} {format_bytes(total_x):>11}")
+    print()
+    if report.bytes_equal:
+        print(f"bytes                equal at every split, node, side and phase ({len(report.bytes)} figures; "
+              f"elements x {bpe:g} bytes)")
+    else:
+        print("bytes                DIFFERENT from the cost model at:")
+        print(report.differences().to_string(index=False))
+    print("times                model: the slowest device's compute; CPU time: the slowest process's own "
+          "products and element-wise ops (float64, one thread; fastest step). On CPUs shown for reference only")
+    return 0 if ok else 1
+
+
+def add_run_parser(sub) -> None:
+    r = sub.add_parser("run", help="run a plan with torch.distributed; check numerics and bytes against the model")
+    r.add_argument("--model", default=None, help="model (zoo name, model file, ...); default: the plan file's")
+    r.add_argument("--array", default=None,
+                   help="array, one process per device, e.g. cpu:4 (default: the plan file's)")
+    r.add_argument("--plan", default=None, metavar="JSON", help="a saved plan (parplan plan --save)")
+    r.add_argument("--planner", default="accpar", help=f"without --plan: one of {', '.join(PLANNER_NAMES)}")
+    r.add_argument("--batch", type=int, default=None, help=f"global batch (default {RUN_BATCH}, or the plan's)")
+    r.add_argument("--steps", type=int, default=1, help="training steps (SGD between them; default 1)")
+    r.add_argument("--lr", type=float, default=0.01, help="SGD learning rate between steps (default 0.01)")
+    r.add_argument("--seed", type=int, default=0, help="seed of weights, input and target (default 0)")
+    r.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    r.add_argument("--csv", default=None, metavar="FILE", help="also write the byte comparison as CSV")
+    r.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help=argparse.SUPPRESS)
+    r.add_argument("--latency", type=float, default=None, metavar="us", help=argparse.SUPPRESS)
+    r.add_argument("--bytes-per-element", type=float, default=None, help="bytes per element priced (default 2)")
+    r.add_argument("--optimizer-bytes", type=float, default=None, help=argparse.SUPPRESS)
+    r.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
+    r.add_argument("--share-grid", type=int, default=16, metavar="G", help="share grid of the planner (default 16)")
+    r.set_defaults(func=cmd_run, compat=None)
+
+
+__all__ = ["add_run_parser", "cmd_run"]
