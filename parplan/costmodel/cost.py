@@ -40,8 +40,11 @@ import numpy as np
 
 from parplan.costmodel.collective import Collective
 from parplan.costmodel.dims import Device, LayerDims
-from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor, ports
-from parplan.costmodel.regions import ROOT, backward_presummed, child_rect
+from parplan.costmodel.layout import (LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor,
+                                     hold_extent, intersect_holds, need_extent, ports, union_needs)
+from parplan.costmodel.layout import backward_received as backward_extent
+from parplan.costmodel.layout import forward_received as forward_extent
+from parplan.costmodel.regions import ROOT, area, backward_presummed, child_rect
 from parplan.costmodel.regions import backward_received as backward_area
 from parplan.costmodel.regions import forward_received as forward_area
 
@@ -315,27 +318,53 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
     # producer's need small and the consumers' holdings large backward (docs/costmodel.md
     # section 8). Side 2's formulas also read side 1's regions at their small ends.
     g = reg[u].rect("out")
-    hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
-    wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
+    tensors = []
+    for size, consumers in groups:
+        m = [reg[v].rect("in") for v in consumers]
+        if all(mv == g for mv in m):
+            # the group holds exactly what its consumers need of this tensor: its own frame, where
+            # every region is a prefix of a side's own share (the closed forms of layout.py)
+            tensors.append((size * area(g), consumers, None))
+        else:
+            tensors.append((size, consumers, m))
+    if any(m is not None for _, _, m in tensors):
+        hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
+        wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
     received, intra, comm = [], [], []
     for i in (0, 1):
         r = t.intra[i][iu]
         intra.append(r)
-        for size, consumers in groups:
-            m, small, big = [], ([], []), ([], [])
-            for v in consumers:
-                tv, iv = tables[v], idx[v]
-                m.append(reg[v].rect("in"))
-                for j in (0, 1):
-                    b, sm = ends(tv, iv, j)
-                    small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
-                    big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
-            moved = forward_area(g, hold, m, small[0], small[1], i)
-            if leaf_pair:
-                moved = moved + backward_presummed(wants, m, big[0], big[1], i)
+        big_u, small_u = ends(t, iu, i)
+        has_u = t.has[i][iu]
+        for size, consumers, m in tensors:
+            if m is None:
+                needs, holds = [], []
+                for v in consumers:
+                    tv, iv = tables[v], idx[v]
+                    big_v, small_v = ends(tv, iv, i)
+                    needs.append(need_extent(tv.need[iv], small_v, tv.has[i][iv]))
+                    holds.append(hold_extent(tv.need[iv], big_v, tv.has[i][iv]))
+                moved = forward_extent(union_needs(needs), hold_extent(t.give[iu], big_u, has_u))
+                want = hold_extent(t.give[iu], small_u, has_u)
+                if leaf_pair:
+                    moved = moved + backward_extent(want, intersect_holds(holds))
+                else:
+                    for h in holds:
+                        moved = moved + backward_extent(want, h)
             else:
-                for k in range(len(consumers)):
-                    moved = moved + backward_area(wants, m[k], big[0][k], big[1][k], i)
+                small, big = ([], []), ([], [])
+                for v in consumers:
+                    tv, iv = tables[v], idx[v]
+                    for j in (0, 1):
+                        b, sm = ends(tv, iv, j)
+                        small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
+                        big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
+                moved = forward_area(g, hold, m, small[0], small[1], i)
+                if leaf_pair:
+                    moved = moved + backward_presummed(wants, m, big[0], big[1], i)
+                else:
+                    for k in range(len(m)):
+                        moved = moved + backward_area(wants, m[k], big[0][k], big[1][k], i)
             r = r + size * moved
         received.append(r)
         lat = side.latency_s * (r > RECEIVE_EPS)

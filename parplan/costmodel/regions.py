@@ -103,6 +103,15 @@ def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
     the port's layout code (0 rows, 1 columns, 2 whole), ``s`` the side's own share, ``has``
     whether it has work."""
     x0, x1, y0, y1 = region.rect(port)
+    if np.ndim(code) == 0 and np.ndim(s) == 0 and np.ndim(has) == 0:  # one state: plain floats
+        if not has:
+            return (x0, x0, y0, y1)
+        s, code = float(s), int(code)
+        if code == 0:
+            return (x0, x0 + s * (x1 - x0), y0, y1) if side == 0 else (x1 - s * (x1 - x0), x1, y0, y1)
+        if code == 1:
+            return (x0, x1, y0, y0 + s * (y1 - y0)) if side == 0 else (x0, x1, y1 - s * (y1 - y0), y1)
+        return (x0, x1, y0, y1)
     code, s, has = np.asarray(code), np.asarray(s, dtype=float), np.asarray(has, dtype=bool)
     if side == 0:
         nx0, nx1 = x0 + 0 * s, np.where(code == 0, x0 + s * (x1 - x0), x1)
@@ -116,6 +125,11 @@ def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
 
 def area(*rects: Rect):
     """Area of the intersection of rectangles (broadcasting)."""
+    if not any(isinstance(r[1], np.ndarray) or isinstance(r[3], np.ndarray) for r in rects):  # one state
+        x0, x1, y0, y1 = rects[0]
+        for r in rects[1:]:
+            x0, x1, y0, y1 = max(x0, r[0]), min(x1, r[1]), max(y0, r[2]), min(y1, r[3])
+        return max(x1 - x0, 0.0) * max(y1 - y0, 0.0)
     x0, x1, y0, y1 = rects[0]
     for r in rects[1:]:
         x0, x1 = np.maximum(x0, r[0]), np.minimum(x1, r[1])
