@@ -66,15 +66,19 @@ class _Comm:
         self.dist.recv(tensor, src)
 
 
-def _worker(rank: int, world: int, port: int, jobs, results) -> None:
+def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> None:
     import torch
     import torch.distributed as dist
 
     from parplan.executor.torchexec import run_device
 
     torch.set_num_threads(1)
+    device = "cpu"
+    if backend == "nccl":
+        device = f"cuda:{rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=TIMEOUT_S))
     except Exception:  # noqa: BLE001 - reported to the parent, which raises
         results.put((rank, "error", traceback.format_exc()))
@@ -86,21 +90,24 @@ def _worker(rank: int, world: int, port: int, jobs, results) -> None:
             break
         schedule, seed, steps, lr = pickle.loads(job)
         try:
-            results.put((rank, "ok", run_device(schedule, rank, comm, seed, steps, lr)))
+            results.put((rank, "ok", run_device(schedule, rank, comm, seed, steps, lr, device)))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises
             results.put((rank, "error", traceback.format_exc()))
     dist.destroy_process_group()
 
 
 class Cluster:
-    """``world`` worker processes joined in one gloo group, reused across runs.
+    """``world`` worker processes joined in one process group, reused across runs.
 
-    Use as a context manager; :meth:`run` executes one schedule on all of them."""
+    ``backend``: "gloo" (CPU tensors), "nccl" (one GPU per process, round robin over the GPUs
+    present) or "auto" (nccl when there are GPUs, else gloo). Use as a context manager;
+    :meth:`run` executes one schedule on all of them."""
 
-    def __init__(self, world: int):
+    def __init__(self, world: int, backend: str = "auto"):
         import multiprocessing as mp
 
         _require_torch()
+        backend = resolve_backend(backend)
         if not 1 <= world <= MAX_PROCESSES:
             raise ConfigError(f"run: {world} devices; the executor starts one process per device, at most "
                               f"{MAX_PROCESSES}")
@@ -109,8 +116,9 @@ class Cluster:
         self.world = world
         self.results = ctx.Queue()
         self.jobs = [ctx.Queue() for _ in range(world)]
-        self.procs = [ctx.Process(target=_worker, args=(r, world, port, self.jobs[r], self.results), daemon=True)
-                      for r in range(world)]
+        self.backend = backend
+        self.procs = [ctx.Process(target=_worker, args=(r, world, port, backend, self.jobs[r], self.results),
+                                  daemon=True) for r in range(world)]
         for p in self.procs:
             p.start()
 
@@ -150,6 +158,19 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def resolve_backend(backend: str) -> str:
+    """"gloo" or "nccl" for ``backend`` ("auto": nccl when CUDA GPUs are present)."""
+    import torch
+
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ConfigError(f"run: backend must be auto, gloo or nccl (got {backend!r})")
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ConfigError("run: backend nccl needs CUDA GPUs, and torch sees none; use --backend gloo")
+    return backend
 
 
 def _require_torch() -> None:
@@ -252,10 +273,10 @@ def _leaves(group, path=""):
 
 
 def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: float = 0.01,
-             cluster: Cluster | None = None) -> ExecutionReport:
+             cluster: Cluster | None = None, backend: str = "auto") -> ExecutionReport:
     """Execute ``steps`` training steps of ``plan`` with one process per device and compare.
 
-    ``cluster``: worker processes to reuse (else started and stopped here)."""
+    ``cluster``: worker processes to reuse (else started here with ``backend`` and stopped)."""
     from parplan.executor.torchexec import reference_run
 
     _require_torch()
@@ -265,7 +286,7 @@ def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: fl
         raise ConfigError(f"run: learning rate must be a finite number >= 0 (got {lr!r})")
     schedule = build_schedule(problem, plan)
     if cluster is None:
-        with Cluster(len(schedule.leaves)) as c:
+        with Cluster(len(schedule.leaves), backend) as c:
             results = c.run(schedule, seed, steps, lr)
     else:
         results = cluster.run(schedule, seed, steps, lr)
@@ -304,4 +325,4 @@ def _grad_error(results: list[dict], ref: dict) -> float:
     return worst
 
 
-__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "compare_bytes", "run_plan"]
+__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "compare_bytes", "resolve_backend", "run_plan"]

@@ -76,7 +76,7 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
         return y.reshape(n, c, -1)
     if isinstance(layer, Norm):
         total = info.out_shape[layer.name].channels
-        return x * norm_scale(total)[torch.as_tensor(cols)].view(1, c, 1)
+        return x * norm_scale(total)[torch.as_tensor(cols)].to(x.device).view(1, c, 1)
     if isinstance(layer, Flatten):
         return x
     fn = layer.function.lower()
@@ -129,7 +129,8 @@ def weight_grid(layer, w: torch.Tensor, in_cell: int) -> torch.Tensor:
 class DeviceStep:
     """One device's training step: buffers, local products, message handling."""
 
-    def __init__(self, schedule: Schedule, rank: int, weights, inp, target, comm):
+    def __init__(self, schedule: Schedule, rank: int, weights, inp, target, comm, device="cpu"):
+        self.dev = torch.device(device)
         self.s = schedule
         self.p = schedule.problem
         self.info = self.p.graph.analyze()
@@ -153,7 +154,18 @@ class DeviceStep:
 
     # ---------------------------------------------------------------- buffers
     def _zeros(self, rows, cols, cell):
-        return torch.zeros(rows, cols, cell, dtype=DTYPE)
+        return torch.zeros(rows, cols, cell, dtype=DTYPE, device=self.dev)
+
+    def _clock(self) -> float:
+        """CPU time of this process on CPU; wall time after the GPU's queue drains on a GPU."""
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+            return time.perf_counter()
+        return time.process_time()
+
+    def _t(self, array) -> torch.Tensor:
+        """A numpy index array or mask as a tensor on this device's torch device."""
+        return torch.as_tensor(array, device=self.dev)
 
     def _tensor(self, store, name):
         if name not in store:
@@ -190,19 +202,19 @@ class DeviceStep:
             if m.src == self.rank:
                 buf = self._buffer(m.kind, m.tensor)
                 if m.kind == "bwd":
-                    payload = torch.zeros(int(m.mask.sum()), m.cell, dtype=DTYPE)
+                    payload = torch.zeros(int(m.mask.sum()), m.cell, dtype=DTYPE, device=self.dev)
                     for reader, part in m.parts:
-                        sel = torch.as_tensor(part[m.mask])
-                        payload[sel] += self.avail[(m.tensor, reader)][torch.as_tensor(part)]
+                        sel = self._t(part[m.mask])
+                        payload[sel] += self.avail[(m.tensor, reader)][self._t(part)]
                 else:
-                    payload = buf[torch.as_tensor(m.mask)]
+                    payload = buf[self._t(m.mask)]
                 self.comm.send(payload.contiguous(), m.dst)
             elif m.dst == self.rank:
-                payload = torch.empty(int(m.mask.sum()), m.cell, dtype=DTYPE)
+                payload = torch.empty(int(m.mask.sum()), m.cell, dtype=DTYPE, device=self.dev)
                 self.comm.recv(payload, m.src)
                 key = (m.split, m.node, m.side, m.phase)
                 self.received[key] = self.received.get(key, 0) + payload.numel()
-                mask = torch.as_tensor(m.mask)
+                mask = self._t(m.mask)
                 if m.kind == "bwd":
                     # one consumer's gradient: kept apart (this device may forward it); several
                     # pre-summed by a single device: only added
@@ -226,20 +238,20 @@ class DeviceStep:
                 x = self.F[layer.inputs[0]]
                 self.F[name] = apply_op(layer, self.info, x, np.arange(x.shape[1]))
         for node in self.p.planning.nodes:
-            t0 = time.process_time()
+            t0 = self._clock()
             box = self.boxes[node.name]
             layer = graph.layer(node.name)
             if not node.is_join:
                 self._product(node.name, layer, box)
-            t1 = time.process_time()
+            t1 = self._clock()
             if not node.is_join:
                 self.exchange(self.s.forward[node.name])
                 self.F[node.name] = self.bufs[f"{node.name}/out"]
-            t2 = time.process_time()
+            t2 = self._clock()
             if node.is_join:
                 self._join(node.name, layer, box)
             self._ops(node.name, box)
-            t3 = time.process_time()
+            t3 = self._clock()
             self.seconds[node.name] = (t1 - t0) + (t3 - t2)
             self.exchange(self.s.transitions_fwd[node.name])
 
@@ -252,7 +264,7 @@ class DeviceStep:
         self.bufs[f"{name}/dw"] = self._zeros(fin.cols, fout.cols, wcell)
         if box.empty:
             return
-        ins, outs = torch.as_tensor(box.ins), torch.as_tensor(box.outs)
+        ins, outs = self._t(box.ins), self._t(box.outs)
         n = box.r1 - box.r0
         x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, ins].clone().requires_grad_()
         wfull = self.weights[name]
@@ -271,7 +283,7 @@ class DeviceStep:
         out = self._tensor(self.F, name)
         if box.empty:
             return
-        cols = torch.as_tensor(box.outs)
+        cols = self._t(box.outs)
         if isinstance(layer, Add):
             total = sum(self._tensor(self.F, s)[box.r0:box.r1][:, cols] for s in layer.inputs)
             out[box.r0:box.r1, cols] = total
@@ -281,8 +293,8 @@ class DeviceStep:
             c = self.s.frames[src].cols
             mine = box.outs[(box.outs >= off) & (box.outs < off + c)]
             if len(mine):
-                out[box.r0:box.r1, torch.as_tensor(mine)] = self._tensor(self.F, src)[box.r0:box.r1][
-                    :, torch.as_tensor(mine - off)]
+                out[box.r0:box.r1, self._t(mine)] = self._tensor(self.F, src)[box.r0:box.r1][
+                    :, self._t(mine - off)]
             off += c
 
     def _chain(self, node: str) -> list[str]:
@@ -295,7 +307,7 @@ class DeviceStep:
             out = self._tensor(self.F, name)
             if box.empty:
                 continue
-            cols = torch.as_tensor(box.outs)
+            cols = self._t(box.outs)
             x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols].clone().requires_grad_()
             y = apply_op(layer, self.info, x, box.outs)
             self.saved[name] = (x, y)
@@ -309,12 +321,12 @@ class DeviceStep:
         e = self._tensor(self.E, last)
         if box.empty:
             return 0.0
-        cols = torch.as_tensor(box.outs)
+        cols = self._t(box.outs)
         y = self.F[last][box.r0:box.r1][:, cols]
         fr = self.s.frames[last]
         t = self.target.reshape(self.p.batch, fr.cols, fr.cell)[box.r0:box.r1][:, cols]
         e[box.r0:box.r1, cols] = y - t
-        own = torch.as_tensor(self.s.owners["loss"][box.r0:box.r1][:, box.outs] == self.rank)
+        own = self._t(self.s.owners["loss"][box.r0:box.r1][:, box.outs] == self.rank)
         return float(0.5 * ((y - t) ** 2)[own].sum())
 
     def backward(self) -> None:
@@ -327,9 +339,9 @@ class DeviceStep:
             self.exchange(self.s.transitions_bwd[node.name])
             for tensor in tensors:
                 self._sum_gradients(tensor, box)
-            t0 = time.process_time()
+            t0 = self._clock()
             if not box.empty:
-                cols = torch.as_tensor(box.outs)
+                cols = self._t(box.outs)
                 for name in reversed(self._chain(node.name)):
                     x, y = self.saved[name]
                     g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
@@ -339,14 +351,14 @@ class DeviceStep:
             if not node.is_join and not box.empty:
                 layer = graph.layer(node.name)
                 x, w, y = self.saved[node.name]
-                g = self._tensor(self.E, node.name)[box.r0:box.r1][:, torch.as_tensor(box.outs)]
+                g = self._tensor(self.E, node.name)[box.r0:box.r1][:, self._t(box.outs)]
                 gx, gw = torch.autograd.grad(y, (x, w), g)
-                ins, outs = torch.as_tensor(box.ins), torch.as_tensor(box.outs)
+                ins, outs = self._t(box.ins), self._t(box.outs)
                 self.bufs[f"{node.name}/ein"][box.r0:box.r1, ins] = gx
                 grid = (gw.permute(1, 0, 2, 3).reshape(len(ins), len(outs), -1) if isinstance(layer, Conv2d)
                         else gw.permute(1, 0, 2))
                 self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]] = grid
-            self.seconds[node.name] = self.seconds.get(node.name, 0.0) + time.process_time() - t0
+            self.seconds[node.name] = self.seconds.get(node.name, 0.0) + self._clock() - t0
             self.exchange(self.s.backward[node.name])
 
     def _own_contributions(self, tensor: str) -> None:
@@ -354,7 +366,7 @@ class DeviceStep:
         fr = self.s.frames[tensor]
         for r in self.readers[tensor]:
             buf = self._zeros(self.p.batch, fr.cols, fr.cell)
-            m = torch.as_tensor(need_mask(self.boxes[r.node], r, self.p.batch, fr))
+            m = self._t(need_mask(self.boxes[r.node], r, self.p.batch, fr))
             buf[m] = self._contribution(r.node, tensor)[m]
             self.avail[(tensor, r.node)] = buf
 
@@ -364,7 +376,7 @@ class DeviceStep:
         if box.empty:
             return
         fr = self.s.frames[tensor]
-        hold = torch.as_tensor(box.mask(self.p.batch, fr.cols, "out"))
+        hold = self._t(box.mask(self.p.batch, fr.cols, "out"))
         e = self._tensor(self.E, tensor)
         for r in self.readers[tensor]:
             e[hold] += self.avail[(tensor, r.node)][hold]
@@ -382,7 +394,7 @@ class DeviceStep:
             mask = np.zeros(dw.shape[:2], dtype=bool)
             if not box.empty:
                 mask[np.ix_(box.ins, box.outs)] = True
-            out[node.name] = (dw.numpy().copy(), mask)
+            out[node.name] = (dw.cpu().numpy().copy(), mask)
         return out
 
     def apply_update(self, lr: float) -> None:
@@ -392,7 +404,7 @@ class DeviceStep:
             if node.is_join or box.empty:
                 continue
             layer = self.p.graph.layer(node.name)
-            ins, outs = torch.as_tensor(box.ins), torch.as_tensor(box.outs)
+            ins, outs = self._t(box.ins), self._t(box.outs)
             g = self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]].permute(1, 0, 2)  # (out, in, cell)
             w = self.weights[node.name]
             if isinstance(layer, Conv2d):
@@ -402,14 +414,17 @@ class DeviceStep:
                 w.view(w.shape[0], fin.cols, fin.cell)[outs[:, None], ins[None, :]] -= lr * g
 
 
-def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: float) -> dict:
-    """All ``steps`` of one device; returns its losses, weight gradients of the last step,
-    elements received per (split, node, side, phase) per step, and per-node seconds."""
+def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
+    """All ``steps`` of one device (on torch ``device``); returns its losses, weight gradients of
+    the last step, elements received per (split, node, side, phase) per step, and per-node
+    seconds."""
     weights, inp, target = init_tensors(schedule.problem, seed)
+    weights = {k: w.to(device) for k, w in weights.items()}
+    inp, target = inp.to(device), target.to(device)
     losses, received, seconds = [], [], []
     step = None
     for k in range(steps):
-        step = DeviceStep(schedule, rank, weights, inp, target, comm)
+        step = DeviceStep(schedule, rank, weights, inp, target, comm, device)
         step.forward()
         losses.append(step.loss())
         step.backward()
