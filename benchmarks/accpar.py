@@ -59,7 +59,7 @@ MODELS = ("alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "resnet18", "resnet34",
 DEFAULT_ARRAY = "tpu-v2:64,tpu-v3:64"
 DEFAULT_BATCH = 512
 DEFAULT_SWEEP_GBPS = (1.0, 10.0, 100.0)
-QUICK = {"models": ("alexnet", "resnet18"), "array": "tpu-v2:1,tpu-v3:1", "batch": 128, "sweep_gbps": (10.0,)}
+QUICK = {"models": ("alexnet", "resnet-2block"), "array": "tpu-v2:1,tpu-v3:1", "batch": 128, "sweep_gbps": (10.0,)}
 
 #: Column prefix -> planner name.
 PLANNERS = {"data": "data", "data_half": "data-half", "owt": "owt", "hypar": "hypar", "accpar": "accpar",

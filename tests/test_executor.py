@@ -188,3 +188,49 @@ def test_join_layouts_round_trip(clusters):
             plan = Plan({"": Split((PartitionType.OUT, PartitionType.BATCH, layout, PartitionType.IN),
                                    (0.5, 0.75, share, 0.5))})
             _check(run_plan(p, plan, cluster=clusters(2)))
+
+
+def test_zoo_lenet_accpar_on_4_processes(clusters):
+    from parplan.solvers.planners import make_plan
+    from parplan.zoo import get_model
+
+    p = Problem(get_model("lenet"), parse_array("cpu:4"), batch=BATCH)
+    r = run_plan(p, make_plan(p, "accpar"), cluster=clusters(4))
+    _check(r)
+    assert r.bytes.measured_elements.sum() > 0
+
+
+def test_cli_runs_a_saved_resnet_plan(tmp_path, capsys):
+    """The CLI end to end: a 2-block ResNet's accpar plan, saved and run on cpu:4."""
+    from parplan.cli import main
+
+    plan_file = tmp_path / "r.json"
+    assert main(["plan", "--model", "resnet-2block", "--array", "cpu:4", "--batch", "8",
+                 "--save", str(plan_file)]) == 0
+    capsys.readouterr()
+    assert main(["run", "--plan", str(plan_file), "--csv", str(tmp_path / "b.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "numerics             equal" in out and "bytes                equal" in out
+    assert "layer2.0.add" in out
+    rows = (tmp_path / "b.csv").read_text().splitlines()
+    assert rows[0].startswith("split,node,side,phase,model_elements,measured_elements,difference")
+    assert len(rows) > 20
+
+
+def test_cli_run_mistakes_are_one_line(capsys):
+    from parplan.cli import main
+
+    assert main(["run", "--planner", "accpar"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "parplan: error: run: give --model and --array (and optionally --planner), or --plan FILE"
+    assert main(["run", "--model", "gpt2", "--array", "cpu:2", "--batch", "2"]) == 2
+    assert "executor runs CNNs and MLPs" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_runs_alexnet_small_batch(capsys):
+    from parplan.cli import main
+
+    assert main(["run", "--model", "alexnet", "--array", "cpu:4", "--batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "numerics             equal" in out and "bytes                equal" in out

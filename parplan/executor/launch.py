@@ -231,6 +231,8 @@ def compare_bytes(schedule: Schedule, received: dict) -> pd.DataFrame:
     for (split, node, side, phase), got in received.items():
         if (split, node) not in known:
             rows.append((split or "root", node, side, phase, 0.0, int(got), float(got)))
+    order = {n.name: i for i, n in enumerate(schedule.problem.planning.nodes)}
+    rows.sort(key=lambda r: (0 if r[0] == "root" else len(r[0]), r[0], order.get(r[1], -1), r[2], r[3]))
     return pd.DataFrame(rows, columns=["split", "node", "side", "phase", "model_elements", "measured_elements",
                                        "difference"])
 
