@@ -32,7 +32,6 @@ Example (one layer, no neighbours, two equal devices):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import Enum
 

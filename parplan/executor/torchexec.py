@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as tf
 
-from parplan.costmodel.graph import INPUT, Activation, Add, Concat, Conv2d, Flatten, Linear, Norm, Pool2d
+from parplan.costmodel.graph import INPUT, Add, Concat, Conv2d, Flatten, Linear, Norm, Pool2d
 from parplan.executor.schedule import Schedule, graph_frames, need_mask, origins, readers_of
 
 DTYPE = torch.float64
