@@ -262,3 +262,26 @@ def test_continuous_bound_is_below_every_plan_with_any_shares(case, grid):
         choices = plan.root.choices
         shares = tuple(rng.choice([0.0, 1.0, rng.random()]) for _ in choices)
         assert price_split(sp, Split(choices, shares), PlanOptions()) >= bound * (1 - 1e-12)
+
+
+@fast(20)
+@given(plan_cases(), st.sampled_from([2, 4]), st.booleans())
+def test_continuous_bound_holds_at_lower_splits(case, grid, leaf_pair):
+    """The same below the root, where regions cut by the split above make every amount a
+    general box formula (docs/costmodel.md section 3): each formula is monotone in each region,
+    so the relaxation still bounds every plan with any shares."""
+    from parplan.solvers.hierarchy import child_dims
+
+    p, plan = case
+    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch)
+    top = SplitProblem.root(root)
+    left, _ = child_dims(top.dims, plan.root)
+    regions, _ = top.child_regions(plan.root)
+    sp = SplitProblem(top.planning, left, top.side, "L", None, None, regions, top.dims, leaf_pair)
+    bound = continuous_bound(sp, PlanOptions(share_grid=grid))
+    assert frontier_dp(sp, PlanOptions(share_grid=grid))[0] >= bound * (1 - 1e-12)
+    rng = random.Random(len(root.planning.nodes) * 31 + grid)
+    for _ in range(20):
+        choices = tuple(rng.choice(n.choices) for n in root.planning.nodes)
+        shares = tuple(rng.choice([0.0, 1.0, rng.random()]) for _ in choices)
+        assert price_split(sp, Split(choices, shares), PlanOptions()) >= bound * (1 - 1e-12)
