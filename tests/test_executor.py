@@ -168,3 +168,22 @@ def test_cli_runs_alexnet_small_batch(capsys):
     assert main(["run", "--model", "alexnet", "--array", "cpu:4", "--batch", "2"]) == 0
     out = capsys.readouterr().out
     assert "numerics             equal" in out and "bytes                equal" in out
+
+
+def test_every_planners_plan_runs_and_matches(clusters):
+    """Each named planner's plan of a residual network on 4 processes: numerics and bytes."""
+    from parplan.solvers.planners import PLANNERS, make_plan
+    from parplan.zoo import get_model
+
+    p = Problem(get_model("resnet-2block"), parse_array("cpu:4"), batch=BATCH)
+    for name in PLANNERS:
+        _check(run_plan(p, make_plan(p, name, share_grid=4), cluster=clusters(4)))
+
+
+@pytest.mark.slow
+def test_eight_processes_three_levels():
+    from parplan.solvers.planners import make_plan
+    from parplan.zoo import get_model
+
+    p = Problem(get_model("resnet-2block"), parse_array("cpu:8"), batch=BATCH)
+    _check(run_plan(p, make_plan(p, "accpar", share_grid=4)))
