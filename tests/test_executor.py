@@ -187,3 +187,13 @@ def test_eight_processes_three_levels():
 
     p = Problem(get_model("resnet-2block"), parse_array("cpu:8"), batch=BATCH)
     _check(run_plan(p, make_plan(p, "accpar", share_grid=4)))
+
+
+def test_runs_that_would_not_fit_are_refused_before_starting():
+    from parplan.executor.launch import check_runnable
+    from parplan.zoo import get_model
+
+    with pytest.raises(ConfigError, match=r"each process would need about 9\.9 GiB"):
+        check_runnable(Problem(get_model("vgg16"), parse_array("cpu:4"), batch=8))
+    with pytest.raises(ConfigError, match="at most 16"):
+        check_runnable(Problem(get_model("lenet"), parse_array("cpu:20"), batch=8))

@@ -56,13 +56,16 @@ def _per_node(report, bpe: float):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from parplan.executor.launch import RTOL, run_plan
+    from parplan.executor.schedule import graph_frames
     from parplan.report import format_bytes, format_time
 
     csv_path = output_path(args.csv, "--csv") if args.csv else None
     problem, plan, source = _problem_and_plan(args)
     n = problem.array.count
-    from parplan.executor.launch import resolve_backend
+    from parplan.executor.launch import check_runnable, resolve_backend
 
+    graph_frames(problem)  # unsupported layers first, then size, before any process starts
+    check_runnable(problem)
     args.backend = resolve_backend(args.backend)
     print(f"[parplan] running {args.steps} step(s) of {source} on {n} processes ({args.backend})...",
           file=sys.stderr, flush=True)

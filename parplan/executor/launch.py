@@ -33,7 +33,7 @@ import pandas as pd
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError, ParplanError
-from parplan.executor.schedule import Schedule, build_schedule, executed_plan
+from parplan.executor.schedule import Schedule, build_schedule, executed_plan, graph_frames
 
 #: Relative tolerance of the numerics check (float64 sums in different orders).
 RTOL = 1e-9
@@ -41,10 +41,33 @@ RTOL = 1e-9
 MAX_PROCESSES = 16
 #: Seconds a collective may wait before the run is declared stuck.
 TIMEOUT_S = 300
+#: Largest memory a worker may need (bytes): every process keeps full-size float64 buffers.
+MAX_PROCESS_BYTES = 4 * 2**30
+
+
+def process_bytes(problem: Problem) -> float:
+    """Rough memory of one worker: float64 weights (the weights, their gradient grid and a
+    partial), and every tensor's values, gradient and partial buffers at the batch."""
+    info = problem.graph.analyze()
+    params = problem.graph.parameter_count()
+    acts = problem.batch * sum(info.out_shape[n].elements for n in info.order)
+    return 8.0 * (3 * params + 4 * acts)
 
 
 class ExecutionError(ParplanError):
     """A worker process failed or the run timed out."""
+
+
+def check_runnable(problem: Problem) -> None:
+    """Raise :class:`ConfigError` if the run would start too many processes or need too much
+    memory per process."""
+    n = problem.array.count
+    if n > MAX_PROCESSES:
+        raise ConfigError(f"run: {n} devices; the executor starts one process per device, at most {MAX_PROCESSES}")
+    need = process_bytes(problem)
+    if need > MAX_PROCESS_BYTES:
+        raise ConfigError(f"run: each process would need about {need / 2**30:.1f} GiB (full-size float64 buffers "
+                          f"of every tensor; limit {MAX_PROCESS_BYTES / 2**30:.0f} GiB); use a smaller --batch or model")
 
 
 def _free_port() -> int:
@@ -286,6 +309,8 @@ def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: fl
         raise ConfigError(f"run: steps must be an integer in [1, 1000] (got {steps!r})")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
         raise ConfigError(f"run: learning rate must be a finite number >= 0 (got {lr!r})")
+    graph_frames(problem)  # unsupported layers first, then size
+    check_runnable(problem)
     schedule = build_schedule(problem, plan)
     if cluster is None:
         with Cluster(len(schedule.leaves), backend) as c:
@@ -327,4 +352,5 @@ def _grad_error(results: list[dict], ref: dict) -> float:
     return worst
 
 
-__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "compare_bytes", "resolve_backend", "run_plan"]
+__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "check_runnable", "compare_bytes", "process_bytes",
+           "resolve_backend", "run_plan"]
