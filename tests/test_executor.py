@@ -93,19 +93,37 @@ def test_multiple_steps_update_the_weights(clusters):
 
 
 def test_unsupported_layers_and_arrays_are_clear_errors():
-    from parplan.zoo import get_model
-
-    p = Problem(get_model("gpt2"), parse_array("cpu:2"), batch=2)
-    n = len(p.planning.nodes)
-    plan = Plan({"": Split(tuple(node.choices[0] for node in p.planning.nodes), (0.5,) * n)})
-    with pytest.raises(ConfigError, match="executor runs CNNs and MLPs"):
-        build_schedule(p, plan)
+    g = Graph("grouped", Shape(4, 4, 4), (Conv2d("c", ("input",), out_channels=4, kernel=1, groups=2, bias=False),))
+    p = Problem(g, parse_array("cpu:2"), batch=4)
+    with pytest.raises(ConfigError, match="grouped convolution"):
+        build_schedule(p, Plan({"": Split((PartitionType.BATCH,), (0.5,))}))
     q = Problem(Graph("one", Shape(4), (Linear("a", ("input",), out_features=4, bias=False),)),
                 parse_array("cpu:4@ring:ring"), batch=4)
     with pytest.raises(ConfigError, match="all-reduce collective"):
         build_schedule(q, Plan({p_: Split((PartitionType.BATCH,), (0.5,)) for p_, _ in q.array.inner_nodes()}))
     with pytest.raises(ConfigError, match="steps must be"):
         run_plan(q, Plan({}), steps=0)
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_transformers_random_plans(clusters, devices):
+    """Tiny GPT (pre-LN, tied head) and BERT (post-LN, pooler) configs: embeddings, layer norms,
+    attention heads, per-position linear layers under random plans. The layer norms' row
+    statistics and the embedding tables' gradients move as docs/costmodel.md section 2 says."""
+    from parplan.transformers import bert_config, gpt_config
+
+    graphs = [gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+              bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]
+
+    @seed(77 + devices)
+    @settings(max_examples=8, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data())
+    def prop(data):
+        problem = Problem(data.draw(st.sampled_from(graphs)), parse_array(f"cpu:{devices}"), batch=4)
+        _check(run_plan(problem, data.draw(plans(problem)), cluster=clusters(devices)))
+
+    prop()
 
 
 def test_join_layouts_round_trip(clusters):
@@ -158,7 +176,7 @@ def test_cli_run_mistakes_are_one_line(capsys):
     err = capsys.readouterr().err
     assert err.strip() == "parplan: error: run: give --model and --array (and optionally --planner), or --plan FILE"
     assert main(["run", "--model", "gpt2", "--array", "cpu:2", "--batch", "2"]) == 2
-    assert "executor runs CNNs and MLPs" in capsys.readouterr().err
+    assert "each process would need about" in capsys.readouterr().err
 
 
 @pytest.mark.slow

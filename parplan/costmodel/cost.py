@@ -224,10 +224,12 @@ class StateTable:
 
     @classmethod
     def build(cls, dims: LayerDims, covered: bool, choices: tuple[Choice, ...], shares, side: SideSpec,
-              in_reduction_elements: float | None = None) -> "StateTable":
+              in_reduction_elements: float | None = None, above: tuple[bool, bool] = (False, False)) -> "StateTable":
         """The states ``choices x shares`` (choice-major) of a node with ``dims``; ``shares`` are
         floats (points) or :class:`ShareSet`. ``in_reduction_elements`` replaces the size of an
-        IN split's partial-sum reduction (the layer's output) where a compat rule says so."""
+        IN split's partial-sum reduction (the layer's output) where a compat rule says so.
+        ``above``: a split above divided the node's rows / output columns with work on both
+        sides (its embedding tables' / layer norms' partials were reduced there)."""
         sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
         k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
         rows = []
@@ -239,8 +241,19 @@ class StateTable:
                 size = tensor_elements(dims, PARTIAL_TENSOR[c]) if isinstance(c, PartitionType) and split else 0.0
                 if c is PartitionType.IN and split and in_reduction_elements is not None:
                     size = in_reduction_elements
+                if c is Layout.ROWS and split:  # a join reading embedding tables: their gradients
+                    size = dims.weight_elements
+                if p.give_out is Layout.COLS and split:  # layer norms on divided columns: row statistics
+                    size = size + dims.row_exchange_elements
+                # Both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
+                # WHOLE) that a split above reduced: the total reaches side 1, which forwards it.
+                extra = 0.0
+                if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE):
+                    extra += dims.tables * dims.in_features
+                if split and above[1] and c in (PartitionType.IN, Layout.WHOLE):
+                    extra += dims.row_exchange_elements
                 x = 0.0
-                if side.collective is not None and c is PartitionType.BATCH:
+                if side.collective is not None and (c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)):
                     if split and not covered:
                         x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s),
                                                               side.latency_s)
@@ -255,7 +268,7 @@ class StateTable:
                 rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
                              [steps[0][0], steps[1][-1]],
                              [d.memory_bytes(bpe, side.optimizer_bytes_per_param) for d in low],
-                             [size, size], x, steps))
+                             [size, size + extra], x, steps))
         cols = list(zip(*rows))
         return cls(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
                    np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),
@@ -389,11 +402,22 @@ def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
     return floored_time(np.maximum(t1, t2), floor)
 
 
+def cuts_below(above, split) -> tuple[tuple[bool, bool], ...]:
+    """Per node, for the children of ``split``: whether this split or one above divided its rows
+    / its output columns with work on both sides (see :meth:`StateTable.build`)."""
+    out = []
+    for (rows, cols), c, a in zip(above, split.choices, split.shares):
+        both = 0.0 < a < 1.0
+        out.append((rows or (both and c in (PartitionType.BATCH, Layout.ROWS)),
+                    cols or (both and ports(c).give_out is Layout.COLS)))
+    return tuple(out)
+
+
 def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tuple[bool, ...]:
     """Which nodes the children of a split see as covered by an enclosing BATCH all-reduce."""
     if not has_collective:
         return covered
-    return tuple(cv or c is PartitionType.BATCH for cv, c in zip(covered, split.choices))
+    return tuple(cv or c in (PartitionType.BATCH, Layout.ROWS) for cv, c in zip(covered, split.choices))
 
 
 __all__ = [
@@ -407,6 +431,7 @@ __all__ = [
     "SideSpec",
     "StateTable",
     "covered_below",
+    "cuts_below",
     "floored_time",
     "ShareSet",
     "share_intervals",

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parplan.costmodel.graph import INPUT, Graph
+from parplan.costmodel.graph import INPUT, Embedding, Graph, Norm
 
 #: HBM traffic of one training step of a weighted layer, in units of (|F_in| + |W| + |F_out|):
 #: forward reads F_in and W and writes F_out; backward reads E_out and W and writes E_in;
@@ -45,6 +45,9 @@ class ElementOp:
     flops: float = 0.0
     traffic: float = 0.0
     stored: float = 0.0
+    #: Elements per sample (row) exchanged with the other side when a split divides the
+    #: tensor's columns: a layer norm's row statistics, 2 forward and 2 backward per position.
+    row_exchange: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class LayerDims:
     groups: int = 1
     out_ops: tuple[ElementOp, ...] = ()
     in_ops: tuple[ElementOp, ...] = ()
+    #: Entries of the embedding tables this node reads directly (each ``entries x Di``).
+    tables: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -97,8 +102,15 @@ class LayerDims:
 
     @property
     def weight_elements(self) -> float:
-        """|W| = |dW| = Di * Do * kh*kw / groups (biases and norm parameters are not counted)."""
-        return self.in_features * self.out_features * self.kernel / self.groups
+        """|W| = |dW| = Di * Do * kh*kw / groups, plus the embedding tables the node reads
+        (``tables * Di``; biases and norm parameters are not counted)."""
+        return self.in_features * self.out_features * self.kernel / self.groups + self.tables * self.in_features
+
+    @property
+    def row_exchange_elements(self) -> float:
+        """Elements each side receives when a split divides this node's output columns: the
+        row statistics of its layer norms (docs/costmodel.md section 2)."""
+        return self.batch * sum(op.row_exchange for op in self.out_ops)
 
     @property
     def in_elements(self) -> float:
@@ -140,7 +152,8 @@ class LayerDims:
     def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
         """A copy with B, Di, Do multiplied by the given factors."""
         return LayerDims(self.batch * batch, self.in_features * in_features, self.out_features * out_features,
-                         self.in_spatial, self.out_spatial, self.kernel, self.groups, self.out_ops, self.in_ops)
+                         self.in_spatial, self.out_spatial, self.kernel, self.groups, self.out_ops, self.in_ops,
+                         self.tables)
 
 
 @dataclass(frozen=True)
@@ -159,8 +172,10 @@ def element_op(graph: Graph, name: str) -> ElementOp:
     """Per-sample training FLOPs, traffic and stored elements of a layer without a partition
     choice (the layer's own rule, see :meth:`parplan.costmodel.graph.Layer.training_cost`)."""
     info = graph.analyze()
-    flops, traffic, stored = graph.layer(name).training_cost(list(info.in_shapes[name]), info.out_shape[name])
-    return ElementOp(name, float(flops), float(traffic), float(stored))
+    layer = graph.layer(name)
+    flops, traffic, stored = layer.training_cost(list(info.in_shapes[name]), info.out_shape[name])
+    exchange = 4.0 * info.out_shape[name].spatial if isinstance(layer, Norm) and layer.kind == "layer" else 0.0
+    return ElementOp(name, float(flops), float(traffic), float(stored), exchange)
 
 
 def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
@@ -168,9 +183,12 @@ def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
     info = graph.analyze()
     layer = graph.layer(name)
     x, y = info.in_shapes[name][0], info.out_shape[name]
+    tables = float(sum(graph.layer(s).num for s in layer.inputs
+                       if s != INPUT and isinstance(graph.layer(s), Embedding)))
     if layer.weighted:
-        return LayerDims(batch, x.channels, y.channels, x.spatial, y.spatial, layer.kernel_elements(), layer.groups)
-    return LayerDims(batch, y.channels, y.channels, y.spatial, y.spatial, 0)
+        return LayerDims(batch, x.channels, y.channels, x.spatial, y.spatial, layer.kernel_elements(), layer.groups,
+                         tables=tables)
+    return LayerDims(batch, y.channels, y.channels, y.spatial, y.spatial, 0, tables=tables)
 
 
 def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:

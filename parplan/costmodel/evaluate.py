@@ -127,7 +127,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     leaf_compute = np.zeros(n)
     memory: dict[str, float] = {}
     times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory,
-                  (False,) * n, None)
+                  (False,) * n, None, None)
     comm = float(sum(r[7] + r[8] + r[9] + r[10] for r in rows))
     return Evaluation(
         step_time_s=float(times.sum()),
@@ -142,7 +142,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
 
 def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple[LayerDims, ...],
           plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict, covered: tuple[bool, ...],
-          regions) -> np.ndarray:
+          regions, above) -> np.ndarray:
     pg = problem.planning
     bpe = problem.bytes_per_element
     if group.is_leaf:
@@ -159,15 +159,16 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
     split = plan.splits[path]
     has_collective = problem.array.collective is not None
     sp = SplitProblem(pg, dims, problem.side_spec(group), path, None, covered if has_collective else None,
-                      regions, problem.root_dims(), bool(group.left.is_leaf and group.right.is_leaf))
+                      regions, problem.root_dims(), bool(group.left.is_leaf and group.right.is_leaf), above)
     terms = split_terms(sp, split.choices, split.shares)
     pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
     below = covered_below(covered, split, has_collective)
     left, right = sp.child_regions(split)
+    cuts = sp.child_cuts(split)
     t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(p[0] for p in pairs), plan, rows,
-                   leaf_compute, memory, below, left)
+                   leaf_compute, memory, below, left, cuts)
     t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(p[1] for p in pairs), plan, rows,
-                    leaf_compute, memory, below, right)
+                    leaf_compute, memory, below, right, cuts)
     out = np.empty(len(dims))
     for v, node in enumerate(pg.nodes):
         tm = terms[v]

@@ -34,6 +34,7 @@ from parplan.costmodel.cost import (
     ShareMode,
     SideSpec,
     StateTable,
+    cuts_below,
     node_terms,
     node_value,
     output_groups,
@@ -103,6 +104,16 @@ class SplitProblem:
     root_dims: tuple[LayerDims, ...] | None = None
     #: Both sides are single devices (they pre-sum gradients of several consumers).
     leaf_pair: bool = True
+    #: Per node: a split above divided its rows / output columns with work on both sides
+    #: (:func:`~parplan.costmodel.cost.cuts_below`); None at the root.
+    above: tuple[tuple[bool, bool], ...] | None = None
+
+    def cuts(self, v: int) -> tuple[bool, bool]:
+        return self.above[v] if self.above is not None else (False, False)
+
+    def child_cuts(self, split) -> tuple[tuple[bool, bool], ...]:
+        """``above`` for the children of ``split``."""
+        return cuts_below(self.above if self.above is not None else ((False, False),) * len(self.dims), split)
 
     @classmethod
     def root(cls, problem) -> "SplitProblem":
@@ -151,7 +162,7 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
     if relaxed:
         shares = share_intervals(shares)
     return [StateTable.build(sp.dims[v], sp.is_covered(v), options.choices(node), shares, sp.side,
-                             compat_reduction_elements(sp, v))
+                             compat_reduction_elements(sp, v), sp.cuts(v))
             for v, node in enumerate(sp.planning.nodes)]
 
 
@@ -198,7 +209,8 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
 
 def split_terms(sp: SplitProblem, choices, shares) -> list[NodeTerms]:
     """Every node's time terms at one assignment of states (the evaluator's view)."""
-    tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side, compat_reduction_elements(sp, v))
+    tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side, compat_reduction_elements(sp, v),
+                               sp.cuts(v))
               for v, (c, a) in enumerate(zip(choices, shares))]
     zero = {v: np.zeros((), dtype=int) for v in range(len(tables))}
     return [node_terms(tables, sp.side, sp.groups(u), u, zero, *sp.frames) for u in range(len(tables))]

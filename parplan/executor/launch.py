@@ -154,12 +154,22 @@ class Cluster:
             q.put(job)
         out: dict[int, dict] = {}
         errors = []
+        waited = 0.0
         while len(out) + len(errors) < self.world:
             try:
-                rank, status, payload = self.results.get(timeout=TIMEOUT_S + 60)
+                rank, status, payload = self.results.get(timeout=1.0)
             except queue.Empty:
-                raise ExecutionError(f"run: no answer from {self.world - len(out)} worker(s) in "
-                                     f"{TIMEOUT_S + 60} s") from None
+                waited += 1.0
+                dead = [r for r, p in enumerate(self.procs) if not p.is_alive() and r not in out]
+                if dead:
+                    codes = ", ".join(f"rank {r} exit code {self.procs[r].exitcode}" for r in dead)
+                    raise ExecutionError(f"run: worker process(es) ended without an answer ({codes}); when "
+                                         "running from Python, call run_plan under `if __name__ == \"__main__\":`"
+                                         ) from None
+                if waited > TIMEOUT_S + 60:
+                    raise ExecutionError(f"run: no answer from {self.world - len(out)} worker(s) in "
+                                         f"{TIMEOUT_S + 60} s") from None
+                continue
             if status == "ok":
                 out[rank] = payload
             else:

@@ -46,13 +46,17 @@ from functools import cached_property
 
 import numpy as np
 
-from parplan.costmodel.graph import INPUT, Activation, Add, Concat, Conv2d, Flatten, Linear, Norm, Pool2d
+from parplan.costmodel.graph import (INPUT, Activation, Add, Attention, Concat, Conv2d, Embedding, Flatten, Linear,
+                                    Norm, Pool2d)
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
 
 #: Layer kinds the executor runs without a partition choice (element-wise in the model).
-ELEMENTWISE = (Activation, Norm, Pool2d, Flatten)
+ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention)
+#: What the executor runs, for error messages.
+SUPPORTED = ("conv, linear (also per position), pooling, activations, batch and layer norm, attention cores, "
+             "embeddings, add, concat")
 #: Activation functions the executor runs.
 FUNCTIONS = ("relu", "gelu", "tanh", "sigmoid", "identity", "dropout", "stochastic_depth")
 
@@ -66,6 +70,8 @@ class Frame:
     cols: int
     cell: int
     segments: tuple[tuple[int, int], ...]
+    #: columns that are never divided (an attention head's fused q, k, v; its output)
+    unit: int = 1
 
 
 @dataclass(frozen=True)
@@ -134,15 +140,26 @@ class Schedule:
     executed_shares: dict[str, tuple[float, ...]]
     inexact: tuple[str, ...] = ()  # "path/node" whose segments rounded to different fractions
     owners: dict[str, np.ndarray] = field(default_factory=dict)  # loss tensor: owner rank per point
+    ops_fwd: dict[str, list[Message]] = field(default_factory=dict)  # layer norm -> its statistics
+    ops_bwd: dict[str, list[Message]] = field(default_factory=dict)
+
+    def chain(self, node: str) -> list[str]:
+        """Layers computed from ``node``'s output (element-wise in the model), in graph order."""
+        origin = origins(self.problem)
+        return [n for n in self.problem.graph.analyze().order if origin[n] == node and n != node]
 
     def messages(self):
         """Every message of one step, in execution order."""
         nodes = [n.name for n in self.problem.planning.nodes]
         for n in nodes:
             yield from self.forward[n]
+            for layer in self.chain(n):
+                yield from self.ops_fwd.get(layer, ())
             yield from self.transitions_fwd[n]
         for n in reversed(nodes):
             yield from self.transitions_bwd[n]
+            for layer in reversed(self.chain(n)):
+                yield from self.ops_bwd.get(layer, ())
             yield from self.backward[n]
 
     def received(self) -> dict[tuple[str, str, int, str], int]:
@@ -168,6 +185,7 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
     info = graph.analyze()
     shape = graph.input_shape
     frames = {INPUT: Frame(shape.channels, shape.spatial, ((0, shape.channels),))}
+    heads_of: dict[str, int] = {}
     for name in info.order:
         layer = graph.layer(name)
         out = info.out_shape[name]
@@ -176,35 +194,64 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
             if getattr(layer, "groups", 1) != 1:
                 raise ConfigError(f"run: layer '{name}' is a grouped convolution (groups={layer.groups}); "
                                   "the executor runs groups=1 only")
-            if isinstance(layer, Linear) and layer.per_position:
-                raise ConfigError(f"run: layer '{name}' is a per-position linear (transformer); the executor "
-                                  "runs CNNs and MLPs (conv, linear, pooling, activations, batch norm, add, concat)")
+            frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
+        elif isinstance(layer, Embedding):
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
         elif isinstance(layer, Add):
             if any(f.segments != srcs[0].segments for f in srcs[1:]):
                 raise ConfigError(f"run: add '{name}' joins tensors with different concatenation structure; "
                                   "the executor splits their columns differently")
-            frames[name] = Frame(out.channels, out.spatial, srcs[0].segments)
+            frames[name] = Frame(out.channels, out.spatial, srcs[0].segments, srcs[0].unit)
         elif isinstance(layer, Concat):
             segs, off = [], 0
             for f in srcs:
                 segs += [(a + off, b + off) for a, b in f.segments]
                 off += f.cols
             frames[name] = Frame(out.channels, out.spatial, tuple(segs))
+        elif isinstance(layer, Attention):
+            src = srcs[0]
+            head = out.channels // layer.heads
+            if src.segments != ((0, src.cols),):
+                raise ConfigError(f"run: attention '{name}' reads a concatenation; feed it one QKV projection")
+            heads_of[layer.inputs[0]] = 3 * head
+            frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),), head)
         elif isinstance(layer, ELEMENTWISE):
-            if isinstance(layer, Norm) and layer.kind != "batch":
-                raise ConfigError(f"run: layer '{name}' is a layer norm, which mixes the columns a COLS split "
-                                  "divides; the executor runs batch norm (with fixed statistics) only")
             if isinstance(layer, Activation) and layer.function.lower() not in FUNCTIONS:
                 raise ConfigError(f"run: activation '{name}' uses '{layer.function}'; the executor runs "
                                   f"{', '.join(FUNCTIONS)}")
             src = srcs[0]
             cell = out.spatial if isinstance(layer, Pool2d) else src.cell
-            frames[name] = Frame(src.cols, cell, src.segments)
+            frames[name] = Frame(src.cols, cell, src.segments, src.unit)
         else:
-            raise ConfigError(f"run: layer '{name}' is a {type(layer).__name__}; the executor runs CNNs and "
-                              "MLPs (conv, linear, pooling, activations, batch norm, add, concat)")
+            raise ConfigError(f"run: layer '{name}' is a {type(layer).__name__}; the executor runs {SUPPORTED}")
+    for name, unit in heads_of.items():  # a QKV projection is divided by whole heads
+        if not graph.layer(name).weighted or len(info.consumers[name]) != 1:
+            raise ConfigError(f"run: attention input '{name}' must be a projection read by the attention alone")
+        f = frames[name]
+        frames[name] = Frame(f.cols, f.cell, f.segments, unit)
     return frames
+
+
+def tensor_cols(problem: Problem, frames: dict[str, Frame], tensor: str, cols: np.ndarray) -> np.ndarray:
+    """Columns of ``tensor`` computed from its producer's output columns ``cols``: the same,
+    except past an attention core, which maps whole heads of its fused input to its output."""
+    graph = problem.graph
+    path = []
+    name = tensor
+    nodes = {n.name for n in problem.planning.nodes}
+    while name not in nodes and name != INPUT:
+        path.append(name)
+        name = graph.layer(name).inputs[0]
+    for layer_name in reversed(path):
+        layer = graph.layer(layer_name)
+        if isinstance(layer, Attention):
+            unit_in = frames[layer.inputs[0]].unit
+            unit_out = frames[layer_name].unit
+            heads = np.unique(cols // unit_in)
+            if len(cols) != len(heads) * unit_in:
+                raise ConfigError(f"run: attention '{layer_name}' would get part of a head")
+            cols = (heads[:, None] * unit_out + np.arange(unit_out)[None, :]).ravel()
+    return cols
 
 
 def origins(problem: Problem) -> dict[str, str]:
@@ -226,12 +273,13 @@ def _cut(n: int, share: float) -> int:
     return int(np.floor(share * n + 0.5))
 
 
-def _split_cols(cols: np.ndarray, share: float, segments) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Side 1 takes the first ``round(share * k)`` of each segment's ``k`` columns."""
+def _split_cols(cols: np.ndarray, share: float, segments, unit: int = 1) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Side 1 takes the first ``round(share * k)`` of each segment's ``k`` columns (counted in
+    groups of ``unit`` that are never divided)."""
     first, rest, fracs = [], [], []
     for a, b in segments:
         part = cols[(cols >= a) & (cols < b)]
-        k = _cut(len(part), share)
+        k = _cut(len(part) // unit, share) * unit
         first.append(part[:k])
         rest.append(part[k:])
         if len(part):
@@ -255,9 +303,9 @@ def _split_box(box: Box, choice, share: float, in_frame: Frame, out_frame: Frame
             return box, empty, 1.0
         return box, box, share
     if choice is PartitionType.OUT:
-        a, b, fr = _split_cols(box.outs, share, out_frame.segments)
+        a, b, fr = _split_cols(box.outs, share, out_frame.segments, out_frame.unit)
         return Box(box.r0, box.r1, box.ins, a), Box(box.r0, box.r1, box.ins, b), _agree(fr, share)
-    a, b, fr = _split_cols(box.ins, share, in_frame.segments)  # IN, or a join's COLS
+    a, b, fr = _split_cols(box.ins, share, in_frame.segments, in_frame.unit)  # IN, or a join's COLS
     if is_join:
         return Box(box.r0, box.r1, a, a), Box(box.r0, box.r1, b, b), _agree(fr, share)
     return Box(box.r0, box.r1, a, box.outs), Box(box.r0, box.r1, b, box.outs), _agree(fr, share)
@@ -365,6 +413,16 @@ def readers_of(problem: Problem, frames) -> dict[str, list[_Reader]]:
     return out
 
 
+def held_mask(problem: Problem, frames: dict[str, Frame], box: Box, tensor: str) -> np.ndarray:
+    """The region of ``tensor`` a device (or group) holds: its producer's rows and output
+    columns, carried through the layers between them (an attention core maps heads)."""
+    frame = frames[tensor]
+    m = np.zeros((problem.batch, frame.cols), dtype=bool)
+    if not box.empty:
+        m[box.r0:box.r1, tensor_cols(problem, frames, tensor, box.outs)] = True
+    return m
+
+
 def need_mask(box: Box, reader: _Reader, rows: int, frame: Frame) -> np.ndarray:
     """The region of a tensor (its ``frame``) a reader's box needs; the reader holds its
     gradient contribution on the same region."""
@@ -445,7 +503,7 @@ def _transitions(problem, leaves, boxes, frames, readers, origin):
             continue  # data loading is not priced (docs/costmodel.md section 3)
         frame = frames[tensor]
         rs = readers[tensor]
-        hold = {p: boxes[p][producer].mask(rows, frame.cols, "out") for p in paths}
+        hold = {p: held_mask(problem, frames, boxes[p][producer], tensor) for p in paths}
         need = {p: [need_mask(boxes[p][r.node], r, rows, frame) for r in rs] for p in paths}
         union = {p: np.logical_or.reduce(need[p]) for p in paths}
         for src, dst, mask, split, side in _route(problem.array, list(leaves), hold, union):
@@ -470,25 +528,35 @@ def _layer_order(problem: Problem) -> list[str]:
     return [INPUT, *problem.graph.analyze().order]
 
 
-def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, shape, cell, tensor):
+def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, shape, cell, tensor, replicating=()):
     """Hierarchical reduce-scatter and all-gather of a partial sum: ``region(box)`` is a leaf's
-    (rows, cols) mask of the reduced tensor, ``reduced`` the type that leaves partials."""
+    (rows, cols) mask of the reduced tensor, ``reduced`` the choices that leave partials on
+    both sides. Where a split in ``replicating`` gives both sides the same part after a split
+    above has reduced it, the total reaches side 1 and side 1 forwards it to side 2."""
     rank = {p: i for i, p in enumerate(leaves)}
     rs: list[Message] = []
     ag: list[Message] = []
 
-    def owners(group, path: str) -> tuple[np.ndarray, list]:
+    def owners(group, path: str, above: bool) -> tuple[np.ndarray, list]:
         """(owner rank per point or -1, the all-gather steps below) after reduce-scatter."""
         if group.is_leaf:
             own = np.full(shape, -1)
             own[region(boxes[path][name])] = rank[path]
             return own, []
-        o1, steps1 = owners(group.left, path + "L")
-        o2, steps2 = owners(group.right, path + "R")
         split = plan.splits[path]
         both = not boxes[path + "L"][name].empty and not boxes[path + "R"][name].empty
-        if split.choices[node_index] is not reduced or not both:
-            return np.where(o1 >= 0, o1, o2), steps1 + steps2
+        cut = split.choices[node_index] in reduced and both
+        o1, steps1 = owners(group.left, path + "L", above or cut)
+        o2, steps2 = owners(group.right, path + "R", above or cut)
+        if not cut:
+            own = np.where(o1 >= 0, o1, o2)
+            if above and both and split.choices[node_index] in replicating:
+                shared = (o1 >= 0) & (o2 >= 0)
+
+                def forward(m=shared, a=o1, b=o2):
+                    _pairs(ag, m, a, b, "ag", tensor, cell, leaves, name)
+                return own, [forward] + steps1 + steps2
+            return own, steps1 + steps2
         pts = np.flatnonzero(o1.ravel() >= 0)
         k = _cut(len(pts), split.shares[node_index])
         first = np.zeros(shape, dtype=bool)
@@ -497,12 +565,13 @@ def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, 
         own = np.where(first, o1, o2)
         for m, senders, receivers in ((first, o2, o1), (second, o1, o2)):
             _pairs(rs, m, senders, receivers, "rs", tensor, cell, leaves, name)
+
         def gather(m1=first, m2=second, a=o1, b=o2):
             _pairs(ag, m1, a, b, "ag", tensor, cell, leaves, name)
             _pairs(ag, m2, b, a, "ag", tensor, cell, leaves, name)
         return own, [gather] + steps1 + steps2
 
-    _, steps = owners(problem.array, "")
+    _, steps = owners(problem.array, "", False)
     for step in steps:  # parent splits before their children: pre-order
         step()
     return rs + ag
@@ -544,20 +613,103 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
         layer = graph.layer(node.name)
         fin, fout = frames[layer.inputs[0]], frames[node.name]
         rows = problem.batch
-        wcell = layer.kernel_elements() if isinstance(layer, Conv2d) else fin.cell
+        wcell = weight_cell(layer, fin)
         forward[node.name] = _reduction(
-            problem, exec_plan, list(leaves), boxes, v, node.name, PartitionType.IN,
+            problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.IN,),
             lambda b: b.mask(rows, fout.cols, "out"), (rows, fout.cols), fout.cell, f"{node.name}/out")
         ein = _reduction(
-            problem, exec_plan, list(leaves), boxes, v, node.name, PartitionType.OUT,
+            problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.OUT,),
             lambda b: b.mask(rows, fin.cols, "in"), (rows, fin.cols), fin.cell, f"{node.name}/ein")
         dw = _reduction(
-            problem, exec_plan, list(leaves), boxes, v, node.name, PartitionType.BATCH,
+            problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.BATCH,),
             lambda b: _weight_mask(b, fin.cols, fout.cols), (fin.cols, fout.cols), wcell, f"{node.name}/dw")
         backward[node.name] = ein + dw
+    ops_fwd, ops_bwd = _norm_statistics(problem, exec_plan, list(leaves), boxes, frames, origin)
+    for v, node in enumerate(problem.planning.nodes):
+        backward[node.name] += _table_gradients(problem, exec_plan, list(leaves), boxes, frames, origin, v)
     last = graph.analyze().order[-1]
     return Schedule(problem, plan, leaves, frames, boxes, forward, fwd_t, bwd_t, backward, executed, inexact,
-                    {"loss": _loss_owners(problem, boxes, leaves, frames, origin[last])})
+                    {"loss": _loss_owners(problem, boxes, leaves, frames, origin[last], last)}, ops_fwd, ops_bwd)
+
+
+def weight_cell(layer, fin: Frame) -> int:
+    """Elements per (input column, output column) of a weight: the kernel of a convolution, the
+    spatial extent a flattened input carries into a linear layer, 1 for a per-position one."""
+    if isinstance(layer, Conv2d):
+        return layer.kernel_elements()
+    return 1 if layer.per_position else fin.cell
+
+
+#: Choices whose held output is divided by columns (a row statistic over columns needs both parts).
+COLUMN_CUTS = (PartitionType.OUT, Layout.COLS)
+#: Choices that divide rows (a gradient summed over rows has a partial on each side).
+ROW_CUTS = (PartitionType.BATCH, Layout.ROWS)
+
+
+def _norm_statistics(problem, plan, leaves, boxes, frames, origin):
+    """For every layer norm: its row statistics (sum and sum of squares forward; sums of the
+    gradient and of gradient x normalised value backward) are reduced across every split that
+    divides its producer's output columns (docs/costmodel.md section 2)."""
+    fwd: dict[str, list[Message]] = {}
+    bwd: dict[str, list[Message]] = {}
+    index = {n.name: v for v, n in enumerate(problem.planning.nodes)}
+    rows = problem.batch
+    for name in problem.graph.analyze().order:
+        layer = problem.graph.layer(name)
+        if not (isinstance(layer, Norm) and layer.kind == "layer") or origin[name] == INPUT:
+            continue
+        producer = origin[name]
+        cell = 2 * frames[name].cell
+
+        def region(b):
+            m = np.zeros((rows, 1), dtype=bool)
+            if not b.empty:
+                m[b.r0:b.r1] = True
+            return m
+
+        for phase, out in (("stats", fwd), ("bstats", bwd)):
+            out[name] = _reduction(problem, plan, leaves, boxes, index[producer], producer, COLUMN_CUTS, region,
+                                   (rows, 1), cell, f"{name}/{phase}", (PartitionType.IN, Layout.WHOLE))
+    return fwd, bwd
+
+
+def _table_gradients(problem, plan, leaves, boxes, frames, origin, v):
+    """Embedding tables read by node ``v``: their gradients, partial on each side of a split
+    that divides rows, are reduced there (the table is ``num x columns``)."""
+    graph = problem.graph
+    node = problem.planning.nodes[v]
+    out = []
+    for src in graph.layer(node.name).inputs:
+        layer = graph.layer(src) if src != INPUT else None
+        if not isinstance(layer, Embedding):
+            continue
+        readers = [n.name for n in problem.planning.nodes if src in graph.layer(n.name).inputs]
+        if readers != [node.name]:
+            raise ConfigError(f"run: embedding '{src}' must be read by one layer")
+        cols = frames[src].cols
+
+        def region(b, c=cols, off=_offset(graph, frames, node.name, src), n=layer.num):
+            m = np.zeros((n, c), dtype=bool)
+            if not b.empty:
+                mine = b.ins[(b.ins >= off) & (b.ins < off + c)] - off
+                m[:, mine] = True
+            return m
+
+        out += _reduction(problem, plan, leaves, boxes, v, node.name, ROW_CUTS, region, (layer.num, cols), 1,
+                          f"{src}/table", (PartitionType.OUT, Layout.WHOLE))
+    return out
+
+
+def _offset(graph, frames, reader: str, src: str) -> int:
+    layer = graph.layer(reader)
+    if not isinstance(layer, Concat):
+        return 0
+    off = 0
+    for s in layer.inputs:
+        if s == src:
+            return off
+        off += frames[s].cols
+    return off
 
 
 def _weight_mask(box: Box, cin: int, cout: int) -> np.ndarray:
@@ -567,16 +719,15 @@ def _weight_mask(box: Box, cin: int, cout: int) -> np.ndarray:
     return m
 
 
-def _loss_owners(problem, boxes, leaves, frames, producer) -> np.ndarray:
+def _loss_owners(problem, boxes, leaves, frames, producer, last) -> np.ndarray:
     """For the network's output: the lowest rank holding each point (it adds that point's
     loss; every holder computes the point's gradient itself)."""
-    frame = frames[producer]
-    own = np.full((problem.batch, frame.cols), -1)
+    own = np.full((problem.batch, frames[last].cols), -1)
     for i, p in enumerate(leaves):
-        m = boxes[p][producer].mask(problem.batch, frame.cols, "out") & (own < 0)
+        m = held_mask(problem, frames, boxes[p][producer], last) & (own < 0)
         own[m] = i
     return own
 
 
 __all__ = ["Box", "Frame", "Message", "Schedule", "build_schedule", "executed_plan", "graph_frames",
-           "need_mask", "node_boxes", "origins", "readers_of"]
+           "held_mask", "need_mask", "node_boxes", "origins", "readers_of", "tensor_cols", "weight_cell"]

@@ -20,8 +20,12 @@ import numpy as np
 import torch
 import torch.nn.functional as tf
 
-from parplan.costmodel.graph import INPUT, Add, Concat, Conv2d, Flatten, Linear, Norm, Pool2d
-from parplan.executor.schedule import Schedule, graph_frames, need_mask, origins, readers_of
+from parplan.costmodel.graph import INPUT, Add, Attention, Concat, Conv2d, Embedding, Flatten, Linear, Norm, Pool2d
+from parplan.executor.schedule import (Schedule, graph_frames, held_mask, need_mask, origins, readers_of, tensor_cols,
+                                       weight_cell)
+
+#: Epsilon of a layer norm.
+LN_EPS = 1e-5
 
 DTYPE = torch.float64
 
@@ -43,9 +47,16 @@ def init_tensors(problem, seed: int):
             fan = x.channels * kh * kw
             weights[name] = torch.randn(layer.out_channels, x.channels, kh, kw, generator=g, dtype=DTYPE) / fan ** 0.5
         elif isinstance(layer, Linear):
-            weights[name] = torch.randn(layer.out_features, x.elements, generator=g, dtype=DTYPE) / x.elements ** 0.5
+            fan = x.channels if layer.per_position else x.elements
+            weights[name] = torch.randn(layer.out_features, fan, generator=g, dtype=DTYPE) / fan ** 0.5
+        elif isinstance(layer, Embedding):
+            weights[name] = torch.randn(layer.num, layer.dim, generator=g, dtype=DTYPE)
     s = problem.graph.input_shape
-    inp = torch.randn(problem.batch, s.channels, s.height, s.width, generator=g, dtype=DTYPE)
+    tables = [problem.graph.layer(n).num for n in info.order if isinstance(problem.graph.layer(n), Embedding)]
+    if tables:  # token ids
+        inp = torch.randint(0, min(tables), (problem.batch, s.channels, s.height, s.width), generator=g).to(DTYPE)
+    else:
+        inp = torch.randn(problem.batch, s.channels, s.height, s.width, generator=g, dtype=DTYPE)
     out = info.out_shape[info.order[-1]]
     target = torch.randn(problem.batch, out.elements, generator=g, dtype=DTYPE)
     return weights, inp, target
@@ -56,9 +67,29 @@ def norm_scale(channels: int) -> torch.Tensor:
     return torch.linspace(0.5, 1.5, channels, dtype=DTYPE)
 
 
+def attention(x: torch.Tensor, head: int) -> torch.Tensor:
+    """Attention cores of whole heads: ``x`` (rows, heads * 3 * head, positions), each head's
+    columns its q, k and v (head-major) -> (rows, heads * head, positions)."""
+    n, c, seq = x.shape
+    h = x.reshape(n, c // (3 * head), 3, head, seq)
+    q, k, v = h[:, :, 0], h[:, :, 1], h[:, :, 2]
+    a = torch.softmax(torch.einsum("nhds,nhdt->nhst", q, k) / head ** 0.5, dim=-1)
+    return torch.einsum("nhst,nhdt->nhds", a, v).reshape(n, -1, seq)
+
+
+def layer_norm(x: torch.Tensor) -> torch.Tensor:
+    """Normalisation over the columns of (rows, columns, positions), without affine parameters
+    (the cost model does not price them)."""
+    mean = x.mean(dim=1, keepdim=True)
+    var = (x * x).mean(dim=1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(var + LN_EPS)
+
+
 def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
     """An element-wise layer on ``x`` of shape (rows, len(cols), cell) -> (rows, len(cols), cell')."""
     n, c = x.shape[0], x.shape[1]
+    if isinstance(layer, Attention):
+        return attention(x, info.out_shape[layer.name].channels // layer.heads)
     if isinstance(layer, Pool2d):
         s = info.in_shapes[layer.name][0]
         x4 = x.reshape(n, c, s.height, s.width)
@@ -104,9 +135,16 @@ def reference_step(problem, weights, inp, target):
             y = tf.conv2d(xs[0].reshape(problem.batch, s.channels, s.height, s.width), w[name],
                           stride=_pair(layer.stride), padding=_pair(layer.padding))
             f[name] = y.reshape(problem.batch, y.shape[1], -1)
+        elif isinstance(layer, Linear) and layer.per_position:
+            f[name] = torch.einsum("bis,oi->bos", xs[0], w[name])
         elif isinstance(layer, Linear):
             y = xs[0].reshape(problem.batch, -1) @ w[name].T
             f[name] = y.reshape(problem.batch, -1, 1)
+        elif isinstance(layer, Embedding):
+            ids = xs[0].reshape(problem.batch, -1).long() % layer.num
+            f[name] = w[name][ids].permute(0, 2, 1)
+        elif isinstance(layer, Norm) and layer.kind == "layer":
+            f[name] = layer_norm(xs[0])
         elif isinstance(layer, Add):
             f[name] = sum(xs[1:], xs[0])
         elif isinstance(layer, Concat):
@@ -120,9 +158,14 @@ def reference_step(problem, weights, inp, target):
 
 
 def weight_grid(layer, w: torch.Tensor, in_cell: int) -> torch.Tensor:
-    """A weight (or its gradient) as the (in columns, out columns, cell) grid of the schedule."""
+    """A weight (or its gradient) as the (in columns, out columns, cell) grid of the schedule;
+    an embedding table as (entries, columns, 1)."""
     if isinstance(layer, Conv2d):
         return w.permute(1, 0, 2, 3).reshape(w.shape[1], w.shape[0], -1)
+    if isinstance(layer, Embedding):
+        return w.reshape(w.shape[0], w.shape[1], 1)
+    if layer.per_position:
+        return w.permute(1, 0).reshape(w.shape[1], w.shape[0], 1)
     return w.reshape(w.shape[0], -1, in_cell).permute(1, 0, 2)
 
 
@@ -236,7 +279,13 @@ class DeviceStep:
             if self.origin[name] == INPUT:
                 layer = graph.layer(name)
                 x = self.F[layer.inputs[0]]
-                self.F[name] = apply_op(layer, self.info, x, np.arange(x.shape[1]))
+                if isinstance(layer, Embedding):
+                    ids = x.reshape(self.p.batch, -1).long() % layer.num
+                    self.F[name] = self.weights[name][ids].permute(0, 2, 1)
+                elif isinstance(layer, Norm) and layer.kind == "layer":
+                    self.F[name] = layer_norm(x)
+                else:
+                    self.F[name] = apply_op(layer, self.info, x, np.arange(x.shape[1]))
         for node in self.p.planning.nodes:
             t0 = self._clock()
             box = self.boxes[node.name]
@@ -259,7 +308,7 @@ class DeviceStep:
         fin = self.s.frames[layer.inputs[0]]
         fout = self.s.frames[name]
         self.bufs[f"{name}/out"] = self._zeros(self.p.batch, fout.cols, fout.cell)
-        wcell = layer.kernel_elements() if isinstance(layer, Conv2d) else fin.cell
+        wcell = weight_cell(layer, fin)
         self.bufs[f"{name}/ein"] = self._zeros(self.p.batch, fin.cols, fin.cell)
         self.bufs[f"{name}/dw"] = self._zeros(fin.cols, fout.cols, wcell)
         if box.empty:
@@ -273,6 +322,9 @@ class DeviceStep:
             w = wfull[outs][:, ins].clone().requires_grad_()
             y = tf.conv2d(x.reshape(n, len(ins), s.height, s.width), w, stride=_pair(layer.stride),
                           padding=_pair(layer.padding)).reshape(n, len(outs), -1)
+        elif layer.per_position:
+            w = wfull[outs][:, ins].clone().requires_grad_()
+            y = torch.einsum("ris,oi->ros", x, w)
         else:
             w = wfull.reshape(wfull.shape[0], fin.cols, fin.cell)[outs][:, ins].clone().requires_grad_()
             y = (x.reshape(n, -1) @ w.reshape(len(outs), -1).T).reshape(n, len(outs), 1)
@@ -301,17 +353,63 @@ class DeviceStep:
         """Non-planning layers computed from ``node``'s output, in graph order."""
         return [n for n in self.info.order if self.origin[n] == node and n != node]
 
+    def _cols(self, tensor: str, box) -> np.ndarray:
+        return tensor_cols(self.p, self.s.frames, tensor, box.outs)
+
     def _ops(self, node: str, box) -> None:
         for name in self._chain(node):
             layer = self.p.graph.layer(name)
             out = self._tensor(self.F, name)
+            if isinstance(layer, Norm) and layer.kind == "layer":
+                self._layer_norm(name, layer, box, out)
+                continue
             if box.empty:
                 continue
-            cols = self._t(box.outs)
-            x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols].clone().requires_grad_()
-            y = apply_op(layer, self.info, x, box.outs)
+            cin, cout = self._cols(layer.inputs[0], box), self._cols(name, box)
+            x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, self._t(cin)].clone().requires_grad_()
+            y = apply_op(layer, self.info, x, cin)
             self.saved[name] = (x, y)
-            out[box.r0:box.r1, cols] = y.detach()
+            out[box.r0:box.r1, self._t(cout)] = y.detach()
+
+    def _row_sums(self, name: str, phase: str, box, a, b) -> tuple:
+        """Sums over every column of (rows, columns, positions) tensors ``a`` and ``b`` held in
+        parts: this device's partial sums, reduced with the devices holding the other columns."""
+        fr = self.s.frames[name]
+        buf = self.bufs.setdefault(f"{name}/{phase}", self._zeros(self.p.batch, 1, 2 * fr.cell))
+        buf.zero_()
+        if not box.empty:
+            buf[box.r0:box.r1, 0] = torch.cat([a.sum(dim=1), b.sum(dim=1)], dim=1)
+        self.exchange((self.s.ops_fwd if phase == "stats" else self.s.ops_bwd)[name])
+        if box.empty:
+            return None, None
+        total = buf[box.r0:box.r1, 0]
+        return total[:, None, :fr.cell], total[:, None, fr.cell:]
+
+    def _layer_norm(self, name, layer, box, out) -> None:
+        cols = None if box.empty else self._t(self._cols(name, box))
+        x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols]
+        s1, s2 = self._row_sums(name, "stats", box, x, x * x if x is not None else None)
+        if box.empty:
+            return
+        c = self.s.frames[name].cols
+        mean = s1 / c
+        rstd = 1.0 / torch.sqrt(s2 / c - mean * mean + LN_EPS)
+        xhat = (x - mean) * rstd
+        self.saved[name] = ("ln", xhat, rstd)
+        out[box.r0:box.r1, cols] = xhat
+
+    def _layer_norm_backward(self, name, layer, box) -> None:
+        g = xhat = None
+        if not box.empty:
+            cols = self._t(self._cols(name, box))
+            _, xhat, rstd = self.saved[name]
+            g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
+        a, b = self._row_sums(name, "bstats", box, g, g * xhat if g is not None else None)
+        if box.empty:
+            return
+        c = self.s.frames[name].cols
+        gx = rstd * (g - a / c - xhat * b / c)
+        self._tensor(self.E, layer.inputs[0])[box.r0:box.r1, cols] += gx
 
     # ---------------------------------------------------------------- loss and backward
     def loss(self) -> float:
@@ -321,12 +419,13 @@ class DeviceStep:
         e = self._tensor(self.E, last)
         if box.empty:
             return 0.0
-        cols = self._t(box.outs)
+        mine = self._cols(last, box)
+        cols = self._t(mine)
         y = self.F[last][box.r0:box.r1][:, cols]
         fr = self.s.frames[last]
         t = self.target.reshape(self.p.batch, fr.cols, fr.cell)[box.r0:box.r1][:, cols]
         e[box.r0:box.r1, cols] = y - t
-        own = self._t(self.s.owners["loss"][box.r0:box.r1][:, box.outs] == self.rank)
+        own = self._t(self.s.owners["loss"][box.r0:box.r1][:, mine] == self.rank)
         return float(0.5 * ((y - t) ** 2)[own].sum())
 
     def backward(self) -> None:
@@ -340,14 +439,18 @@ class DeviceStep:
             for tensor in tensors:
                 self._sum_gradients(tensor, box)
             t0 = self._clock()
-            if not box.empty:
-                cols = self._t(box.outs)
-                for name in reversed(self._chain(node.name)):
-                    x, y = self.saved[name]
-                    g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
-                    (gx,) = torch.autograd.grad(y, x, g)
-                    src = graph.layer(name).inputs[0]
-                    self._tensor(self.E, src)[box.r0:box.r1, cols] += gx
+            for name in reversed(self._chain(node.name)):
+                layer = graph.layer(name)
+                if isinstance(layer, Norm) and layer.kind == "layer":
+                    self._layer_norm_backward(name, layer, box)
+                    continue
+                if box.empty:
+                    continue
+                x, y = self.saved[name]
+                g = self._tensor(self.E, name)[box.r0:box.r1][:, self._t(self._cols(name, box))]
+                (gx,) = torch.autograd.grad(y, x, g)
+                cin = self._t(self._cols(layer.inputs[0], box))
+                self._tensor(self.E, layer.inputs[0])[box.r0:box.r1, cin] += gx
             if not node.is_join and not box.empty:
                 layer = graph.layer(node.name)
                 x, w, y = self.saved[node.name]
@@ -355,11 +458,38 @@ class DeviceStep:
                 gx, gw = torch.autograd.grad(y, (x, w), g)
                 ins, outs = self._t(box.ins), self._t(box.outs)
                 self.bufs[f"{node.name}/ein"][box.r0:box.r1, ins] = gx
-                grid = (gw.permute(1, 0, 2, 3).reshape(len(ins), len(outs), -1) if isinstance(layer, Conv2d)
-                        else gw.permute(1, 0, 2))
+                if isinstance(layer, Conv2d):
+                    grid = gw.permute(1, 0, 2, 3).reshape(len(ins), len(outs), -1)
+                elif layer.per_position:
+                    grid = gw.permute(1, 0)[:, :, None]
+                else:
+                    grid = gw.permute(1, 0, 2)
                 self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]] = grid
+            self._table_gradients(node.name, box)
             self.seconds[node.name] = self.seconds.get(node.name, 0.0) + self._clock() - t0
             self.exchange(self.s.backward[node.name])
+
+    def _embeddings(self, node: str):
+        graph = self.p.graph
+        for src in graph.layer(node).inputs:
+            if src != INPUT and isinstance(graph.layer(src), Embedding):
+                yield src, graph.layer(src)
+
+    def _table_gradients(self, node: str, box) -> None:
+        """This device's partial gradient of each embedding table ``node`` reads: its gradient
+        of the lookup's output, on what it holds, added at the looked-up entries."""
+        for src, layer in self._embeddings(node):
+            fr = self.s.frames[src]
+            buf = self._zeros(layer.num, fr.cols, 1)
+            self.bufs[f"{src}/table"] = buf
+            r = next(x for x in self.readers[src] if x.node == node)
+            m = need_mask(box, r, self.p.batch, fr)
+            if not m.any():
+                continue
+            e = self._contribution(node, src) * self._t(m)[:, :, None]  # (batch, columns, positions)
+            ids = self.F[INPUT].reshape(self.p.batch, -1).long() % layer.num  # (batch, positions)
+            flat = e.permute(0, 2, 1).reshape(-1, fr.cols)
+            buf[:, :, 0].index_add_(0, ids.reshape(-1), flat)
 
     def _own_contributions(self, tensor: str) -> None:
         """Each consumer's gradient of ``tensor`` where this device holds it."""
@@ -375,8 +505,7 @@ class DeviceStep:
         held or received, and the pre-summed parts received."""
         if box.empty:
             return
-        fr = self.s.frames[tensor]
-        hold = self._t(box.mask(self.p.batch, fr.cols, "out"))
+        hold = self._t(held_mask(self.p, self.s.frames, box, tensor))
         e = self._tensor(self.E, tensor)
         for r in self.readers[tensor]:
             e[hold] += self.avail[(tensor, r.node)][hold]
@@ -395,6 +524,14 @@ class DeviceStep:
             if not box.empty:
                 mask[np.ix_(box.ins, box.outs)] = True
             out[node.name] = (dw.cpu().numpy().copy(), mask)
+        for node in self.p.planning.nodes:
+            for src, layer in self._embeddings(node.name):
+                fr = self.s.frames[src]
+                r = next(x for x in self.readers[src] if x.node == node.name)
+                m = need_mask(self.boxes[node.name], r, self.p.batch, fr)
+                mask = np.zeros((layer.num, fr.cols), dtype=bool)
+                mask[:, m.any(axis=0)] = True
+                out[src] = (self.bufs[f"{src}/table"].cpu().numpy().copy(), mask)
         return out
 
     def apply_update(self, lr: float) -> None:
@@ -409,9 +546,17 @@ class DeviceStep:
             w = self.weights[node.name]
             if isinstance(layer, Conv2d):
                 w[outs[:, None], ins[None, :]] -= lr * g.reshape(len(outs), len(ins), *w.shape[2:])
+            elif layer.per_position:
+                w[outs[:, None], ins[None, :]] -= lr * g[:, :, 0]
             else:
                 fin = self.s.frames[layer.inputs[0]]
                 w.view(w.shape[0], fin.cols, fin.cell)[outs[:, None], ins[None, :]] -= lr * g
+        for node in self.p.planning.nodes:
+            for src, _ in self._embeddings(node.name):
+                fr = self.s.frames[src]
+                r = next(x for x in self.readers[src] if x.node == node.name)
+                cols = self._t(np.flatnonzero(need_mask(self.boxes[node.name], r, self.p.batch, fr).any(axis=0)))
+                self.weights[src][:, cols] -= lr * self.bufs[f"{src}/table"][:, cols, 0]
 
 
 def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:

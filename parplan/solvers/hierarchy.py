@@ -91,7 +91,7 @@ def plan_top_down(
     root_dims = problem.root_dims()
 
     def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray,
-            covered: tuple[bool, ...], path: str, regions) -> tuple[np.ndarray, dict[str, Split]]:
+            covered: tuple[bool, ...], path: str, regions, above=None) -> tuple[np.ndarray, dict[str, Split]]:
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
             device = group.device.as_device()
@@ -99,7 +99,7 @@ def plan_top_down(
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
         sp = SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None, regions,
-                          root_dims, bool(group.left.is_leaf and group.right.is_leaf))
+                          root_dims, bool(group.left.is_leaf and group.right.is_leaf), above)
         split = plan_split(sp)
         below = covered_below(covered, split, has_collective)
         done[0] += 1
@@ -107,6 +107,7 @@ def plan_top_down(
             progress(f"planned {done[0]} splits ({group.count}-device group)")
         left, right = child_dims(dims, split)
         reg_left, reg_right = sp.child_regions(split)
+        cuts = sp.child_cuts(split)
         terms = split_terms(sp, split.choices, split.shares)
         comm = np.array([[float(t.comm[0]), float(t.comm[1])] for t in terms]).reshape(len(dims), 2)
         est = [np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
@@ -116,7 +117,7 @@ def plan_top_down(
         same_frames = problem.compat == "accpar-code" or _translates(reg_left, reg_right)
         if sig(group.left) == sig(group.right) and left == right and same_frames:
             f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
-            t, sub = rec(group.left, left, f, below, path + "L", reg_left)
+            t, sub = rec(group.left, left, f, below, path + "L", reg_left, cuts)
             for key in ("L", "R"):
                 out.update({key + k: v for k, v in sub.items()})
             times = t + comm.max(axis=1)
@@ -130,7 +131,7 @@ def plan_top_down(
             sibling = other_time if other_time is not None else actual[j]
             f = np.maximum(np.maximum(floor, sibling + comm[:, j]) - comm[:, i], 0.0) if use_floors else floor * 0
             h, ds, key, regs = halves[i]
-            actual[i], sub = rec(h, ds, f, below, path + key, regs)
+            actual[i], sub = rec(h, ds, f, below, path + key, regs, cuts)
             out.update({key + k: v for k, v in sub.items()})
         times = np.maximum(actual[0] + comm[:, 0], actual[1] + comm[:, 1])
         return times, out
