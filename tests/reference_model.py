@@ -76,7 +76,7 @@ def scaled(d: dict, choice: str, s: float) -> dict:
 
 def sizes(d: dict) -> tuple[float, float, float, float]:
     """(flops, |W|, |F_in|, |F_out|) of a node with raw sizes ``d``."""
-    w = d["Di"] * d["Do"] * d["k"] / d["g"]
+    w = d["Di"] * d["Do"] * d["k"] / d["g"] + d["tables"] * d["Di"]
     fin, fout = d["B"] * d["Di"] * d["Si"], d["B"] * d["Do"] * d["So"]
     return 6 * d["B"] * d["Do"] * d["So"] * d["Di"] * d["k"] / d["g"], w, fin, fout
 
@@ -102,7 +102,8 @@ def memory_b(d: dict, bpe: float, opt: float) -> float:
 def raw(node, batch) -> dict:
     d = node.dims
     return {"B": float(batch), "Di": d.in_features, "Do": d.out_features, "Si": d.in_spatial, "So": d.out_spatial,
-            "k": d.kernel, "g": d.groups, "out_ops": d.out_ops, "in_ops": d.in_ops}
+            "k": d.kernel, "g": d.groups, "out_ops": d.out_ops, "in_ops": d.in_ops, "tables": d.tables,
+            "rowx": sum(op.row_exchange for op in d.out_ops)}
 
 
 def group_device(group):
@@ -116,10 +117,13 @@ def group_device(group):
     return D
 
 
-def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair):
+def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None):
     """Per node, per side: (seconds of communication, elements received) at one split.
 
-    ``boxes``: every node's box at this group; ``roots``: raw sizes at the root (tensor sizes)."""
+    ``boxes``: every node's box at this group; ``roots``: raw sizes at the root (tensor sizes);
+    ``above``: per node, whether a split above cut its rows / output columns (both sides
+    working)."""
+    above = above or [(False, False)] * len(pg.nodes)
     n = len(pg.nodes)
     kids = [[child_box(boxes[v], split.choices[v].value, split.shares[v], i) for v in range(n)] for i in (0, 1)]
     out = []
@@ -136,9 +140,21 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair):
         per_side = []
         for i in (0, 1):
             recv = 0.0
-            if cu in PARTIAL and 0 < au < 1:
+            both = 0 < au < 1
+            tables = dims[u]["tables"] * dims[u]["Di"]
+            stats = dims[u]["B"] * dims[u]["rowx"]
+            if cu in PARTIAL and both:
                 _, w, fin, fout = sizes(dims[u])
                 recv += {"W": w, "in": fin, "out": fout}[PARTIAL[cu]]
+            if cu == "rows" and both:  # embedding tables' gradients, partial on both sides
+                recv += tables
+            if PORTS[cu][1] == "cols" and both:  # layer norms' row statistics, columns on both sides
+                recv += stats
+            if i == 1 and both:  # a total reduced above reaches side 1; side 2 gets it from there
+                if above[u][0] and cu in ("out", "whole"):
+                    recv += tables
+                if above[u][1] and cu in ("in", "whole"):
+                    recv += stats
             for size, consumers in tensors.values():
                 vs = sorted(consumers)
                 m = [port(boxes[v], "in") for v in vs]
@@ -181,22 +197,27 @@ def reference_evaluate(problem, plan):
 
     roots = [raw(node, problem.batch) for node in pg.nodes]
 
-    def rec(group, path, dims, boxes):
+    def rec(group, path, dims, boxes, above):
         if group.is_leaf:
             dev = group.device
             memory[path] = sum(memory_b(d, bpe, opt) for d in dims)
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf
-        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair)
+        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above)
+        below = []
+        for (r, c), ch, a in zip(above, split.choices, split.shares):
+            both = 0 < a < 1
+            below.append((r or (both and ch.value in ("batch", "rows")),
+                          c or (both and PORTS[ch.value][1] == "cols")))
         left = [scaled(d, c.value, a) for d, c, a in zip(dims, split.choices, split.shares)]
         right = [scaled(d, c.value, 1 - a) for d, c, a in zip(dims, split.choices, split.shares)]
         lb = [child_box(b, c.value, a, 0) for b, c, a in zip(boxes, split.choices, split.shares)]
         rb = [child_box(b, c.value, a, 1) for b, c, a in zip(boxes, split.choices, split.shares)]
-        tl, tr = rec(group.left, path + "L", left, lb), rec(group.right, path + "R", right, rb)
+        tl, tr = rec(group.left, path + "L", left, lb, below), rec(group.right, path + "R", right, rb, below)
         return [max(tl[v] + comm[v][0][0], tr[v] + comm[v][1][0]) for v in range(len(dims))]
 
-    times = rec(problem.array, "", roots, [dict(ROOT_BOX) for _ in pg.nodes])
+    times = rec(problem.array, "", roots, [dict(ROOT_BOX) for _ in pg.nodes], [(False, False)] * len(pg.nodes))
     return sum(times), memory
 
 

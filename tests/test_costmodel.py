@@ -285,3 +285,19 @@ def test_continuous_bound_holds_at_lower_splits(case, grid, leaf_pair):
         choices = tuple(rng.choice(n.choices) for n in root.planning.nodes)
         shares = tuple(rng.choice([0.0, 1.0, rng.random()]) for _ in choices)
         assert price_split(sp, Split(choices, shares), PlanOptions()) >= bound * (1 - 1e-12)
+
+
+@fast(25)
+@given(st.data())
+def test_evaluator_agrees_with_the_reference_on_transformers(data):
+    """Embedding tables, layer norms' row statistics, attention heads: random plans of tiny GPT
+    and BERT configs on hierarchies of 2 to 5 devices, priced by both evaluators."""
+    from parplan.transformers import bert_config, gpt_config
+    from test_executor_cases import plans as executor_plans
+
+    g = data.draw(st.sampled_from([gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+                                   bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]))
+    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"]))), batch=4)
+    plan = data.draw(executor_plans(p))
+    step, memory = reference_evaluate(p, plan)
+    assert math.isclose(evaluate(p, plan).step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
