@@ -57,7 +57,7 @@ NAME = "ablations"
 MODELS = ("alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 DEFAULT_ARRAY = "tpu-v2:64,tpu-v3:64"
 DEFAULT_BATCH = 512
-QUICK = {"models": ("alexnet", "resnet18"), "array": "tpu-v2:2,tpu-v3:2", "batch": 128}
+QUICK = {"models": ("alexnet", "resnet-2block"), "array": "tpu-v2:2,tpu-v3:2", "batch": 128}
 VARIANTS = {
     "accpar": "nothing (full AccPar, portfolio)",
     "accpar-topdown": "the portfolio (published recursion)",

@@ -99,7 +99,7 @@ def same(a: float, b: float, rel: float) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-15)
 
 
-@fast(120)
+@fast(50)
 @given(problems(), OPTIONS)
 def test_exact_equals_brute_force_on_random_dags(p, options):
     sp = SplitProblem.root(p)
@@ -125,7 +125,7 @@ def test_exact_equals_dp_on_random_chains(p, options):
     assert cert.status == "optimal" and same(cert.objective, dp_price, 1e-9)
 
 
-@fast(10)
+@fast(5)
 @given(problems(max_weighted=4), OPTIONS)
 def test_all_backends_agree_on_random_dags(p, options):
     sp = SplitProblem.root(p)

@@ -152,12 +152,14 @@ def test_zoo_lenet_accpar_on_4_processes(clusters):
     assert r.bytes.measured_elements.sum() > 0
 
 
-def test_cli_runs_a_saved_resnet_plan(tmp_path, capsys):
-    """The CLI end to end: a 2-block ResNet's accpar plan, saved and run on cpu:4."""
+@pytest.mark.parametrize("devices", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_cli_runs_a_saved_resnet_plan(tmp_path, capsys, devices):
+    """The CLI end to end: a 2-block ResNet's accpar plan, saved and run (cpu:4 is slow: four
+    fresh processes)."""
     from parplan.cli import main
 
     plan_file = tmp_path / "r.json"
-    assert main(["plan", "--model", "resnet-2block", "--array", "cpu:4", "--batch", "8",
+    assert main(["plan", "--model", "resnet-2block", "--array", f"cpu:{devices}", "--batch", "8",
                  "--save", str(plan_file)]) == 0
     capsys.readouterr()
     assert main(["run", "--plan", str(plan_file), "--csv", str(tmp_path / "b.csv")]) == 0

@@ -36,8 +36,8 @@ def _check_not_worse(model, array, bandwidth=None):
 
 @pytest.mark.parametrize("model", ["lenet", "lenet-c", "alexnet", "vgg11", "resnet18", "sfc", "cifar-c"])
 def test_accpar_never_worse_than_any_baseline_on_2_to_16_devices(model):
-    # ResNet-18 (the DAG with joins) on three arrays in the default run; every array in the slow sweep.
-    for array in ARRAYS if model != "resnet18" else ARRAYS[1:4]:
+    # ResNet-18 (the DAG with joins) on two arrays in the default run; every array in the slow sweep.
+    for array in ARRAYS if model != "resnet18" else ARRAYS[1:3]:
         _check_not_worse(model, array)
 
 

@@ -182,7 +182,8 @@ class Cluster:
         for q in self.jobs:
             q.put(None)
         for p in self.procs:
-            p.join(timeout=30)
+            p.join(timeout=5)
+        for p in self.procs:
             if p.is_alive():
                 p.terminate()
 
