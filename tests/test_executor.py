@@ -47,7 +47,7 @@ def _check(report):
 @pytest.mark.parametrize("devices", [2, 4])
 def test_random_dags_and_plans(clusters, devices):
     @seed(1234 + devices)
-    @settings(max_examples=8, deadline=None, derandomize=True,
+    @settings(max_examples=6, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
@@ -116,7 +116,7 @@ def test_transformers_random_plans(clusters, devices):
               bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]
 
     @seed(77 + devices)
-    @settings(max_examples=8, deadline=None, derandomize=True,
+    @settings(max_examples=6, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
