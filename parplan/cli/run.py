@@ -106,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = _per_node(report, bpe)
     timing = report.timing.groupby("node", sort=False)[["model_s", "measured_s"]].max()
     print()
-    width = max(16, *(len(n) for n in rows.node))
+    width = max([16, *(len(n) for n in rows.node)])
     print(f"{'node':<{width}} {'phase':<11} {'model':>11} {'measured':>11}  {'model compute':>13} {'measured':>12}")
     for r in rows.itertuples():
         t = timing.loc[r.node]
@@ -117,7 +117,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     total_m, total_x = rows.model_bytes.sum(), rows.measured_bytes.sum()
     print(f"{'total':<{width}} {'':<11} {format_bytes(total_m):>11} {format_bytes(total_x):>11}")
     print()
-    if report.bytes_equal:
+    if report.bytes.empty:
+        print("bytes                one device: nothing moves")
+    elif report.bytes_equal:
         print(f"bytes                equal at every split, node, side and phase ({len(report.bytes)} figures; "
               f"elements x {bpe:g} bytes)")
     else:
