@@ -371,7 +371,7 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                         b, sm = ends(tv, iv, j)
                         small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
                         big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
-                moved = forward_area(g, hold, m, small[0], small[1], i)
+                moved = forward_area(g, hold, small[0], small[1], i)
                 if leaf_pair:
                     moved = moved + backward_presummed(wants, m, big[0], big[1], i)
                 else:

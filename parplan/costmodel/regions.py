@@ -38,7 +38,7 @@ arrive from outside the group, straight to side 2, and are charged at the split 
     >>> g, m = Region((0.0, 0.5)), Region((0.0, 1.0))
     >>> h = [child_rect(g, "out", 0, 0.5, s, True) for s in (0, 1)]
     >>> p, q = (child_rect(m, "in", 0, 0.5, s, True) for s in (0, 1))
-    >>> [float(forward_received(g.rect("out"), h, [m.rect("in")], [p], [q], s)) for s in (0, 1)]
+    >>> [float(forward_received(g.rect("out"), h, [p], [q], s)) for s in (0, 1)]
     [0.25, 0.0]
 """
 
@@ -164,10 +164,10 @@ def _minus_area(base: list[Rect], minus: list[Rect]):
     return area(*base) - (union_area(minus, *base) if minus else 0.0)
 
 
-def forward_received(g: Rect, h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect], side: int):
+def forward_received(g: Rect, h: list[Rect], p: list[Rect], q: list[Rect], side: int):
     """Area side ``side`` (0 or 1) receives of a producer's output: ``g`` the producer's
     holding at the group, ``h`` its two sides' holdings, ``p``/``q`` each consumer's need on
-    side 1/2, ``m`` at the group (unused: the needs' union at the group is ``p | q``)."""
+    side 1/2."""
     if side == 0:
         return union_area(p, g) - union_area(p, h[0])
     return union_area(q, g) - union_area(q, h[1]) + _both_unions_area(q, p) - _both_unions_area(q, p, g)
