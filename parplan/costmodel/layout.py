@@ -120,10 +120,22 @@ def _code(layout):
     return LAYOUT_CODE[layout] if isinstance(layout, Layout) else np.asarray(layout)
 
 
+def _scalar(layout, s, has) -> tuple[int, float, float] | None:
+    """(code, share, has) as plain numbers when one state is asked for, else None."""
+    if np.ndim(s) or (has is not None and np.ndim(has)) or not (isinstance(layout, Layout) or np.ndim(layout) == 0):
+        return None
+    s = float(s)
+    return _code(layout) if isinstance(layout, Layout) else int(layout), s, float(s > 0 if has is None else has)
+
+
 def hold_extent(layout, s, has=None):
     """(X, Y) of ``rect(X, Y)``: the region of a tensor a side with own share ``s`` holds in
     ``layout`` (a :class:`Layout` or an array of :data:`LAYOUT_CODE` codes). ``has``: whether
     the side has work (default ``s > 0``; a relaxation passes it apart from ``s``)."""
+    one = _scalar(layout, s, has)
+    if one is not None:
+        code, s, h = one
+        return (s, 1.0) if code == 0 else ((1.0, s) if code == 1 else (h, h))
     code, s = _code(layout), np.asarray(s, dtype=float)
     has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
     x = np.where(code == 0, s, np.where(code == 1, 1.0, has))
@@ -134,6 +146,10 @@ def hold_extent(layout, s, has=None):
 def need_extent(layout, s, has=None):
     """(x, y) of the L-shape ``rect(x, 1) | rect(1, y)`` a side with own share ``s`` needs in
     ``layout``. Unions of needs are element-wise maxima of these pairs."""
+    one = _scalar(layout, s, has)
+    if one is not None:
+        code, s, h = one
+        return (s, 0.0) if code == 0 else ((0.0, s) if code == 1 else (h, h))
     code, s = _code(layout), np.asarray(s, dtype=float)
     has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
     x = np.where(code == 0, s, np.where(code == 1, 0.0, has))
