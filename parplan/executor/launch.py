@@ -196,6 +196,7 @@ class Cluster:
 
 def resolve_backend(backend: str) -> str:
     """"gloo" or "nccl" for ``backend`` ("auto": nccl when CUDA GPUs are present)."""
+    _require_torch()
     import torch
 
     if backend not in ("auto", "gloo", "nccl"):
