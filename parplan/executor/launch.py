@@ -222,8 +222,9 @@ class ExecutionReport:
 
     ``bytes`` has one row per (split, node, side, phase): the model's elements (evaluator at
     the executed shares), the elements received, their difference. ``timing`` has one row per
-    (device, node): the model's compute seconds and the measured seconds (CPU time of the
-    device's process in its own products and element-wise ops; the fastest step)."""
+    node: the model's compute seconds on its slowest device and the slowest process's measured
+    seconds (CPU time of the process in its own products and element-wise ops; the fastest
+    step)."""
 
     losses: tuple[float, ...]
     reference_losses: tuple[float, ...]
@@ -252,9 +253,10 @@ class ExecutionReport:
         return b[b.difference.abs() > 1e-6 * np.maximum(1.0, b.model_elements)]
 
 
-def compare_bytes(schedule: Schedule, received: dict) -> pd.DataFrame:
-    """Model vs measured elements per (split, node, side, phase)."""
-    ev = evaluate(schedule.problem, executed_plan(schedule))
+def compare_bytes(schedule: Schedule, received: dict, evaluation=None) -> pd.DataFrame:
+    """Model vs measured elements per (split, node, side, phase); ``evaluation``: the
+    evaluator's at the executed shares, if already computed."""
+    ev = evaluation if evaluation is not None else evaluate(schedule.problem, executed_plan(schedule))
     rows = []
     for r in ev.breakdown.itertuples():
         for side in (1, 2):
@@ -272,41 +274,14 @@ def compare_bytes(schedule: Schedule, received: dict) -> pd.DataFrame:
                                        "difference"])
 
 
-def _timing(schedule: Schedule, results: list[dict]) -> pd.DataFrame:
-    from parplan.costmodel.cost import scale_for_sides
-
-    problem = schedule.problem
-    plan = executed_plan(schedule)
-    dims_at: dict[str, tuple] = {}
-
-    def walk(group, path, dims):
-        if group.is_leaf:
-            dims_at[path] = dims
-            return
-        split = plan.splits[path]
-        pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
-        walk(group.left, path + "L", tuple(p[0] for p in pairs))
-        walk(group.right, path + "R", tuple(p[1] for p in pairs))
-
-    walk(problem.array, "", problem.root_dims())
-    leaves = {p: leaf for p, leaf in _leaves(problem.array)}
+def _timing(schedule: Schedule, results: list[dict], evaluation) -> pd.DataFrame:
+    """Per node: the model's compute time on its slowest device (the evaluator's) and the
+    slowest process's measured time."""
     rows = []
-    for res in results:
-        path = schedule.leaves[res["rank"]]
-        device = leaves[path].device.as_device()
-        for v, node in enumerate(problem.planning.nodes):
-            measured = float(min(s.get(node.name, 0.0) for s in res["seconds"]))
-            model = dims_at[path][v].compute_seconds(device, problem.bytes_per_element)
-            rows.append((res["rank"], path or "root", node.name, model, measured))
-    return pd.DataFrame(rows, columns=["rank", "device", "node", "model_s", "measured_s"])
-
-
-def _leaves(group, path=""):
-    if group.is_leaf:
-        yield path, group
-        return
-    yield from _leaves(group.left, path + "L")
-    yield from _leaves(group.right, path + "R")
+    for v, node in enumerate(schedule.problem.planning.nodes):
+        measured = max(min(s.get(node.name, 0.0) for s in res["seconds"]) for res in results)
+        rows.append((node.name, evaluation.leaf_compute_s[v], float(measured)))
+    return pd.DataFrame(rows, columns=["node", "model_s", "measured_s"])
 
 
 def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: float = 0.01,
@@ -339,8 +314,9 @@ def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: fl
     planned = schedule.received()
     if planned != received:
         raise ExecutionError("run: the elements the workers received differ from the schedule's messages")
-    return ExecutionReport(losses, tuple(ref_losses), err, compare_bytes(schedule, received),
-                           _timing(schedule, results), schedule.executed_shares, schedule.inexact,
+    ev = evaluate(problem, executed_plan(schedule))
+    return ExecutionReport(losses, tuple(ref_losses), err, compare_bytes(schedule, received, ev),
+                           _timing(schedule, results, ev), schedule.executed_shares, schedule.inexact,
                            problem.bytes_per_element)
 
 

@@ -143,10 +143,14 @@ class Schedule:
     ops_fwd: dict[str, list[Message]] = field(default_factory=dict)  # layer norm -> its statistics
     ops_bwd: dict[str, list[Message]] = field(default_factory=dict)
 
+    @cached_property
+    def origin(self) -> dict[str, str]:
+        """:func:`origins` of the problem's graph."""
+        return origins(self.problem)
+
     def chain(self, node: str) -> list[str]:
         """Layers computed from ``node``'s output (element-wise in the model), in graph order."""
-        origin = origins(self.problem)
-        return [n for n in self.problem.graph.analyze().order if origin[n] == node and n != node]
+        return [n for n in self.problem.graph.analyze().order if self.origin[n] == node and n != node]
 
     def messages(self):
         """Every message of one step, in execution order."""
@@ -362,7 +366,11 @@ def node_boxes(problem: Problem, plan: Plan, frames: dict[str, Frame]):
 
 def executed_plan(schedule: Schedule) -> Plan:
     """The plan with every share replaced by the one the integer slices execute."""
-    return Plan({p: Split(s.choices, schedule.executed_shares[p]) for p, s in schedule.plan.splits.items()})
+    return _with_shares(schedule.plan, schedule.executed_shares)
+
+
+def _with_shares(plan: Plan, shares: dict[str, tuple[float, ...]]) -> Plan:
+    return Plan({p: Split(s.choices, shares[p]) for p, s in plan.splits.items()})
 
 
 # ----------------------------------------------------------------------------------- regions
@@ -601,7 +609,7 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
     leaves = tuple(_leaf_paths(problem.array))
     boxes, executed, inexact = node_boxes(problem, plan, frames)
     readers = readers_of(problem, frames)
-    exec_plan = Plan({p: Split(s.choices, executed[p]) for p, s in plan.splits.items()})
+    exec_plan = _with_shares(plan, executed)
     fwd_t, bwd_t = _transitions(problem, list(leaves), boxes, frames, readers, origin)
     forward: dict[str, list[Message]] = {}
     backward: dict[str, list[Message]] = {}

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as tf
 
 from parplan.costmodel.graph import INPUT, Add, Attention, Concat, Conv2d, Embedding, Flatten, Linear, Norm, Pool2d
-from parplan.executor.schedule import (Schedule, graph_frames, held_mask, need_mask, origins, readers_of, tensor_cols,
+from parplan.executor.schedule import (Schedule, graph_frames, held_mask, need_mask, readers_of, tensor_cols,
                                        weight_cell)
 
 #: Epsilon of a layer norm.
@@ -183,7 +183,7 @@ class DeviceStep:
         self.weights = weights
         self.target = target
         self.comm = comm
-        self.origin = origins(self.p)
+        self.origin = schedule.origin
         self.F: dict[str, torch.Tensor] = {}
         self.E: dict[str, torch.Tensor] = {}
         self.bufs: dict[str, torch.Tensor] = {}
@@ -349,15 +349,11 @@ class DeviceStep:
                     :, self._t(mine - off)]
             off += c
 
-    def _chain(self, node: str) -> list[str]:
-        """Non-planning layers computed from ``node``'s output, in graph order."""
-        return [n for n in self.info.order if self.origin[n] == node and n != node]
-
     def _cols(self, tensor: str, box) -> np.ndarray:
         return tensor_cols(self.p, self.s.frames, tensor, box.outs)
 
     def _ops(self, node: str, box) -> None:
-        for name in self._chain(node):
+        for name in self.s.chain(node):
             layer = self.p.graph.layer(name)
             out = self._tensor(self.F, name)
             if isinstance(layer, Norm) and layer.kind == "layer":
@@ -375,8 +371,7 @@ class DeviceStep:
         """Sums over every column of (rows, columns, positions) tensors ``a`` and ``b`` held in
         parts: this device's partial sums, reduced with the devices holding the other columns."""
         fr = self.s.frames[name]
-        buf = self.bufs.setdefault(f"{name}/{phase}", self._zeros(self.p.batch, 1, 2 * fr.cell))
-        buf.zero_()
+        buf = self.bufs[f"{name}/{phase}"] = self._zeros(self.p.batch, 1, 2 * fr.cell)
         if not box.empty:
             buf[box.r0:box.r1, 0] = torch.cat([a.sum(dim=1), b.sum(dim=1)], dim=1)
         self.exchange((self.s.ops_fwd if phase == "stats" else self.s.ops_bwd)[name])
@@ -432,14 +427,14 @@ class DeviceStep:
         graph = self.p.graph
         for node in reversed(self.p.planning.nodes):
             box = self.boxes[node.name]
-            tensors = [t for t in (node.name, *self._chain(node.name)) if t in self.readers]
+            tensors = [t for t in (node.name, *self.s.chain(node.name)) if t in self.readers]
             for tensor in tensors:
                 self._own_contributions(tensor)
             self.exchange(self.s.transitions_bwd[node.name])
             for tensor in tensors:
                 self._sum_gradients(tensor, box)
             t0 = self._clock()
-            for name in reversed(self._chain(node.name)):
+            for name in reversed(self.s.chain(node.name)):
                 layer = graph.layer(name)
                 if isinstance(layer, Norm) and layer.kind == "layer":
                     self._layer_norm_backward(name, layer, box)
