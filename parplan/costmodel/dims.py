@@ -36,6 +36,12 @@ from parplan.costmodel.graph import INPUT, Embedding, Graph, Norm
 WEIGHTED_TRAFFIC = 3.0
 
 
+#: Row statistics a norm over the features exchanges per position when a split divides the
+#: columns (docs/costmodel.md section 2): layer norm sends mean and variance forward and two
+#: sums backward; RMS norm one sum of squares forward and one sum backward.
+ROW_STATISTICS = {"layer": 4.0, "rms": 2.0}
+
+
 @dataclass(frozen=True)
 class ElementOp:
     """An op without a partition choice, per element of the tensor it is attached to:
@@ -174,7 +180,7 @@ def element_op(graph: Graph, name: str) -> ElementOp:
     info = graph.analyze()
     layer = graph.layer(name)
     flops, traffic, stored = layer.training_cost(list(info.in_shapes[name]), info.out_shape[name])
-    exchange = 4.0 * info.out_shape[name].spatial if isinstance(layer, Norm) and layer.kind == "layer" else 0.0
+    exchange = ROW_STATISTICS.get(layer.kind, 0.0) * info.out_shape[name].spatial if isinstance(layer, Norm) else 0.0
     return ElementOp(name, float(flops), float(traffic), float(stored), exchange)
 
 

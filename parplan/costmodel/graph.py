@@ -242,18 +242,81 @@ IDENTITY_FUNCTIONS = frozenset({"identity", "dropout", "stochastic_depth"})
 
 @dataclass(frozen=True)
 class Norm(Layer):
-    """Batch or layer normalisation; has 2 x channels affine parameters."""
+    """Batch, layer or RMS normalisation over the channels (features).
+
+    Batch and layer norm have 2 x channels affine parameters (scale and shift), RMS norm
+    (``x / sqrt(mean(x^2) + eps) * w``, Llama, T5) has one scale per channel. Layer and RMS
+    norm compute per-position statistics over the features (docs/costmodel.md section 2).
+    """
 
     kind: str = "batch"
     affine: bool = True
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
-        if self.kind not in ("batch", "layer"):
-            raise GraphError(f"layer '{self.name}': norm kind must be 'batch' or 'layer' (got {self.kind!r})")
+        if self.kind not in NORM_KINDS:
+            raise GraphError(f"layer '{self.name}': norm kind must be one of {', '.join(NORM_KINDS)} "
+                             f"(got {self.kind!r})")
         return self._single(in_shapes)
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
-        return 2 * in_shapes[0].channels if self.affine else 0
+        if not self.affine:
+            return 0
+        return (1 if self.kind == "rms" else 2) * in_shapes[0].channels
+
+
+#: Norm kinds: statistics over the batch (per channel), or over the features (per position).
+NORM_KINDS = ("batch", "layer", "rms")
+
+
+@dataclass(frozen=True)
+class Scale(Layer):
+    """Element-wise product with a learned per-channel vector (layer scale, a norm's weight
+    spelled out): ``channels`` parameters, shape unchanged; its backward reads the input."""
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        return self._single(in_shapes)
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        return in_shapes[0].channels
+
+
+@dataclass(frozen=True)
+class Bias(Layer):
+    """Sum with a learned tensor: one value per channel, or (``full``) one per element of a
+    sample, e.g. ViT's learned position table. Its backward needs none of its inputs."""
+
+    full: bool = False
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        return self._single(in_shapes)
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        x = in_shapes[0]
+        return x.elements if self.full else x.channels
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        _, traffic, _ = super().training_cost(in_shapes, out_shape)
+        return 0.0, traffic, 0.0
+
+
+@dataclass(frozen=True)
+class Tokens(Layer):
+    """Prepends ``count`` learned tokens to the positions (ViT's class token): a (C, H, W)
+    input becomes the sequence (C, count + H*W, 1); ``count x channels`` parameters."""
+
+    count: int = 1
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        _positive(self.name, "count", self.count)
+        return Shape(x.channels, x.spatial + self.count, 1)
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        return self.count * in_shapes[0].channels
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        _, traffic, _ = super().training_cost(in_shapes, out_shape)
+        return 0.0, traffic, 0.0  # a copy: nothing is stored
 
 
 @dataclass(frozen=True)
@@ -292,29 +355,47 @@ class Embedding(Layer):
 
 @dataclass(frozen=True)
 class Attention(Layer):
-    """Scaled dot-product attention core on fused Q, K, V: (3*h, S, 1) -> (h, S, 1).
+    """Scaled dot-product attention core on fused Q, K, V: ((h + 2 h_kv) d, S, 1) -> (h d, S, 1).
 
-    softmax(Q K^T / sqrt(d)) V over ``heads`` heads; activation x activation products, so no
-    weights and no partition choice (its layout passes through, heads split with columns).
+    softmax(Q K^T / sqrt(d)) V over ``heads`` query heads of size ``d``; ``kv_heads`` key/value
+    heads (0: as many as query heads; fewer is grouped-query attention, each K/V head serving
+    ``heads / kv_heads`` query heads). Activation x activation products, so no weights and no
+    partition choice (its layout passes through, heads split with columns).
     """
 
     heads: int = 1
+    kv_heads: int = 0
+    #: Entries of a learned attention bias added to the scores (T5's relative position
+    #: buckets x heads): parameters only; looking them up costs nothing worth pricing.
+    bias_params: int = 0
+
+    @property
+    def key_heads(self) -> int:
+        """Key/value heads (``heads`` unless grouped-query attention)."""
+        return self.kv_heads or self.heads
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         x = self._single(in_shapes)
         _positive(self.name, "heads", self.heads)
-        if x.channels % (3 * self.heads):
+        if self.kv_heads < 0 or self.heads % self.key_heads:
+            raise GraphError(f"layer '{self.name}': kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+        parts = self.heads + 2 * self.key_heads
+        if x.channels % parts:
             raise GraphError(
-                f"layer '{self.name}': input channels ({x.channels}) must be 3 x hidden with hidden "
-                f"divisible by heads ({self.heads}); feed it the fused Q, K, V projection"
+                f"layer '{self.name}': input channels ({x.channels}) must be (heads + 2 kv_heads) x head size "
+                f"= {parts} x d; feed it the fused Q, K, V projection"
             )
-        return Shape(x.channels // 3, x.height, x.width)
+        return Shape(x.channels // parts * self.heads, x.height, x.width)
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        return self.bias_params
 
     def attention_flops(self, in_shapes: list[Shape], batch: float) -> float:
-        """FLOPs of one training step of the two attention products (QK^T and AV)."""
+        """FLOPs of one training step of the two attention products (QK^T and AV): per query
+        head, 2 S^2 d each forward and twice that backward."""
         x = in_shapes[0]
-        hidden, seq = x.channels // 3, x.spatial
-        return 3 * 2 * 2 * batch * seq * seq * hidden
+        hidden = x.channels // (self.heads + 2 * self.key_heads) * self.heads
+        return 3 * 2 * 2 * batch * x.spatial * x.spatial * hidden
 
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
         """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and
@@ -344,6 +425,33 @@ class Add(Layer):
                     f"{_fmt(first)} but '{name}' is {_fmt(s)}"
                 )
         return first
+
+
+@dataclass(frozen=True)
+class Mul(Layer):
+    """Element-wise product of two inputs (a gate: SwiGLU's ``act(gate) * up``, SE's channel
+    gate): equal shapes, or one a per-channel vector (C, 1, 1) broadcast over the other's
+    positions. A join: its inputs meet in one layout; its backward reads both inputs."""
+
+    join: ClassVar[bool] = True
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        """Forward reads both inputs and writes the output; backward reads the output gradient
+        and both inputs and writes both input gradients; both inputs are stored."""
+        ins = sum(s.elements for s in in_shapes)
+        return 0.0, 3.0 * ins + 2.0 * out_shape.elements, float(ins)
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        if len(in_shapes) != 2:
+            raise GraphError(f"layer '{self.name}': Mul takes exactly 2 inputs (got {len(in_shapes)})")
+        a, b = in_shapes
+        big, small = (a, b) if a.elements >= b.elements else (b, a)
+        if small != big and small != Shape(big.channels):
+            raise GraphError(
+                f"layer '{self.name}': Mul inputs must have equal shapes or one must be a per-channel gate "
+                f"({big.channels}x1x1); '{self.inputs[0]}' is {_fmt(a)} and '{self.inputs[1]}' is {_fmt(b)}"
+            )
+        return big
 
 
 @dataclass(frozen=True)

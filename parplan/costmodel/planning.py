@@ -127,9 +127,11 @@ def _build(graph: Graph) -> PlanningGraph:
             preds: list[int] = []
             fractions: list[float] = []
             sources: list[str] = []
-            total = info.out_shape[name].channels if layer.join else None
+            total = info.out_shape[name].elements if layer.join else None
             for src, shape in zip(layer.inputs, info.in_shapes[name]):
-                share = shape.channels / total if total else 1.0
+                # a join input's share of the join's tensor: 1 for an add or a product, the
+                # channel share for a concat, 1 / positions for a broadcast per-channel gate
+                share = shape.elements / total if total else 1.0
                 for u, f in source[src]:
                     preds.append(u)
                     fractions.append(f * share)

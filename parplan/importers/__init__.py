@@ -54,19 +54,24 @@ from parplan.costmodel.graph import (
     Activation,
     Add,
     Attention,
+    Bias,
     Concat,
     Conv2d,
     Embedding,
     Flatten,
     Graph,
     Linear,
+    Mul,
     Norm,
     Pool2d,
+    Scale,
     Shape,
+    Tokens,
 )
 from parplan.errors import GraphError
 
-__all__ = ["EXTERNAL_SUFFIXES", "GraphBuilder", "Unsupported", "from_onnx", "from_torch", "load_external"]
+__all__ = ["EXTERNAL_SUFFIXES", "GraphBuilder", "Unsupported", "from_onnx", "from_torch", "load_external",
+           "register_module", "register_op"]
 
 
 # --------------------------------------------------------------------------- values
@@ -102,6 +107,51 @@ class Scores:
     q: Act | Piece
     k: Act | Piece
     heads: int
+    bias: "Param | None" = None
+
+
+@dataclass(frozen=True)
+class Derived:
+    """An element-wise function of activation ``base`` not yet materialised as a layer (``x ** 2``,
+    ``x + c * x ** 3``): it becomes an activation when a named function is applied to it, or
+    a row statistic when averaged over the features."""
+
+    base: Act
+
+
+@dataclass(frozen=True)
+class RowStat:
+    """A per-position statistic of activation ``base`` over its features (``mean(x ** 2, -1)``
+    and functions of it): multiplying ``base`` by it is an RMS norm."""
+
+    base: Act
+
+
+@dataclass(frozen=True)
+class Half:
+    """Part of activation ``base`` along the head dimension (RoPE's ``x[..., :d/2]``, negated);
+    ``whole``: the parts concatenated back (``rotate_half(x)``), an element-wise map of ``base``."""
+
+    base: Act
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """Activation ``act`` with each head repeated ``factor`` times (grouped-query attention's
+    ``repeat_kv``: expand + reshape)."""
+
+    act: Act
+    factor: int
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """Activation ``act`` viewed as ``count`` stacked equal pieces (``unflatten(-1, (3, E))`` of a
+    fused QKV projection); selecting along the stacking dim gives a :class:`Piece`."""
+
+    act: Act
+    count: int
 
 
 @dataclass(frozen=True)
@@ -124,7 +174,7 @@ CONST = _Const()
 #: The value of a node whose inputs include an unsupported operator's non-tensor output.
 BAD = object()
 
-Value = Act | Piece | Scores | Param | _Const | object
+Value = Act | Piece | Scores | Derived | RowStat | Half | Repeated | Stacked | Param | _Const | object
 
 
 class Unsupported(Exception):
@@ -132,8 +182,8 @@ class Unsupported(Exception):
 
 
 def is_data(value: Value) -> bool:
-    """True for values that carry the input's data (activations, pieces, scores)."""
-    return isinstance(value, (Act, Piece, Scores))
+    """True for values that carry the input's data (activations and the partial forms above)."""
+    return isinstance(value, (Act, Piece, Scores, Derived, RowStat, Half, Repeated, Stacked))
 
 
 def stand_in(label: str, ps: Sequence[int]) -> Act:
@@ -236,10 +286,15 @@ class GraphBuilder:
     def _act(value: Value, what: str) -> Act:
         if isinstance(value, Act):
             return value
-        if isinstance(value, Piece):
+        if isinstance(value, Repeated):
+            raise Unsupported(f"{what} on repeated heads (only attention may read repeat_kv's output)")
+        if isinstance(value, (Piece, Stacked)):
             raise Unsupported(f"{what} on one piece of a split tensor (only q, k, v of attention may be pieces)")
         if isinstance(value, Scores):
             raise Unsupported(f"{what} on attention scores (only scale, mask, softmax, dropout and @ v may follow q @ k^T)")
+        if isinstance(value, (Derived, RowStat, Half)):
+            raise Unsupported(f"{what} on an unfinished element-wise expression (a power, a per-position "
+                              "statistic or half of the head dim) that matches no known pattern (GELU, RMS norm, RoPE)")
         raise Unsupported(f"{what} on a constant or learned tensor instead of an activation")
 
     # ------------------------------------------------------------------ graph input
@@ -331,7 +386,7 @@ class GraphBuilder:
 
     def norm(self, name: str, x: Value, kind: str, channels: int, affine: bool = True,
              key: Hashable | None = None) -> Act:
-        """Batch norm over channels, or layer norm over the last (feature) dim of size ``channels``."""
+        """Batch norm over channels, or layer / RMS norm over the last (feature) dim of size ``channels``."""
         act = self._act(x, f"{kind} norm")
         if act.shape.channels != channels:
             raise Unsupported(
@@ -343,11 +398,20 @@ class GraphBuilder:
 
     def activation(self, name: str, x: Value, function: str) -> Value:
         """An element-wise function; on attention scores (softmax, dropout) it passes through."""
-        if isinstance(x, Scores):
-            return x
+        if isinstance(x, (Scores, RowStat, Half)) or x is CONST:
+            return x  # softmax of scores, rsqrt of a statistic, a negated half
+        if isinstance(x, Derived):
+            x = Act(x.base.src, x.base.shape, base=x.base.base)
         act = self._act(x, function)
         layer = self._emit(Activation, name, (act.src,), expected=act.shape.elements, function=function)
         return Act(layer, act.shape, base=act.base or act.src)
+
+    def derive(self, x: Value) -> Value:
+        """An element-wise function without a name of its own (``x ** 2``, ``-x``): kept pending
+        until a pattern (GELU's tanh form, RMS norm, RoPE) completes it."""
+        if isinstance(x, Act):
+            return Derived(x)
+        return x
 
     def pool(self, name: str, x: Value, ps_in: Sequence[int], ps_out: Sequence[int], mode: str,
              kernel=None, stride=None, padding=(0, 0), ceil_mode: bool = False, adaptive: bool = False) -> Act:
@@ -373,25 +437,45 @@ class GraphBuilder:
 
     def add(self, name: str, a: Value, b: Value) -> Value:
         """``a + b``: a residual join, a folded bias, or a pass-through add of a constant."""
+        a, b = _valued(a), _valued(b)
         if a is CONST or b is CONST or not (is_data(a) or is_data(b)):
             data = b if a is CONST else a
-            return data if is_data(data) or data is CONST else CONST
+            return data if is_data(data) or data is CONST or isinstance(data, Param) else CONST
+        if isinstance(a, Scores) or isinstance(b, Scores):
+            scores, other = (a, b) if isinstance(a, Scores) else (b, a)
+            if isinstance(other, Param):  # a learned attention bias (T5, Swin): its table counts once
+                return Scores(scores.q, scores.k, scores.heads, scores.bias or other)
+            raise Unsupported("add of an activation to attention scores")
         if isinstance(a, Param) or isinstance(b, Param):
             act, param = (a, b) if isinstance(b, Param) else (b, a)
             act = self._act(act, "a bias add")
-            if act.linear is not None and math.prod(param.shape) == act.shape.channels:
+            size = math.prod(param.shape)
+            if act.linear is not None and size == act.shape.channels:
                 self._layers[act.linear][2]["bias"] = True
                 return Act(act.src, act.shape)
-            if (self.token_input and math.prod(param.shape) == act.shape.elements
+            if (self.token_input and size == act.shape.elements
                     and act.shape.spatial == self.input_shape.spatial):
                 # a learned per-position table (or an exporter's folded position lookup)
                 table = self.embedding(name + ".positions", CONST, act.shape.spatial, act.shape.channels,
                                        key=param.key)
                 return self.add(name, act, table)
+            if size in (act.shape.channels, act.shape.elements) and param.key not in self._owners:
+                # a learned bias per channel, or a table per element (ViT's position embedding)
+                layer = self._emit(Bias, name, (act.src,), expected=act.shape.elements,
+                                   full=size != act.shape.channels)
+                self._owners[param.key] = layer
+                return Act(layer, act.shape)
             raise Unsupported(
                 f"add of the learned tensor '{param.name}' {_shape_text(param.shape)} to an activation "
-                "(only a bias right after a matrix product, or a per-position table on a token input)"
+                "(only a bias per channel, a table per position, or a bias right after a matrix product)"
             )
+        pending = self._complete(a, b)
+        if pending is not None:
+            if pending == "rope":
+                x = a if isinstance(a, Act) else b
+                layer = self._emit(Activation, name, (x.src,), expected=x.shape.elements, function="rope")
+                return Act(layer, x.shape)
+            return pending
         if isinstance(a, Scores) or isinstance(b, Scores):
             raise Unsupported("add of an activation to attention scores")
         xa, xb = self._act(a, "an add"), self._act(b, "an add")
@@ -403,26 +487,129 @@ class GraphBuilder:
         layer = self._emit(Add, name, (xa.src, xb.src), expected=xa.shape.elements)
         return Act(layer, xa.shape)
 
-    def scale(self, x: Value, factor: Value) -> Value:
-        """``x * c`` or ``x / c`` with a constant: passes through (an element-wise product of two
-        activations is not expressible)."""
-        if isinstance(x, (Param, _Const)) and is_data(factor):
-            x, factor = factor, x
-        if not is_data(x):
-            return CONST
-        if isinstance(x, Act) and isinstance(factor, Act):
-            gate, other = (factor, x) if factor.base is not None and factor.base in (x.src, x.base) else (x, factor)
-            if gate.base is not None and gate.base in (other.src, other.base) and gate.src in self._layers:
-                # x * f(x): a gated activation spelled out (GELU's erf form, SiLU as x * sigmoid(x))
-                attrs = self._layers[gate.src][2]
-                attrs["function"] = _GATED.get(attrs["function"], attrs["function"])
-                return Act(gate.src, gate.shape, base=gate.base)
-        if is_data(factor) or isinstance(factor, Param):
-            raise Unsupported("element-wise product of two tensors (gating); the IR has no such layer")
-        return x
+    def _complete(self, a: Value, b: Value):
+        """``x + f(x)`` of a pending expression: Derived (GELU's inner sum), or "rope" for
+        ``x * cos + rotate_half(x) * sin``; None if ``a + b`` is not such a sum."""
+        for x, other in ((a, b), (b, a)):
+            if isinstance(x, Act) and isinstance(other, Derived) and other.base.src == x.src:
+                return other
+            if isinstance(x, Act) and isinstance(other, Half) and other.whole and other.base.src == x.src:
+                return "rope"
+        return None
+
+    def scale(self, x: Value, factor: Value, name: str = "mul") -> Value:
+        """``x * c`` or ``x / c`` with a constant passes through; see :meth:`mul` for the rest."""
+        return self.mul(name, x, factor)
+
+    def mul(self, name: str, a: Value, b: Value) -> Value:
+        """``a * b``: by a constant (passes through), by a learned per-channel vector (a
+        :class:`Scale`, or an RMS norm's weight), by a per-position statistic of itself (an RMS
+        norm), ``x * f(x)`` (a gated activation spelled out), else a :class:`Mul` of two
+        activations (equal shapes or a per-channel gate)."""
+        a, b = _valued(a), _valued(b)
+        if (isinstance(a, (Param, _Const)) or not is_data(a)) and is_data(b):
+            a, b = b, a
+        if not is_data(a):
+            return a if isinstance(a, Param) and b is CONST else CONST
+        if b is CONST or b is BAD or not isinstance(b, (Act, Param, RowStat, Derived)):
+            if b is CONST or not is_data(b):
+                return a  # scaling by a constant (or a mask) keeps the value and its role
+        if isinstance(b, Param):
+            return self._learned_scale(name, a, b)
+        if isinstance(a, RowStat) and isinstance(b, Act):
+            a, b = b, a
+        if isinstance(a, Act) and isinstance(b, RowStat):
+            if b.base.src != a.src:
+                raise Unsupported("product of an activation with another tensor's per-position statistic")
+            layer = self._emit(Norm, name, (a.src,), expected=a.shape.elements, kind="rms", affine=False)
+            return Act(layer, a.shape)
+        if isinstance(a, Derived) or isinstance(b, Derived):
+            d, other = (a, b) if isinstance(a, Derived) else (b, a)
+            if other is CONST:
+                return d
+            raise Unsupported("product of an unfinished element-wise expression with a tensor")
+        x, y = self._act(a, "a product"), self._act(b, "a product")
+        gate, other = (y, x) if y.base is not None and y.base in (x.src, x.base) else (x, y)
+        if gate.base is not None and gate.base in (other.src, other.base) and gate.src in self._layers:
+            # x * f(x): a gated activation spelled out (GELU's erf / tanh form, SiLU as x * sigmoid(x))
+            attrs = self._layers[gate.src][2]
+            attrs["function"] = _GATED.get(attrs["function"], attrs["function"])
+            return Act(gate.src, gate.shape, base=gate.base)
+        big, small = (x, y) if x.shape.elements >= y.shape.elements else (y, x)
+        if small.shape != big.shape and small.shape != Shape(big.shape.channels):
+            raise Unsupported(
+                f"element-wise product of {big.shape.channels}x{big.shape.height}x{big.shape.width} and "
+                f"{small.shape.channels}x{small.shape.height}x{small.shape.width} (equal shapes, or a "
+                "per-channel gate)"
+            )
+        layer = self._emit(Mul, name, (x.src, y.src), expected=big.shape.elements)
+        return Act(layer, big.shape)
+
+    def _learned_scale(self, name: str, x: Value, param: Param) -> Value:
+        act = self._act(x, "a product with a learned tensor")
+        if math.prod(param.shape) != act.shape.channels:
+            raise Unsupported(f"product with the learned tensor '{param.name}' {_shape_text(param.shape)} "
+                              f"(only one value per channel, {act.shape.channels})")
+        entry = self._layers.get(act.src)
+        if entry is not None and entry[0] is Norm and entry[2]["kind"] == "rms" and not entry[2]["affine"]:
+            entry[2]["affine"] = True  # the RMS norm's weight
+            self._own(act.src, param.key)
+            return act
+        if param.key in self._owners:
+            raise Unsupported(f"the learned vector '{param.name}' used twice")
+        layer = self._emit(Scale, name, (act.src,), expected=act.shape.elements)
+        self._own(layer, param.key)
+        return Act(layer, act.shape)
+
+    def row_statistic(self, x: Value) -> Value:
+        """A mean over the features of ``x ** 2`` (or of ``x``): a per-position statistic."""
+        if isinstance(x, Derived):
+            return RowStat(x.base)
+        if isinstance(x, Act):
+            return RowStat(x)
+        if isinstance(x, RowStat):
+            return x
+        raise Unsupported("a mean over the features of a value that is not an activation")
+
+    def half(self, x: Value) -> Value:
+        """Part of ``x`` along the head dim (RoPE's slices)."""
+        if isinstance(x, Act):
+            return Half(x)
+        if isinstance(x, Half):
+            return x
+        raise Unsupported("a slice of the head dim of a value that is not an activation")
+
+    def repeat(self, x: Value, factor: int) -> Value:
+        """Each head of ``x`` repeated ``factor`` times (grouped-query attention's repeat_kv)."""
+        if isinstance(x, Repeated):
+            return Repeated(x.act, x.factor * factor)
+        return Repeated(self._act(x, "repeating heads"), factor)
+
+    def stack(self, x: Value, count: int) -> Value:
+        """``x`` viewed as ``count`` stacked pieces along a new dim (unflatten of a fused QKV)."""
+        return Stacked(self._act(x, "unflattening the features"), count)
+
+    def pick(self, x: Value, index: int) -> Value:
+        """Piece ``index`` of a stacked value."""
+        if isinstance(x, Stacked):
+            return Piece(x.act, index, x.count)
+        raise Unsupported("selecting along a dim of a value that is not a stack of pieces")
+
+    def tokens(self, name: str, param: Param, x: Value, count: int) -> Act:
+        """Learned tokens (a class token) prepended to the positions of ``x``."""
+        act = self._act(x, "prepending tokens")
+        if math.prod(param.shape) != count * act.shape.channels:
+            raise Unsupported(f"prepending the learned tensor '{param.name}' {_shape_text(param.shape)} "
+                              f"to a sequence of {act.shape.channels} features")
+        layer = self._emit(Tokens, name, (act.src,), expected=(act.shape.spatial + count) * act.shape.channels,
+                           count=int(count))
+        self._own(layer, param.key)
+        return Act(layer, Shape(act.shape.channels, act.shape.spatial + count, 1))
 
     def concat(self, name: str, xs: Sequence[Value], feature_axis: bool) -> Act:
         """Concatenation along the feature dimension (``feature_axis``)."""
+        if all(isinstance(x, Half) for x in xs) and len({x.base for x in xs}) == 1:
+            return Half(xs[0].base, whole=True)  # rotate_half(x): the halves swapped
         if not feature_axis:
             raise Unsupported("concatenation along a dim other than the feature dim")
         acts = [self._act(x, "a concatenation") for x in xs]
@@ -437,6 +624,8 @@ class GraphBuilder:
         """view / reshape / permute / transpose / flatten: pass-through, or a Flatten to a vector."""
         if isinstance(x, (Param, _Const)) or not is_data(x):
             return x
+        if not isinstance(x, Act) or tuple(ps_in) == tuple(ps_out):
+            return x  # pieces, stacks, repeated heads and pending expressions keep their role
         if math.prod(ps_in) != math.prod(ps_out):
             raise Unsupported(
                 f"reshape from {_shape_text(ps_in)} to {_shape_text(ps_out)} per sample (changes the element "
@@ -469,7 +658,7 @@ class GraphBuilder:
         if not (is_data(a) and is_data(b)):
             return CONST if not (is_data(a) or is_data(b)) else self._matmul_const(a, b)
         if isinstance(a, Scores):
-            return self.attention(name, a.q, a.k, b, a.heads)
+            return self.attention(name, a.q, a.k, b, a.heads, bias=a.bias)
         if isinstance(b, Scores):
             raise Unsupported("attention scores on the right of a product")
         ps_a = tuple(ps_a)
@@ -480,25 +669,44 @@ class GraphBuilder:
     def _matmul_const(a: Value, b: Value) -> Value:
         raise Unsupported("product of an activation with a constant tensor")
 
-    def attention(self, name: str, q: Value, k: Value, v: Value, heads: int) -> Act:
-        """Scaled dot-product attention on q, k, v: pieces of one fused projection, or three activations."""
+    def attention(self, name: str, q: Value, k: Value, v: Value, heads: int, bias: "Param | None" = None) -> Act:
+        """Scaled dot-product attention on q, k, v: pieces of one fused projection, or three
+        activations; k and v may have fewer heads (grouped-query attention, repeated or not)."""
         parts = (q, k, v)
+        if isinstance(k, Repeated) and isinstance(v, Repeated) and k.factor == v.factor:
+            parts = (q, k.act, v.act)
+        elif isinstance(k, Repeated) or isinstance(v, Repeated):
+            raise Unsupported("attention with only one of k, v repeated")
         if all(isinstance(p, Piece) for p in parts):
             same = len({p.act for p in parts}) == 1 and parts[0].count == 3
             if not same or [p.index for p in parts] != [0, 1, 2]:
                 raise Unsupported("attention on q, k, v that are not the three pieces, in order, of one projection")
-            fused = parts[0].act
+            fused, kv_heads = parts[0].act, heads
         elif all(isinstance(p, Act) for p in parts):
-            shapes = {p.shape for p in parts}
-            if len(shapes) != 1:
-                raise Unsupported("attention on q, k, v of different shapes (cross-attention)")
+            qa, ka, va = parts
+            if ka.shape != va.shape or (qa.shape.height, qa.shape.width) != (ka.shape.height, ka.shape.width):
+                raise Unsupported("attention on q, k, v of different lengths (cross-attention)")
+            if heads * ka.shape.channels % qa.shape.channels or qa.shape.channels % ka.shape.channels:
+                raise Unsupported(f"attention with {heads} query heads on q of {qa.shape.channels} and k of "
+                                  f"{ka.shape.channels} features")
+            kv_heads = heads * ka.shape.channels // qa.shape.channels
             fused = self.concat(f"{name}.qkv", parts, feature_axis=True)
         else:
             raise Unsupported("attention on a mix of pieces and separate tensors")
-        if fused.shape.channels % (3 * heads):
-            raise Unsupported(f"attention with {heads} heads on {fused.shape.channels // 3} features")
-        layer = self._emit(Attention, name, (fused.src,), expected=fused.shape.elements // 3, heads=int(heads))
-        return Act(layer, Shape(fused.shape.channels // 3, fused.shape.height, fused.shape.width))
+        total = heads + 2 * kv_heads
+        if fused.shape.channels % total:
+            raise Unsupported(f"attention with {heads} heads ({kv_heads} key/value heads) on "
+                              f"{fused.shape.channels} fused features")
+        hidden = fused.shape.channels // total * heads
+        attrs = {"heads": int(heads)}
+        if kv_heads != heads:
+            attrs["kv_heads"] = int(kv_heads)
+        if isinstance(bias, Param) and bias.key not in self._owners:
+            attrs["bias_params"] = math.prod(bias.shape)  # a learned bias shared by layers counts once
+        layer = self._emit(Attention, name, (fused.src,), expected=hidden * fused.shape.spatial, **attrs)
+        if "bias_params" in attrs:
+            self._owners[bias.key] = layer
+        return Act(layer, Shape(hidden, fused.shape.height, fused.shape.width))
 
     # ------------------------------------------------------------------ result
 
@@ -541,8 +749,13 @@ class GraphBuilder:
         return graph
 
 
+def _valued(v: Value) -> Value:
+    """Numbers (scalars of the traced program) are constants."""
+    return CONST if v is None or isinstance(v, (int, float, bool, complex)) else v
+
+
 #: x * f(x) written out: the activation it spells.
-_GATED = {"erf": "gelu", "sigmoid": "silu"}
+_GATED = {"erf": "gelu", "tanh": "gelu", "sigmoid": "silu"}
 
 
 def _pair(value) -> tuple[int, int]:
@@ -555,11 +768,13 @@ def _pair(value) -> tuple[int, int]:
 #: What each frontend maps (for the error message).
 SUPPORTED = {
     "torch": (
-        "nn.Conv2d, nn.Linear, nn.Embedding, nn.BatchNorm1d/2d, nn.LayerNorm, nn.MaxPool2d/AvgPool2d/"
-        "AdaptiveAvgPool2d/AdaptiveMaxPool2d, activations (ReLU, GELU, SiLU, Tanh, Sigmoid, Softmax, "
-        "Dropout, ...), nn.Flatten, nn.Identity, nn.MultiheadAttention (batch_first, self-attention), "
-        "F.* equivalents, matmul/bmm/mm/F.linear with a parameter, F.scaled_dot_product_attention or "
-        "softmax(q @ k^T) @ v, add, cat, flatten/view/reshape/permute/transpose, mean, x[:, i]"
+        "convolutions (2-D), linear / addmm / matmul with a parameter, embedding, batch / layer / RMS norm "
+        "(fused or spelled out), activations (ReLU, ReLU6, GELU incl. its erf and tanh forms, SiLU, "
+        "sigmoid, tanh, hardswish, softmax, dropout), pooling, add, products (gates, SwiGLU, SE, layer "
+        "scale), cat (features; a class token before the sequence), views / reshapes / permutes (also "
+        "merging batch and sequence), scaled dot-product attention (fused or as matmul / softmax; "
+        "grouped-query, RoPE, learned attention bias), mean over positions, x[:, 0]; register_op / "
+        "register_module add your own"
     ),
     "onnx": (
         "Conv, Gemm, MatMul (with an initializer, or q @ k^T / scores @ v), Relu, Gelu, Sigmoid, Tanh, "
@@ -627,11 +842,102 @@ def load_external(spec) -> Graph | None:
     )
 
 
-def from_torch(module, input_shape, name=None, **kwargs):
-    """See :func:`parplan.importers.torch_fx.from_torch` (imported lazily: torch is optional)."""
-    from parplan.importers.torch_fx import from_torch as impl
+def from_torch(model, input_shape=None, name=None, *, integer_input=None, capture="auto", kwargs=None):
+    """The layer graph of a PyTorch model (docs/importers.md). Needs the ``[torch]`` extra.
 
-    return impl(module, input_shape, name=name, **kwargs)
+    ``model`` is an ``nn.Module`` (captured here), a ``torch.export.ExportedProgram`` or a
+    ``torch.fx.GraphModule`` (used as is, never re-traced). ``input_shape`` is the per-sample
+    input shape, without the batch dim: ``(C, H, W)`` for images, ``(seq,)`` for token ids,
+    ``(seq, hidden)`` for embedded sequences; ``integer_input`` says the input holds token ids
+    (default: a 1-D input of a model with an embedding, or a Hugging Face model whose main
+    input is ``input_ids``). ``kwargs`` are passed to the forward call (Hugging Face models get
+    ``use_cache=False``).
+
+    ``capture``: ``"export"`` (torch.export on fake tensors; parameters may be on the ``meta``
+    device), ``"fx"`` (torch.fx symbolic tracing and one example forward), or ``"auto"``
+    (export, and fx if export cannot capture the model). Raises
+    :class:`~parplan.errors.GraphError` listing every unsupported operator at its module path,
+    or saying where in the model capture failed.
+    """
+    from parplan.importers import torch_export
+    from parplan.importers.torch_fx import from_torch as from_fx
+
+    torch_export.check_torch()
+    import torch
+
+    if isinstance(model, torch.export.ExportedProgram):
+        return torch_export.from_exported(model, name or "model", integer_input)
+    if isinstance(model, torch.fx.GraphModule) and torch_export.is_aten_graph(model):
+        return torch_export.from_exported(model, name or type(model).__name__, integer_input)
+    if isinstance(model, torch.fx.GraphModule) or capture == "fx":
+        return from_fx(model, input_shape, name=name, integer_input=integer_input)
+    from parplan.errors import ConfigError
+
+    if capture not in ("auto", "export"):
+        raise ConfigError(f"capture must be 'auto', 'export' or 'fx' (got {capture!r})")
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"from_torch needs a torch.nn.Module, an ExportedProgram or a GraphModule "
+                          f"(got {type(model).__name__})")
+    name = name or type(model).__name__
+    shape = input_shape_of(input_shape, name)
+    if integer_input is None:
+        integer_input = _takes_ids(model, shape)
+    call = dict(kwargs or {})
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", None) is not None and "use_cache" not in call:
+        call["use_cache"] = False  # the planned step is training: no key/value cache
+    try:
+        program = torch_export.capture(model, shape, name, integer_input, call)
+    except GraphError as exported:
+        if capture == "export" or call:
+            raise
+        try:
+            return from_fx(model, shape, name=name, integer_input=integer_input)
+        except GraphError as traced:
+            raise GraphError(f"{exported}. The torch.fx fallback failed too: "
+                             f"{str(traced).removeprefix(f'model {name!r}: ')}. Make the forward "
+                             "exportable (no data-dependent Python control flow), or capture the model "
+                             "yourself and pass the ExportedProgram") from None
+    return torch_export.from_exported(program, name, integer_input)
+
+
+def input_shape_of(input_shape, name: str) -> tuple[int, ...]:
+    """``input_shape`` as a tuple of positive ints (a per-sample shape), or a ConfigError."""
+    from parplan.errors import ConfigError
+
+    try:
+        shape = tuple(int(d) for d in input_shape)
+    except (TypeError, ValueError):
+        raise ConfigError(f"model '{name}': input_shape must be a tuple of ints without the batch dim "
+                          f"(got {input_shape!r})") from None
+    if not shape or min(shape) <= 0:
+        raise ConfigError(f"model '{name}': input_shape must be positive sizes without the batch dim (got {shape})")
+    return shape
+
+
+def _takes_ids(model, shape: tuple[int, ...]) -> bool:
+    """Token ids: a Hugging Face model whose main input is ``input_ids``, or a 1-D input of a
+    model with an embedding table."""
+    import torch
+
+    main = getattr(model, "main_input_name", None)
+    if main is not None:
+        return main == "input_ids"
+    return len(shape) == 1 and any(isinstance(m, torch.nn.Embedding) for m in model.modules())
+
+
+def register_op(name, handler):
+    """See :func:`parplan.importers.torch_export.register_op` (custom operators)."""
+    from parplan.importers.torch_export import register_op as impl
+
+    impl(name, handler)
+
+
+def register_module(cls, handler):
+    """See :func:`parplan.importers.torch_export.register_module` (custom module classes)."""
+    from parplan.importers.torch_export import register_module as impl
+
+    impl(cls, handler)
 
 
 def from_onnx(path_or_model, name=None, **kwargs):

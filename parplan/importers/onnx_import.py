@@ -150,6 +150,7 @@ class _Converter:
         self.handlers = self._handlers()
         self.inits = {t.name: t for t in self.graph.initializer}
         self.tables: list[str] = []  # initializers read as embedding tables
+        self.tainted: set[str] = set()  # outputs computed from an unsupported node's stand-in
 
     def run(self) -> Graph:
         for init in self.graph.initializer:
@@ -184,15 +185,23 @@ class _Converter:
             self._set(node, [self._no_data(node, ins)] * len(node.output))
             return
         handler = self.handlers.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        # a node reading what an unsupported one produced is not a root cause: not reported
+        tainted = any(n in self.tainted for n in node.input)
         if handler is None:
-            self.b.unsupported(label, where)
+            if not tainted:
+                self.b.unsupported(label, where)
+            self.tainted.update(node.output)
             self._set(node, self._stand_ins(node, label))
             return
         try:
             out = handler(layer_name, node, ins)
         except Unsupported as exc:
-            self.b.unsupported(label, where, str(exc))
+            if not tainted:
+                self.b.unsupported(label, where, str(exc))
+            self.tainted.update(node.output)
             out = self._stand_ins(node, label)
+        if tainted:
+            self.tainted.update(node.output)
         self._set(node, out if isinstance(out, list) else [out] + [CONST] * (len(node.output) - 1))
 
     def _set(self, node, outs: list) -> None:

@@ -37,6 +37,7 @@ from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
 from parplan.importers import (
     BAD,
+    input_shape_of,
     CONST,
     Act,
     GraphBuilder,
@@ -92,15 +93,11 @@ def from_torch(module, input_shape: Sequence[int], name: str | None = None, *,
     _require_torch()
     if not isinstance(module, nn.Module):
         raise ConfigError(f"from_torch needs a torch.nn.Module (got {type(module).__name__})")
+    if input_shape is None:
+        raise ConfigError("from_torch with torch.fx needs input_shape (the per-sample input shape)")
     name = name or type(module).__name__
-    try:
-        shape = tuple(int(d) for d in input_shape)
-    except (TypeError, ValueError):
-        raise ConfigError(f"model '{name}': input_shape must be a tuple of ints without the batch dim "
-                          f"(got {input_shape!r})") from None
-    if not shape or min(shape) <= 0:
-        raise ConfigError(f"model '{name}': input_shape must be positive sizes without the batch dim (got {shape})")
-    traced = _trace(module, name)
+    shape = input_shape_of(input_shape, name)
+    traced = module if isinstance(module, fx.GraphModule) else _trace(module, name)  # never re-traced
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
     if integer_input is None:
         integer_input = _feeds_embedding(traced, placeholders[0])
