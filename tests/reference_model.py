@@ -76,16 +76,17 @@ def scaled(d: dict, choice: str, s: float) -> dict:
 
 def sizes(d: dict) -> tuple[float, float, float, float]:
     """(flops, |W|, |F_in|, |F_out|) of a node with raw sizes ``d``."""
-    w = d["Di"] * d["Do"] * d["k"] / d["g"] + d["tables"] * d["Di"]
+    w = d["E"] * d["Di"] * d["Do"] * d["k"] / d["g"] + d["tables"] * d["Di"]
     fin, fout = d["B"] * d["Di"] * d["Si"], d["B"] * d["Do"] * d["So"]
-    return 6 * d["B"] * d["Do"] * d["So"] * d["Di"] * d["k"] / d["g"], w, fin, fout
+    return 6 * d["top"] * d["B"] * d["Do"] * d["So"] * d["Di"] * d["k"] / d["g"], w, fin, fout
 
 
 def compute_s(d: dict, dev, bpe: float) -> float:
     flops, w, fin, fout = sizes(d)
     t = 0.0
     if d["k"] and flops > 0:
-        t = max(flops / (dev.efficiency * dev.flops_per_s), 3 * (fin + w + fout) * bpe / dev.memory_bytes_per_s)
+        t = max(flops / (dev.efficiency * dev.flops_per_s),
+                3 * (d["top"] * (fin + fout) + w) * bpe / dev.memory_bytes_per_s)
     for n, ops in ((fout, d["out_ops"]), (fin, d["in_ops"])):
         if n > 0:
             for op in ops:
@@ -95,7 +96,7 @@ def compute_s(d: dict, dev, bpe: float) -> float:
 
 def memory_b(d: dict, bpe: float, opt: float) -> float:
     _, w, fin, fout = sizes(d)
-    stored = (fin if d["k"] else 0.0) + fout * sum(o.stored for o in d["out_ops"]) + fin * sum(o.stored for o in d["in_ops"])
+    stored = (d["top"] * fin if d["k"] else 0.0) + fout * sum(o.stored for o in d["out_ops"]) + fin * sum(o.stored for o in d["in_ops"])
     return w * (2 * bpe + opt) + stored * bpe
 
 
@@ -103,7 +104,7 @@ def raw(node, batch) -> dict:
     d = node.dims
     return {"B": float(batch), "Di": d.in_features, "Do": d.out_features, "Si": d.in_spatial, "So": d.out_spatial,
             "k": d.kernel, "g": d.groups, "out_ops": d.out_ops, "in_ops": d.in_ops, "tables": d.tables,
-            "rowx": sum(op.row_exchange for op in d.out_ops)}
+            "rowx": sum(op.row_exchange for op in d.out_ops), "E": d.experts, "top": d.active}
 
 
 def group_device(group):

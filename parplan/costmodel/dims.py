@@ -90,11 +90,16 @@ class LayerDims:
     in_ops: tuple[ElementOp, ...] = ()
     #: Entries of the embedding tables this node reads directly (each ``entries x Di``).
     tables: float = 0.0
+    #: A mixture-of-experts bank: weight matrices, and experts each token is routed to (its
+    #: products and stored input count that many times; docs/costmodel.md section 1).
+    experts: int = 1
+    active: int = 1
 
     @property
     def flops(self) -> float:
         """FLOPs of forward + backward + gradient of the weighted product (0 for a join)."""
-        return 6.0 * self.batch * self.out_features * self.out_spatial * self.in_features * self.kernel / self.groups
+        return (6.0 * self.active * self.batch * self.out_features * self.out_spatial * self.in_features * self.kernel
+                / self.groups)
 
     @property
     def op_flops(self) -> float:
@@ -110,7 +115,8 @@ class LayerDims:
     def weight_elements(self) -> float:
         """|W| = |dW| = Di * Do * kh*kw / groups, plus the embedding tables the node reads
         (``tables * Di``; biases and norm parameters are not counted)."""
-        return self.in_features * self.out_features * self.kernel / self.groups + self.tables * self.in_features
+        return (self.experts * self.in_features * self.out_features * self.kernel / self.groups
+                + self.tables * self.in_features)
 
     @property
     def row_exchange_elements(self) -> float:
@@ -132,7 +138,7 @@ class LayerDims:
     def stored_elements(self) -> float:
         """Activation elements kept for the backward pass: a weighted layer's input (the gradient
         product needs it) plus what the carried ops store."""
-        own = self.in_elements if self.kernel else 0.0
+        own = self.active * self.in_elements if self.kernel else 0.0
         return (own + self.out_elements * sum(op.stored for op in self.out_ops)
                 + self.in_elements * sum(op.stored for op in self.in_ops))
 
@@ -141,7 +147,7 @@ class LayerDims:
         a roofline for the weighted product plus one per carried op."""
         t = 0.0
         if self.kernel and self.flops > 0:
-            traffic = WEIGHTED_TRAFFIC * (self.in_elements + self.weight_elements + self.out_elements)
+            traffic = WEIGHTED_TRAFFIC * (self.active * (self.in_elements + self.out_elements) + self.weight_elements)
             t = roofline_seconds(self.flops, traffic * bytes_per_element, device)
         for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
             if size > 0:
@@ -159,7 +165,7 @@ class LayerDims:
         """A copy with B, Di, Do multiplied by the given factors."""
         return LayerDims(self.batch * batch, self.in_features * in_features, self.out_features * out_features,
                          self.in_spatial, self.out_spatial, self.kernel, self.groups, self.out_ops, self.in_ops,
-                         self.tables)
+                         self.tables, self.experts, self.active)
 
 
 @dataclass(frozen=True)
@@ -193,7 +199,7 @@ def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
                        if s != INPUT and isinstance(graph.layer(s), Embedding)))
     if layer.weighted:
         return LayerDims(batch, x.channels, y.channels, x.spatial, y.spatial, layer.kernel_elements(), layer.groups,
-                         tables=tables)
+                         tables=tables, experts=getattr(layer, "experts", 1), active=getattr(layer, "top_k", 1))
     return LayerDims(batch, y.channels, y.channels, y.spatial, y.spatial, 0, tables=tables)
 
 

@@ -164,12 +164,21 @@ class Linear(Layer):
     #: Apply the same weights at every position (a token-wise projection, as nn.Linear on
     #: [batch, seq, hidden]): the input may be (C, S, 1) and the output is (out_features, S, 1).
     per_position: bool = False
+    #: A mixture-of-experts bank: ``experts`` weight matrices, each token routed to ``top_k`` of
+    #: them; priced with balanced routing, each expert seeing top_k / experts of the tokens
+    #: (docs/costmodel.md section 1).
+    experts: int = 1
+    top_k: int = 1
     weighted: ClassVar[bool] = True
     groups: ClassVar[int] = 1
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         x = self._single(in_shapes)
         _positive(self.name, "out_features", self.out_features)
+        _positive(self.name, "experts", self.experts)
+        _positive(self.name, "top_k", self.top_k)
+        if self.top_k > self.experts:
+            raise GraphError(f"layer '{self.name}': top_k ({self.top_k}) exceeds experts ({self.experts})")
         if self.per_position:
             return Shape(self.out_features, x.height, x.width)
         if x.spatial != 1:
@@ -183,7 +192,7 @@ class Linear(Layer):
         return 1
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
-        return in_shapes[0].channels * self.out_features + (self.out_features if self.bias else 0)
+        return self.experts * (in_shapes[0].channels * self.out_features + (self.out_features if self.bias else 0))
 
 
 @dataclass(frozen=True)
@@ -300,6 +309,42 @@ class Bias(Layer):
 
 
 @dataclass(frozen=True)
+class Glu(Layer):
+    """Gated linear unit on a fused projection: ``function(first half) * second half``,
+    (2C, H, W) -> (C, H, W) (a fused gate/up projection of SwiGLU experts). Its backward reads
+    its input."""
+
+    function: str = "silu"
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        if x.channels % 2:
+            raise GraphError(f"layer '{self.name}': a gated unit needs an even channel count (got {x.channels})")
+        return Shape(x.channels // 2, x.height, x.width)
+
+
+@dataclass(frozen=True)
+class PatchMerge(Layer):
+    """Space to depth: each ``block x block`` patch of positions becomes one position with
+    ``block^2`` times the channels, (C, H, W) -> (b^2 C, H/b, W/b) (Swin's patch merging before
+    its reduction layer). A copy: nothing is stored, nothing computed."""
+
+    block: int = 2
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        _positive(self.name, "block", self.block)
+        if x.height % self.block or x.width % self.block:
+            raise GraphError(f"layer '{self.name}': a {x.height}x{x.width} input is not whole {self.block}x"
+                             f"{self.block} patches")
+        return Shape(x.channels * self.block**2, x.height // self.block, x.width // self.block)
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        _, traffic, _ = super().training_cost(in_shapes, out_shape)
+        return 0.0, traffic, 0.0
+
+
+@dataclass(frozen=True)
 class Tokens(Layer):
     """Prepends ``count`` learned tokens to the positions (ViT's class token): a (C, H, W)
     input becomes the sequence (C, count + H*W, 1); ``count x channels`` parameters."""
@@ -365,6 +410,9 @@ class Attention(Layer):
 
     heads: int = 1
     kv_heads: int = 0
+    #: Positions each query attends to, in blocks of this many (0: the whole sequence); Swin's
+    #: window attention over 7 x 7 windows has window 49.
+    window: int = 0
     #: Entries of a learned attention bias added to the scores (T5's relative position
     #: buckets x heads): parameters only; looking them up costs nothing worth pricing.
     bias_params: int = 0
@@ -385,6 +433,8 @@ class Attention(Layer):
                 f"layer '{self.name}': input channels ({x.channels}) must be (heads + 2 kv_heads) x head size "
                 f"= {parts} x d; feed it the fused Q, K, V projection"
             )
+        if self.window < 0 or self.window and x.spatial % self.window:
+            raise GraphError(f"layer '{self.name}': window ({self.window}) must divide the {x.spatial} positions")
         return Shape(x.channels // parts * self.heads, x.height, x.width)
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
@@ -395,7 +445,8 @@ class Attention(Layer):
         head, 2 S^2 d each forward and twice that backward."""
         x = in_shapes[0]
         hidden = x.channels // (self.heads + 2 * self.key_heads) * self.heads
-        return 3 * 2 * 2 * batch * x.spatial * x.spatial * hidden
+        keys = min(self.window, x.spatial) if self.window else x.spatial
+        return 3 * 2 * 2 * batch * x.spatial * keys * hidden
 
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
         """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and

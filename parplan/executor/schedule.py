@@ -195,6 +195,8 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
         out = info.out_shape[name]
         srcs = [frames[s] for s in layer.inputs]
         if isinstance(layer, (Conv2d, Linear)):
+            if getattr(layer, "experts", 1) != 1:
+                raise ConfigError(f"run: layer '{name}' is a mixture-of-experts bank; the executor runs dense layers")
             if getattr(layer, "groups", 1) != 1:
                 raise ConfigError(f"run: layer '{name}' is a grouped convolution (groups={layer.groups}); "
                                   "the executor runs groups=1 only")
@@ -213,6 +215,9 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                 off += f.cols
             frames[name] = Frame(out.channels, out.spatial, tuple(segs))
         elif isinstance(layer, Attention):
+            if layer.kv_heads not in (0, layer.heads) or layer.bias_params:
+                raise ConfigError(f"run: attention '{name}' has grouped key/value heads or a learned bias; "
+                                  "the executor runs plain multi-head attention")
             src = srcs[0]
             head = out.channels // layer.heads
             if src.segments != ((0, src.cols),):
@@ -220,6 +225,8 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
             heads_of[layer.inputs[0]] = 3 * head
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),), head)
         elif isinstance(layer, ELEMENTWISE):
+            if isinstance(layer, Norm) and layer.kind not in ("batch", "layer"):
+                raise ConfigError(f"run: norm '{name}' is a {layer.kind} norm; the executor runs batch and layer norm")
             if isinstance(layer, Activation) and layer.function.lower() not in FUNCTIONS:
                 raise ConfigError(f"run: activation '{name}' uses '{layer.function}'; the executor runs "
                                   f"{', '.join(FUNCTIONS)}")

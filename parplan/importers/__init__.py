@@ -59,10 +59,12 @@ from parplan.costmodel.graph import (
     Conv2d,
     Embedding,
     Flatten,
+    Glu,
     Graph,
     Linear,
     Mul,
     Norm,
+    PatchMerge,
     Pool2d,
     Scale,
     Shape,
@@ -108,6 +110,7 @@ class Scores:
     k: Act | Piece
     heads: int
     bias: "Param | None" = None
+    window: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,33 @@ class Half:
 
     base: Act
     whole: bool = False
+
+
+@dataclass(frozen=True)
+class Gated:
+    """``function`` applied to the first of two pieces of a fused projection: times the second
+    piece it is a gated linear unit (:class:`Glu`)."""
+
+    act: Act
+    function: str
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """Mixture-of-experts dispatch: the tokens of ``value`` each copied to ``k`` experts (an
+    index by the router's choices); summing the ``k`` copies combines them again."""
+
+    value: "Value"
+    k: int
+
+
+@dataclass(frozen=True)
+class Strided:
+    """Every other position of activation ``base`` along ``count`` spatial dims (Swin's
+    ``x[:, 0::2, 1::2, :]``); four such quarters concatenated on the features merge patches."""
+
+    base: Act
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -174,7 +204,8 @@ CONST = _Const()
 #: The value of a node whose inputs include an unsupported operator's non-tensor output.
 BAD = object()
 
-Value = Act | Piece | Scores | Derived | RowStat | Half | Repeated | Stacked | Param | _Const | object
+Value = (Act | Piece | Scores | Derived | RowStat | Half | Gated | Dispatched | Strided | Repeated | Stacked | Param
+         | _Const | object)
 
 
 class Unsupported(Exception):
@@ -183,7 +214,7 @@ class Unsupported(Exception):
 
 def is_data(value: Value) -> bool:
     """True for values that carry the input's data (activations and the partial forms above)."""
-    return isinstance(value, (Act, Piece, Scores, Derived, RowStat, Half, Repeated, Stacked))
+    return isinstance(value, (Act, Piece, Scores, Derived, RowStat, Half, Gated, Dispatched, Strided, Repeated, Stacked))
 
 
 def stand_in(label: str, ps: Sequence[int]) -> Act:
@@ -292,7 +323,10 @@ class GraphBuilder:
             raise Unsupported(f"{what} on one piece of a split tensor (only q, k, v of attention may be pieces)")
         if isinstance(value, Scores):
             raise Unsupported(f"{what} on attention scores (only scale, mask, softmax, dropout and @ v may follow q @ k^T)")
-        if isinstance(value, (Derived, RowStat, Half)):
+        if isinstance(value, Dispatched):
+            raise Unsupported(f"{what} on tokens dispatched to experts (only expert products, element-wise "
+                              "functions and the weighted sum of the copies may follow the dispatch)")
+        if isinstance(value, (Derived, RowStat, Half, Strided, Gated)):
             raise Unsupported(f"{what} on an unfinished element-wise expression (a power, a per-position "
                               "statistic or half of the head dim) that matches no known pattern (GELU, RMS norm, RoPE)")
         raise Unsupported(f"{what} on a constant or learned tensor instead of an activation")
@@ -402,6 +436,8 @@ class GraphBuilder:
             return x  # softmax of scores, rsqrt of a statistic, a negated half
         if isinstance(x, Derived):
             x = Act(x.base.src, x.base.shape, base=x.base.base)
+        if isinstance(x, Piece) and x.count == 2 and x.index == 0:
+            return Gated(x.act, function)  # act(gate) of a fused gate / up projection
         act = self._act(x, function)
         layer = self._emit(Activation, name, (act.src,), expected=act.shape.elements, function=function)
         return Act(layer, act.shape, base=act.base or act.src)
@@ -444,7 +480,7 @@ class GraphBuilder:
         if isinstance(a, Scores) or isinstance(b, Scores):
             scores, other = (a, b) if isinstance(a, Scores) else (b, a)
             if isinstance(other, Param):  # a learned attention bias (T5, Swin): its table counts once
-                return Scores(scores.q, scores.k, scores.heads, scores.bias or other)
+                return Scores(scores.q, scores.k, scores.heads, scores.bias or other, scores.window)
             raise Unsupported("add of an activation to attention scores")
         if isinstance(a, Param) or isinstance(b, Param):
             act, param = (a, b) if isinstance(b, Param) else (b, a)
@@ -516,6 +552,13 @@ class GraphBuilder:
                 return a  # scaling by a constant (or a mask) keeps the value and its role
         if isinstance(b, Param):
             return self._learned_scale(name, a, b)
+        if isinstance(b, Gated):
+            a, b = b, a
+        if isinstance(a, Gated):
+            if not (isinstance(b, Piece) and b.act == a.act and b.count == 2 and b.index == 1):
+                raise Unsupported("a gate of one projection's first half times something but its second half")
+            layer = self._emit(Glu, name, (a.act.src,), expected=a.act.shape.elements // 2, function=a.function)
+            return Act(layer, Shape(a.act.shape.channels // 2, a.act.shape.height, a.act.shape.width))
         if isinstance(a, RowStat) and isinstance(b, Act):
             a, b = b, a
         if isinstance(a, Act) and isinstance(b, RowStat):
@@ -579,6 +622,25 @@ class GraphBuilder:
             return x
         raise Unsupported("a slice of the head dim of a value that is not an activation")
 
+    def stride2(self, x: Value) -> Value:
+        """Every other position of ``x`` along one spatial dim."""
+        if isinstance(x, Strided):
+            return Strided(x.base, x.count + 1)
+        return Strided(self._act(x, "a strided slice"))
+
+    def expert_linear(self, name: str, x: Value, out_features: int, experts: int, key: Hashable | None = None) -> Value:
+        """A mixture-of-experts bank (``experts`` matrices) on dispatched tokens."""
+        if not isinstance(x, Dispatched) or not isinstance(x.value, Act):
+            raise Unsupported("an expert product on tokens that were not dispatched by a router")
+        act = x.value
+        if experts < x.k:
+            raise Unsupported(f"tokens routed to {x.k} of {experts} experts")
+        layer = self._emit(Linear, name, (act.src,), expected=out_features * act.shape.spatial,
+                           out_features=int(out_features), bias=False, per_position=True, experts=int(experts),
+                           top_k=int(x.k))
+        self._own(layer, key)
+        return Dispatched(Act(layer, Shape(int(out_features), act.shape.height, act.shape.width)), x.k)
+
     def repeat(self, x: Value, factor: int) -> Value:
         """Each head of ``x`` repeated ``factor`` times (grouped-query attention's repeat_kv)."""
         if isinstance(x, Repeated):
@@ -610,6 +672,11 @@ class GraphBuilder:
         """Concatenation along the feature dimension (``feature_axis``)."""
         if all(isinstance(x, Half) for x in xs) and len({x.base for x in xs}) == 1:
             return Half(xs[0].base, whole=True)  # rotate_half(x): the halves swapped
+        if (feature_axis and len(xs) == 4 and all(isinstance(x, Strided) and x.count == 2 for x in xs)
+                and len({x.base for x in xs}) == 1):
+            base = xs[0].base  # the four quarters of every 2 x 2 patch side by side: patch merging
+            layer = self._emit(PatchMerge, name, (base.src,), expected=base.shape.elements, block=2)
+            return Act(layer, Shape(4 * base.shape.channels, base.shape.height // 2, base.shape.width // 2))
         if not feature_axis:
             raise Unsupported("concatenation along a dim other than the feature dim")
         acts = [self._act(x, "a concatenation") for x in xs]
@@ -658,18 +725,21 @@ class GraphBuilder:
         if not (is_data(a) and is_data(b)):
             return CONST if not (is_data(a) or is_data(b)) else self._matmul_const(a, b)
         if isinstance(a, Scores):
-            return self.attention(name, a.q, a.k, b, a.heads, bias=a.bias)
+            return self.attention(name, a.q, a.k, b, a.heads, bias=a.bias, window=a.window)
         if isinstance(b, Scores):
             raise Unsupported("attention scores on the right of a product")
         ps_a = tuple(ps_a)
-        heads = ps_a[0] if len(ps_a) == 3 else 1
-        return Scores(a, b, heads)
+        heads = ps_a[-3] if len(ps_a) >= 3 else 1
+        # (windows, heads, window positions, d): attention within windows of ps_a[-2] positions
+        window = ps_a[-2] if len(ps_a) >= 4 and ps_a[0] > 1 else 0
+        return Scores(a, b, heads, window=window)
 
     @staticmethod
     def _matmul_const(a: Value, b: Value) -> Value:
         raise Unsupported("product of an activation with a constant tensor")
 
-    def attention(self, name: str, q: Value, k: Value, v: Value, heads: int, bias: "Param | None" = None) -> Act:
+    def attention(self, name: str, q: Value, k: Value, v: Value, heads: int, bias: "Param | None" = None,
+                  window: int = 0) -> Act:
         """Scaled dot-product attention on q, k, v: pieces of one fused projection, or three
         activations; k and v may have fewer heads (grouped-query attention, repeated or not)."""
         parts = (q, k, v)
@@ -701,6 +771,8 @@ class GraphBuilder:
         attrs = {"heads": int(heads)}
         if kv_heads != heads:
             attrs["kv_heads"] = int(kv_heads)
+        if window and window < fused.shape.spatial:
+            attrs["window"] = int(window)
         if isinstance(bias, Param) and bias.key not in self._owners:
             attrs["bias_params"] = math.prod(bias.shape)  # a learned bias shared by layers counts once
         layer = self._emit(Attention, name, (fused.src,), expected=hidden * fused.shape.spatial, **attrs)

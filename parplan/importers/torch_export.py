@@ -35,6 +35,7 @@ from parplan.importers import (
     BAD,
     CONST,
     Act,
+    Dispatched,
     GraphBuilder,
     Half,
     Param,
@@ -65,7 +66,7 @@ VIEWS = frozenset({
     "aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.unsqueeze", "aten.squeeze",
     "aten.flatten", "aten.unflatten", "aten.expand", "aten.to", "aten._to_copy", "aten.type_as",
     "aten.lift_fresh_copy", "aten.view_as", "aten.reshape_as", "aten.expand_as", "aten.movedim",
-    "aten.swapaxes", "aten.mT", "aten.numpy_T",
+    "aten.swapaxes", "aten.mT", "aten.numpy_T", "aten.roll",
 })
 #: Element-wise functions with a name (an Activation layer; on scores, statistics or halves
 #: they pass through).
@@ -96,6 +97,10 @@ CONSTANT_RESULT = frozenset({
     "aten.logical_not", "aten.__and__", "aten.__or__", "aten.bitwise_and", "aten.bitwise_or",
     "aten.bitwise_not", "aten.argmax", "aten.argmin", "aten.cumsum", "aten.isnan", "aten.isinf",
 })
+
+#: Operators that take dispatched tokens as such (the rest apply to each copy).
+DISPATCH_AWARE = frozenset({"aten.index", "aten.sum", "transformers.grouped_mm_fallback", "aten._grouped_mm",
+                            "getitem"})
 
 #: Operators whose result depends on a tensor's shape only.
 SHAPE_ONLY = frozenset({"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.new_empty", "aten.zeros_like",
@@ -316,6 +321,14 @@ class _Converter:
             handler = lambda n, a, k: self.b.derive(a[0])  # noqa: E731
         if handler is None and op in VIEWS:
             handler = self._view
+        ks = {v.k for v in flat if isinstance(v, Dispatched)}
+        if ks and handler is not None and op not in DISPATCH_AWARE:
+            # an op on dispatched tokens applies to each copy: unwrap, run, wrap again
+            inner, k = handler, ks.pop()
+
+            def handler(n, a, kw, inner=inner, k=k):
+                out = inner(n, _undispatch(a), _undispatch(kw))
+                return _dispatch(out, k)
         # an operator reading what an unsupported one produced is not a root cause: not reported
         tainted = any(a in self.tainted for a in node.all_input_nodes)
         if tainted:
@@ -505,6 +518,11 @@ class _Converter:
             "aten.adaptive_max_pool2d": lambda n, a, k: [self._adaptive(n, a, "max"), CONST],
             "aten.pad": self._pad,
             "aten.constant_pad_nd": self._pad,
+            "aten.index": self._index,
+            "aten.sum": self._sum,
+            "aten.topk": lambda n, a, k: [CONST, CONST],  # the router's choices
+            "transformers.grouped_mm_fallback": self._grouped_mm,
+            "aten._grouped_mm": self._grouped_mm,
             "aten.bernoulli": lambda n, a, k: CONST,
             "aten.bernoulli_": lambda n, a, k: a[0] if not is_data(a[0]) else a[0],
         }
@@ -539,7 +557,9 @@ class _Converter:
         """Splits the last dim into (3, E) and a select / unbind along that 3 follows
         (a fused QKV projection taken apart, as nn.MultiheadAttention does)."""
         before, after = node.args[0].meta["val"].shape, node.meta["val"].shape
-        if len(after) != len(before) + 1 or after[-2] != 3 or after[-1] * 3 != before[-1]:
+        k = len(before) - 1
+        if (len(after) <= k + 1 or tuple(after[:k]) != tuple(before[:k]) or after[k] != 3
+                or 3 * math.prod(after[k + 1:]) != before[-1]):
             return False
         todo, seen = [node], set()
         while todo:
@@ -680,9 +700,13 @@ class _Converter:
             # a learned class token before the sequence
             count = self.ps(node)[0] - self.ps(node.args[0][1])[0]
             return self.b.tokens(self._label(node), tensors[0], data[0], count)
-        feature = dim == (1 if rank in (2, 4) else rank - 1) or (rank > 2 and dim == rank - 1)
-        if rank == 4 and dim == 3 and not all(isinstance(t, Half) for t in tensors):
-            feature = False
+        # the feature axis: where each input's size is its IR channel count
+        feature = True
+        for value, arg in zip(tensors, node.args[0]):
+            base = value if isinstance(value, Act) else getattr(value, "base", None)
+            if not isinstance(base, Act) or int(arg.meta["val"].shape[dim]) != base.shape.channels:
+                feature = isinstance(value, Half)
+                break
         return self.b.concat(self._label(node), tensors, feature)
 
     def _select(self, node, args, kwargs) -> Value:
@@ -709,6 +733,8 @@ class _Converter:
             return x  # the whole tensor
         if dim == len(shape) - 1 and step == 1 and end - start == size // 2 and size % 2 == 0 and len(shape) >= 3:
             return self.b.half(x)  # RoPE's halves of the head dim
+        if 0 < dim < len(shape) - 1 and step == 2 and start in (0, 1) and size % 2 == 0 and len(shape) == 4:
+            return self.b.stride2(x)  # every other row / column of a channels-last image
         raise Unsupported(f"slicing [{start}:{end}:{step}] of dim {dim} of a {tuple(shape)} tensor (drops elements)")
 
     def _split(self, node, args, kwargs) -> Value:
@@ -757,6 +783,36 @@ class _Converter:
         return self.b.pool(self._label(node), args[0], self.ps(node.args[0]), self._pool_out(node), mode,
                            _pair(kernel), _pair(stride), _pair(padding), bool(ceil))
 
+    def _index(self, node, args, kwargs) -> Value:
+        """Rows of a tensor picked by computed indices: the router's dispatch of tokens to their
+        experts (k copies of each), or a permutation of dispatched tokens."""
+        x, indices = args[0], args[1]
+        if any(is_data(i) for i in indices) or len([i for i in indices if i is not None]) != 1:
+            raise Unsupported("indexing by data-dependent or several index tensors")
+        rows_in, rows_out = int(node.args[0].meta["val"].shape[0]), int(node.meta["val"].shape[0])
+        if rows_out % rows_in or indices[0] is None:
+            raise Unsupported("indexing that drops rows")
+        k = rows_out // rows_in
+        if isinstance(x, Dispatched):
+            return Dispatched(x.value, x.k * k)
+        self.b._act(x, "an index")  # noqa: SLF001 - the builder's check, with its message
+        return Dispatched(x, k) if k > 1 else x
+
+    def _sum(self, node, args, kwargs) -> Value:
+        x, dims = args[0], args[1] if len(args) > 1 else None
+        shape = node.args[0].meta["val"].shape
+        if isinstance(x, Dispatched) and isinstance(dims, (list, tuple)) and len(dims) == 1 \
+                and int(shape[dims[0]]) == x.k:
+            return x.value  # the weighted copies summed: the experts combined
+        raise Unsupported("a sum over a dim (only combining the experts' copies of each token)")
+
+    def _grouped_mm(self, node, args, kwargs) -> Value:
+        x, weight = args[0], args[1]
+        if not isinstance(weight, Param) or len(weight.shape) != 3:
+            raise Unsupported("a grouped product whose weight is not a learned (experts, in, out) tensor")
+        return self.b.expert_linear(self._label(node), x, int(node.meta["val"].shape[-1]), weight.shape[0],
+                                    key=weight.key)
+
     def _pad(self, node, args, kwargs) -> Value:
         pads = args[1]
         if any(int(p) for p in pads):
@@ -769,6 +825,22 @@ class _Converter:
 
     def _adaptive(self, node, args, mode: str) -> Value:
         return self.b.pool(self._label(node), args[0], self.ps(node.args[0]), self._pool_out(node), mode, adaptive=True)
+
+
+def _undispatch(value):
+    if isinstance(value, Dispatched):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_undispatch(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _undispatch(v) for k, v in value.items()}
+    return value
+
+
+def _dispatch(value, k: int):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_dispatch(v, k) for v in value)
+    return Dispatched(value, k) if is_data(value) else value
 
 
 def _pair(value) -> tuple[int, int]:
