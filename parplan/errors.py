@@ -26,5 +26,9 @@ class SolverError(ParplanError):
     """A solver backend is unavailable or failed in a way that is not the user's input."""
 
 
+class TableTooLarge(SolverError):
+    """The exact DP would need a table larger than its limit (a node with many consumers)."""
+
+
 class InfeasibleError(ParplanError):
     """The planning problem has no feasible plan (e.g. memory too small)."""

@@ -45,7 +45,7 @@ from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.regions import ROOT, Region, child_region
-from parplan.errors import ConfigError, SolverError
+from parplan.errors import ConfigError, TableTooLarge
 
 #: Largest share grid a planner accepts (states per node grow as 3 x grid).
 MAX_SHARE_GRID = 1024
@@ -194,7 +194,7 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
     k = len(scope)
     cells = float(np.prod([tables[w].size for w in scope], dtype=float))
     if cells > MAX_FACTOR_CELLS:
-        raise SolverError(
+        raise TableTooLarge(
             f"graph '{sp.planning.name}': node '{sp.planning.nodes[u].name}' feeds {k - 1} consumers, and its cost "
             f"table would have {cells:.3g} cells (limit {MAX_FACTOR_CELLS:.3g}); use a coarser --share-grid "
             f"(now {options.share_grid})"

@@ -8,7 +8,8 @@ ties to the lowest index, so a chain is walked front to back as the classic laye
 it adds the tables that mention the node, minimises over its states and keeps the argmin for
 the way back. It is exact for the states it is given, on any DAG; its cost grows with the
 largest table, ``states ^ (tables' joint scope)``. Graphs whose tables exceed ``max_cells``
-are refused with a pointer to a coarser grid or the exact solver.
+raise :class:`~parplan.errors.TableTooLarge`; :func:`local_search` then plans the split
+without a table (a fallback that always returns a plan, with no optimality claim).
 
 Example:
     >>> from parplan.zoo import get_model
@@ -22,13 +23,15 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from parplan.costmodel.cost import REL_TOL
+from parplan.costmodel.cost import REL_TOL, ShareMode, node_terms, node_value, share_points
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
-from parplan.costmodel.split import PlanOptions, SplitProblem, all_choices, node_factor, split_tables
-from parplan.errors import SolverError
+from parplan.costmodel.split import PlanOptions, SplitProblem, all_choices, factor_scope, node_factor, split_tables
+from parplan.errors import TableTooLarge
 
 #: Largest table (cells) the DP builds.
 MAX_CELLS = 3 * 10**7
@@ -86,7 +89,7 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
         shape = tuple(tables[w].size for w in scope)
         cells = int(np.prod(shape, dtype=float))
         if cells > max_cells:
-            raise SolverError(
+            raise TableTooLarge(
                 f"graph '{sp.planning.name}': the DP needs a table of {cells:.3g} cells at node "
                 f"'{sp.planning.nodes[v].name}' (limit {max_cells:.3g}); use a coarser --share-grid "
                 f"(now {options.share_grid}) or the exact solver (parplan solve)"
@@ -113,5 +116,70 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
     return value, Split(choices, shares)
 
 
-__all__ = ["MAX_CELLS", "continuous_bound", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
+#: Sweeps of :func:`local_search` over all nodes (each sweep can only lower the objective).
+MAX_SWEEPS = 50
+
+
+def fallback_split(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CELLS) -> tuple[float, Split, str]:
+    """(objective, split, how) for a split whose DP tables are too large (a node read by many
+    consumers: Llama's residual stream feeding q, k, v and the next add; DenseNet's concats).
+
+    The exact DP on the coarsest-but-one share grid that fits (half, a quarter, ... of the
+    points) gives a start; :func:`local_search` on the requested grid improves it. No
+    optimality is claimed on the requested grid."""
+    grid, start, how = options.share_grid // 2, None, "local search from data parallelism"
+    while options.shares is ShareMode.FREE and grid >= 2 and start is None:
+        try:
+            _, start = frontier_dp(sp, replace(options, share_grid=grid), max_cells)
+            how = f"exact DP on a share grid of {grid}, then local search on {options.share_grid}"
+        except TableTooLarge:
+            grid //= 2
+    value, split = local_search(sp, options, start)
+    return value, split, how
+
+
+def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = None) -> tuple[float, Split]:
+    """(objective, split) by coordinate descent over the nodes' states: no table is built.
+
+    From ``start`` (default: data parallelism, every node's first choice at the proportional
+    share) it repeatedly gives each node, in order, its best state with all others fixed,
+    until a sweep changes nothing; each step evaluates only the factors that mention the node.
+    The result is a local optimum, priced exactly like any plan."""
+    n = len(sp.planning.nodes)
+    tables = split_tables(sp, options)
+    mode = ShareMode.PROPORTIONAL if options.shares is ShareMode.FREE else options.shares
+    prop = share_points(sp.side, mode, 1)[0]
+    state = []
+    for v, t in enumerate(tables):
+        choice = start.choices[v] if start is not None else t.choices[0]
+        share = start.shares[v] if start is not None else prop
+        same = [i for i in range(t.size) if t.choices[i] == choice] or list(range(t.size))
+        state.append(min(same, key=lambda i: abs(float(t.shares[i]) - share)))
+    scopes = [factor_scope(sp.planning, u) for u in range(n)]
+    touching = [[u for u in range(n) if v in scopes[u]] for v in range(n)]
+
+    def factor(u: int, v: int) -> np.ndarray:
+        """Factor ``u`` for every state of node ``v`` (the others at their current state)."""
+        idx = {w: np.asarray(state[w]) for w in scopes[u]}
+        idx[v] = np.arange(tables[v].size)
+        terms = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
+        return np.broadcast_to(np.asarray(node_value(terms, options.objective, sp.floor(u, options)), dtype=float),
+                               (tables[v].size,))
+
+    for _ in range(MAX_SWEEPS):
+        changed = False
+        for v in range(n):
+            total = sum(factor(u, v) for u in touching[v])
+            best = int(np.argmin(total))
+            if total[best] < total[state[v]] - REL_TOL * abs(total[state[v]]):
+                state[v], changed = best, True
+        if not changed:
+            break
+    value = sum(float(factor(u, u)[state[u]]) for u in range(n))
+    choices = tuple(tables[v].choices[state[v]] for v in range(n))
+    shares = tuple(float(tables[v].shares[state[v]]) for v in range(n))
+    return value, Split(choices, shares)
+
+
+__all__ = ["MAX_CELLS", "continuous_bound", "fallback_split", "local_search", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
            "solve_split", "PartitionType"]

@@ -44,9 +44,9 @@ from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.layout import Choice, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode
 from parplan.costmodel.problem import Plan, Problem
-from parplan.errors import ConfigError
+from parplan.errors import ConfigError, TableTooLarge
 from parplan.costmodel.split import PlanOptions, all_choices
-from parplan.solvers.dp import solve_split
+from parplan.solvers.dp import fallback_split, solve_split
 from parplan.solvers.hierarchy import plan_top_down
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
@@ -141,10 +141,32 @@ def make_plan(
                           "build one with Problem(load_model(...), parse_array(...), batch=...)")
     opts = options if options is not None else planner_options(planner, objective, shares, share_grid)
     info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
+    notes: list[str] = []
     if planner.strip().lower() != "accpar" or options is not None or opts.objective is not Objective.TIME:
-        plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), planner, progress)
-        return Plan(plan.splits, planner=planner, info=info)
-    return _portfolio(problem, opts, progress)
+        plan = plan_top_down(problem, _solver(opts, notes), planner, progress)
+        plan = Plan(plan.splits, planner=planner, info=info)
+    else:
+        plan = _portfolio(problem, opts, progress, notes)
+    if notes:
+        plan = Plan(plan.splits, planner=plan.planner, info={**plan.info, "fallback": _fallback_note(notes)})
+    return plan
+
+
+def _solver(opts: PlanOptions, notes: list[str]) -> Callable:
+    """The exact DP per split; where its tables are too large, the local search (noted)."""
+    def solve(sp):
+        try:
+            return solve_split(sp, opts)
+        except TableTooLarge as exc:
+            _, split, how = fallback_split(sp, opts)
+            notes.append(f"{exc}".split("; use")[0] + f"; planned by {how}")
+            return split
+    return solve
+
+
+def _fallback_note(notes: list[str]) -> str:
+    return (f"{len(notes)} split(s) too large for the exact DP, planned without an optimality claim "
+            f"(first: {notes[0].split(': ', 1)[-1]})")
 
 
 #: Level criteria tried by the ``accpar`` portfolio, AccPar's own first (ties keep the earliest).
@@ -157,18 +179,18 @@ PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
 )
 
 
-def _portfolio(problem: Problem, opts: PlanOptions, progress) -> Plan:
+def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) -> Plan:
     from parplan.costmodel.evaluate import evaluate  # local: planners do not price, they select
 
     info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
     if problem.array.depth <= 1:
         # one split: the DP under AccPar's own options is already the exact optimum
-        plan = plan_top_down(problem, lambda sp: solve_split(sp, opts), "accpar", progress)
+        plan = plan_top_down(problem, _solver(opts, notes), "accpar", progress)
         return Plan(plan.splits, planner="accpar", info={**info, "selected": "accpar"})
     best: tuple[float, str, Plan] | None = None
     for label, candidate in PORTFOLIO:
         o = opts if candidate is None else replace(candidate, share_grid=opts.share_grid)
-        plan = plan_top_down(problem, lambda sp, o=o: solve_split(sp, o), "accpar", progress)
+        plan = plan_top_down(problem, _solver(o, notes), "accpar", progress)
         t = evaluate(problem, plan).step_time_s
         if best is None or t < best[0] * (1.0 - 1e-12):
             best = (t, label, plan)
