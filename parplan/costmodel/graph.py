@@ -413,6 +413,8 @@ class Attention(Layer):
     #: Positions each query attends to, in blocks of this many (0: the whole sequence); Swin's
     #: window attention over 7 x 7 windows has window 49.
     window: int = 0
+    #: Rotary position embedding applied to q and k inside the core (Llama's RoPE): element-wise.
+    rotary: bool = False
     #: Entries of a learned attention bias added to the scores (T5's relative position
     #: buckets x heads): parameters only; looking them up costs nothing worth pricing.
     bias_params: int = 0
@@ -450,8 +452,13 @@ class Attention(Layer):
 
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
         """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and
-        writes the output (and the reverse backward), storing its input."""
+        writes the output (and the reverse backward), storing its input. Rotary embeddings
+        read and write q and k once forward and once backward."""
         _, traffic, stored = super().training_cost(in_shapes, out_shape)
+        if self.rotary:
+            x = in_shapes[0]
+            qk = x.elements // (self.heads + 2 * self.key_heads) * (self.heads + self.key_heads)
+            traffic += 4.0 * qk
         return self.attention_flops(in_shapes, 1.0), traffic, stored
 
 

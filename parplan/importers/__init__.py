@@ -782,6 +782,100 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ result
 
+    def _fuse_gates(self) -> None:
+        """``f(x @ W_gate) * (x @ W_up)`` (SwiGLU, GeGLU) with both projections read only there
+        becomes one fused projection and a :class:`Glu`, as Megatron-LM fuses them: the same
+        parameters and FLOPs, one partition choice for the pair."""
+        users = _consumers(self._layers)
+        tied = {name for pair in self._tied for name in pair}
+        for name, (cls, inputs, attrs) in list(self._layers.items()):
+            if cls is not Mul or len(inputs) != 2:
+                continue
+            found = None
+            for gate_act, up in (inputs, inputs[::-1]):
+                entry = self._layers.get(gate_act)
+                if entry is None or entry[0] is not Activation or users.get(gate_act) != [name]:
+                    continue
+                gate = entry[1][0]
+                pair = [self._layers.get(gate), self._layers.get(up)]
+                if (all(e is not None and e[0] is Linear and e[2].get("per_position") and e[2].get("experts", 1) == 1
+                        for e in pair) and users.get(gate) == [gate_act] and users.get(up) == [name]
+                        and pair[0][1] == pair[1][1] and pair[0][2]["out_features"] == pair[1][2]["out_features"]
+                        and pair[0][2]["bias"] == pair[1][2]["bias"] and not {gate, up} & tied):
+                    found = (gate_act, gate, up, entry[2]["function"])
+                    break
+            if found is None:
+                continue
+            gate_act, gate, up, function = found
+            g = self._layers[gate]
+            width = g[2]["out_features"]
+            fused = self._unique(f"{name.rsplit('.', 1)[0]}.gate_up")
+            expected = self._expected.get(gate, 0) * 2
+            order = list(self._layers)
+            at = order.index(gate)
+            self._layers[fused] = [Linear, g[1], {"out_features": 2 * width, "bias": g[2]["bias"], "per_position": True}]
+            self._expected[fused] = expected
+            self._layers[name] = [Glu, (fused,), {"function": function}]
+            for gone in (gate_act, gate, up):
+                self._layers.pop(gone)
+                self._expected.pop(gone, None)
+            order = [k for k in order if k in self._layers]
+            order.insert(min(at, len(order)), fused)
+            self._layers = {k: self._layers[k] for k in order}
+
+    def _fuse_projections(self) -> None:
+        """Separate q, k, v projections of one input, read only by an attention core (through
+        RoPE on q and k), become one fused projection as in the zoo's transformers: the same
+        parameters and FLOPs, one partition choice for the three (as Megatron-LM splits them),
+        and a planning graph whose fan-out the exact DP handles (docs/importers.md)."""
+        users = _consumers(self._layers)
+        tied = {name for pair in self._tied for name in pair}
+        for name, (cls, inputs, attrs) in list(self._layers.items()):
+            if cls is not Attention or self._layers.get(inputs[0], [None])[0] is not Concat:
+                continue
+            concat = inputs[0]
+            parts = self._layers[concat][1]
+            if len(parts) != 3 or users.get(concat) != [name]:
+                continue
+            chain = []
+            for part in parts:
+                cls_p, ins_p, attrs_p = self._layers[part]
+                rope = cls_p is Activation and attrs_p.get("function") == "rope"
+                proj = ins_p[0] if rope else part
+                if (self._layers.get(proj, [None])[0] is not Linear or users.get(proj) != [part if rope else concat]
+                        or not self._layers[proj][2].get("per_position") or proj in tied
+                        or self._layers[proj][2].get("experts", 1) != 1):
+                    break
+                chain.append((proj, rope))
+            else:
+                projs = [p for p, _ in chain]
+                sources = {self._layers[p][1] for p in projs}
+                biases = {self._layers[p][2]["bias"] for p in projs}
+                rotary = [r for _, r in chain]
+                if len(sources) != 1 or len(biases) != 1 or rotary not in ([False] * 3, [True, True, False]):
+                    continue
+                out = sum(self._layers[p][2]["out_features"] for p in projs)
+                fused = self._unique(f"{name.rsplit('.', 1)[0]}.qkv")
+                first = projs[0]
+                self._layers[fused] = [Linear, self._layers[first][1],
+                                       {"out_features": out, "bias": biases.pop(), "per_position": True}]
+                self._expected[fused] = self._expected.get(first, 0) // max(1, self._layers[first][2]["out_features"]) \
+                    * out
+                for p, rope in zip(projs, rotary):
+                    for gone in ((p, parts[projs.index(p)]) if rope else (p,)):
+                        self._layers.pop(gone, None)
+                        self._expected.pop(gone, None)
+                self._layers.pop(concat)
+                self._expected.pop(concat, None)
+                attrs = dict(attrs, rotary=True) if rotary[0] else attrs
+                self._layers[name] = [Attention, (fused,), attrs]
+                # keep the topological position: the fused projection goes where q was
+                order = list(self._layers)
+                order.remove(fused)
+                order.insert(order.index(name), fused)
+                self._layers = {k: self._layers[k] for k in order}
+
+
     def build(self, name: str | None = None) -> Graph:
         """The finished graph; raises :class:`GraphError` listing every unsupported operator."""
         from parplan.transformers import TiedGraph
@@ -802,6 +896,8 @@ class GraphBuilder:
             raise GraphError(f"model '{name}': has no input")
         if not self._layers:
             raise GraphError(f"model '{name}': has no layers the planner can use")
+        self._fuse_projections()
+        self._fuse_gates()
         layers = tuple(cls(n, inputs, **attrs) for n, (cls, inputs, attrs) in self._layers.items())
         tied = tuple(self._tied)
         graph = (TiedGraph(name, self.input_shape, layers, tied=tied) if tied
@@ -824,6 +920,14 @@ class GraphBuilder:
 def _valued(v: Value) -> Value:
     """Numbers (scalars of the traced program) are constants."""
     return CONST if v is None or isinstance(v, (int, float, bool, complex)) else v
+
+
+def _consumers(layers: dict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, (_, inputs, _) in layers.items():
+        for src in inputs:
+            out.setdefault(src, []).append(name)
+    return out
 
 
 #: x * f(x) written out: the activation it spells.
@@ -865,6 +969,8 @@ def load_external(spec) -> Graph | None:
     """A model an importer reads from ``spec``, or ``None`` if ``spec`` is not one.
 
     - ``path/model.onnx``: :func:`from_onnx` (graph named after the file);
+    - ``hf:<model type>[,key=value...]`` / ``tv:<name>``: a Hugging Face or torchvision model
+      built from its library (:mod:`parplan.importers.hub`);
     - ``path/models.py:factory``: imports the file and calls ``factory()``, which returns a
       :class:`Graph` or an ``(nn.Module, input_shape)`` pair (then :func:`from_torch`, named
       ``<file stem>.<factory>``).
@@ -878,7 +984,11 @@ def load_external(spec) -> Graph | None:
     from pathlib import Path
 
     from parplan.errors import ConfigError
+    from parplan.importers.hub import load_hub
 
+    hub = load_hub(spec)  # hf:<type>, tv:<name>
+    if hub is not None:
+        return hub
     text = str(spec)
     path_text, factory = text, ""
     if ".py:" in text:

@@ -1,0 +1,156 @@
+"""Models from public libraries by name: Hugging Face configurations and torchvision models
+(docs/importers.md). Nothing is downloaded: a Hugging Face model is built from its library's
+default configuration for the model type (``gpt2`` is GPT-2 small, ``llama`` a Llama-2-7B-size
+model, ...) with your overrides, weights on the ``meta`` device, and captured with torch.export.
+
+Specs (``parplan plan --model ...``):
+
+- ``hf:<model type>[,key=value,...]``: e.g. ``hf:gpt2``, ``hf:llama,num_hidden_layers=2``,
+  ``hf:mistral,seq=4096``; ``seq`` is the sequence length (default: the model's positions,
+  at most 2048); the other keys override the configuration. Needs the ``[hf]`` extra.
+- ``tv:<name>[,image=224]``: a torchvision classification model, e.g. ``tv:resnet50``,
+  ``tv:vit_b_16``; needs the ``[vision]`` extra.
+
+Example (skipped without transformers):
+    >>> g = load_hub("hf:gpt2,n_layer=2,seq=128")  # doctest: +SKIP
+    >>> g.name, g.input_shape  # doctest: +SKIP
+    ('hf:gpt2', Shape(channels=1, height=128, width=1))
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+from parplan.costmodel.graph import Graph
+from parplan.errors import ConfigError
+
+__all__ = ["HUB_PREFIXES", "hf_model", "import_torchvision", "load_hub", "torchvision_model"]
+
+#: Spec prefixes :func:`load_hub` reads.
+HUB_PREFIXES = ("hf:", "tv:")
+
+#: Longest default sequence of a Hugging Face model (its own maximum may be far larger).
+DEFAULT_MAX_SEQ = 2048
+
+
+def load_hub(spec: str) -> Graph | None:
+    """The graph of a ``hf:`` or ``tv:`` spec, or ``None`` if ``spec`` is neither."""
+    text = str(spec).strip()
+    prefix = text[:3].lower()
+    if prefix not in HUB_PREFIXES:
+        return None
+    name, options = _parse(text[3:], text)
+    from parplan.importers import from_torch
+
+    if prefix == "hf:":
+        seq = options.pop("seq", None)
+        model, seq = hf_model(name, options, seq)
+        return from_torch(model, (seq,), name=f"hf:{name}", integer_input=True)
+    image = options.pop("image", 224)
+    if options:
+        raise ConfigError(f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})")
+    return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
+
+
+def _parse(body: str, text: str) -> tuple[str, dict]:
+    parts = [p.strip() for p in body.split(",") if p.strip()]
+    if not parts:
+        raise ConfigError(f"model '{text}': name a model after the prefix, e.g. hf:gpt2 or tv:resnet50")
+    options = {}
+    for part in parts[1:]:
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"model '{text}': options are key=value (got '{part}')")
+        options[key.strip()] = _value(value.strip())
+    return parts[0], options
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def import_torchvision():
+    """``import torchvision``, also where its compiled operators do not match the installed torch
+    (a CUDA build of torchvision next to torch's CPU build: the models are plain Python, only
+    detection operators such as ``nms`` need the extension, and those are left unregistered)."""
+    try:
+        import torchvision
+    except ModuleNotFoundError:
+        raise ConfigError('torchvision is not installed; install the optional extra with pip install -e ".[vision]"')\
+            from None
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+        import torch.library
+
+        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+            del sys.modules[key]
+        register = torch.library.register_fake
+        torch.library.register_fake = lambda *a, **k: (lambda f: f)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import torchvision
+        finally:
+            torch.library.register_fake = register
+    return torchvision
+
+
+def torchvision_model(name: str):
+    """A torchvision model by name, random weights on the ``meta`` device."""
+    import torch
+
+    tv = import_torchvision()
+    try:
+        builder = tv.models.get_model_builder(name)
+    except ValueError:
+        names = ", ".join(sorted(tv.models.list_models(tv.models))[:12])
+        raise ConfigError(f"torchvision has no model '{name}' (e.g. {names}, ...)") from None
+    with torch.device("meta"):
+        return builder(weights=None)
+
+
+def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = None):
+    """(model, seq): a Hugging Face model of ``model_type`` from its default configuration with
+    ``overrides``, weights on the ``meta`` device; a causal LM where the type has one (its head
+    included), else the base model (T5: the encoder)."""
+    import torch
+
+    if "torchvision" not in sys.modules:
+        try:
+            import_torchvision()  # transformers imports it when installed: make that import work
+        except ConfigError:
+            pass
+    try:
+        import transformers
+    except ModuleNotFoundError:
+        raise ConfigError('transformers is not installed; install the optional extra with pip install -e ".[hf]"')\
+            from None
+    try:
+        config = transformers.AutoConfig.for_model(model_type)
+    except ValueError:
+        raise ConfigError(f"transformers has no model type '{model_type}' (e.g. gpt2, bert, llama, mistral, "
+                          "mixtral, t5, qwen2)") from None
+    for key, value in (overrides or {}).items():
+        if not hasattr(config, key):
+            raise ConfigError(f"model 'hf:{model_type}': its configuration has no '{key}'")
+        setattr(config, key, value)
+    positions = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions", "n_ctx")
+                      if isinstance(getattr(config, k, None), int)), DEFAULT_MAX_SEQ)
+    seq = int(seq) if seq is not None else min(positions, DEFAULT_MAX_SEQ)
+    if seq <= 0:
+        raise ConfigError(f"model 'hf:{model_type}': seq must be positive (got {seq})")
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if model_type == "t5":
+            return transformers.T5EncoderModel(config), seq
+        try:
+            return transformers.AutoModelForCausalLM.from_config(config), seq
+        except ValueError:
+            return transformers.AutoModel.from_config(config), seq
