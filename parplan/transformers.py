@@ -50,13 +50,17 @@ from parplan.costmodel.graph import (
     Activation,
     Add,
     Attention,
+    Bias,
+    Conv2d,
     Embedding,
+    Glu,
     Graph,
     Layer,
     Linear,
     Norm,
     Pool2d,
     Shape,
+    Tokens,
 )
 from parplan.errors import GraphError
 
@@ -229,6 +233,111 @@ def bert_config(layers: int, hidden: int, heads: int, seq: int = 512, vocab: int
     return Graph(name, Shape(1, seq, 1), tuple(b.layers))
 
 
+def llama_config(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, vocab: int,
+                 experts: int = 1, top_k: int = 1, name: str | None = None) -> Graph:
+    """A Llama-style decoder (pre-RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP,
+    untied LM head), as Hugging Face ``LlamaForCausalLM`` / ``MistralForCausalLM``; with
+    ``experts > 1`` a Mixtral-style mixture of experts (a router per block and SwiGLU experts,
+    each token routed to ``top_k``; priced with balanced routing, docs/costmodel.md section 1).
+
+    Layers: ``embed``; blocks ``layers.{i}.norm1``, ``.qkv`` (q, k, v fused: (heads + 2 kv_heads)
+    x d outputs), ``.attn``, ``.o``, ``.add1``, ``.norm2``, [``.router``, ``.router.softmax``],
+    ``.gate_up`` (gate and up fused), ``.glu``, ``.down``, ``.add2``; ``norm``, ``lm_head``.
+
+    Example (Llama-3-8B: 8,030,261,248 parameters):
+        >>> llama_config(32, 4096, 32, 8, 14336, 2048, 128256).parameter_count()
+        8030261248
+    """
+    name = name or f"llama-{layers}x{hidden}"
+    _check(name, layers, hidden, heads, seq, vocab, seq)
+    if kv_heads <= 0 or heads % kv_heads:
+        raise GraphError(f"model '{name}': kv_heads ({kv_heads}) must divide heads ({heads})")
+    d = hidden // heads
+    b = _Builder()
+    x = b.add(Embedding, "embed", (INPUT,), num=vocab, dim=hidden)
+    moe = {"experts": experts, "top_k": top_k} if experts > 1 else {}
+    for i in range(layers):
+        p = f"layers.{i}"
+        b.add(Norm, f"{p}.norm1", (x,), kind="rms")
+        b.add(Linear, f"{p}.qkv", out_features=(heads + 2 * kv_heads) * d, bias=False, per_position=True)
+        b.add(Attention, f"{p}.attn", heads=heads, kv_heads=kv_heads if kv_heads != heads else 0, rotary=True)
+        b.add(Linear, f"{p}.o", out_features=hidden, bias=False, per_position=True)
+        x = b.add(Add, f"{p}.add1", (x, b.last))
+        norm = b.add(Norm, f"{p}.norm2", (x,), kind="rms")
+        if experts > 1:
+            b.add(Linear, f"{p}.router", out_features=experts, bias=False, per_position=True)
+            b.add(Activation, f"{p}.router.softmax", function="softmax")
+        b.add(Linear, f"{p}.gate_up", (norm,), out_features=2 * ffn, bias=False, per_position=True, **moe)
+        b.add(Glu, f"{p}.glu", function="silu")
+        b.add(Linear, f"{p}.down", out_features=hidden, bias=False, per_position=True, **moe)
+        x = b.add(Add, f"{p}.add2", (x, b.last))
+    b.add(Norm, "norm", (x,), kind="rms")
+    b.linear("lm_head", vocab, bias=False)
+    return Graph(name, Shape(1, seq, 1), tuple(b.layers))
+
+
+def vit_config(layers: int, hidden: int, heads: int, patch: int = 16, image: int = 224, ffn: int | None = None,
+               classes: int = 1000, name: str | None = None) -> Graph:
+    """A Vision Transformer (Dosovitskiy et al. 2021) as torchvision's ``vit_b_16``: a patch
+    convolution, a class token and a learned position table, pre-LN blocks, the class token's
+    final norm to a linear head.
+
+    Example (ViT-B/16: 86,567,656 parameters, as torchvision's):
+        >>> vit_config(12, 768, 12).parameter_count()
+        86567656
+    """
+    name = name or f"vit-{layers}x{hidden}"
+    ffn = 4 * hidden if ffn is None else ffn
+    if image % patch:
+        raise GraphError(f"model '{name}': image ({image}) must be a multiple of patch ({patch})")
+    b = _Builder()
+    b.add(Conv2d, "patch", (INPUT,), out_channels=hidden, kernel=patch, stride=patch)
+    b.add(Tokens, "class_token", count=1)
+    x = b.add(Bias, "positions", full=True)
+    for i in range(layers):
+        p = f"layers.{i}"
+        b.add(Norm, f"{p}.ln1", (x,), kind="layer")
+        attn = _attention(b, p, hidden, heads)
+        x = b.add(Add, f"{p}.add1", (x, attn))
+        b.add(Norm, f"{p}.ln2", (x,), kind="layer")
+        mlp = _mlp(b, p, hidden, ffn)
+        x = b.add(Add, f"{p}.add2", (x, mlp))
+    b.add(Norm, "ln", (x,), kind="layer")
+    b.add(Pool2d, "class", mode="avg", output_size=(1, 1))  # the class token: same shapes, no parameters
+    b.linear("head", classes)
+    return Graph(name, Shape(3, image, image), tuple(b.layers))
+
+
+def llama3_8b() -> Graph:
+    """Llama-3-8B: 32 layers, hidden 4096, 32 heads (8 key/value), MLP 14336, vocabulary 128256,
+    sequence 2048; 8,030,261,248 parameters."""
+    return llama_config(32, 4096, 32, 8, 14336, 2048, 128256, name="llama3-8b")
+
+
+def llama3_70b() -> Graph:
+    """Llama-3-70B: 80 layers, hidden 8192, 64 heads (8 key/value), MLP 28672, vocabulary 128256,
+    sequence 2048; 70,553,706,496 parameters."""
+    return llama_config(80, 8192, 64, 8, 28672, 2048, 128256, name="llama3-70b")
+
+
+def mistral_7b() -> Graph:
+    """Mistral-7B: 32 layers, hidden 4096, 32 heads (8 key/value), MLP 14336, vocabulary 32000,
+    sequence 2048 (inside its 4096-token sliding window); 7,241,732,096 parameters."""
+    return llama_config(32, 4096, 32, 8, 14336, 2048, 32000, name="mistral-7b")
+
+
+def mixtral_8x7b() -> Graph:
+    """Mixtral-8x7B: Mistral-7B's shape with 8 SwiGLU experts per block, 2 per token;
+    46,702,792,704 parameters."""
+    return llama_config(32, 4096, 32, 8, 14336, 2048, 32000, experts=8, top_k=2, name="mixtral-8x7b")
+
+
+def vit_b16() -> Graph:
+    """ViT-B/16: 12 layers, hidden 768, 12 heads, 224 x 224 images in 16 x 16 patches;
+    86,567,656 parameters."""
+    return vit_config(12, 768, 12, name="vit-b16")
+
+
 #: GPT-3 model sizes (Brown et al. 2020, table 2.1): name -> (layers, hidden, heads); seq 2048.
 #: Two rows of the table are inconsistent with its own d_head = 128; corrected as noted.
 GPT3_SIZES: dict[str, tuple[int, int, int]] = {
@@ -295,6 +404,11 @@ TRANSFORMER_MODELS: dict[str, Callable[[], Graph]] = {
     "gpt2-medium": gpt2_medium,
     "gpt2-large": gpt2_large,
     "gpt2-xl": gpt2_xl,
+    "llama3-8b": llama3_8b,
+    "llama3-70b": llama3_70b,
+    "mistral-7b": mistral_7b,
+    "mixtral-8x7b": mixtral_8x7b,
+    "vit-b16": vit_b16,
 }
 
 #: Zoo name -> one-line title (for ``parplan models``), to be merged into the zoo's titles.
@@ -305,4 +419,9 @@ TRANSFORMER_TITLES: dict[str, str] = {
     "gpt2-medium": "GPT-2 medium (24 x 1024, 16 heads, seq 1024, tied LM head)",
     "gpt2-large": "GPT-2 large (36 x 1280, 20 heads, seq 1024, tied LM head)",
     "gpt2-xl": "GPT-2 XL (48 x 1600, 25 heads, seq 1024, tied LM head)",
+    "llama3-8b": "Llama-3-8B (32 x 4096, GQA 32/8 heads, SwiGLU 14336, RMSNorm, RoPE, seq 2048)",
+    "llama3-70b": "Llama-3-70B (80 x 8192, GQA 64/8 heads, SwiGLU 28672, RMSNorm, RoPE, seq 2048)",
+    "mistral-7b": "Mistral-7B (32 x 4096, GQA 32/8 heads, SwiGLU 14336, vocab 32000, seq 2048)",
+    "mixtral-8x7b": "Mixtral-8x7B (Mistral-7B with 8 SwiGLU experts, top-2 routing, seq 2048)",
+    "vit-b16": "ViT-B/16 (12 x 768, 12 heads, 224 x 224 images, 16 x 16 patches, class token)",
 }

@@ -37,6 +37,12 @@ PARAMS = {
     "gpt2-medium": (354_823_168, 355e6),
     "gpt2-large": (774_030_080, 774e6),
     "gpt2-xl": (1_557_611_200, 1558e6),
+    # Hugging Face model cards / torchvision (the configs' own sums, to the parameter)
+    "llama3-8b": (8_030_261_248, 8.03e9),
+    "llama3-70b": (70_553_706_496, 70.6e9),
+    "mistral-7b": (7_241_732_096, 7.24e9),
+    "mixtral-8x7b": (46_702_792_704, 46.7e9),
+    "vit-b16": (86_567_656, 86.6e6),
 }
 # (layers, hidden, seq)
 CONFIGS = {
@@ -64,7 +70,7 @@ def test_parameter_counts_match_published(name):
     assert math.isclose(count, published, rel_tol=0.02)  # the papers round (BERT-large: "340M")
 
 
-@pytest.mark.parametrize("name", list(PARAMS))
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_structure(name):
     layers, hidden, seq = CONFIGS[name]
     g = TRANSFORMER_MODELS[name]()
@@ -80,6 +86,27 @@ def test_structure(name):
     for layer in g.layers:
         if isinstance(layer, Linear) and not layer.name.startswith("pooler"):
             assert layer.per_position
+
+
+def test_llama_family_structure():
+    g = TRANSFORMER_MODELS["llama3-8b"]()
+    info = g.analyze()
+    attn = g.layer("layers.0.attn")
+    assert (attn.heads, attn.kv_heads, attn.rotary) == (32, 8, True)
+    assert info.out_shape["layers.0.qkv"] == Shape((32 + 2 * 8) * 128, 2048, 1)  # q, k, v fused
+    assert info.out_shape["layers.0.attn"] == Shape(4096, 2048, 1)
+    assert info.out_shape["layers.0.glu"] == Shape(14336, 2048, 1)
+    assert g.layer("layers.0.norm1").kind == "rms"
+    # grouped-query attention costs what its query heads cost: 12 B S^2 (heads x d)
+    flops = attn.attention_flops(list(info.in_shapes["layers.0.attn"]), 1.0)
+    assert flops == 12 * 2048 * 2048 * 4096
+    moe = TRANSFORMER_MODELS["mixtral-8x7b"]()
+    dense = TRANSFORMER_MODELS["mistral-7b"]()
+    up = moe.layer("layers.0.gate_up")
+    assert (up.experts, up.top_k) == (8, 2)
+    # two of eight experts per token: twice the dense FLOPs, eight times the weights
+    d_m, d_d = layer_dims(moe, "layers.0.gate_up", 1), layer_dims(dense, "layers.0.gate_up", 1)
+    assert d_m.flops == 2 * d_d.flops and d_m.weight_elements == 8 * d_d.weight_elements
 
 
 def test_gpt2_head_is_tied_and_bias_free():

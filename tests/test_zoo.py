@@ -202,7 +202,8 @@ def test_get_model_unknown_name_lists_valid_names():
         "unknown model 'resnet51' (did you mean 'resnet50'?); valid names: lenet, alexnet, vgg11, vgg13, "
         "vgg16, vgg19, resnet18, resnet34, resnet50, resnet101, resnet152, sfc, lenet-c, cifar-c, vgg-c, "
         "resnet-2block, "
-        "bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl"
+        "bert-base, bert-large, gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama3-8b, llama3-70b, mistral-7b, "
+        "mixtral-8x7b, vit-b16"
     )
 
 
