@@ -106,7 +106,11 @@ class TiedGraph(Graph):
         layer, source = self.layer(name), self.layer(owner)
         mine = layer.weight_elements(list(info.in_shapes[name]))
         theirs = source.weight_elements(list(info.in_shapes[owner]))
-        if type(layer) is not type(source):
+        if isinstance(layer, Linear) and isinstance(source, Linear) and layer.bias != source.bias:
+            # a matrix reused by a product with its own (or no) bias: the matrix is shared
+            mine -= layer.out_features if layer.bias else 0
+            theirs -= source.out_features if source.bias else 0
+        elif type(layer) is not type(source):
             if not isinstance(layer, Linear):
                 raise GraphError(
                     f"layer '{name}': a {type(layer).__name__} can share weights only with a layer of its own "

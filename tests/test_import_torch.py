@@ -362,3 +362,72 @@ def test_imported_transformer_plans():
     acc, dp = (evaluate(p, make_plan(p, name)).step_time_s for name in ("accpar", "data"))
     assert acc <= dp * (1 + 1e-12)
     assert isinstance(g.layer("head"), Linear) and g.layer("head").per_position
+
+
+class Sorted(nn.Module):
+    """A layer the importer cannot read (a sort on the data), described by a handler instead."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.hidden = hidden
+        self.w1 = nn.Parameter(torch.randn(hidden, dim))
+        self.w2 = nn.Parameter(torch.randn(dim, hidden))
+
+    def forward(self, x):
+        h = torch.sort(x @ self.w1.t(), dim=-1).values
+        return F.relu(h) @ self.w2.t()
+
+
+def test_register_module_and_op():
+    from parplan.importers import register_module, register_op
+    from parplan.importers.torch_export import unregister
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(16, 32)
+            self.block = Sorted(32, 64)
+
+        def forward(self, x):
+            return torch.ops.parplan_test.proj(self.block(self.inp(x)), self.inp.weight)
+
+    @torch.library.custom_op("parplan_test::proj", mutates_args=())
+    def proj(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w
+
+    @proj.register_fake
+    def _(x, w):
+        return x.new_empty(*x.shape[:-1], w.shape[1])
+
+    net = Net()
+    # the op reads the block's output: only the block is a root cause
+    with pytest.raises(GraphError, match=r"1 operator\(s\) .*: aten.sort x1 at block\. Supported"):
+        from_torch(net, (8, 16), name="net")
+
+    def sorted_mlp(c):  # the module as two linear layers (the sort is a permutation: free)
+        b, m = c.builder, c.module
+        h = b.linear(f"{c.name}.fc1", c.inputs[0], c.in_shapes[0], m.hidden, bias=False, key=f"{c.name}.w1")
+        h = b.activation(f"{c.name}.relu", h, "relu")
+        return b.linear(f"{c.name}.fc2", h, (*c.in_shapes[0][:-1], m.hidden), c.out_shape[-1], bias=False,
+                        key=f"{c.name}.w2")
+
+    register_module(Sorted, sorted_mlp)
+    try:
+        with pytest.raises(GraphError, match=r"1 operator\(s\) .*: parplan_test.proj x1 at top level\. Supported"):
+            from_torch(net, (8, 16), name="net")
+    except BaseException:
+        unregister(Sorted)
+        raise
+    register_op("parplan_test::proj", lambda c: c.builder.linear(c.name, c.inputs[0], c.in_shapes[0],
+                                                                 c.inputs[1].shape[1], bias=False, key=c.inputs[1].key))
+    try:
+        g = from_torch(net, (8, 16), name="net")
+    finally:
+        unregister(Sorted)
+        unregister("parplan_test::proj")
+    kinds = [(layer.name, type(layer).__name__) for layer in g.layers]
+    assert kinds == [("inp", "Linear"), ("block.fc1", "Linear"), ("block.relu", "Activation"),
+                     ("block.fc2", "Linear"), ("proj", "Linear")]
+    # the op reuses inp's weight: counted once, as torch counts it
+    assert g.parameter_count() == torch_params(net)
+    assert g.analyze().out_shape["proj"] == Shape(16, 8, 1)

@@ -1080,7 +1080,7 @@ def from_torch(model, input_shape=None, name=None, *, integer_input=None, captur
                              f"{str(traced).removeprefix(f'model {name!r}: ')}. Make the forward "
                              "exportable (no data-dependent Python control flow), or capture the model "
                              "yourself and pass the ExportedProgram") from None
-    return torch_export.from_exported(program, name, integer_input)
+    return torch_export.from_exported(program, name, integer_input, module=model)
 
 
 def input_shape_of(input_shape, name: str) -> tuple[int, ...]:

@@ -30,6 +30,10 @@ __all__ = ["HUB_PREFIXES", "hf_model", "import_torchvision", "load_hub", "torchv
 #: Spec prefixes :func:`load_hub` reads.
 HUB_PREFIXES = ("hf:", "tv:")
 
+#: Encoder-only model types: the base model (with its pooler), not a causal LM head.
+ENCODERS = frozenset({"bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra", "deberta", "deberta-v2",
+                      "mpnet", "camembert", "ernie"})
+
 #: Longest default sequence of a Hugging Face model (its own maximum may be far larger).
 DEFAULT_MAX_SEQ = 2048
 
@@ -116,10 +120,11 @@ def torchvision_model(name: str):
         return builder(weights=None)
 
 
-def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = None):
+def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = None, device: str = "meta"):
     """(model, seq): a Hugging Face model of ``model_type`` from its default configuration with
-    ``overrides``, weights on the ``meta`` device; a causal LM where the type has one (its head
-    included), else the base model (T5: the encoder)."""
+    ``overrides``, weights on ``device`` (``meta``: nothing allocated); a causal LM where the
+    type is a decoder (its head included), else the base model (BERT-like encoders with their
+    pooler; T5: the encoder)."""
     import torch
 
     if "torchvision" not in sys.modules:
@@ -146,10 +151,12 @@ def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = N
     seq = int(seq) if seq is not None else min(positions, DEFAULT_MAX_SEQ)
     if seq <= 0:
         raise ConfigError(f"model 'hf:{model_type}': seq must be positive (got {seq})")
-    with torch.device("meta"), warnings.catch_warnings():
+    with torch.device(device), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if model_type == "t5":
             return transformers.T5EncoderModel(config), seq
+        if model_type in ENCODERS:
+            return transformers.AutoModel.from_config(config), seq
         try:
             return transformers.AutoModelForCausalLM.from_config(config), seq
         except ValueError:

@@ -208,17 +208,18 @@ def _where(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- conversion
 
 
-def from_exported(program, name: str, integer_input: bool | None = None) -> Graph:
+def from_exported(program, name: str, integer_input: bool | None = None, module=None) -> Graph:
     """The layer graph of an ``ExportedProgram`` (its first tensor input is the planned input)
     or of an ATen-level ``GraphModule`` (``program.module()``, or one with fake-tensor ``val``
-    metadata from another capture), used as is."""
+    metadata from another capture), used as is. ``module``: the captured ``nn.Module``, whose
+    submodules registered handlers (:func:`register_module`) receive."""
     if isinstance(program, torch.fx.GraphModule):
-        return _Converter(program.graph, {}, lambda: program, name, integer_input).run()
+        return _Converter(program.graph, {}, lambda: program, name, integer_input, module).run()
     specs = {}
     for spec in program.graph_signature.input_specs:
         if hasattr(spec.arg, "name"):
             specs[spec.arg.name] = (spec.kind.name, spec.target)
-    return _Converter(program.graph, specs, program.module, name, integer_input).run()
+    return _Converter(program.graph, specs, program.module, name, integer_input, module).run()
 
 
 def is_aten_graph(gm) -> bool:
@@ -238,8 +239,10 @@ def _packet(target) -> str:
 
 
 class _Converter:
-    def __init__(self, graph, specs: dict, root: Callable, name: str, integer_input: bool | None) -> None:
+    def __init__(self, graph, specs: dict, root: Callable, name: str, integer_input: bool | None,
+                 module=None) -> None:
         self.graph = graph
+        self.module = module
         self.specs = specs
         self.root = root
         self.name = name
@@ -427,26 +430,27 @@ class _Converter:
         if not _MODULES:
             return {}
         out: dict = {}
-        seen: dict[str, list] = {}
+        seen: dict[str, tuple[type, list]] = {}
         for node in self.graph.nodes:
             if node.op != "call_function":
                 continue
             for path, cls in (node.meta.get("nn_module_stack") or {}).values():
                 klass = _resolve(cls)
                 if klass in _MODULES:
-                    seen.setdefault(path, []).append(node)
+                    seen.setdefault(path, (klass, []))[1].append(node)
                     break
-        root = self.root()
-        for path, nodes in seen.items():
-            try:
-                module = root.get_submodule(path)
-            except AttributeError:
-                module = None
-            out[nodes[0]] = (path, module, nodes)
+        for path, (klass, nodes) in seen.items():
+            module = None
+            if self.module is not None:
+                try:
+                    module = self.module.get_submodule(path)
+                except AttributeError:
+                    pass
+            out[nodes[0]] = (path, klass, module, nodes)
         return out
 
     def _module(self, group) -> set:
-        path, module, nodes = group
+        path, klass, module, nodes = group
         inside = set(nodes)
         inputs = []
         for n in nodes:
@@ -454,14 +458,14 @@ class _Converter:
                 if a not in inside and a not in inputs and is_data(self.values.get(a)):
                     inputs.append(a)
         outs = [n for n in nodes if any(u not in inside for u in n.users)]
-        handler = next(h for c, h in _MODULES.items() if isinstance(module, c))
+        handler = _MODULES[klass]
         call = Call(self.b, [self.values[a] for a in inputs], [self._ps(a.meta["val"]) for a in inputs],
                     self._ps(outs[-1].meta["val"]) if outs else None, path, module=module)
         try:
             value = handler(call)
         except Unsupported as exc:
-            self.b.unsupported(type(module).__name__, path, str(exc))
-            value = self._stand_in(outs[-1], type(module).__name__) if outs else BAD
+            self.b.unsupported(klass.__name__, path, str(exc))
+            value = self._stand_in(outs[-1], klass.__name__) if outs else BAD
         for n in outs:
             self.values[n] = value
         return inside
