@@ -222,3 +222,64 @@ def test_input_errors(tmp_path):
                           [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     with pytest.raises(GraphError, match=r"model 'two': needs exactly one data input \(not an initializer\); has a, b"):
         from_onnx(oh.make_model(graph))
+
+
+def test_real_torch_onnx_export_of_decomposed_patterns():
+    """torch.onnx.export's own output: RMS norm as Pow/ReduceMean/Add/Sqrt/Div/Mul, attention as
+    MatMul/Softmax, SiLU as x * Sigmoid(x), GELU as Erf (opset 17) or Gelu, Clip(0, 6); equal to
+    what the torch importer makes of the same module, parameters and FLOPs."""
+    torch = pytest.importorskip("torch")
+    import io
+    import warnings
+
+    from torch import nn
+    from torch.nn import functional as F
+
+    from parplan.costmodel.dims import layer_profiles
+    from parplan.importers import from_torch
+
+    class RMS(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+    class Block(nn.Module):
+        def __init__(self, d=32, h=4):
+            super().__init__()
+            self.h, self.n1, self.n2 = h, RMS(d), RMS(d)
+            self.qkv, self.o, self.fc = nn.Linear(d, 3 * d), nn.Linear(d, d), nn.Linear(d, d)
+            self.gate, self.up = nn.Linear(d, 64, bias=False), nn.Linear(d, 64, bias=False)
+            self.down = nn.Linear(64, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(self.n1(x)).split(d, -1)
+            q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+            a = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.h), -1) @ v
+            x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+            y = self.n2(x)
+            x = x + self.down(F.silu(self.gate(y)) * self.up(y))
+            return torch.clamp(F.gelu(self.fc(x)), 0, 6)
+
+    block = Block()
+    reference = from_torch(block, (16, 32), name="block")
+    for opset in (17, 20):
+        buf = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(block, (torch.zeros(2, 16, 32),), buf, dynamo=False, opset_version=opset)
+        model = onnx.load_from_string(buf.getvalue())
+        ops = {n.op_type for n in model.graph.node}
+        assert {"Pow", "ReduceMean", "Sqrt", "Softmax", "Sigmoid", "Clip"} <= ops
+        assert ("Erf" in ops) == (opset == 17)
+        g = from_onnx(model, name="block")
+        kinds = [type(layer).__name__ for layer in g.layers]
+        assert kinds == [type(layer).__name__ for layer in reference.layers]
+        assert kinds.count("Norm") == 2 and kinds.count("Attention") == 1 and kinds.count("Glu") == 1
+        assert [layer.kind for layer in g.layers if kinds[g.layers.index(layer)] == "Norm"] == ["rms", "rms"]
+        assert [layer.function for layer in g.layers if type(layer).__name__ == "Activation"] == ["gelu", "relu6"]
+        assert g.parameter_count() == reference.parameter_count() == sum(p.numel() for p in block.parameters())
+        assert sum(p.flops for p in layer_profiles(g, 1)) == sum(p.flops for p in layer_profiles(reference, 1))

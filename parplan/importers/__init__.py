@@ -953,10 +953,12 @@ SUPPORTED = {
         "register_module add your own"
     ),
     "onnx": (
-        "Conv, Gemm, MatMul (with an initializer, or q @ k^T / scores @ v), Relu, Gelu, Sigmoid, Tanh, "
-        "LeakyRelu, Softmax, Dropout, BatchNormalization, LayerNormalization, MaxPool, AveragePool, "
-        "GlobalAveragePool, GlobalMaxPool, Add, Mul/Div by a constant, Concat, Flatten, Reshape, Transpose, "
-        "Squeeze, Unsqueeze, Split, Gather (embedding), ReduceMean, Identity, Cast and shape arithmetic"
+        "Conv, Gemm, MatMul (with an initializer, or q @ k^T / scores @ v), Relu, Gelu (or its Erf form), "
+        "Sigmoid (x * Sigmoid(x) is SiLU), Tanh, LeakyRelu, Softmax, Dropout, Clip, BatchNormalization, "
+        "LayerNormalization, RMS norm (RMSNormalization, or Pow/ReduceMean/Sqrt/Div spelled out), MaxPool, "
+        "AveragePool, GlobalAveragePool, GlobalMaxPool, Add, Sub, Mul (a constant, a learned vector, or two "
+        "tensors: gates), Div by a constant, Concat, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Split, "
+        "Gather (embedding), ReduceMean, Identity, Cast and shape arithmetic"
     ),
 }
 

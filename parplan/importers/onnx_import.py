@@ -10,7 +10,10 @@ Linear; a following ``Add`` of a 1-D initializer is its bias) or between activat
 (``q @ k^T`` and ``scores @ v`` of attention), ``Relu``, ``Gelu``, ``Sigmoid``, ``Tanh``,
 ``LeakyRelu``, ``Elu``, ``Softmax``, ``Dropout``, ``BatchNormalization``,
 ``LayerNormalization``, ``MaxPool``, ``AveragePool``, ``GlobalAveragePool``,
-``GlobalMaxPool``, ``Add``, ``Mul`` / ``Div`` by a constant, ``Where`` (masks), ``Concat``,
+``GlobalMaxPool``, ``Add``, ``Sub``, ``Mul`` (by a constant, a learned per-channel vector, or
+a product of two tensors: a gate), ``Div`` by a constant, ``Clip`` (ReLU6), RMS norm
+(``RMSNormalization``, or ``Pow`` / ``ReduceMean`` / ``Sqrt`` / ``Div`` as torch.onnx.export
+spells it), ``Where`` (masks), ``Concat``,
 ``Flatten``, ``Reshape``, ``Transpose``, ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Cast``,
 ``Split`` (q, k, v), ``Gather`` (an embedding lookup, or picking one position),
 ``ReduceMean`` over positions, and shape arithmetic on constants (``Shape``, ``Range``, ...).
@@ -41,6 +44,7 @@ from parplan.importers import (
     CONST,
     GraphBuilder,
     Param,
+    RowStat,
     Unsupported,
     Value,
     is_data,
@@ -151,6 +155,7 @@ class _Converter:
         self.inits = {t.name: t for t in self.graph.initializer}
         self.tables: list[str] = []  # initializers read as embedding tables
         self.tainted: set[str] = set()  # outputs computed from an unsupported node's stand-in
+        self.consts: dict[str, Any] = {}  # values of Constant nodes (scalars, axes)
 
     def run(self) -> Graph:
         for init in self.graph.initializer:
@@ -176,6 +181,10 @@ class _Converter:
                 f"model '{self.name}': node '{where}' reads {', '.join(repr(n) for n in missing)}, which no "
                 "earlier node, initializer or input produces; the graph is not topologically sorted or is incomplete"
             )
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value" and attr.t is not None:
+                    self.consts[node.output[0]] = numpy_helper.to_array(attr.t)
         ins = [self.values[n] if n else None for n in node.input]
         if any(v is BAD for v in ins):
             self._set(node, [BAD] * len(node.output))
@@ -277,8 +286,16 @@ class _Converter:
             "GlobalMaxPool": lambda n, node, ins: b.pool(n, ins[0], self._ps(node.input[0]),
                                                          self._ps(node.output[0]), "max", adaptive=True),
             "Add": lambda n, node, ins: b.add(n, ins[0], ins[1]),
-            "Mul": lambda n, node, ins: b.scale(ins[0], ins[1]),
-            "Div": lambda n, node, ins: b.scale(ins[0], ins[1]),
+            "Sub": lambda n, node, ins: b.add(n, ins[0], ins[1]),
+            "Mul": lambda n, node, ins: b.mul(n, ins[0], ins[1]),
+            "Div": self._div,
+            "Pow": lambda n, node, ins: b.derive(ins[0]),
+            "Neg": lambda n, node, ins: b.derive(ins[0]),
+            "Sqrt": lambda n, node, ins: b.activation(n, ins[0], "sqrt"),
+            "Reciprocal": lambda n, node, ins: b.activation(n, ins[0], "reciprocal"),
+            "Clip": self._clip,
+            "SimplifiedLayerNormalization": self._rmsnorm,
+            "RMSNormalization": self._rmsnorm,
             "Where": self._where,
             "Concat": self._concat,
             "Split": self._split,
@@ -387,8 +404,57 @@ class _Converter:
             return self.b.reduce_positions(name, data, "picking one position")
         raise Unsupported("Gather from an activation other than picking one position")
 
+    def _div(self, name: str, node, ins: list) -> Value:
+        """``x / c`` (a constant: passes), ``x / sqrt(mean(x^2) + eps)`` (an RMS norm)."""
+        x, d = ins[0], ins[1]
+        if isinstance(d, RowStat):
+            return self.b.mul(name, x, d)
+        if is_data(d):
+            raise Unsupported("division by a tensor")
+        return self.b.mul(name, x, CONST)
+
+    def _clip(self, name: str, node, ins: list) -> Value:
+        bounds = [self._constant(i) for i in node.input[1:3]] if len(node.input) > 1 else []
+        attrs = self._attrs(node)
+        low = bounds[0] if bounds else attrs.get("min")
+        high = bounds[1] if len(bounds) > 1 else attrs.get("max")
+        return self.b.activation(name, ins[0], "relu6" if (low, high) == (0.0, 6.0) else "clip")
+
+    def _array(self, name: str):
+        """The value of an initializer or a Constant node's output (None if neither)."""
+        if not name:
+            return None
+        init = self.inits.get(name)
+        if init is not None:
+            return numpy_helper.to_array(init)
+        return self.consts.get(name)
+
+    def _constant(self, name: str):
+        """The scalar value of an initializer or Constant output (None if not a known scalar)."""
+        value = self._array(name)
+        return float(np.asarray(value).reshape(())) if value is not None and np.asarray(value).size == 1 else None
+
+    def _axes(self, node):
+        """A reduction's axes: the attribute (opset < 18) or the constant second input."""
+        axes = self._attrs(node).get("axes")
+        if axes is None and len(node.input) > 1:
+            value = self._array(node.input[1])
+            axes = None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
+        return None if axes is None else list(axes)
+
+    def _rmsnorm(self, name: str, node, ins: list) -> Value:
+        scale = ins[1] if len(ins) > 1 else None
+        channels = self._ps(node.input[0])[-1]
+        return self.b.norm(name, ins[0], "rms", channels, isinstance(scale, Param),
+                           key=scale.key if isinstance(scale, Param) else None)
+
     def _reduce_mean(self, name: str, node, ins: list) -> Value:
         x = ins[0]
+        axes = self._axes(node)
+        rank = len(self.shapes.get(node.input[0]) or ())
+        keep = self._attrs(node).get("keepdims", 1)
+        if rank and axes is not None and [a % rank for a in axes] == [rank - 1] and keep:
+            return self.b.row_statistic(x)  # over the features, per position (an RMS norm's)
         out = math.prod(self._ps(node.output[0]))
         if getattr(x, "shape", None) is None or out != x.shape.channels:
             raise Unsupported("ReduceMean over the feature dim (only over all positions)")
