@@ -431,3 +431,17 @@ def test_register_module_and_op():
     # the op reuses inp's weight: counted once, as torch counts it
     assert g.parameter_count() == torch_params(net)
     assert g.analyze().out_shape["proj"] == Shape(16, 8, 1)
+
+
+def test_captured_programs_are_used_as_they_are():
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10))
+    program = torch.export.export(net, (torch.zeros(5, 3, 16, 16),))
+    graphs = [from_torch(program, name="ep"), from_torch(program.module(), name="gm"),
+              from_torch(net, (3, 16, 16), name="m", capture="export"), from_torch(net, (3, 16, 16), capture="fx")]
+    for g in graphs:  # the input shape is read off the program; no re-tracing
+        assert [type(layer).__name__ for layer in g.layers] == ["Conv2d", "Activation", "Flatten", "Linear"]
+        assert g.input_shape == Shape(3, 16, 16) and g.parameter_count() == torch_params(net)
+    with torch.device("meta"):  # weights never allocated
+        big = nn.Sequential(nn.Linear(8192, 28672), nn.SiLU(), nn.Linear(28672, 8192))
+    g = from_torch(big, (2048, 8192), name="mlp")
+    assert g.parameter_count() == torch_params(big) == 2 * 8192 * 28672 + 28672 + 8192

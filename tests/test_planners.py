@@ -159,3 +159,24 @@ def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
     best, _ = brute_force_split(sp, opts)
     assert math.isclose(value, best, rel_tol=1e-9)
     assert math.isclose(value, price_split(sp, split, opts), rel_tol=1e-12)  # the DP's value is its split's price
+
+
+def test_a_node_with_many_consumers_is_still_planned():
+    """A fork too wide for the DP's tables (DenseNet's concatenations): accpar and the exact
+    solver both return a plan, priced by the evaluator, and say they could not prove it."""
+    from parplan.costmodel.graph import Concat, Conv2d, Flatten, Graph, Linear, Shape
+    from parplan.solvers.exact import solve_exact
+
+    branches = [Conv2d(f"b{i}", ("stem",), out_channels=8, kernel=3, padding=1) for i in range(7)]
+    g = Graph("wide", Shape(3, 16, 16), (
+        Conv2d("stem", ("input",), out_channels=16, kernel=3, padding=1), *branches,
+        Concat("cat", tuple(b.name for b in branches)), Flatten("flat", ("cat",)),
+        Linear("fc", ("flat",), out_features=10)))
+    p = Problem(g, parse_array("a100:1,h100:1"), batch=32)
+    plan = make_plan(p, "accpar")
+    assert "fallback" in plan.info and "'stem' feeds 7 consumers" in plan.info["fallback"]
+    t = evaluate(p, plan).step_time_s
+    assert t <= evaluate(p, make_plan(p, "data")).step_time_s * (1 + 1e-12)
+    result = solve_exact(p, "highs")
+    assert result.certificate.status == "feasible" and not result.certificate.is_optimal
+    assert result.plan is not None and result.evaluation.step_time_s > 0

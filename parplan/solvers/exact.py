@@ -50,12 +50,12 @@ from parplan.costmodel.split import price_split
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
-from parplan.errors import ConfigError, InfeasibleError, SolverError
+from parplan.errors import ConfigError, InfeasibleError, SolverError, TableTooLarge
 from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model, plan_memory_bytes
 from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
 from parplan.costmodel.split import PlanOptions, SplitProblem
-from parplan.solvers.dp import continuous_bound
+from parplan.solvers.dp import continuous_bound, fallback_split
 from parplan.solvers.hierarchy import plan_top_down
 
 #: Relative gap under which a proven result is called optimal.
@@ -201,7 +201,10 @@ def solve_split_exact(
     solve_options = SolveOptions() if solve_options is None else solve_options
     spec = backend_spec(backend)
     discrete = not spec.supports_continuous
-    model, decoder = build_mip(sp, options, memory=memory, discrete=discrete)
+    try:
+        model, decoder = build_mip(sp, options, memory=memory, discrete=discrete)
+    except TableTooLarge as exc:
+        return _fallback(sp, spec, options, memory, str(exc))
     solver = get_backend(spec.name)
     raw = solver.solve(model, solve_options)
     notes = list(model.notes)
@@ -253,6 +256,26 @@ def solve_split_exact(
         model_size=model.describe(),
         continuous_bound=continuous,
     )
+    return split, cert
+
+
+def _fallback(sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None,
+              reason: str) -> tuple[Split | None, Certificate]:
+    """A split too large for the exact model (a node read by many consumers: DenseNet) still
+    gets a plan: :func:`~parplan.solvers.dp.fallback_split`'s, re-priced and memory re-checked,
+    certified as feasible only (no bound)."""
+    t0 = time.perf_counter()
+    _, split, how = fallback_split(sp, options)
+    price = price_split(sp, split, options)
+    status, message = Status.FEASIBLE, f"{reason.split('; use')[0]}: no exact model; planned by {how}, no bound"
+    if memory is not None:
+        used = plan_memory_bytes(sp, split)
+        if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
+            status, message = Status.ERROR, message + "; the plan exceeds the memory limit"
+    cert = Certificate(status=status, termination="not_solved", has_solution=True, objective=price,
+                       model_objective=None, bound=None, gap=None, unit="s" if options.objective is Objective.TIME
+                       else "elements", backend=spec.name, solver="fallback", version="", wall_s=time.perf_counter() - t0,
+                       path=sp.path, message=message)
     return split, cert
 
 
