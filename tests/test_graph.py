@@ -82,7 +82,7 @@ def test_transformer_layers():
     d = layer_dims(g, "qkv", 2)
     assert d.flops == 6 * 2 * 96 * 16 * 32  # B x seq tokens, Di x Do weights
     assert g.parameter_count() == 100 * 32 + (32 * 96 + 96) + (32 * 32 + 32)
-    with pytest.raises(GraphError, match="must be \(heads \+ 2 kv_heads\) x head size"):
+    with pytest.raises(GraphError, match=r"must be \(heads \+ 2 kv_heads\) x head size"):
         Graph("t", Shape(10, 4, 1), (Attention("a", ("input",), heads=3),)).analyze()
 
 

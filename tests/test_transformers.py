@@ -24,6 +24,7 @@ from parplan.transformers import (
     bert_config,
     gpt3,
     gpt_config,
+    llama_config,
 )
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
@@ -100,6 +101,11 @@ def test_llama_family_structure():
     # grouped-query attention costs what its query heads cost: 12 B S^2 (heads x d)
     flops = attn.attention_flops(list(info.in_shapes["layers.0.attn"]), 1.0)
     assert flops == 12 * 2048 * 2048 * 4096
+    # the token table reaches the first q/k/v projection through an RMS norm and the first
+    # residual add directly: both readers hold a partial table gradient (docs/costmodel.md section 2)
+    small = llama_config(2, 64, 4, 2, 128, 16, 500)
+    assert layer_dims(small, "layers.0.qkv", 1).tables == layer_dims(small, "layers.0.add1", 1).tables == 500
+    assert layer_dims(small, "layers.1.qkv", 1).tables == 0
     moe = TRANSFORMER_MODELS["mixtral-8x7b"]()
     dense = TRANSFORMER_MODELS["mistral-7b"]()
     up = moe.layer("layers.0.gate_up")

@@ -190,13 +190,30 @@ def element_op(graph: Graph, name: str) -> ElementOp:
     return ElementOp(name, float(flops), float(traffic), float(stored), exchange)
 
 
+def lookups_read(graph: Graph, name: str) -> tuple[str, ...]:
+    """The embedding lookups layer ``name`` reads: directly, or through layers without weights
+    and without several inputs (Llama's token embedding reaches its first q/k/v projection
+    through an RMS norm, and its first residual add directly: both readers' table gradients
+    are partial sums to reduce; docs/costmodel.md section 2)."""
+    out = []
+    for src in graph.layer(name).inputs:
+        while src != INPUT:
+            layer = graph.layer(src)
+            if isinstance(layer, Embedding):
+                out.append(src)
+                break
+            if layer.weighted or layer.join:
+                break
+            src = layer.inputs[0]
+    return tuple(dict.fromkeys(out))
+
+
 def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
     """The :class:`LayerDims` of a weighted or join layer of ``graph`` at ``batch`` (no ops)."""
     info = graph.analyze()
     layer = graph.layer(name)
     x, y = info.in_shapes[name][0], info.out_shape[name]
-    tables = float(sum(graph.layer(s).num for s in layer.inputs
-                       if s != INPUT and isinstance(graph.layer(s), Embedding)))
+    tables = float(sum(graph.layer(s).num for s in lookups_read(graph, name)))
     if layer.weighted:
         return LayerDims(batch, x.channels, y.channels, x.spatial, y.spatial, layer.kernel_elements(), layer.groups,
                          tables=tables, experts=getattr(layer, "experts", 1), active=getattr(layer, "top_k", 1))
@@ -231,5 +248,5 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
     return out
 
 
-__all__ = ["Device", "ElementOp", "INPUT", "LayerDims", "LayerProfile", "WEIGHTED_TRAFFIC", "element_op",
+__all__ = ["Device", "ElementOp", "INPUT", "LayerDims", "LayerProfile", "WEIGHTED_TRAFFIC", "element_op", "lookups_read",
            "layer_dims", "layer_profiles", "roofline_seconds"]

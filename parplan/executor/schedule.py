@@ -46,19 +46,21 @@ from functools import cached_property
 
 import numpy as np
 
-from parplan.costmodel.graph import (INPUT, Activation, Add, Attention, Concat, Conv2d, Embedding, Flatten, Linear,
-                                    Norm, Pool2d)
+from parplan.costmodel.graph import (INPUT, Activation, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten,
+                                    Glu, Linear, Mul, Norm, Pool2d, Scale)
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
 
 #: Layer kinds the executor runs without a partition choice (element-wise in the model).
-ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention)
+ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention, Scale, Bias, Glu)
 #: What the executor runs, for error messages.
-SUPPORTED = ("conv, linear (also per position), pooling, activations, batch and layer norm, attention cores, "
-             "embeddings, add, concat")
+SUPPORTED = ("conv, linear (also per position), pooling, activations, batch, layer and RMS norm, learned scales "
+             "and biases, gated units, attention cores, embeddings, add, products (also per-channel gates), concat")
 #: Activation functions the executor runs.
-FUNCTIONS = ("relu", "gelu", "tanh", "sigmoid", "identity", "dropout", "stochastic_depth")
+FUNCTIONS = ("relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "identity", "dropout", "stochastic_depth")
+#: Row statistics a norm over the features reduces per position (docs/costmodel.md section 2).
+ROW_STATS = {"layer": 2, "rms": 1}
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
     shape = graph.input_shape
     frames = {INPUT: Frame(shape.channels, shape.spatial, ((0, shape.channels),))}
     heads_of: dict[str, int] = {}
+    gated: dict[str, int] = {}
     for name in info.order:
         layer = graph.layer(name)
         out = info.out_shape[name]
@@ -202,12 +205,19 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                                   "the executor runs groups=1 only")
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
         elif isinstance(layer, Embedding):
+            through = [c for c in info.consumers[name] if not (graph.layer(c).weighted or graph.layer(c).join)]
+            if through:
+                raise ConfigError(f"run: embedding '{name}' is read through '{through[0]}' (a layer without weights); "
+                                  "the executor runs lookups read by weighted layers and joins directly")
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
-        elif isinstance(layer, Add):
+        elif isinstance(layer, (Add, Mul)):
             if any(f.segments != srcs[0].segments for f in srcs[1:]):
-                raise ConfigError(f"run: add '{name}' joins tensors with different concatenation structure; "
+                raise ConfigError(f"run: join '{name}' joins tensors with different concatenation structure; "
                                   "the executor splits their columns differently")
-            frames[name] = Frame(out.channels, out.spatial, srcs[0].segments, srcs[0].unit)
+            if len(set(layer.inputs)) != len(layer.inputs):
+                raise ConfigError(f"run: join '{name}' reads one tensor twice; the executor needs distinct inputs")
+            big = max(srcs, key=lambda f: f.cell)
+            frames[name] = Frame(out.channels, out.spatial, big.segments, big.unit)
         elif isinstance(layer, Concat):
             segs, off = [], 0
             for f in srcs:
@@ -215,18 +225,23 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                 off += f.cols
             frames[name] = Frame(out.channels, out.spatial, tuple(segs))
         elif isinstance(layer, Attention):
-            if layer.kv_heads not in (0, layer.heads) or layer.bias_params:
-                raise ConfigError(f"run: attention '{name}' has grouped key/value heads or a learned bias; "
-                                  "the executor runs plain multi-head attention")
+            if layer.bias_params or layer.window:
+                raise ConfigError(f"run: attention '{name}' has a learned bias or windows; the executor runs "
+                                  "full multi-head and grouped-query attention")
             src = srcs[0]
             head = out.channels // layer.heads
+            rep = layer.heads // layer.key_heads
             if src.segments != ((0, src.cols),):
                 raise ConfigError(f"run: attention '{name}' reads a concatenation; feed it one QKV projection")
-            heads_of[layer.inputs[0]] = 3 * head
-            frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),), head)
+            heads_of[layer.inputs[0]] = (rep + 2) * head  # a key/value group: its q heads, k, v
+            frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),), rep * head)
+        elif isinstance(layer, Glu):
+            src = srcs[0]
+            if src.segments != ((0, src.cols),) or not graph.layer(layer.inputs[0]).weighted:
+                raise ConfigError(f"run: gated unit '{name}' must read a projection directly")
+            gated[layer.inputs[0]] = out.channels
+            frames[name] = Frame(out.channels, src.cell, ((0, out.channels),))
         elif isinstance(layer, ELEMENTWISE):
-            if isinstance(layer, Norm) and layer.kind not in ("batch", "layer"):
-                raise ConfigError(f"run: norm '{name}' is a {layer.kind} norm; the executor runs batch and layer norm")
             if isinstance(layer, Activation) and layer.function.lower() not in FUNCTIONS:
                 raise ConfigError(f"run: activation '{name}' uses '{layer.function}'; the executor runs "
                                   f"{', '.join(FUNCTIONS)}")
@@ -235,6 +250,11 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
             frames[name] = Frame(src.cols, cell, src.segments, src.unit)
         else:
             raise ConfigError(f"run: layer '{name}' is a {type(layer).__name__}; the executor runs {SUPPORTED}")
+    for name, half in gated.items():  # a fused gate / up projection: a column share of each half
+        if len(info.consumers[name]) != 1:
+            raise ConfigError(f"run: gated unit input '{name}' must be read by the gated unit alone")
+        f = frames[name]
+        frames[name] = Frame(f.cols, f.cell, ((0, half), (half, 2 * half)), f.unit)
     for name, unit in heads_of.items():  # a QKV projection is divided by whole heads
         if not graph.layer(name).weighted or len(info.consumers[name]) != 1:
             raise ConfigError(f"run: attention input '{name}' must be a projection read by the attention alone")
@@ -255,6 +275,8 @@ def tensor_cols(problem: Problem, frames: dict[str, Frame], tensor: str, cols: n
         name = graph.layer(name).inputs[0]
     for layer_name in reversed(path):
         layer = graph.layer(layer_name)
+        if isinstance(layer, Glu):  # the gate half's columns are the output's
+            cols = cols[cols < frames[layer_name].cols]
         if isinstance(layer, Attention):
             unit_in = frames[layer.inputs[0]].unit
             unit_out = frames[layer_name].unit
@@ -662,19 +684,20 @@ ROW_CUTS = (PartitionType.BATCH, Layout.ROWS)
 
 
 def _norm_statistics(problem, plan, leaves, boxes, frames, origin):
-    """For every layer norm: its row statistics (sum and sum of squares forward; sums of the
-    gradient and of gradient x normalised value backward) are reduced across every split that
-    divides its producer's output columns (docs/costmodel.md section 2)."""
+    """For every layer / RMS norm: its row statistics (sum and sum of squares forward, sums of
+    the gradient and of gradient x normalised value backward; RMS norm: the sum of squares and
+    the sum of gradient x normalised value) are reduced across every split that divides its
+    producer's output columns (docs/costmodel.md section 2)."""
     fwd: dict[str, list[Message]] = {}
     bwd: dict[str, list[Message]] = {}
     index = {n.name: v for v, n in enumerate(problem.planning.nodes)}
     rows = problem.batch
     for name in problem.graph.analyze().order:
         layer = problem.graph.layer(name)
-        if not (isinstance(layer, Norm) and layer.kind == "layer") or origin[name] == INPUT:
+        if not (isinstance(layer, Norm) and layer.kind in ROW_STATS) or origin[name] == INPUT:
             continue
         producer = origin[name]
-        cell = 2 * frames[name].cell
+        cell = ROW_STATS[layer.kind] * frames[name].cell
 
         def region(b):
             m = np.zeros((rows, 1), dtype=bool)

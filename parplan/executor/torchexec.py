@@ -20,7 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as tf
 
-from parplan.costmodel.graph import INPUT, Add, Attention, Concat, Conv2d, Embedding, Flatten, Linear, Norm, Pool2d
+from parplan.costmodel.graph import (INPUT, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten, Glu, Linear, Mul,
+                                    Norm, Pool2d, Scale)
 from parplan.executor.schedule import (Schedule, graph_frames, held_mask, need_mask, readers_of, tensor_cols,
                                        weight_cell)
 
@@ -67,14 +68,41 @@ def norm_scale(channels: int) -> torch.Tensor:
     return torch.linspace(0.5, 1.5, channels, dtype=DTYPE)
 
 
-def attention(x: torch.Tensor, head: int) -> torch.Tensor:
-    """Attention cores of whole heads: ``x`` (rows, heads * 3 * head, positions), each head's
-    columns its q, k and v (head-major) -> (rows, heads * head, positions)."""
+def attention(x: torch.Tensor, head: int, rep: int = 1, rotary: bool = False) -> torch.Tensor:
+    """Attention cores of whole key/value groups: ``x`` (rows, groups * (rep + 2) * head,
+    positions), each group's columns its ``rep`` query heads, then its k and v (group-major)
+    -> (rows, groups * rep * head, positions). ``rep`` > 1 is grouped-query attention;
+    ``rotary`` rotates q and k by position (RoPE, rotate-half form)."""
     n, c, seq = x.shape
-    h = x.reshape(n, c // (3 * head), 3, head, seq)
-    q, k, v = h[:, :, 0], h[:, :, 1], h[:, :, 2]
-    a = torch.softmax(torch.einsum("nhds,nhdt->nhst", q, k) / head ** 0.5, dim=-1)
-    return torch.einsum("nhst,nhdt->nhds", a, v).reshape(n, -1, seq)
+    h = x.reshape(n, c // ((rep + 2) * head), rep + 2, head, seq)
+    q, k, v = h[:, :, :rep], h[:, :, rep], h[:, :, rep + 1]
+    if rotary:
+        q, k = rope(q, seq), rope(k, seq)
+    a = torch.softmax(torch.einsum("ngrds,ngdt->ngrst", q, k) / head ** 0.5, dim=-1)
+    return torch.einsum("ngrst,ngdt->ngrds", a, v).reshape(n, -1, seq)
+
+
+def rope(x: torch.Tensor, seq: int) -> torch.Tensor:
+    """Rotary position embedding over the head dim (dim -2) of ``x`` (..., head, positions)."""
+    d = x.shape[-2]
+    half = d // 2
+    freq = 10000.0 ** (-torch.arange(half, dtype=DTYPE, device=x.device) / half)
+    angle = freq[:, None] * torch.arange(seq, dtype=DTYPE, device=x.device)[None, :]
+    cos, sin = torch.cat([angle.cos()] * 2), torch.cat([angle.sin()] * 2)
+    rotated = torch.cat([-x[..., half:, :], x[..., :half, :]], dim=-2)
+    return x * cos + rotated * sin
+
+
+def fixed_bias(channels: int, cell: int, full: bool) -> torch.Tensor:
+    """The fixed bias a ``Bias`` layer adds (per channel, or per channel and position): its
+    parameters are not trained here, as a norm's affine ones are not."""
+    b = torch.linspace(-0.5, 0.5, channels * (cell if full else 1), dtype=DTYPE)
+    return b.reshape(channels, cell if full else 1)
+
+
+def rms_norm(x: torch.Tensor) -> torch.Tensor:
+    """RMS normalisation over the columns of (rows, columns, positions), without its scale."""
+    return x / torch.sqrt((x * x).mean(dim=1, keepdim=True) + LN_EPS)
 
 
 def layer_norm(x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +117,8 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
     """An element-wise layer on ``x`` of shape (rows, len(cols), cell) -> (rows, len(cols), cell')."""
     n, c = x.shape[0], x.shape[1]
     if isinstance(layer, Attention):
-        return attention(x, info.out_shape[layer.name].channels // layer.heads)
+        return attention(x, info.out_shape[layer.name].channels // layer.heads, layer.heads // layer.key_heads,
+                         layer.rotary)
     if isinstance(layer, Pool2d):
         s = info.in_shapes[layer.name][0]
         x4 = x.reshape(n, c, s.height, s.width)
@@ -105,21 +134,26 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
             else:
                 y = tf.avg_pool2d(x4, k, st, pad, ceil_mode=layer.ceil_mode)
         return y.reshape(n, c, -1)
-    if isinstance(layer, Norm):
+    if isinstance(layer, (Norm, Scale)):
         total = info.out_shape[layer.name].channels
         return x * norm_scale(total)[torch.as_tensor(cols)].to(x.device).view(1, c, 1)
+    if isinstance(layer, Bias):
+        out = info.out_shape[layer.name]
+        return x + fixed_bias(out.channels, out.spatial, layer.full)[torch.as_tensor(cols)].to(x.device)[None]
+    if isinstance(layer, Glu):
+        half = c // 2  # the columns are the gate's then the up projection's, pairwise
+        return ACTIVATIONS[layer.function.lower()](x[:, :half]) * x[:, half:]
     if isinstance(layer, Flatten):
         return x
     fn = layer.function.lower()
-    if fn == "relu":
-        return torch.relu(x)
-    if fn == "gelu":
-        return tf.gelu(x)
-    if fn == "tanh":
-        return torch.tanh(x)
-    if fn == "sigmoid":
-        return torch.sigmoid(x)
+    if fn in ACTIVATIONS:
+        return ACTIVATIONS[fn](x)
     return x  # identity, dropout and stochastic depth: the identity in a deterministic step
+
+
+#: Activation functions by name (the rest of FUNCTIONS are identities in a deterministic step).
+ACTIVATIONS = {"relu": torch.relu, "relu6": lambda x: tf.hardtanh(x, 0.0, 6.0), "gelu": tf.gelu, "silu": tf.silu,
+               "tanh": torch.tanh, "sigmoid": torch.sigmoid}
 
 
 def reference_step(problem, weights, inp, target):
@@ -145,8 +179,12 @@ def reference_step(problem, weights, inp, target):
             f[name] = w[name][ids].permute(0, 2, 1)
         elif isinstance(layer, Norm) and layer.kind == "layer":
             f[name] = layer_norm(xs[0])
+        elif isinstance(layer, Norm) and layer.kind == "rms":
+            f[name] = rms_norm(xs[0])
         elif isinstance(layer, Add):
             f[name] = sum(xs[1:], xs[0])
+        elif isinstance(layer, Mul):
+            f[name] = xs[0] * xs[1]
         elif isinstance(layer, Concat):
             f[name] = torch.cat(xs, dim=1)
         else:
@@ -229,6 +267,12 @@ class DeviceStep:
         if isinstance(layer, (Conv2d, Linear)):
             return self.bufs[f"{reader}/ein"]
         e = self._tensor(self.E, reader)
+        if isinstance(layer, Mul):
+            # d(a * b)/da = b: the gradient times the other input where this device has the
+            # join's gradient (zero elsewhere); a per-channel gate sums over the positions
+            (other,) = [s for s in layer.inputs if s != tensor]
+            g = e * self._tensor(self.F, other)
+            return g.sum(dim=2, keepdim=True) if self.s.frames[tensor].cell < g.shape[2] else g
         if isinstance(layer, Concat):
             off = 0
             for src in layer.inputs:
@@ -284,6 +328,8 @@ class DeviceStep:
                     self.F[name] = self.weights[name][ids].permute(0, 2, 1)
                 elif isinstance(layer, Norm) and layer.kind == "layer":
                     self.F[name] = layer_norm(x)
+                elif isinstance(layer, Norm) and layer.kind == "rms":
+                    self.F[name] = rms_norm(x)
                 else:
                     self.F[name] = apply_op(layer, self.info, x, np.arange(x.shape[1]))
         for node in self.p.planning.nodes:
@@ -340,6 +386,10 @@ class DeviceStep:
             total = sum(self._tensor(self.F, s)[box.r0:box.r1][:, cols] for s in layer.inputs)
             out[box.r0:box.r1, cols] = total
             return
+        if isinstance(layer, Mul):  # a per-channel gate (one position) broadcasts over positions
+            a, b = (self._tensor(self.F, s)[box.r0:box.r1][:, cols] for s in layer.inputs)
+            out[box.r0:box.r1, cols] = a * b
+            return
         off = 0
         for src in layer.inputs:
             c = self.s.frames[src].cols
@@ -358,6 +408,9 @@ class DeviceStep:
             out = self._tensor(self.F, name)
             if isinstance(layer, Norm) and layer.kind == "layer":
                 self._layer_norm(name, layer, box, out)
+                continue
+            if isinstance(layer, Norm) and layer.kind == "rms":
+                self._rms_norm(name, layer, box, out)
                 continue
             if box.empty:
                 continue
@@ -379,6 +432,38 @@ class DeviceStep:
             return None, None
         total = buf[box.r0:box.r1, 0]
         return total[:, None, :fr.cell], total[:, None, fr.cell:]
+
+    def _row_sum(self, name: str, phase: str, box, a):
+        """One statistic: the sum over every column of ``a``, reduced like :meth:`_row_sums`."""
+        fr = self.s.frames[name]
+        buf = self.bufs[f"{name}/{phase}"] = self._zeros(self.p.batch, 1, fr.cell)
+        if not box.empty:
+            buf[box.r0:box.r1, 0] = a.sum(dim=1)
+        self.exchange((self.s.ops_fwd if phase == "stats" else self.s.ops_bwd)[name])
+        return None if box.empty else buf[box.r0:box.r1, 0][:, None, :]
+
+    def _rms_norm(self, name, layer, box, out) -> None:
+        cols = None if box.empty else self._t(self._cols(name, box))
+        x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols]
+        s2 = self._row_sum(name, "stats", box, x * x if x is not None else None)
+        if box.empty:
+            return
+        rstd = 1.0 / torch.sqrt(s2 / self.s.frames[name].cols + LN_EPS)
+        xhat = x * rstd
+        self.saved[name] = ("rms", xhat, rstd)
+        out[box.r0:box.r1, cols] = xhat
+
+    def _rms_norm_backward(self, name, layer, box) -> None:
+        g = xhat = None
+        if not box.empty:
+            cols = self._t(self._cols(name, box))
+            _, xhat, rstd = self.saved[name]
+            g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
+        b = self._row_sum(name, "bstats", box, g * xhat if g is not None else None)
+        if box.empty:
+            return
+        gx = rstd * (g - xhat * b / self.s.frames[name].cols)
+        self._tensor(self.E, layer.inputs[0])[box.r0:box.r1, cols] += gx
 
     def _layer_norm(self, name, layer, box, out) -> None:
         cols = None if box.empty else self._t(self._cols(name, box))
@@ -438,6 +523,9 @@ class DeviceStep:
                 layer = graph.layer(name)
                 if isinstance(layer, Norm) and layer.kind == "layer":
                     self._layer_norm_backward(name, layer, box)
+                    continue
+                if isinstance(layer, Norm) and layer.kind == "rms":
+                    self._rms_norm_backward(name, layer, box)
                     continue
                 if box.empty:
                     continue
