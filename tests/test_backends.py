@@ -9,7 +9,8 @@ import pytest
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError, SolverError
-from parplan.formulation.mip import ModelBuilder, MipModel, build_mip, import_pulp
+from parplan.formulation.mip import ModelBuilder, MipModel, build_mip
+from parplan.solvers.backends.cbc import import_pulp, to_pulp
 from parplan.solvers.backends import BACKENDS, SolveOptions, Termination, available_backends, get_backend
 from parplan.solvers.backends import registry
 from parplan.solvers.backends.cbc import parse_cbc_log
@@ -156,7 +157,7 @@ def test_solvers_survive_highspy_loaded_first():
 
 def test_pulp_trap_cbc_time_limit_reported_optimal_by_pulp():
     """The trap this backend avoids: PuLP calls a time-limit stop with a solution 'Optimal'."""
-    prob, _ = market_split().to_pulp()
+    prob, _ = to_pulp(market_split())
     prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=1))
     if prob.sol_status == pulp.LpSolutionIntegerFeasible:  # CBC found a solution before the limit
         assert pulp.LpStatus[prob.status] == "Optimal"
@@ -243,11 +244,25 @@ def test_all_backends_agree_on_zoo_splits(model_name):
 
 
 def test_lp_and_mps_files_round_trip(tmp_path):
+    """Files written without PuLP read back into two other solvers with the same optimum."""
+    import subprocess
+    import sys
+
     p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
     model, _ = build_mip(SplitProblem.root(p), PlanOptions(share_grid=2))
     lp, mps = model.write_lp(tmp_path / "m.lp"), model.write_mps(tmp_path / "m.mps")
     text = lp.read_text()
-    assert "Minimize" in text and "one_hot_0" in text and "Binaries" in text
-    _, back = pulp.LpProblem.fromMPS(str(mps))
-    assert len(back.variables()) == model.n_vars
-    assert len(back.constraints) == model.n_constraints
+    assert "Minimize" in text and "one_hot_0" in text and "Generals" in text
+    direct = get_backend("scip").solve(model, SolveOptions())
+    _, back = pulp.LpProblem.fromMPS(str(mps))  # PuLP reads the MPS file: same size
+    assert len(back.variables()) == model.n_vars and len(back.constraints) == model.n_constraints
+    # HiGHS (in a child process: its library must not meet OR-Tools') solves both files
+    code = ("import highspy, sys\n"
+            "for f in sys.argv[1:]:\n"
+            "    h = highspy.Highs(); h.setOptionValue('output_flag', False); h.readModel(f); h.run()\n"
+            "    print('objective', h.getInfo().objective_function_value)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(lp), str(mps)], capture_output=True, text=True, check=True)
+    values = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("objective ")]
+    assert len(values) == 2, out.stdout
+    for value in values:
+        assert math.isclose(float(value), direct.objective, rel_tol=1e-6), (value, direct.objective)

@@ -30,12 +30,12 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from parplan.costmodel.cost import covered_below, scale_for_sides
+from parplan.costmodel.cost import Objective, covered_below, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem
-from parplan.costmodel.split import SplitProblem, split_terms
+from parplan.costmodel.split import PlanOptions, SplitProblem, split_terms
 from parplan.errors import ConfigError
 
 _COLUMNS = [
@@ -179,3 +179,8 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         rows.append((path, depth, node.name, split.choices[v].value, split.shares[v], t_left[v], t_right[v],
                      i1, i2, r1 - i1, r2 - i2, s1, s2, out[v]))
     return out
+
+
+def price_of(ev: Evaluation, options: PlanOptions) -> float:
+    """An evaluation in a planner's objective: the step time, or the elements moved."""
+    return ev.communication_elements if options.objective is Objective.COMMUNICATION else ev.step_time_s

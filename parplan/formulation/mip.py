@@ -48,7 +48,6 @@ Example:
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -176,59 +175,17 @@ class MipModel:
             out[c.family] = max(out.get(c.family, 0.0), viol)
         return MappingProxyType(out)
 
-    def to_pulp(self):
-        """(pulp.LpProblem, [pulp.LpVariable]) of this model (used for .lp/.mps and CBC)."""
-        pulp = import_pulp()
-
-        xs = []
-        for v in self.variables:
-            cat = "Continuous"
-            if v.integer:
-                cat = "Binary" if (v.lb, v.ub) == (0.0, 1.0) else "Integer"
-            lb = None if v.lb == -math.inf else v.lb
-            ub = None if v.ub == math.inf else v.ub
-            xs.append(pulp.LpVariable(v.name, lowBound=lb, upBound=ub, cat=cat))
-        prob = pulp.LpProblem(_safe(self.name), pulp.LpMinimize)
-        prob.setObjective(pulp.LpAffineExpression([(xs[i], c) for i, c in self.objective],
-                                                  constant=self.objective_constant))
-        sense = {"<=": pulp.LpConstraintLE, ">=": pulp.LpConstraintGE, "==": pulp.LpConstraintEQ}
-        for c in self.constraints:
-            expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.coeffs])
-            prob.addConstraint(pulp.LpConstraint(expr, sense[c.sense], name=c.name, rhs=c.rhs))
-        return prob, xs
-
     def write_lp(self, path: str | Path) -> Path:
-        """Write the model in CPLEX LP format (through PuLP); returns the path."""
-        prob, _ = self.to_pulp()
-        prob.writeLP(str(path))
-        return Path(path)
+        """Write the model in CPLEX LP format (:mod:`parplan.formulation.lpfiles`); returns the path."""
+        from parplan.formulation.lpfiles import write_lp
+
+        return write_lp(self, path)
 
     def write_mps(self, path: str | Path) -> Path:
-        """Write the model in MPS format (through PuLP, original names kept); returns the path."""
-        prob, _ = self.to_pulp()
-        prob.writeMPS(str(path))
-        return Path(path)
+        """Write the model in free MPS format (:mod:`parplan.formulation.lpfiles`); returns the path."""
+        from parplan.formulation.lpfiles import write_mps
 
-
-def import_pulp():
-    """Import PuLP without letting it load highspy into this process.
-
-    PuLP 3 imports highspy at import time when it is installed; highspy's ``libhighs.so.1``
-    then shadows OR-Tools' (same soname), and OR-Tools' solvers cannot load in this process
-    any more. parplan never uses PuLP's HiGHS interface (its HiGHS backend is highspy in a child
-    process), so it hides highspy while PuLP imports.
-    """
-    if "pulp" in sys.modules:
-        return sys.modules["pulp"]
-    hide = "highspy" not in sys.modules
-    if hide:
-        sys.modules["highspy"] = None  # makes `import highspy` raise ImportError inside PuLP
-    try:
-        import pulp
-    finally:
-        if hide:
-            del sys.modules["highspy"]
-    return pulp
+        return write_mps(self, path)
 
 
 def _safe(name: str) -> str:
@@ -438,7 +395,6 @@ __all__ = [
     "SplitDecoder",
     "Variable",
     "build_mip",
-    "import_pulp",
-    "memory_need_model",
+        "memory_need_model",
     "plan_memory_bytes",
 ]

@@ -38,148 +38,27 @@ Example:
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from types import MappingProxyType
-from typing import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.split import price_split
-from parplan.costmodel.evaluate import Evaluation, evaluate
+from parplan.costmodel.evaluate import evaluate, price_of
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
-from parplan.errors import ConfigError, InfeasibleError, SolverError, TableTooLarge
+from parplan.errors import ConfigError, TableTooLarge
 from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model, plan_memory_bytes
-from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
+from parplan.solvers.backends.base import SolveOptions, Termination
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
 from parplan.costmodel.split import PlanOptions, SplitProblem
 from parplan.solvers.dp import continuous_bound, fallback_split
+from parplan.solvers.certificate import (GAP_TOL, Certificate, ExactResult, Status, aggregate, gap, require_plan,
+                                        status_of)
 from parplan.solvers.hierarchy import plan_top_down
-
-#: Relative gap under which a proven result is called optimal.
-GAP_TOL = 1e-6
-
-
-class Status(StrEnum):
-    """What a certificate says of its plan (docs/costmodel.md section 8). A ``StrEnum``: it
-    compares equal to, prints and serialises as its value ("optimal", ...)."""
-
-    OPTIMAL = "optimal"  # proven within GAP_TOL, re-priced and memory re-checked
-    FEASIBLE = "feasible"  # a checked plan, without a proof of optimality
-    TIME_LIMIT = "time_limit"  # stopped by the time limit; the incumbent and its gap are kept
-    INFEASIBLE = "infeasible"  # proven: no plan satisfies the constraints
-    ERROR = "error"  # the solver failed, or its plan did not pass the re-check
-
 
 #: Relative slack under which a decoded plan's memory counts as within its limit.
 MEMORY_TOL = 1e-9
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """What an exact solve proves about its plan (see the module docstring for the statuses).
-
-    ``objective`` is the evaluator's price of the returned plan (seconds, or elements for the
-    communication objective); ``model_objective`` the solver's objective in the same unit;
-    ``bound`` a proven lower bound; ``gap`` = (objective - bound) / objective.
-    """
-
-    status: Status
-    termination: str
-    has_solution: bool
-    objective: float | None
-    model_objective: float | None
-    bound: float | None
-    gap: float | None
-    unit: str
-    backend: str
-    solver: str
-    version: str
-    wall_s: float
-    scope: str = "split"
-    path: str = ""
-    failed_family: str | None = None
-    message: str = ""
-    notes: tuple[str, ...] = ()
-    model_size: str = ""
-    splits: Mapping[str, "Certificate"] = field(default_factory=dict)
-    #: A proven lower bound on the objective with continuous shares (free shares, time
-    #: objective, no memory limit; None otherwise). ``bound`` is for shares on the grid.
-    continuous_bound: float | None = None
-
-    def __post_init__(self):
-        object.__setattr__(self, "splits", MappingProxyType(dict(self.splits)))
-
-    @property
-    def is_optimal(self) -> bool:
-        return self.status == Status.OPTIMAL
-
-    def lines(self) -> list[str]:
-        """Human-readable summary, one fact per line."""
-        def fmt(x):
-            if x is None:
-                return "n/a"
-            return f"{x * 1e3:.6f} ms" if self.unit == "s" else f"{x:.6g} {self.unit}"
-
-        out = [
-            f"status          {self.status} (solver termination: {self.termination}; scope: {self.scope})",
-            f"objective       {fmt(self.objective)} (evaluator price of the plan)",
-            f"model objective {fmt(self.model_objective)}",
-            f"best bound      {fmt(self.bound)}",
-            f"relative gap    {'n/a' if self.gap is None else f'{self.gap:.3e}'}",
-            f"solver          {self.solver} {self.version} (backend '{self.backend}')",
-            f"wall time       {self.wall_s:.3f} s",
-        ]
-        if self.model_size:
-            out.append(f"model           {self.model_size}")
-        if self.message:
-            out.append(f"message         {self.message}")
-        out += [f"note            {n}" for n in self.notes]
-        if len(self.splits) > 1:
-            for path, c in self.splits.items():
-                out.append(f"split {path or 'root':<9} {c.status:<10} gap {'n/a' if c.gap is None else f'{c.gap:.2e}'}"
-                           f"  {c.wall_s:.2f} s")
-        return out
-
-    def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in (
-            "status", "termination", "has_solution", "objective", "model_objective", "bound", "gap", "unit",
-            "backend", "solver", "version", "wall_s", "scope", "path", "failed_family", "message", "model_size",
-            "continuous_bound")}
-        d["notes"] = list(self.notes)
-        d["splits"] = {p or "root": c.to_dict() for p, c in self.splits.items()}
-        return d
-
-
-@dataclass(frozen=True)
-class ExactResult:
-    """A plan (None if there is none), its certificate and its evaluation."""
-
-    plan: Plan | None
-    certificate: Certificate
-    evaluation: Evaluation | None
-
-
-def _status(raw: RawResult, bound_valid: bool, gap: float | None, gap_tol: float) -> str:
-    if raw.termination is Termination.INFEASIBLE:
-        return Status.INFEASIBLE
-    if raw.termination is Termination.TIME_LIMIT:
-        return Status.TIME_LIMIT
-    if raw.termination is Termination.ERROR or not raw.has_solution:
-        return Status.ERROR
-    if bound_valid and gap is not None and gap <= gap_tol:
-        return Status.OPTIMAL
-    return Status.FEASIBLE
-
-
-def _gap(objective: float | None, bound: float | None) -> float | None:
-    if objective is None or bound is None:
-        return None
-    if objective == 0.0:
-        return 0.0 if bound >= -1e-12 else math.inf
-    return max(0.0, (objective - bound) / abs(objective))
 
 
 def solve_split_exact(
@@ -214,8 +93,8 @@ def solve_split_exact(
     bound = None
     if raw.bound is not None:
         bound = (raw.bound - model.objective_error) / scale
-    gap = _gap(price, bound)
-    status = _status(raw, bound is not None, gap, max(gap_tol, solve_options.mip_gap))
+    gap_ = gap(price, bound)
+    status = status_of(raw, bound is not None, gap_, max(gap_tol, solve_options.mip_gap))
     message = ""
     if split is not None and memory is not None:
         used = plan_memory_bytes(sp, split)
@@ -237,12 +116,12 @@ def solve_split_exact(
         failed, message = _diagnose(sp, model, solver, solve_options, memory)
     cert = Certificate(
         status=status,
-        termination=raw.termination.value,
+        termination=raw.termination,
         has_solution=raw.has_solution,
         objective=price,
         model_objective=None if raw.objective is None else raw.objective / scale,
         bound=bound,
-        gap=gap,
+        gap=gap_,
         unit=model.objective_unit,
         backend=spec.name,
         solver=raw.solver,
@@ -272,7 +151,7 @@ def _fallback(sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit 
         used = plan_memory_bytes(sp, split)
         if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
             status, message = Status.ERROR, message + "; the plan exceeds the memory limit"
-    cert = Certificate(status=status, termination="not_solved", has_solution=True, objective=price,
+    cert = Certificate(status=status, termination=Termination.NOT_SOLVED, has_solution=True, objective=price,
                        model_objective=None, bound=None, gap=None, unit="s" if options.objective is Objective.TIME
                        else "elements", backend=spec.name, solver="fallback", version="", wall_s=time.perf_counter() - t0,
                        path=sp.path, message=message)
@@ -389,7 +268,7 @@ def solve_exact(
         plan = plan_top_down(problem, plan_split, f"exact-{spec.name}")
     except _Stop as stop:
         certs = {f"#{i}": c for i, (_, c) in enumerate(solved)}
-        cert = _aggregate(problem, None, None, certs, stop.cert, time.perf_counter() - t0, "level-by-level", options)
+        cert = aggregate(problem, None, None, certs, stop.cert, time.perf_counter() - t0, "level-by-level", options)
         return ExactResult(None, cert, None)
     # the hierarchy hands splits over without their path: match them back by identity
     by_id = {id(split): cert for split, cert in solved}
@@ -397,7 +276,7 @@ def solve_exact(
     plan = Plan(plan.splits, planner=f"exact-{spec.name}",
                 info={"objective": options.objective.value, "shares": options.shares.value, "scope": "level-by-level"})
     ev = evaluate(problem, plan)
-    cert = _aggregate(problem, plan, ev, certs, None, time.perf_counter() - t0, "level-by-level", options)
+    cert = aggregate(problem, plan, ev, certs, None, time.perf_counter() - t0, "level-by-level", options)
     return ExactResult(plan, cert, ev)
 
 
@@ -460,72 +339,6 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
             and dp_price < cert.objective * (1 - 1e-6) and memory_limit_bytes is None):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
     return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad))
-
-
-def price_of(ev: Evaluation, options: PlanOptions) -> float:
-    return ev.communication_elements if options.objective is Objective.COMMUNICATION else ev.step_time_s
-
-
-def _aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float, scope: str,
-               options: PlanOptions) -> Certificate:
-    root = certs.get("") if failed is None else None
-    first = failed or root or next(iter(certs.values()))
-    notes: list[str] = []
-    if failed is not None:
-        status = Status(failed.status) if failed.status in (Status.INFEASIBLE, Status.ERROR, Status.TIME_LIMIT) \
-            else Status.ERROR
-        where = "the root split" if not certs else f"a split below the root (after {len(certs)} solved)"
-        return replace(failed, status=status, scope=scope, wall_s=wall, splits=certs, objective=None, gap=None,
-                       bound=None, notes=failed.notes + (f"no plan: {where} has {status} status",))
-    objective = price_of(ev, options)
-    bound = root.bound if root is not None else None
-    gap = _gap(objective, bound)
-    statuses = [c.status for c in certs.values()]
-    one_level = problem.array.depth == 1
-    if Status.TIME_LIMIT in statuses:
-        status = Status.TIME_LIMIT
-    elif all(s == Status.OPTIMAL for s in statuses) and gap is not None and gap <= GAP_TOL:
-        status = Status.OPTIMAL
-    else:
-        status = Status.FEASIBLE
-        if all(s == Status.OPTIMAL for s in statuses) and not one_level:
-            notes.append("every split is optimal given its parent's plan (level-by-level, as AccPar); the bound "
-                         "is the root split's, valid for every plan of the hierarchy")
-    if one_level and root is not None and root.objective is not None and not math.isclose(
-            root.objective, objective, rel_tol=1e-9, abs_tol=0.0):
-        notes.append(f"split price {root.objective!r} differs from the evaluator's {objective!r}")
-    notes.extend(n for c in certs.values() for n in c.notes if n not in notes)
-    return Certificate(
-        status=status,
-        termination=first.termination if len(certs) == 1 else
-        ("optimal" if all(c.termination == "optimal" for c in certs.values()) else "mixed"),
-        has_solution=True,
-        objective=objective,
-        model_objective=root.model_objective if (root is not None and one_level) else None,
-        bound=bound,
-        gap=gap,
-        unit=first.unit,
-        backend=first.backend,
-        solver=first.solver,
-        version=first.version,
-        wall_s=wall,
-        scope=scope if not one_level else "split",
-        path="",
-        notes=tuple(notes),
-        model_size=first.model_size if len(certs) == 1 else f"{len(certs)} split models",
-        splits=certs,
-        continuous_bound=root.continuous_bound if (root is not None and one_level) else None,
-    )
-
-
-def require_plan(result: ExactResult) -> Plan:
-    """The plan of ``result``, or an error that says why there is none."""
-    if result.plan is not None:
-        return result.plan
-    c = result.certificate
-    if c.status == "infeasible":
-        raise InfeasibleError(c.message or "the planning problem is infeasible")
-    raise SolverError(f"backend '{c.backend}' found no plan ({c.status}): {c.message or c.termination}")
 
 
 __all__ = [

@@ -21,7 +21,7 @@ import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Callable, Protocol
 
 import numpy as np
@@ -29,13 +29,15 @@ import numpy as np
 from parplan.errors import ConfigError, SolverError
 
 
-class Termination(Enum):
-    """Why the solver stopped (separate from whether it holds a solution)."""
+class Termination(StrEnum):
+    """Why the solver stopped (separate from whether it holds a solution). A ``StrEnum``: it
+    compares equal to, prints and serialises as its value."""
 
     OPTIMAL = "optimal"  # the solver proved its solution optimal within mip_gap
     TIME_LIMIT = "time_limit"  # stopped by the time limit (with or without a solution)
     INFEASIBLE = "infeasible"  # proved that the model has no solution
     ERROR = "error"  # the solver failed or stopped for another reason
+    NOT_SOLVED = "not_solved"  # no exact model was solved (too large: a fallback plan)
 
 
 #: Time limits above this (one year) mean "no limit".

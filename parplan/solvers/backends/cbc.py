@@ -31,8 +31,10 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import sys
 import tempfile
 import time
 
@@ -112,17 +114,59 @@ def parse_cbc_log(text: str) -> dict:
     return out
 
 
+def import_pulp():
+    """Import PuLP without letting it load highspy into this process.
+
+    PuLP 3 imports highspy at import time when it is installed; highspy's ``libhighs.so.1``
+    then shadows OR-Tools' (same soname), and OR-Tools' solvers cannot load in this process
+    any more. parplan never uses PuLP's HiGHS interface (its HiGHS backend is highspy in a child
+    process), so it hides highspy while PuLP imports.
+    """
+    if "pulp" in sys.modules:
+        return sys.modules["pulp"]
+    hide = "highspy" not in sys.modules
+    if hide:
+        sys.modules["highspy"] = None  # makes `import highspy` raise ImportError inside PuLP
+    try:
+        import pulp
+    finally:
+        if hide:
+            del sys.modules["highspy"]
+    return pulp
+
+
+def to_pulp(model):
+    """(pulp.LpProblem, [pulp.LpVariable]) of a :class:`~parplan.formulation.mip.MipModel`:
+    the bridge this backend solves through (the model itself stays solver-neutral)."""
+    pulp = import_pulp()
+    xs = []
+    for v in model.variables:
+        cat = "Continuous"
+        if v.integer:
+            cat = "Binary" if (v.lb, v.ub) == (0.0, 1.0) else "Integer"
+        lb = None if v.lb == -math.inf else v.lb
+        ub = None if v.ub == math.inf else v.ub
+        xs.append(pulp.LpVariable(v.name, lowBound=lb, upBound=ub, cat=cat))
+    prob = pulp.LpProblem("".join(ch if ch.isalnum() or ch == "_" else "_" for ch in model.name) or "model",
+                          pulp.LpMinimize)
+    prob.setObjective(pulp.LpAffineExpression([(xs[i], c) for i, c in model.objective],
+                                              constant=model.objective_constant))
+    sense = {"<=": pulp.LpConstraintLE, ">=": pulp.LpConstraintGE, "==": pulp.LpConstraintEQ}
+    for c in model.constraints:
+        expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.coeffs])
+        prob.addConstraint(pulp.LpConstraint(expr, sense[c.sense], name=c.name, rhs=c.rhs))
+    return prob, xs
+
+
 class CbcBackend:
     """MIP with continuous variables via PuLP's bundled CBC."""
 
     name = "cbc"
 
     def solve(self, model, options: SolveOptions) -> RawResult:
-        from parplan.formulation.mip import import_pulp
-
         pulp = import_pulp()
 
-        prob, xs = model.to_pulp()
+        prob, xs = to_pulp(model)
         fd, log_path = tempfile.mkstemp(prefix="parplan-cbc-", suffix=".log")
         os.close(fd)
         cmd = pulp.PULP_CBC_CMD(
