@@ -125,7 +125,7 @@ def test_exact_equals_dp_on_random_chains(p, options):
     assert cert.status == "optimal" and same(cert.objective, dp_price, 1e-9)
 
 
-@fast(3)
+@fast(2)
 @given(problems(max_weighted=4), OPTIONS)
 def test_all_backends_agree_on_random_dags(p, options):
     sp = SplitProblem.root(p)

@@ -48,7 +48,7 @@ def _check(report):
 @pytest.mark.parametrize("devices", [2, 4])
 def test_random_dags_and_plans(clusters, devices):
     @seed(1234 + devices)
-    @settings(max_examples=6, deadline=None, derandomize=True,
+    @settings(max_examples=5, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
