@@ -1,6 +1,6 @@
 """Cell for cell against the published AccPar C++ planner (github.com/linghaosong/AccPar).
 
-tests/data/accpar_cpp/ holds the C++'s own AlexNet and VGG-11 network files as layer tables and
+parplan/data/accpar_cpp/ holds the C++'s own AlexNet and VGG-11 network files as layer tables and
 the per-level plans its binary printed (batch 512, 7 levels = 128 devices, shares 1/2, the
 communication objective). With every share fixed at 1/2 parplan's honest cost model must still
 choose exactly those types at every level (docs/costmodel.md section 9: what the papers' setting
@@ -25,7 +25,7 @@ from parplan.modelfile import load_layer_table
 from parplan.solvers.hierarchy import child_dims
 from parplan.solvers.planners import make_plan
 
-DATA = Path(__file__).parent / "data" / "accpar_cpp"
+DATA = Path(__file__).resolve().parents[1] / "parplan" / "data" / "accpar_cpp"
 CODE = {PartitionType.BATCH: 0, PartitionType.IN: 1, PartitionType.OUT: 2}
 LEVELS = 7
 

@@ -9,16 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from parplan.cli.bench import import_benchmarks
-
-import_benchmarks()  # the repository's benchmarks package, installed or not
-
-from benchmarks import BENCHMARKS  # noqa: E402
-from benchmarks import ablations, accpar, dp_vs_exact, hypar, scaling  # noqa: E402
-from benchmarks.common import (  # noqa: E402
+from parplan.bench import BENCHMARKS
+from parplan.bench import ablations, accpar, dp_vs_exact, hypar, scaling
+from parplan.bench.common import (
     ExecutorSpec, Task, TaskError, fit_exponent, geomean, make_array, run_kwargs, run_tasks,
 )
-from parplan.errors import ConfigError  # noqa: E402
+from parplan.errors import ConfigError
 
 SERIAL = ExecutorSpec("serial")
 
@@ -157,7 +153,7 @@ def test_exact_top_down_certifies_every_split_and_stops_on_budget():
     from parplan.costmodel.problem import Problem
     from parplan.zoo import get_model
 
-    from benchmarks.common import exact_top_down
+    from parplan.bench.common import exact_top_down
 
     problem = Problem(get_model("lenet"), make_array("tpu-v2:2,tpu-v3:2"), batch=64)
     row = exact_top_down(problem, "scip", time_limit_s=20)
@@ -346,7 +342,7 @@ def test_other_full_runs(tmp_path, module):
 
 
 def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
-    from benchmarks.speed import RECORDED_CPP_MS, run
+    from parplan.bench.speed import RECORDED_CPP_MS, run
 
     table = run(tmp_path, quick=True)
     dp = table[table.what.str.startswith("DP")]
@@ -357,7 +353,7 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
 
 
 def test_geomean_leaves_out_non_positive_values():
-    from benchmarks.common import geomean
+    from parplan.bench.common import geomean
 
     assert geomean([0.0, 4.0, 1.0, float("nan")]) == pytest.approx(2.0)
     assert math.isnan(geomean([0.0, -1.0]))

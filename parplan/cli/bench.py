@@ -27,7 +27,7 @@ from types import ModuleType
 
 from parplan.errors import ConfigError
 
-#: Benchmark name -> (module, one-line description); the module list is also in benchmarks.BENCHMARKS.
+#: Benchmark name -> one-line description; the module list is in parplan.bench.BENCHMARKS.
 BENCH_HELP = {
     "accpar": "AccPar's table: OWT / HyPar / AccPar / exact speedup over data parallelism on TPU-v2 + TPU-v3",
     "hypar": "HyPar's table: HyPar vs data and model parallelism on 16 devices, plans per level",
@@ -40,24 +40,8 @@ BENCH_HELP = {
 
 
 def import_benchmarks() -> ModuleType:
-    """Import the ``benchmarks`` package, adding this repository's root to the path if needed."""
-    try:
-        pkg = importlib.import_module("benchmarks")
-        if hasattr(pkg, "BENCHMARKS"):
-            return pkg
-    except ModuleNotFoundError as exc:
-        if exc.name != "benchmarks":
-            raise
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "benchmarks" / "__init__.py").is_file():
-        raise ConfigError(
-            "the benchmarks package is not installed and not found next to the parplan package "
-            f"(looked in {root}); run from a checkout of the parplan repository"
-        )
-    sys.path.insert(0, str(root))
-    for name in [m for m in sys.modules if m == "benchmarks" or m.startswith("benchmarks.")]:
-        del sys.modules[name]  # a different 'benchmarks' (e.g. a namespace package) was imported first
-    return importlib.import_module("benchmarks")
+    """The :mod:`parplan.bench` package (imported on use: it pulls in pandas and matplotlib)."""
+    return importlib.import_module("parplan.bench")
 
 
 def _module(name: str) -> ModuleType:
@@ -97,7 +81,7 @@ def add_bench_parser(subparsers, with_options: bool = True) -> None:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     module = _module(args.bench)
-    from benchmarks.common import executor_from_args, run_kwargs
+    from parplan.bench.common import executor_from_args, run_kwargs
 
     if args.workers < 1:
         raise ConfigError(f"--workers must be >= 1 (got {args.workers})")

@@ -15,7 +15,7 @@ are repeated at other link bandwidths (``sweep_gbps``); plans and bytes do not d
 Writes ``hypar.csv`` (one row per bandwidth and model), ``hypar_levels.csv`` (one row per
 model, planner and level), ``hypar.png`` (grouped bars) and ``hypar.md``.
 
-Run: ``parplan bench hypar --out results/`` or ``python -m benchmarks.hypar OUT_DIR [--quick]``.
+Run: ``parplan bench hypar --out results/`` or ``python -m parplan.bench.hypar OUT_DIR [--quick]``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import (
+from parplan.bench.common import (
     standalone_main,
     ExecutorSpec, Task, bandwidth_label, csv_floats, csv_names, geomean, grouped_bars, make_array, md_table,
     model_traits, out_dir_path, plan_stats, run_kwargs, run_tasks, with_progress_header, write_outputs,

@@ -1,7 +1,7 @@
 """Planner speed against the published AccPar C++, and the CLI's start-up time.
 
 - **Planners on the C++'s own work**: the C++'s AlexNet and VGG-11 network files (as layer
-  tables, ``tests/data/accpar_cpp/``), 7 levels = 128 devices, batch 512, communication
+  tables, ``parplan/data/accpar_cpp/``), 7 levels = 128 devices, batch 512, communication
   objective, shares 1/2: parplan's HyPar (2 types) and AccPar (3 types) DP plans, best of
   ``repeats`` wall times, in-process; and the ``accpar`` portfolio (step-time objective, free
   shares) on the same problem.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import grouped_bars, md_table, out_dir_path, standalone_main, write_outputs
+from parplan.bench.common import grouped_bars, md_table, out_dir_path, standalone_main, write_outputs
 
 NAME = "speed"
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "accpar_cpp"
+DATA = Path(__file__).resolve().parents[1] / "data" / "accpar_cpp"
 MODELS = ("alexnet", "vgg11")
 #: The C++'s time per 7-level plan (ms), measured on the 2-core CI machine with its Makefile's
 #: -O3 (20,000 repetitions; h_partition with 2 and 3 types; nothing else running), 2026-11-24.

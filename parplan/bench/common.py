@@ -166,8 +166,7 @@ def _run_dask(tasks, order, executor: ExecutorSpec, finish, fail) -> None:
                                    dashboard_address=None)
             client = Client(cluster)
         else:
-            client = Client(executor.scheduler)
-            _ship_benchmarks(client)
+            client = Client(executor.scheduler)  # its workers need parplan installed (benchmarks included)
         try:
             futures = {client.submit(_timed, tasks[i].fn, tasks[i].kwargs, pure=False): i for i in order}
             for fut in as_completed(list(futures)):
@@ -182,23 +181,6 @@ def _run_dask(tasks, order, executor: ExecutorSpec, finish, fail) -> None:
     finally:
         if cluster is not None:
             cluster.close()
-
-
-def _ship_benchmarks(client) -> None:
-    """Upload this ``benchmarks`` package to a remote cluster's workers (``Client.upload_file``);
-    parplan itself must be installed there."""
-    import tempfile
-    import zipfile
-
-    import benchmarks
-
-    root = Path(benchmarks.__file__).resolve().parent
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "parplan_benchmarks.zip"
-        with zipfile.ZipFile(path, "w") as z:
-            for f in sorted(root.glob("*.py")):
-                z.write(f, f"benchmarks/{f.name}")
-        client.upload_file(str(path))
 
 
 # --------------------------------------------------------------------------- arrays and problems
@@ -624,7 +606,7 @@ __all__ = [
 
 
 def standalone_main(doc: str, name: str, run, add_arguments, argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.NAME OUT_DIR [--quick] ...``: run one benchmark, print its summary."""
+    """``python -m parplan.bench.NAME OUT_DIR [--quick] ...``: run one benchmark, print its summary."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])

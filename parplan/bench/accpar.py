@@ -27,7 +27,7 @@ Writes ``accpar.csv`` (one row per bandwidth and model), ``accpar_summary.csv`` 
 and arithmetic means per bandwidth and planner, next to the paper's), ``accpar.png`` (grouped
 bars, one panel per bandwidth) and ``accpar.md``.
 
-Run: ``parplan bench accpar --out results/`` or ``python -m benchmarks.accpar OUT_DIR [--quick]``.
+Run: ``parplan bench accpar --out results/`` or ``python -m parplan.bench.accpar OUT_DIR [--quick]``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import (
+from parplan.bench.common import (
     standalone_main,
     ExecutorSpec, Task, arithmean, bandwidth_label, csv_floats, csv_names, exact_top_down, geomean, grouped_bars,
     make_array, md_table, model_traits, out_dir_path, plan_shape, plan_stats, root_bound, run_kwargs, run_tasks,
@@ -95,7 +95,7 @@ def planner_task(model: str, array: str, batch: int, bandwidth_gbps: float | Non
 
 def exact_task(model: str, array: str, batch: int, bandwidth_gbps: float | None, backend: str,
                time_limit_s: float) -> dict:
-    """The level-by-level exact plan of one model (see :func:`benchmarks.common.exact_top_down`)."""
+    """The level-by-level exact plan of one model (see :func:`parplan.bench.common.exact_top_down`)."""
     from parplan.costmodel.problem import Problem
     from parplan.zoo import get_model
 

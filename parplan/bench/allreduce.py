@@ -10,7 +10,7 @@ Writes ``allreduce.csv`` (one row per topology, algorithm, size), ``allreduce.pn
 time vs size, one panel per topology) and ``allreduce.md`` (64 MiB table with MultiTree's
 speedup over ring next to the paper's 2.3x).
 
-Run: ``python benchmarks/allreduce.py OUT_DIR [--quick]``.
+Run: ``python -m parplan.bench.allreduce OUT_DIR [--quick]``.
 """
 
 from __future__ import annotations

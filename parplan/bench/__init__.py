@@ -3,7 +3,7 @@
 Every benchmark is a module with ``run(out_dir, quick=False, executor=None, **params) ->
 pandas.DataFrame`` that writes ``NAME.csv``, ``NAME.png`` and ``NAME.md`` into ``out_dir``;
 ``parplan bench NAME`` runs it from the command line (see :mod:`parplan.cli.bench`), and
-``python -m benchmarks.NAME OUT_DIR [--quick]`` runs it without the CLI.
+``python -m parplan.bench.NAME OUT_DIR [--quick]`` runs it without the CLI.
 
 ==============  ==========================================================================
 name            what
@@ -19,13 +19,13 @@ speed           planner time against the published AccPar C++; the CLI's start-u
 ==============  ==========================================================================
 """
 
-#: Benchmark name (as typed after ``parplan bench``) -> module under :mod:`benchmarks`.
+#: Benchmark name (as typed after ``parplan bench``) -> module under :mod:`parplan.bench`.
 BENCHMARKS = {
-    "accpar": "benchmarks.accpar",
-    "hypar": "benchmarks.hypar",
-    "dp-vs-exact": "benchmarks.dp_vs_exact",
-    "scaling": "benchmarks.scaling",
-    "ablations": "benchmarks.ablations",
-    "allreduce": "benchmarks.allreduce",
-    "speed": "benchmarks.speed",
+    "accpar": "parplan.bench.accpar",
+    "hypar": "parplan.bench.hypar",
+    "dp-vs-exact": "parplan.bench.dp_vs_exact",
+    "scaling": "parplan.bench.scaling",
+    "ablations": "parplan.bench.ablations",
+    "allreduce": "parplan.bench.allreduce",
+    "speed": "parplan.bench.speed",
 }

@@ -20,7 +20,7 @@ different sub-problems. CP-SAT works on a share grid and can only be slower than
 Writes ``dp-vs-exact.csv`` (one row per model, depth and backend), ``dp-vs-exact.png`` (wall
 time against devices, one panel per model, log-log) and ``dp-vs-exact.md``.
 
-Run: ``parplan bench dp-vs-exact --out results/`` or ``python -m benchmarks.dp_vs_exact OUT_DIR [--quick]``.
+Run: ``parplan bench dp-vs-exact --out results/`` or ``python -m parplan.bench.dp_vs_exact OUT_DIR [--quick]``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pandas as pd
 
 from parplan.errors import ConfigError
 
-from benchmarks.common import (
+from parplan.bench.common import (
     standalone_main,
     EXACT_SHARE_GRID, ExecutorSpec, Task, csv_ints, csv_names, exact_options, exact_top_down, loglog_lines, make_array, md_table, out_dir_path,
     run_kwargs, run_tasks, with_progress_header, write_outputs,

@@ -18,7 +18,7 @@ garbage collector off while timing), so all points of a series share one process
 ``scaling.csv`` (one row per series and size),
 ``scaling.png`` (log-log lines) and ``scaling.md``.
 
-Run: ``parplan bench scaling --out results/`` or ``python -m benchmarks.scaling OUT_DIR [--quick]``.
+Run: ``parplan bench scaling --out results/`` or ``python -m parplan.bench.scaling OUT_DIR [--quick]``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import (
+from parplan.bench.common import (
     standalone_main,
     EXACT_SHARE_GRID, ExecutorSpec, Task, csv_ints, csv_names, fit_exponent, loglog_lines, make_array, md_table, out_dir_path,
     run_kwargs, run_tasks, solve_options, with_progress_header, write_outputs,

@@ -34,7 +34,7 @@ under it (so a planner that ignored the collective would score that).
 Writes ``ablations.csv`` (one row per model and variant), ``ablations.png`` (grouped bars of
 the step time relative to AccPar) and ``ablations.md``.
 
-Run: ``parplan bench ablations --out results/`` or ``python -m benchmarks.ablations OUT_DIR [--quick]``.
+Run: ``parplan bench ablations --out results/`` or ``python -m parplan.bench.ablations OUT_DIR [--quick]``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.common import (
+from parplan.bench.common import (
     standalone_main,
     ExecutorSpec, Task, csv_names, geomean, grouped_bars, make_array, md_table, out_dir_path, plan_stats,
     run_kwargs, run_tasks, with_progress_header, write_outputs,
