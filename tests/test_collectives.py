@@ -4,7 +4,6 @@ time model, benchmark and CLI."""
 import argparse
 import dataclasses
 import doctest
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -36,7 +35,6 @@ from parplan.errors import ConfigError
 
 REL = 1e-9
 MB64 = 64 * 2**20
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_doctests():
@@ -294,10 +292,9 @@ def test_tree_beats_ring_for_small_messages(topologies):
 
 
 def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("bench_allreduce", ROOT / "benchmarks" / "allreduce.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from parplan.bench import allreduce
+
+    return allreduce
 
 
 def test_benchmark_quick(tmp_path):
