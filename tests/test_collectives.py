@@ -6,7 +6,6 @@ import dataclasses
 import doctest
 import json
 import math
-from pathlib import Path
 
 import networkx as nx
 import pytest
