@@ -396,3 +396,17 @@ def test_multitree_never_takes_more_steps_than_ring(kind, rows, cols, ports):
     assert multi.steps <= flat.steps
     if dict(multi.params).get("fallback") == "ring":
         assert multi.transfers == flat.transfers
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_ring_closed_form_is_the_ring_schedule(n):
+    """One ring all-reduce cost: the closed form the pipeline planner uses equals the explicit
+    schedule's time on a ring of n hosts."""
+    from parplan.collectives.allreduce import ring_allreduce_seconds
+    from parplan.collectives.topology import ring
+    from parplan.pipeline.planner import Level, sync_seconds
+
+    t = ring(n, bytes_per_s=2e9, latency_s=3e-6)
+    simulated = allreduce_seconds("ring", t, 64e6)
+    assert math.isclose(ring_allreduce_seconds(n, 64e6, 2e9, 3e-6), simulated, rel_tol=1e-12)
+    assert math.isclose(sync_seconds(64e6, n, Level(1, n, 2e9, 3e-6)), simulated, rel_tol=1e-12)

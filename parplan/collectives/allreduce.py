@@ -58,6 +58,7 @@ __all__ = [
     "Schedule",
     "Validation",
     "build_schedule",
+    "ring_allreduce_seconds",
     "ring_schedule",
     "dbtree_schedule",
     "ring2d_schedule",
@@ -683,6 +684,21 @@ def best_schedule(algorithm: Algorithm | str, topology: Topology, bytes_: float)
         if best is None or seconds < best[1]:
             best = (sched, seconds)
     return best
+
+
+def ring_allreduce_seconds(hosts: int, bytes_: float, bytes_per_s: float, latency_s: float = 0.0) -> float:
+    """The ring all-reduce in closed form: ``2 (n-1)/n x bytes / B + 2 (n-1) x latency`` (a
+    reduce-scatter then an all-gather, ``n - 1`` steps each). It equals what
+    :func:`ring_schedule` takes on a ring of ``n`` hosts (tests/test_collectives.py checks it);
+    the pipeline planner prices weight sync with it.
+
+    Example:
+        >>> ring_allreduce_seconds(4, 1e9, 1e9)
+        1.5
+    """
+    if hosts <= 1:
+        return 0.0
+    return 2.0 * (hosts - 1) / hosts * bytes_ / bytes_per_s + 2.0 * (hosts - 1) * latency_s
 
 
 def allreduce_seconds(algorithm: Algorithm | str, topology: Topology, bytes_: float) -> float:

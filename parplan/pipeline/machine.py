@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 
+from parplan.collectives.allreduce import ring_allreduce_seconds
 from parplan.costmodel.hardware import ArrayNode
 from parplan.errors import HardwareError
 
@@ -194,7 +195,7 @@ def sync_seconds(bytes_: float, replicas: int, level: Level, model: SyncModel = 
     if replicas <= 1:
         return 0.0
     if model is SyncModel.RING:
-        return 2.0 * (replicas - 1) / replicas * bytes_ / level.bytes_per_s + 2.0 * (replicas - 1) * level.latency_s
+        return ring_allreduce_seconds(replicas, bytes_, level.bytes_per_s, level.latency_s)
     return 2.0 * (replicas - 1) * bytes_ / level.bytes_per_s
 
 
