@@ -159,7 +159,7 @@ def test_profile_from_graph_matches_layer_profiles():
         Flatten("flat", ("add",)),
         Linear("fc", ("flat",), out_features=10),
     ))
-    p = profile_from_graph(g, batch=4, flops_per_s=1e12, bytes_per_element=2)
+    p = profile_from_graph(g, batch=4, device=1e12, bytes_per_element=2)
     ref = {lp.name: lp for lp in layer_profiles(g, 4)}
     for layer in p.layers:
         assert math.isclose(layer.compute_seconds, ref[layer.name].flops / 1e12, rel_tol=REL)
@@ -170,6 +170,22 @@ def test_profile_from_graph_matches_layer_profiles():
     assert math.isclose(p.layers[0].compute_seconds, 6 * 4 * 8 * 64 * 8 * 9 / 1e12, rel_tol=REL)
     assert not p.is_chain  # the residual edge r1 -> add skips c2
     assert p.cut_bytes()[2] == 2 * 2 * 4 * 8 * 64  # after c2: c2's and r1's outputs
+
+
+def test_profile_on_a_device_is_the_cost_models_compute_time():
+    """One compute formula: a graph profiled on an array's device takes, layer by layer summed,
+    what the cost model's nodes take on that device (rooflines; element-wise layers by HBM)."""
+    from parplan.costmodel.problem import Problem
+    from parplan.zoo import get_model
+
+    g = get_model("resnet-2block")
+    machine = machine_from_array(parse_array("a100:2"))
+    p = profile_from_graph(g, batch=16, device=machine.device, bytes_per_element=2)
+    nodes = Problem(g, parse_array("a100:2"), batch=16).planning.nodes
+    expected = sum(n.dims.scaled(16).compute_seconds(machine.device, 2) for n in nodes)
+    assert math.isclose(sum(layer.compute_seconds for layer in p.layers), expected, rel_tol=1e-12)
+    relu = [layer for layer in p.layers if layer.description == "Activation"][0]
+    assert relu.compute_seconds > 0  # memory-bound, as in the cost model
 
 
 # ----------------------------------------------------------------------------------------------
@@ -446,7 +462,7 @@ def test_zoo_vgg16_on_heterogeneous_array():
     zoo = pytest.importorskip("parplan.zoo")
     graph = zoo.get_model("vgg16")
     machine = machine_from_array(parse_array("tpu-v2:8,tpu-v3:8"))
-    profile = profile_from_graph(graph, batch=64, flops_per_s=machine.device_flops_per_s)
+    profile = profile_from_graph(graph, batch=64, device=machine.device_flops_per_s)
     res = plan_pipeline(profile, machine)
     _check_certificates(res)
     # Cross-check: the single-device time is the model's training FLOPs on a TPU-v2.

@@ -110,7 +110,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
         if args.batch is None or args.batch <= 0:
             raise ConfigError(f"--batch must be > 0 (got {args.batch})")
-        profile = profile_from_graph(load_model(args.model), args.batch, machine.device_flops_per_s,
+        profile = profile_from_graph(load_model(args.model), args.batch, machine.device or machine.device_flops_per_s,
                                      args.bytes_per_element)
     options = PipelineOptions(
         memory_limit_bytes=None if args.memory_limit is None else args.memory_limit * GIB,

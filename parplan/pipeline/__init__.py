@@ -5,7 +5,7 @@ Example:
     >>> from parplan.costmodel.graph import Graph, Linear, Shape
     >>> g = Graph("mlp", Shape(1024), tuple(
     ...     Linear(f"fc{i}", (f"fc{i - 1}" if i else "input",), out_features=1024) for i in range(4)))
-    >>> res = plan_pipeline(profile_from_graph(g, batch=32, flops_per_s=1e12), flat_machine(2, 1e9))
+    >>> res = plan_pipeline(profile_from_graph(g, batch=32, device=1e12), flat_machine(2, 1e9))
     >>> [s.replicas for s in res.stages]
     [1, 1]
 """

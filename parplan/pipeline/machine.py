@@ -10,6 +10,7 @@ from typing import Sequence
 
 
 from parplan.collectives.allreduce import ring_allreduce_seconds
+from parplan.costmodel.dims import Device
 from parplan.costmodel.hardware import ArrayNode
 from parplan.errors import HardwareError
 
@@ -58,6 +59,9 @@ class Machine:
     device_flops_per_s: float | None = None
     device_memory_bytes: float | None = None
     notes: tuple[str, ...] = ()
+    #: The slowest device as the cost model prices it (peak, HBM bandwidth, efficiency), for
+    #: profiles built from layer graphs (:func:`parplan.pipeline.profile.profile_from_graph`).
+    device: Device | None = None
 
     def __post_init__(self):
         if not self.levels:
@@ -136,7 +140,8 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
     n = array.count
     if n == 1:
         levels = (Level(1, 1, devices[0].link_bytes_per_s, devices[0].link_latency_s),)
-        return Machine(levels, array.describe(), slow.flops_per_s, array.min_memory_bytes, tuple(notes))
+        return Machine(levels, array.describe(), slow.flops_per_s, array.min_memory_bytes, tuple(notes),
+                       slow.as_device())
 
     def leaf_depths(node: ArrayNode, d: int) -> set[int]:
         return {d} if node.is_leaf else leaf_depths(node.left, d + 1) | leaf_depths(node.right, d + 1)
@@ -151,7 +156,7 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
             f"at its slowest link ({bw / 1e9:g} GB/s)"
         )
         return Machine((Level(1, n, bw, lat),), array.describe(), slow.flops_per_s, array.min_memory_bytes,
-                       tuple(notes))
+                       tuple(notes), slow.as_device())
     height = depths.pop()
     by_height: dict[int, list] = {k: [] for k in range(1, height + 1)}
 
@@ -180,7 +185,7 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
     if merge_equal_levels and len(merged) < len(raw):
         notes.append(f"levels with equal links merged: {len(raw)} tree levels -> {len(merged)} planner level(s)")
     levels = tuple(Level(k, n_, bw, lat) for k, (n_, bw, lat) in enumerate(merged, start=1))
-    return Machine(levels, array.describe(), slow.flops_per_s, array.min_memory_bytes, tuple(notes))
+    return Machine(levels, array.describe(), slow.flops_per_s, array.min_memory_bytes, tuple(notes), slow.as_device())
 
 
 def sync_seconds(bytes_: float, replicas: int, level: Level, model: SyncModel = SyncModel.RING) -> float:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from parplan.costmodel.dims import layer_profiles
+from parplan.costmodel.dims import Device, layer_dims, layer_profiles, roofline_seconds
 from parplan.costmodel.graph import INPUT, Graph
 from parplan.errors import ConfigError, GraphError
 from parplan.readers import read_text
@@ -269,32 +269,45 @@ def read_profile(path: str | Path) -> PipelineProfile:
 
 
 def profile_from_graph(
-    graph: Graph, batch: int, flops_per_s: float, bytes_per_element: float = 2.0
+    graph: Graph, batch: int, device: float | Device, bytes_per_element: float = 2.0
 ) -> PipelineProfile:
-    """Profile of a layer graph at ``batch`` on a device of ``flops_per_s`` (docs/costmodel.md section 5).
+    """Profile of a layer graph at ``batch`` on ``device`` (docs/costmodel.md section 5).
 
-    Per layer: compute seconds = training FLOPs / ``flops_per_s``, split 1/3 forward (one of the
-    three products) and 2/3 backward; activation bytes = output elements x
-    ``bytes_per_element``; parameter bytes = weight elements x ``bytes_per_element``.
-    Non-weighted layers cost no time (as in the cost model).
+    ``device`` is a cost-model :class:`~parplan.costmodel.dims.Device` (peak FLOP/s, HBM
+    bandwidth, efficiency; ``Machine.device`` of an array), or a plain peak FLOP/s figure.
+    Per layer, compute seconds are the cost model's own roofline
+    (:meth:`~parplan.costmodel.dims.LayerDims.compute_seconds` for a weighted layer,
+    :func:`~parplan.costmodel.dims.roofline_seconds` of a layer without weights: its traffic
+    over the HBM bandwidth), split 1/3 forward (one of the three products) and 2/3 backward;
+    with a plain FLOP/s figure, FLOPs over it (layers without weights then cost nothing but
+    attention's products). Activation bytes = output elements x ``bytes_per_element``;
+    parameter bytes = weight elements x ``bytes_per_element``.
 
     Example:
         >>> from parplan.costmodel.graph import Graph, Linear, Shape
         >>> g = Graph("fc2", Shape(4), (Linear("a", ("input",), out_features=8),
         ...                             Linear("b", ("a",), out_features=2)))
-        >>> p = profile_from_graph(g, batch=2, flops_per_s=1e3)
+        >>> p = profile_from_graph(g, batch=2, device=1e3)
         >>> [round(layer.compute_seconds, 3) for layer in p.layers], p.cut_bytes()
         ([0.384, 0.192], (32.0,))
     """
     if not batch > 0:
         raise ConfigError(f"batch must be > 0 (got {batch})")
-    if not flops_per_s > 0:
-        raise ConfigError(f"device throughput must be > 0 FLOP/s (got {flops_per_s})")
+    if not isinstance(device, Device):
+        if not (isinstance(device, (int, float)) and device > 0):
+            raise ConfigError(f"device throughput must be > 0 FLOP/s (got {device})")
+        device = Device(float(device), math.inf)
     if not bytes_per_element > 0:
         raise ConfigError(f"bytes_per_element must be > 0 (got {bytes_per_element})")
+    info = graph.analyze()
     layers = []
     for prof in layer_profiles(graph, batch):
-        seconds = prof.flops / flops_per_s
+        layer = graph.layer(prof.name)
+        if layer.weighted:
+            seconds = layer_dims(graph, prof.name, batch).compute_seconds(device, bytes_per_element)
+        else:
+            flops, traffic, _ = layer.training_cost(list(info.in_shapes[prof.name]), info.out_shape[prof.name])
+            seconds = roofline_seconds(batch * flops, batch * traffic * bytes_per_element, device)
         layers.append(
             ProfiledLayer(
                 name=prof.name,
@@ -311,8 +324,10 @@ def profile_from_graph(
         name=graph.name,
         layers=tuple(layers),
         edges=tuple(sorted(edges, key=lambda e: (pos[e[0]], pos[e[1]]))),
-        source=f"cost model: graph '{graph.name}' at batch {batch}, {flops_per_s / 1e12:g} TFLOP/s per device, "
-        f"{bytes_per_element:g} bytes per element",
+        source=f"cost model: graph '{graph.name}' at batch {batch}, {device.flops_per_s / 1e12:g} TFLOP/s per device"
+        + (f" (efficiency {device.efficiency:g}, HBM {device.memory_bytes_per_s / 1e9:g} GB/s)"
+           if math.isfinite(device.memory_bytes_per_s) else "")
+        + f", {bytes_per_element:g} bytes per element",
     )
     if not profile.is_chain:
         profile = _with_note(profile, _LINEARIZED)
