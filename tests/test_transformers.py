@@ -239,3 +239,12 @@ def test_importer_core_doctests():
     import parplan.importers as importers
 
     assert doctest.testmod(importers).failed == 0
+
+
+def test_tied_graphs_survive_pickling():
+    """Worker processes receive graphs by pickle: the ties must come along."""
+    import pickle
+
+    g = TRANSFORMER_MODELS["gpt2"]()
+    h = pickle.loads(pickle.dumps(g))
+    assert isinstance(h, TiedGraph) and h.tied == g.tied and h.parameter_count() == 124_439_808

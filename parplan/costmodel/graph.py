@@ -647,3 +647,58 @@ class Graph:
         """Names of the weighted (conv, linear) layers in topological order."""
         info = self.analyze()
         return tuple(n for n in info.order if self.layer(n).weighted)
+
+
+@dataclass(frozen=True)
+class TiedGraph(Graph):
+    """A :class:`Graph` in which some layers reuse another layer's weights.
+
+    ``tied`` holds ``(layer, owner)`` pairs. A layer of the owner's type (a module called
+    twice) shares all its parameters with the owner; a :class:`Linear` tied to another kind of
+    layer (GPT-2's LM head and the token :class:`Embedding`) shares its ``Di x Do`` matrix,
+    not its bias. The cost model prices every layer as usual (the head's products and
+    gradient exist whether or not its matrix is shared); only :meth:`parameter_count` counts a
+    shared tensor once, at its owner.
+
+    Example:
+        >>> g = TiedGraph("lm", Shape(1, 8, 1), (
+        ...     Embedding("wte", (INPUT,), num=100, dim=16),
+        ...     Linear("head", ("wte",), out_features=100, bias=False, per_position=True),
+        ... ), tied=(("head", "wte"),))
+        >>> g.parameter_count()
+        1600
+    """
+
+    tied: tuple[tuple[str, str], ...] = ()
+
+    def __reduce__(self):
+        # as Graph's, keeping the ties (a plain Graph would count shared weights twice)
+        return (TiedGraph, (self.name, self.input_shape, self.layers, self.tied))
+
+    def parameter_count(self) -> int:
+        """Trainable parameters, a shared tensor counted once (at its owner)."""
+        return super().parameter_count() - sum(self._shared(name, owner) for name, owner in self.tied)
+
+    def _shared(self, name: str, owner: str) -> int:
+        info = self.analyze()
+        layer, source = self.layer(name), self.layer(owner)
+        mine = layer.weight_elements(list(info.in_shapes[name]))
+        theirs = source.weight_elements(list(info.in_shapes[owner]))
+        if isinstance(layer, Linear) and isinstance(source, Linear) and layer.bias != source.bias:
+            # a matrix reused by a product with its own (or no) bias: the matrix is shared
+            mine -= layer.out_features if layer.bias else 0
+            theirs -= source.out_features if source.bias else 0
+        elif type(layer) is not type(source):
+            if not isinstance(layer, Linear):
+                raise GraphError(
+                    f"layer '{name}': a {type(layer).__name__} can share weights only with a layer of its own "
+                    f"type ('{owner}' is a {type(source).__name__})"
+                )
+            mine -= layer.out_features if layer.bias else 0
+            theirs -= source.out_features if isinstance(source, Linear) and source.bias else 0
+        if mine != theirs:
+            raise GraphError(
+                f"layer '{name}': tied to '{owner}' but has {mine} shared weights where '{owner}' has {theirs}; "
+                "a tied layer must reuse exactly its owner's matrix"
+            )
+        return mine

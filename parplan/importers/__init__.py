@@ -26,7 +26,7 @@ here, which owns the mapping rules so that the two agree:
 - picking one position (``x[:, 0]``) or averaging over the sequence or the spatial extent is
   an adaptive average :class:`Pool2d` to 1 x 1 (same shapes and cost);
 - a weight matrix used by two layers (a tied LM head, a module called twice) is counted once:
-  the graph is then a :class:`~parplan.transformers.TiedGraph`.
+  the graph is then a :class:`~parplan.costmodel.graph.TiedGraph`.
 
 Anything else is collected, and the import fails with one
 :class:`~parplan.errors.GraphError` that lists every unsupported operator with its count and
@@ -68,6 +68,7 @@ from parplan.costmodel.graph import (
     Pool2d,
     Scale,
     Shape,
+    TiedGraph,
     Tokens,
 )
 from parplan.errors import GraphError
@@ -878,8 +879,6 @@ class GraphBuilder:
 
     def build(self, name: str | None = None) -> Graph:
         """The finished graph; raises :class:`GraphError` listing every unsupported operator."""
-        from parplan.transformers import TiedGraph
-
         name = name or self.model
         if self._problems:
             items = sorted(self._problems.items(), key=lambda kv: (-kv[1], kv[0]))
