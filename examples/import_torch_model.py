@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Problem
-from parplan.importers import from_torch
+from parplan.models.importers import from_torch
 from parplan.report import plan_report
 from parplan.solvers.planners import make_plan
 

@@ -41,7 +41,7 @@ _EXPORTS = {
     "Layout": ("parplan.costmodel.layout", "Layout"),
     "parse_array": ("parplan.costmodel.hardware", "parse_array"),
     "load_devices": ("parplan.costmodel.hardware", "load_devices"),
-    "load_model": ("parplan.modelfile", "load_model"),
+    "load_model": ("parplan.models.modelfile", "load_model"),
     "evaluate": ("parplan.costmodel.evaluate", "evaluate"),
     "plan": ("parplan.solvers.planners", "make_plan"),
     "solve": ("parplan.solvers.exact", "solve_exact"),

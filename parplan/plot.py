@@ -17,7 +17,7 @@ The figure is built on matplotlib's object API with the Agg canvas: no pyplot st
 
 Example:
     >>> import tempfile, os
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.costmodel.evaluate import evaluate

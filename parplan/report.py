@@ -1,7 +1,7 @@
 """Human- and machine-readable reports of a priced plan (the CLI's ``plan`` output).
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.costmodel.evaluate import evaluate

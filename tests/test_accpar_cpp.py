@@ -21,7 +21,7 @@ from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Problem
 from parplan.costmodel.split import SplitProblem, split_terms
-from parplan.modelfile import load_layer_table
+from parplan.models.modelfile import load_layer_table
 from parplan.solvers.hierarchy import child_dims
 from parplan.solvers.planners import make_plan
 

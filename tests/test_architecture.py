@@ -17,7 +17,7 @@ LAYERS = {
     "costmodel": 2,
     "formulation": 3,
     "solvers": 4,
-    "zoo": 5, "transformers": 5, "modelfile": 5, "importers": 5, "pipeline": 5, "executor": 5,
+    "models": 5, "pipeline": 5, "executor": 5,
     "report": 6, "plot": 6, "bench": 6,
     "cli": 7,
 }

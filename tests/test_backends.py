@@ -16,7 +16,7 @@ from parplan.solvers.backends import registry
 from parplan.solvers.backends.cbc import parse_cbc_log
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
 from parplan.solvers.exact import solve_split_exact
-from parplan.zoo import get_model
+from parplan.models.zoo import get_model
 
 ALL = available_backends()
 CONTINUOUS = [b for b in ALL if BACKENDS[b].supports_continuous]

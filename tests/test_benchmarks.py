@@ -151,7 +151,7 @@ def test_accpar_explanation_names_the_term_that_makes_hypar_slower():
 
 def test_exact_top_down_certifies_every_split_and_stops_on_budget():
     from parplan.costmodel.problem import Problem
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     from parplan.bench.common import exact_top_down
 

@@ -22,7 +22,7 @@ from parplan.solvers.brute import brute_force, brute_force_split
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
 from parplan.solvers.exact import price_of, solve_exact, solve_split_exact
 from parplan.solvers.planners import planner_options
-from parplan.zoo import get_model
+from parplan.models.zoo import get_model
 
 DEVICES = ("tpu-v2", "tpu-v3", "v100", "a100", "h100")
 TOL = {"scip": 1e-9, "cbc": 1e-8, "highs": 1e-9, "cpsat": 1e-6}

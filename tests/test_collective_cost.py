@@ -13,7 +13,7 @@ from parplan.costmodel.hardware import load_devices, parse_array
 from parplan.costmodel.problem import Problem
 from parplan.errors import HardwareError
 from parplan.solvers.planners import make_plan
-from parplan.zoo import get_model
+from parplan.models.zoo import get_model
 
 
 @pytest.mark.parametrize("array,topo", [

@@ -10,7 +10,7 @@ from parplan.costmodel.split import SplitProblem, split_terms
 from parplan.costmodel.evaluate import evaluate
 from parplan.errors import ConfigError
 from parplan.solvers.planners import make_plan
-from parplan.zoo import get_model
+from parplan.models.zoo import get_model
 
 B, I = PartitionType.BATCH, PartitionType.IN
 

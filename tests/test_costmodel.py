@@ -21,7 +21,7 @@ from parplan.costmodel.split import PlanOptions, SplitProblem, price_split
 from parplan.solvers.dp import continuous_bound, frontier_dp
 from parplan.solvers.exact import solve_split_exact
 from parplan.formulation.mip import MemoryLimit, plan_memory_bytes
-from parplan.zoo import get_model
+from parplan.models.zoo import get_model
 from reference_model import reference_evaluate, reference_split_time
 from test_brute import DEVICES, fast, graphs
 
@@ -292,7 +292,7 @@ def test_continuous_bound_holds_at_lower_splits(case, grid, leaf_pair):
 def test_evaluator_agrees_with_the_reference_on_transformers(data):
     """Embedding tables, layer norms' row statistics, attention heads: random plans of tiny GPT
     and BERT configs on hierarchies of 2 to 5 devices, priced by both evaluators."""
-    from parplan.transformers import bert_config, gpt_config
+    from parplan.models.transformers import bert_config, gpt_config
     from test_executor_cases import plans as executor_plans
 
     g = data.draw(st.sampled_from([gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),

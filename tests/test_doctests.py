@@ -8,7 +8,7 @@ import pytest
 
 import parplan
 
-OPTIONAL = ("parplan.importers",)  # need torch / onnx; their own tests cover them
+OPTIONAL = ("parplan.models.importers",)  # need torch / onnx; their own tests cover them
 
 
 def modules():

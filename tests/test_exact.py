@@ -18,7 +18,7 @@ from parplan.solvers.backends import SolveOptions, get_backend
 from parplan.solvers.dp import PlanOptions, SplitProblem, continuous_bound, frontier_dp
 from parplan.solvers.exact import price_of, require_plan, solve_exact
 from parplan.solvers.planners import make_plan, planner_options
-from parplan.zoo import MODELS, get_model
+from parplan.models.zoo import MODELS, get_model
 
 PAIR = "tpu-v2:1,tpu-v3:1"
 CHAINS = [m for m in MODELS if Problem(get_model(m), parse_array(PAIR), batch=512).planning.is_chain]

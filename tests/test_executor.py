@@ -104,7 +104,7 @@ def test_unsupported_layers_and_arrays_are_clear_errors():
         build_schedule(q, Plan({p_: Split((PartitionType.BATCH,), (0.5,)) for p_, _ in q.array.inner_nodes()}))
     with pytest.raises(ConfigError, match="steps must be"):
         run_plan(q, Plan({}), steps=0)
-    from parplan.transformers import llama_config
+    from parplan.models.transformers import llama_config
 
     for graph, message in ((llama_config(1, 16, 2, 2, 8, 4, 32), "embedding 'embed' is read through 'layers.0.norm1'"),
                            (llama_config(1, 16, 2, 2, 8, 4, 32, experts=4, top_k=2), "mixture-of-experts")):
@@ -137,7 +137,7 @@ def llama_like(heads, kv_heads, name, experts=1):
 
 
 def transformer_graphs(family: str):
-    from parplan.transformers import bert_config, gpt_config
+    from parplan.models.transformers import bert_config, gpt_config
 
     if family == "gpt-bert":
         return [gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
@@ -185,7 +185,7 @@ def test_join_layouts_round_trip(clusters):
 
 def test_zoo_lenet_accpar_on_4_processes(clusters):
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     p = Problem(get_model("lenet"), parse_array("cpu:4"), batch=BATCH)
     r = run_plan(p, make_plan(p, "accpar"), cluster=clusters(4))
@@ -234,7 +234,7 @@ def test_cli_runs_alexnet_small_batch(capsys):
 def test_every_planners_plan_runs_and_matches(clusters):
     """Each named planner's plan of a residual network on 4 processes: numerics and bytes."""
     from parplan.solvers.planners import PLANNERS, make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     p = Problem(get_model("resnet-2block"), parse_array("cpu:4"), batch=BATCH)
     for name in PLANNERS:
@@ -244,7 +244,7 @@ def test_every_planners_plan_runs_and_matches(clusters):
 @pytest.mark.slow
 def test_eight_processes_three_levels():
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     p = Problem(get_model("resnet-2block"), parse_array("cpu:8"), batch=BATCH)
     _check(run_plan(p, make_plan(p, "accpar", share_grid=4)))
@@ -252,7 +252,7 @@ def test_eight_processes_three_levels():
 
 def test_runs_that_would_not_fit_are_refused_before_starting():
     from parplan.executor.launch import check_runnable
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     with pytest.raises(ConfigError, match=r"each process would need about 9\.9 GiB"):
         check_runnable(Problem(get_model("vgg16"), parse_array("cpu:4"), batch=8))

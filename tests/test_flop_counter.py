@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from parplan.costmodel.hardware import parse_array  # noqa: E402
 from parplan.costmodel.problem import Problem  # noqa: E402
-from parplan.transformers import gpt_config  # noqa: E402
+from parplan.models.transformers import gpt_config  # noqa: E402
 
 
 class Block(nn.Module):

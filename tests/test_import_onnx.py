@@ -24,8 +24,8 @@ from parplan.costmodel.graph import (  # noqa: E402
     Shape,
 )
 from parplan.errors import ConfigError, GraphError  # noqa: E402
-from parplan.importers import from_onnx, load_external  # noqa: E402
-from parplan.transformers import TiedGraph, gpt_config  # noqa: E402
+from parplan.models.importers import from_onnx, load_external  # noqa: E402
+from parplan.models.transformers import TiedGraph, gpt_config  # noqa: E402
 
 
 def flops(graph):
@@ -236,7 +236,7 @@ def test_real_torch_onnx_export_of_decomposed_patterns():
     from torch.nn import functional as F
 
     from parplan.costmodel.dims import layer_profiles
-    from parplan.importers import from_torch
+    from parplan.models.importers import from_torch
 
     class RMS(nn.Module):
         def __init__(self, d):

@@ -16,10 +16,10 @@ from parplan.costmodel.graph import Add, Attention, Concat, Embedding, Flatten, 
 from parplan.costmodel.hardware import parse_array  # noqa: E402
 from parplan.costmodel.problem import Problem  # noqa: E402
 from parplan.errors import ConfigError, GraphError  # noqa: E402
-from parplan.importers import from_torch, load_external  # noqa: E402
+from parplan.models.importers import from_torch, load_external  # noqa: E402
 from parplan.solvers.planners import make_plan  # noqa: E402
-from parplan.transformers import TiedGraph, bert_config, gpt_config  # noqa: E402
-from parplan.zoo import resnet18  # noqa: E402
+from parplan.models.transformers import TiedGraph, bert_config, gpt_config  # noqa: E402
+from parplan.models.zoo import resnet18  # noqa: E402
 
 
 def flops(graph, batch=1):
@@ -379,8 +379,8 @@ class Sorted(nn.Module):
 
 
 def test_register_module_and_op():
-    from parplan.importers import register_module, register_op
-    from parplan.importers.torch_export import unregister
+    from parplan.models.importers import register_module, register_op
+    from parplan.models.importers.torch_export import unregister
 
     class Net(nn.Module):
         def __init__(self):

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-import parplan.modelfile as modelfile_module
+import parplan.models.modelfile as modelfile_module
 from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Flatten, Graph, Linear, Norm, Pool2d, Shape
 from parplan.errors import ConfigError, GraphError
-from parplan.modelfile import (
+from parplan.models.modelfile import (
     dumps_model_toml,
     graph_from_dict,
     graph_to_dict,
@@ -19,7 +19,7 @@ from parplan.modelfile import (
     loads_model_toml,
     save_model_file,
 )
-from parplan.zoo import MODELS, alexnet, get_model, lenet_c
+from parplan.models.zoo import MODELS, alexnet, get_model, lenet_c
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ZOO_NAMES = ", ".join(MODELS)

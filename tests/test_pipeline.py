@@ -176,7 +176,7 @@ def test_profile_on_a_device_is_the_cost_models_compute_time():
     """One compute formula: a graph profiled on an array's device takes, layer by layer summed,
     what the cost model's nodes take on that device (rooflines; element-wise layers by HBM)."""
     from parplan.costmodel.problem import Problem
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     g = get_model("resnet-2block")
     machine = machine_from_array(parse_array("a100:2"))
@@ -459,7 +459,7 @@ def test_memory_limit_on_vgg16_profile():
 
 
 def test_zoo_vgg16_on_heterogeneous_array():
-    zoo = pytest.importorskip("parplan.zoo")
+    zoo = pytest.importorskip("parplan.models.zoo")
     graph = zoo.get_model("vgg16")
     machine = machine_from_array(parse_array("tpu-v2:8,tpu-v3:8"))
     profile = profile_from_graph(graph, batch=64, device=machine.device_flops_per_s)
@@ -501,7 +501,7 @@ def test_cli_pipeline_profile_json(capsys):
 
 
 def test_cli_pipeline_model_table(capsys):
-    pytest.importorskip("parplan.zoo")
+    pytest.importorskip("parplan.models.zoo")
     args = _parser().parse_args(["pipeline", "--model", "vgg16", "--array", "a100:4", "--no-replication"])
     assert args.func(args) == 0
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ from parplan.costmodel.planio import check_plan_fits, plan_document, read_plan_d
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
 from parplan.solvers.planners import make_plan
-from parplan.zoo import get_model
+from parplan.models.zoo import get_model
 
 
 def run(capsys, *argv):

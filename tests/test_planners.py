@@ -19,7 +19,7 @@ from parplan.costmodel.split import price_split
 from parplan.solvers.brute import brute_force_split
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
 from parplan.solvers.planners import PLANNERS, make_plan
-from parplan.zoo import MODELS, get_model
+from parplan.models.zoo import MODELS, get_model
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 BASELINES = ["accpar-topdown", "hypar", "owt", "data", "data-half", "model"]

@@ -6,7 +6,7 @@ import math
 import pytest
 
 import parplan.plot as plot_module
-from parplan import zoo
+from parplan.models import zoo
 from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
@@ -14,7 +14,7 @@ from parplan.costmodel.problem import Problem
 from parplan.plot import level_choices, plot_plan, time_breakdown
 from parplan.report import plan_report
 from parplan.solvers.planners import make_plan
-from parplan.transformers import TRANSFORMER_MODELS, gpt_config
+from parplan.models.transformers import TRANSFORMER_MODELS, gpt_config
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

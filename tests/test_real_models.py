@@ -15,8 +15,8 @@ from parplan.costmodel.evaluate import evaluate  # noqa: E402
 from parplan.costmodel.hardware import parse_array  # noqa: E402
 from parplan.costmodel.problem import Problem  # noqa: E402
 from parplan.errors import ConfigError  # noqa: E402
-from parplan.importers import from_torch  # noqa: E402
-from parplan.importers.hub import hf_model, import_torchvision  # noqa: E402
+from parplan.models.importers import from_torch  # noqa: E402
+from parplan.models.importers.hub import hf_model, import_torchvision  # noqa: E402
 from parplan.solvers.planners import make_plan  # noqa: E402
 
 try:
@@ -96,7 +96,7 @@ def test_hugging_face_model(kind):
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_hub_specs_and_their_mistakes():
-    from parplan.importers import load_external
+    from parplan.models.importers import load_external
 
     g = load_external("hf:gpt2,n_layer=1,n_embd=64,n_head=4,vocab_size=500,seq=16")
     assert g.name == "hf:gpt2" and g.input_shape.height == 16

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-import parplan.transformers as transformers_module
+import parplan.models.transformers as transformers_module
 from parplan.costmodel.dims import layer_dims
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.graph import INPUT, Attention, Conv2d, Embedding, Linear, Shape
@@ -16,7 +16,7 @@ from parplan.costmodel.problem import Problem
 from parplan.errors import GraphError
 from parplan.solvers.exact import solve_exact
 from parplan.solvers.planners import make_plan
-from parplan.transformers import (
+from parplan.models.transformers import (
     GPT3_SIZES,
     TRANSFORMER_MODELS,
     TRANSFORMER_TITLES,
@@ -236,7 +236,7 @@ def test_gpt2_plans_with_both_planners():
 
 def test_importer_core_doctests():
     """The importers' shared builder needs neither torch nor onnx."""
-    import parplan.importers as importers
+    import parplan.models.importers as importers
 
     assert doctest.testmod(importers).failed == 0
 

@@ -4,10 +4,10 @@ import doctest
 
 import pytest
 
-import parplan.zoo as zoo_module
+import parplan.models.zoo as zoo_module
 from parplan.costmodel.graph import Add, Conv2d, Linear, Norm, Pool2d, Shape
 from parplan.errors import ConfigError
-from parplan.zoo import MODELS, get_model, list_models
+from parplan.models.zoo import MODELS, get_model, list_models
 
 # Torchvision's published counts (sum of p.numel() over parameters) and the HyPar / Caffe
 # models' counts derived by hand in each builder's docstring.
@@ -59,7 +59,7 @@ RESNET_BLOCKS = {
 
 
 def test_registry_keys_are_the_documented_names():
-    from parplan.transformers import TRANSFORMER_MODELS
+    from parplan.models.transformers import TRANSFORMER_MODELS
 
     assert list(MODELS) == list(PARAMS) + list(TRANSFORMER_MODELS)
 

@@ -112,7 +112,7 @@ def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbp
     """Plan and price one variant on one model, with data parallelism on the same array."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     base = array.partition("@")[0]  # the array without a collective suffix
     spec = f"{base}@{_COLLECTIVE[variant]}" if variant in _COLLECTIVE else array
@@ -149,7 +149,7 @@ def run(
     pairwise_plan_step_s (all-reduce variants: the default model's AccPar plan priced under the
     variant's all-reduce; NaN otherwise), wall_s.
     """
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     models = tuple(models or (QUICK["models"] if quick else MODELS))
     for m in models:

@@ -75,7 +75,7 @@ def planner_task(model: str, array: str, batch: int, bandwidth_gbps: float | Non
     """Every planner on one (model, bandwidth): prices, terms, planning wall times, root bound."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     problem = Problem(get_model(model), make_array(array, bandwidth_gbps), batch=batch)
     row: dict = {"model": model, **model_traits(problem)}
@@ -97,7 +97,7 @@ def exact_task(model: str, array: str, batch: int, bandwidth_gbps: float | None,
                time_limit_s: float) -> dict:
     """The level-by-level exact plan of one model (see :func:`parplan.bench.common.exact_top_down`)."""
     from parplan.costmodel.problem import Problem
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     problem = Problem(get_model(model), make_array(array, bandwidth_gbps), batch=batch)
     return {"model": model, **exact_top_down(problem, backend, time_limit_s)}
@@ -127,7 +127,7 @@ def run(
     topdown: P_step_s, P_compute_s, P_other_s, P_comm_bytes, P_intra_bytes, P_transition_bytes,
     P_wall_s.
     """
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
     from parplan.solvers.backends.registry import backend_spec
 
     models = tuple(models or (QUICK["models"] if quick else MODELS))

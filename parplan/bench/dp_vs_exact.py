@@ -64,7 +64,7 @@ def dp_task(model: str, depth: int, batch: int) -> dict:
     from parplan.costmodel.problem import Problem
     from parplan.solvers.dp import SplitProblem, frontier_dp
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     problem = Problem(get_model(model), make_array_for(depth), batch=batch)
     _ = problem.planning  # built (and cached) outside the timed regions, on both sides
@@ -93,7 +93,7 @@ def make_array_for(depth: int):
 def exact_task(model: str, depth: int, batch: int, backend: str, time_limit_s: float, budget_s: float) -> dict:
     """Exact side of one (model, depth, backend)."""
     from parplan.costmodel.problem import Problem
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     problem = Problem(get_model(model), make_array_for(depth), batch=batch)
     _ = problem.planning
@@ -120,7 +120,7 @@ def run(
     wall_ratio, solver, message.
     """
     from parplan.solvers.backends.registry import available_backends, backend_spec
-    from parplan.zoo import MODELS, get_model
+    from parplan.models.zoo import MODELS, get_model
 
     models = tuple(models or (QUICK["models"] if quick else tuple(MODELS)))
     for m in models:

@@ -56,7 +56,7 @@ def model_task(model: str, array: str, batch: int, bandwidth_gbps: float | None,
     from parplan.costmodel.evaluate import evaluate
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     problem = Problem(get_model(model), make_array(array, bandwidth_gbps), batch=batch,
                       bytes_per_element=bytes_per_element)
@@ -127,7 +127,7 @@ def run(
     data, model, hypar, accpar: P_step_s, P_compute_s, P_other_s, P_comm_bytes, P_intra_bytes,
     P_transition_bytes, P_wall_s.
     """
-    from parplan.zoo import canonical_name, get_model
+    from parplan.models.zoo import canonical_name, get_model
 
     models = tuple(models or (QUICK["models"] if quick else tuple(MODELS)))
     for m in models:

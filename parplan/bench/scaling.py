@@ -151,7 +151,7 @@ def depth_series(model: str, planner_key: str, depths: tuple[int, ...], repeats:
     """Wall time of one planner on one zoo model against hierarchy depth."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
-    from parplan.zoo import get_model
+    from parplan.models.zoo import get_model
 
     from parplan.solvers.dp import solve_split
     from parplan.solvers.hierarchy import plan_top_down

@@ -110,7 +110,7 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
     parplan_ms, cpp_ms, ratio, goal."""
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
-    from parplan.modelfile import load_layer_table
+    from parplan.models.modelfile import load_layer_table
     from parplan.solvers.planners import make_plan
 
     out = out_dir_path(out_dir)

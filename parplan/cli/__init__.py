@@ -21,7 +21,7 @@ from parplan.errors import ParplanError
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
-    from parplan.zoo import list_models
+    from parplan.models.zoo import list_models
 
     for name, desc in list_models():
         print(f"{name:<12} {desc}")

@@ -55,7 +55,7 @@ def problem_from_args(args: argparse.Namespace):
     """Build a :class:`parplan.costmodel.problem.Problem` from :func:`add_problem_arguments` args."""
     from parplan.costmodel.hardware import load_devices, parse_array
     from parplan.costmodel.problem import Problem
-    from parplan.modelfile import load_model
+    from parplan.models.modelfile import load_model
 
     graph = load_model(args.model)
     array = parse_array(

@@ -106,7 +106,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if args.profile:
         profile = read_profile(args.profile)
     else:
-        from parplan.modelfile import load_model
+        from parplan.models.modelfile import load_model
 
         if args.batch is None or args.batch <= 0:
             raise ConfigError(f"--batch must be > 0 (got {args.batch})")

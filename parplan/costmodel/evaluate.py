@@ -8,7 +8,7 @@ at the split is the max over the two sides; the step time is the root's sum over
 Memory is summed per device over the parts it keeps.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.layout import PartitionType
     >>> from parplan.costmodel.problem import Plan, Split

@@ -8,7 +8,7 @@ solver made it, and the parplan version. :func:`plan_document` builds the JSON o
 a plan does not fit a problem (other layers, other array) before anything is priced.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Plan, Problem, Split
     >>> from parplan.costmodel.layout import PartitionType

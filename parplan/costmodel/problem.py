@@ -6,7 +6,7 @@ path ``""``, ``"L"``, ``"LR"``, ...), each planning node's choice and side-1 sha
 Planner settings (objective, shares, allowed types) are not part of the problem.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> p = Problem(get_model("alexnet"), parse_array("h100:2"), batch=64)
     >>> len(p.planning.nodes), p.array.count

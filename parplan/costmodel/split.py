@@ -7,7 +7,7 @@ this level, the two sides, the sibling floors). The DP, the MIP and brute force 
 node over its factor's scope (the node and its consumers).
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> sp = SplitProblem.root(Problem(get_model("lenet"), parse_array("h100:2"), batch=64))

@@ -10,7 +10,7 @@ Example (needs torch):
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.solvers.planners import make_plan
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> p = Problem(get_model("lenet"), parse_array("cpu:2"), batch=4)
     >>> r = run_plan(p, make_plan(p, "accpar"))            # doctest: +SKIP
     >>> r.numerics_equal, r.bytes_equal                       # doctest: +SKIP

@@ -33,7 +33,7 @@ Times are in model units (``objective_scale`` units per second, chosen so the id
 time of the split is about 1000 units) to keep solver tolerances meaningful.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.costmodel.split import PlanOptions, SplitProblem

@@ -8,7 +8,7 @@ exceeds :data:`MAX_CELLS`. :func:`brute_force` plans every split top-down this w
 the plan with the evaluator.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)

@@ -12,7 +12,7 @@ raise :class:`~parplan.errors.TableTooLarge`; :func:`local_search` then plans th
 without a table (a fallback that always returns a plan, with no optimality claim).
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> p = Problem(get_model("vgg16"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)

@@ -25,7 +25,7 @@ step times although every split is optimal. The certificate then says "feasible"
 global bound and gap.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
@@ -314,7 +314,7 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     """Run ``planner``'s DP and the exact solver on ``problem`` with the same options; compare.
 
     Example:
-        >>> from parplan.zoo import get_model
+        >>> from parplan.models.zoo import get_model
         >>> from parplan.costmodel.hardware import parse_array
         >>> c = certify(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64))
         >>> str(c.exact.certificate.status), abs(c.dp_minus_exact_rel) < 1e-6, c.contradictions

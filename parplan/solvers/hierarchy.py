@@ -12,7 +12,7 @@ sibling's communication, less its own. The group expected to be slower is planne
 times. Interchangeable siblings (same structure, same sizes) share one plan.
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.solvers.dp import PlanOptions, solve_split

@@ -25,7 +25,7 @@ model         IN                      proportional  time            model parall
 ============  ======================  ============  ==============  =========================
 
 Example:
-    >>> from parplan.zoo import get_model
+    >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.costmodel.evaluate import evaluate

@@ -1,8 +1,8 @@
 """Importers: real models (PyTorch via torch.fx, ONNX) into the layer-graph IR.
 
-- :func:`from_torch` (:mod:`parplan.importers.torch_fx`, needs ``pip install -e ".[torch]"``)
+- :func:`from_torch` (:mod:`parplan.models.importers.torch_fx`, needs ``pip install -e ".[torch]"``)
   traces an ``nn.Module`` with torch.fx and an example per-sample input shape.
-- :func:`from_onnx` (:mod:`parplan.importers.onnx_import`, needs ``pip install -e ".[onnx]"``)
+- :func:`from_onnx` (:mod:`parplan.models.importers.onnx_import`, needs ``pip install -e ".[onnx]"``)
   reads an ``.onnx`` file or ``onnx.ModelProto``.
 
 Both frontends translate their operators into calls on one :class:`GraphBuilder`, defined
@@ -971,12 +971,12 @@ def load_external(spec) -> Graph | None:
 
     - ``path/model.onnx``: :func:`from_onnx` (graph named after the file);
     - ``hf:<model type>[,key=value...]`` / ``tv:<name>``: a Hugging Face or torchvision model
-      built from its library (:mod:`parplan.importers.hub`);
+      built from its library (:mod:`parplan.models.importers.hub`);
     - ``path/models.py:factory``: imports the file and calls ``factory()``, which returns a
       :class:`Graph` or an ``(nn.Module, input_shape)`` pair (then :func:`from_torch`, named
       ``<file stem>.<factory>``).
 
-    This is the hook of :func:`parplan.modelfile.load_model` for ``parplan plan --model``.
+    This is the hook of :func:`parplan.models.modelfile.load_model` for ``parplan plan --model``.
 
     Example:
         >>> load_external("resnet50") is None
@@ -985,7 +985,7 @@ def load_external(spec) -> Graph | None:
     from pathlib import Path
 
     from parplan.errors import ConfigError
-    from parplan.importers.hub import load_hub
+    from parplan.models.importers.hub import load_hub
 
     hub = load_hub(spec)  # hf:<type>, tv:<name>
     if hub is not None:
@@ -1042,8 +1042,8 @@ def from_torch(model, input_shape=None, name=None, *, integer_input=None, captur
     :class:`~parplan.errors.GraphError` listing every unsupported operator at its module path,
     or saying where in the model capture failed.
     """
-    from parplan.importers import torch_export
-    from parplan.importers.torch_fx import from_torch as from_fx
+    from parplan.models.importers import torch_export
+    from parplan.models.importers.torch_fx import from_torch as from_fx
 
     torch_export.check_torch()
     import torch
@@ -1110,21 +1110,21 @@ def _takes_ids(model, shape: tuple[int, ...]) -> bool:
 
 
 def register_op(name, handler):
-    """See :func:`parplan.importers.torch_export.register_op` (custom operators)."""
-    from parplan.importers.torch_export import register_op as impl
+    """See :func:`parplan.models.importers.torch_export.register_op` (custom operators)."""
+    from parplan.models.importers.torch_export import register_op as impl
 
     impl(name, handler)
 
 
 def register_module(cls, handler):
-    """See :func:`parplan.importers.torch_export.register_module` (custom module classes)."""
-    from parplan.importers.torch_export import register_module as impl
+    """See :func:`parplan.models.importers.torch_export.register_module` (custom module classes)."""
+    from parplan.models.importers.torch_export import register_module as impl
 
     impl(cls, handler)
 
 
 def from_onnx(path_or_model, name=None, **kwargs):
-    """See :func:`parplan.importers.onnx_import.from_onnx` (imported lazily: onnx is optional)."""
-    from parplan.importers.onnx_import import from_onnx as impl
+    """See :func:`parplan.models.importers.onnx_import.from_onnx` (imported lazily: onnx is optional)."""
+    from parplan.models.importers.onnx_import import from_onnx as impl
 
     return impl(path_or_model, name=name, **kwargs)

@@ -16,7 +16,7 @@ Layer names follow torchvision (``features.0``, ``classifier.1``, ``layer1.0.con
 reuses one ReLU module per block, the block's ReLUs are named ``relu1``, ``relu2`` (after the
 convolutions) and ``relu`` (after the join ``add``). Pair attributes (kernel, stride,
 padding, output size) are stored as ``(h, w)`` tuples, the form
-:func:`parplan.modelfile.graph_from_dict` produces, so a graph loaded from a model file can be
+:func:`parplan.models.modelfile.graph_from_dict` produces, so a graph loaded from a model file can be
 compared with ``==`` to one built here.
 
 Example:
@@ -471,7 +471,7 @@ _TITLES: dict[str, str] = {
 }
 
 # Transformers (BERT, GPT-2) live in their own module; the registry is one.
-from parplan.transformers import TRANSFORMER_MODELS, TRANSFORMER_TITLES  # noqa: E402
+from parplan.models.transformers import TRANSFORMER_MODELS, TRANSFORMER_TITLES  # noqa: E402
 
 MODELS.update(TRANSFORMER_MODELS)
 _TITLES.update(TRANSFORMER_TITLES)

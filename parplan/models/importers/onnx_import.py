@@ -2,7 +2,7 @@
 
 :func:`from_onnx` reads an ``.onnx`` file (or an ``onnx.ModelProto``), fixes the batch
 dimension of its one data input to 1, runs ONNX shape inference and maps every node with the
-rules of :mod:`parplan.importers`. Weights are initializers (or ``Constant`` outputs are
+rules of :mod:`parplan.models.importers`. Weights are initializers (or ``Constant`` outputs are
 treated as constants); the data input is the one graph input that is not an initializer.
 
 Supported: ``Conv`` (2-D, symmetric padding), ``Gemm``, ``MatMul`` with an initializer (a
@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
-from parplan.importers import (
+from parplan.models.importers import (
     BAD,
     CONST,
     GraphBuilder,

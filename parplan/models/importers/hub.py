@@ -45,7 +45,7 @@ def load_hub(spec: str) -> Graph | None:
     if prefix not in HUB_PREFIXES:
         return None
     name, options = _parse(text[3:], text)
-    from parplan.importers import from_torch
+    from parplan.models.importers import from_torch
 
     if prefix == "hf:":
         seq = options.pop("seq", None)

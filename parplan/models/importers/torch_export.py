@@ -2,9 +2,9 @@
 
 :func:`from_exported` walks an ``ExportedProgram`` (the ATen-level graph torch.export
 produces, with fake-tensor shapes on every node) and maps each operator with the rules of
-:class:`parplan.importers.GraphBuilder`. :func:`capture` runs torch.export on a module with
+:class:`parplan.models.importers.GraphBuilder`. :func:`capture` runs torch.export on a module with
 example inputs of a given per-sample shape; it works on the ``meta`` device (a 70B-parameter
-configuration is described without allocating its weights). :func:`parplan.importers.from_torch`
+configuration is described without allocating its weights). :func:`parplan.models.importers.from_torch`
 uses both, with torch.fx as the fallback.
 
 Batch: the example inputs have batch :data:`BATCH`; a tensor whose leading dim is ``k x
@@ -25,13 +25,14 @@ from __future__ import annotations
 import math
 import operator
 import os
+import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
-from parplan.importers import (
+from parplan.models.importers import (
     BAD,
     CONST,
     Act,
@@ -114,7 +115,7 @@ _MODULES: dict[type, Callable] = {}
 @dataclass
 class Call:
     """What a registered handler gets: the builder, the values of the call's tensor inputs
-    (activations are :class:`~parplan.importers.Act`, weights :class:`~parplan.importers.Param`),
+    (activations are :class:`~parplan.models.importers.Act`, weights :class:`~parplan.models.importers.Param`),
     their per-sample shapes, the output's per-sample shape, a layer name, and the module (for
     :func:`register_module`) or the operator's arguments (for :func:`register_op`)."""
 
@@ -193,7 +194,7 @@ def _first_line(exc: BaseException) -> str:
 def _where(exc: BaseException) -> str:
     """'at file:line in function: ' of the innermost frame outside torch and parplan."""
     torch_dir = os.path.dirname(torch.__file__)
-    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    own = os.path.dirname(os.path.abspath(sys.modules["parplan"].__file__))
     frames = traceback.extract_tb(exc.__traceback__)
     cause = exc.__cause__ or exc.__context__
     if cause is not None:

@@ -2,7 +2,7 @@
 
 :func:`from_torch` traces the module symbolically (``torch.fx.symbolic_trace``), runs shape
 propagation on one example sample (batch 1, the module in eval mode; its training flags are
-restored afterwards) and maps every node with the rules of :mod:`parplan.importers`. Modules
+restored afterwards) and maps every node with the rules of :mod:`parplan.models.importers`. Modules
 from ``torch.nn`` are leaves of the trace; your own modules are traced through.
 
 Supported: ``nn.Conv2d``, ``nn.Linear``, ``nn.Embedding``, ``nn.BatchNorm1d/2d``,
@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
-from parplan.importers import (
+from parplan.models.importers import (
     BAD,
     input_shape_of,
     CONST,

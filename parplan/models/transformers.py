@@ -349,7 +349,7 @@ def gpt2_xl() -> TiedGraph:
     return gpt_config(48, 1600, 25, 1024, name="gpt2-xl")
 
 
-#: Zoo name -> builder, to be merged into :data:`parplan.zoo.MODELS`.
+#: Zoo name -> builder, to be merged into :data:`parplan.models.zoo.MODELS`.
 TRANSFORMER_MODELS: dict[str, Callable[[], Graph]] = {
     "bert-base": bert_base,
     "bert-large": bert_large,

@@ -80,7 +80,7 @@ produces) raise :class:`~parplan.errors.GraphError` naming the row:
     >>> t.analyze().out_shape["conv2.pool"]
     Shape(channels=192, height=6, width=6)
 
-:func:`load_model` accepts either a zoo name (:mod:`parplan.zoo`) or a path to any of these
+:func:`load_model` accepts either a zoo name (:mod:`parplan.models.zoo`) or a path to any of these
 files.
 """
 
@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from parplan import importers, zoo
+from parplan.models import importers, zoo
 from parplan.costmodel.graph import (
     INPUT,
     MAX_EXTENT,
