@@ -23,7 +23,7 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Problem
 from parplan.models.importers import from_torch
-from parplan.report import plan_report
+from parplan.reporting.report import plan_report
 from parplan.solvers.planners import make_plan
 
 
@@ -88,7 +88,7 @@ def main() -> None:
     report = plan_report(problem, plan, evaluate(problem, plan), evaluate(problem, make_plan(problem, "data")))
     print(report.text())
     if args.plot:
-        from parplan.plot import plot_plan
+        from parplan.reporting.plot import plot_plan
 
         print(f"\nwrote {plot_plan(report, args.plot)}")
 

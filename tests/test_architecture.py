@@ -18,7 +18,7 @@ LAYERS = {
     "formulation": 3,
     "solvers": 4,
     "models": 5, "pipeline": 5, "executor": 5,
-    "report": 6, "plot": 6, "bench": 6,
+    "reporting": 6, "bench": 6,
     "cli": 7,
 }
 

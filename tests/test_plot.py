@@ -5,14 +5,14 @@ import math
 
 import pytest
 
-import parplan.plot as plot_module
+import parplan.reporting.plot as plot_module
 from parplan.models import zoo
 from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Problem
-from parplan.plot import level_choices, plot_plan, time_breakdown
-from parplan.report import plan_report
+from parplan.reporting.plot import level_choices, plot_plan, time_breakdown
+from parplan.reporting.report import plan_report
 from parplan.solvers.planners import make_plan
 from parplan.models.transformers import TRANSFORMER_MODELS, gpt_config
 

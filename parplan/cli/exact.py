@@ -87,7 +87,7 @@ def _setup(args):
 def cmd_solve(args: argparse.Namespace) -> int:
     from parplan.costmodel.evaluate import evaluate
     from parplan.formulation.mip import build_mip
-    from parplan.report import plan_report
+    from parplan.reporting.report import plan_report
     from parplan.solvers.backends.registry import backend_spec
     from parplan.costmodel.split import SplitProblem
     from parplan.solvers.exact import memory_limit_for, solve_exact

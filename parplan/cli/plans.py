@@ -45,7 +45,7 @@ COMPARE_ALL = PLANNER_NAMES
 def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict | None = None) -> tuple:
     """Price ``plan``, print it in ``fmt`` and warn about memory; returns (report, evaluation)."""
     from parplan.costmodel.evaluate import evaluate, memory_overruns
-    from parplan.report import format_bytes, plan_report
+    from parplan.reporting.report import format_bytes, plan_report
     from parplan.solvers.planners import make_plan
 
     ev = evaluate(problem, plan)
@@ -92,7 +92,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - start
     report, ev = report_and_checks(problem, plan, wall, limit, args.format)
     if plot:
-        from parplan.plot import plot_plan
+        from parplan.reporting.plot import plot_plan
 
         plot_plan(report, plot)
         print(f"wrote {plot}", file=sys.stderr)
@@ -130,7 +130,7 @@ def _problem_for(args: argparse.Namespace, record: dict):
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from parplan.costmodel.planio import check_plan_fits, read_plan_file
-    from parplan.report import format_time
+    from parplan.reporting.report import format_time
 
     saved = read_plan_file(args.plan)
     problem = _problem_for(args, dict(saved.problem))
@@ -159,7 +159,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from parplan.costmodel.evaluate import evaluate
     from parplan.costmodel.planio import check_plan_fits, read_plan_file
     from parplan.costmodel.problem import Plan, Split
-    from parplan.report import format_time
+    from parplan.reporting.report import format_time
 
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1 (got {args.limit})")
@@ -241,7 +241,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         frame.assign(**meta).to_csv(csv_path, index=False)
         print(f"wrote {csv_path}", file=sys.stderr)
     if plot_path:
-        from parplan.plot import plot_compare
+        from parplan.reporting.plot import plot_compare
 
         plot_compare(frame, meta, plot_path)
         print(f"wrote {plot_path}", file=sys.stderr)
@@ -250,7 +250,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def compare_text(frame, meta: dict) -> str:
     """The compare table, in units chosen for its largest value."""
-    from parplan.report import byte_unit, time_unit
+    from parplan.reporting.report import byte_unit, time_unit
 
     tu, tf = time_unit(frame.step_time_s.max())
     cu, cf = byte_unit(frame.communication_bytes.max())

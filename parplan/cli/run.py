@@ -57,7 +57,7 @@ def _per_node(report, bpe: float):
 def cmd_run(args: argparse.Namespace) -> int:
     from parplan.executor.launch import RTOL, run_plan
     from parplan.executor.schedule import graph_frames
-    from parplan.report import format_bytes, format_time
+    from parplan.reporting.report import format_bytes, format_time
 
     csv_path = output_path(args.csv, "--csv") if args.csv else None
     problem, plan, source = _problem_and_plan(args)

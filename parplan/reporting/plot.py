@@ -1,6 +1,6 @@
 """Plan pictures: the per-layer choice at every level and the time breakdown (``parplan plan --plot``).
 
-:func:`plot_plan` draws a two-panel figure from a :class:`~parplan.report.PlanReport`:
+:func:`plot_plan` draws a two-panel figure from a :class:`~parplan.reporting.report.PlanReport`:
 
 - top, a heat-strip with one row per level of the array (the root split first) and one column
   per planning node (weighted layers and joins, in topological order). A cell's colour is the
@@ -22,7 +22,7 @@ Example:
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.costmodel.evaluate import evaluate
     >>> from parplan.solvers.planners import make_plan
-    >>> from parplan.report import plan_report
+    >>> from parplan.reporting.report import plan_report
     >>> p = Problem(get_model("alexnet"), parse_array("tpu-v2:2,tpu-v3:2"), batch=128)
     >>> plan = make_plan(p, "accpar")
     >>> r = plan_report(p, plan, evaluate(p, plan), evaluate(p, make_plan(p, "data")))
@@ -172,7 +172,7 @@ def plot_plan(report, path: str | Path, *, title: str | None = None, dpi: int = 
 
 def plot_compare(frame, meta: dict, path: str | Path, *, dpi: int = 150) -> str:
     """Step time and speedup over data parallelism per planner (``parplan compare --plot``)."""
-    from parplan.report import time_unit
+    from parplan.reporting.report import time_unit
 
     unit, factor = time_unit(float(frame.step_time_s.max()))
     fig = Figure(figsize=(max(6.0, 1.1 * len(frame) + 2.5), 4.2), layout="constrained")
