@@ -103,7 +103,8 @@ def test_hub_specs_and_their_mistakes():
     assert g.parameter_count() == 500 * 64 + 1024 * 64 + (12 * 64 * 64 + 13 * 64) + 2 * 64  # GPT-2's own formula
     for spec, message in (("hf:lama", "no model type 'lama'"), ("hf:gpt2,n_layerz=2", "has no 'n_layerz'"),
                           ("hf:gpt2,n_layer", "options are key=value"), ("hf:", "name a model after the prefix"),
-                          ("tv:resnet", "torchvision has no model 'resnet'")):
+                          ("tv:resnet", "torchvision has no model 'resnet'"),
+                          ("hf:phi3,vocab_size=1000", "transformers cannot build it with these options")):
         if spec.startswith("tv:") and tv is None:
             continue
         with pytest.raises(ConfigError, match=message):

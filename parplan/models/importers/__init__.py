@@ -508,10 +508,10 @@ class GraphBuilder:
             )
         pending = self._complete(a, b)
         if pending is not None:
-            if pending == "rope":
-                x = a if isinstance(a, Act) else b
+            if isinstance(pending, tuple):  # ("rope", x): x * cos + rotate_half(x) * sin
+                x = pending[1]
                 layer = self._emit(Activation, name, (x.src,), expected=x.shape.elements, function="rope")
-                return Act(layer, x.shape)
+                return Act(layer, x.shape, base=x.src)
             return pending
         if isinstance(a, Scores) or isinstance(b, Scores):
             raise Unsupported("add of an activation to attention scores")
@@ -531,7 +531,10 @@ class GraphBuilder:
             if isinstance(x, Act) and isinstance(other, Derived) and other.base.src == x.src:
                 return other
             if isinstance(x, Act) and isinstance(other, Half) and other.whole and other.base.src == x.src:
-                return "rope"
+                return ("rope", x)
+            if (isinstance(x, Half) and not x.whole and isinstance(other, Half) and other.whole
+                    and other.base.src == x.base.src):
+                return ("rope", x.base)  # partial rotary (GPT-NeoX): priced as RoPE on the whole head dim
         return None
 
     def scale(self, x: Value, factor: Value, name: str = "mul") -> Value:
@@ -673,6 +676,10 @@ class GraphBuilder:
         """Concatenation along the feature dimension (``feature_axis``)."""
         if all(isinstance(x, Half) for x in xs) and len({x.base for x in xs}) == 1:
             return Half(xs[0].base, whole=True)  # rotate_half(x): the halves swapped
+        rotated = [x for x in xs if isinstance(x, Act) and x.base is not None]
+        if (len(rotated) == 1 and all(x is rotated[0] or isinstance(x, Half) and x.base.src == rotated[0].base
+                                      for x in xs)):
+            return rotated[0]  # the rotated part of the head dim back with the part that passes through
         if (feature_axis and len(xs) == 4 and all(isinstance(x, Strided) and x.count == 2 for x in xs)
                 and len({x.base for x in xs}) == 1):
             base = xs[0].base  # the four quarters of every 2 x 2 patch side by side: patch merging

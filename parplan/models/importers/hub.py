@@ -116,7 +116,11 @@ def torchvision_model(name: str):
     except ValueError:
         names = ", ".join(sorted(tv.models.list_models(tv.models))[:12])
         raise ConfigError(f"torchvision has no model '{name}' (e.g. {names}, ...)") from None
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):
+            return builder(weights=None)
+    except (NotImplementedError, RuntimeError):
+        # a few builders copy initial values (regnet): build those on the CPU (they are small)
         return builder(weights=None)
 
 
@@ -151,13 +155,18 @@ def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = N
     seq = int(seq) if seq is not None else min(positions, DEFAULT_MAX_SEQ)
     if seq <= 0:
         raise ConfigError(f"model 'hf:{model_type}': seq must be positive (got {seq})")
-    with torch.device(device), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if model_type == "t5":
-            return transformers.T5EncoderModel(config), seq
-        if model_type in ENCODERS:
-            return transformers.AutoModel.from_config(config), seq
-        try:
-            return transformers.AutoModelForCausalLM.from_config(config), seq
-        except ValueError:
-            return transformers.AutoModel.from_config(config), seq
+    try:
+        with torch.device(device), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if model_type == "t5":
+                return transformers.T5EncoderModel(config), seq
+            if model_type in ENCODERS:
+                return transformers.AutoModel.from_config(config), seq
+            try:
+                return transformers.AutoModelForCausalLM.from_config(config), seq
+            except ValueError:
+                return transformers.AutoModel.from_config(config), seq
+    except Exception as exc:  # the library rejects this configuration; say so in one line
+        raise ConfigError(f"model 'hf:{model_type}': transformers cannot build it with these options "
+                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+                          "check the overrides (e.g. token ids such as pad_token_id must fit vocab_size)") from None

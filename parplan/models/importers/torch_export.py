@@ -736,8 +736,8 @@ class _Converter:
         end = size if end is None or int(end) >= size else int(end) % size if int(end) < 0 else int(end)
         if start == 0 and end >= size and step == 1:
             return x  # the whole tensor
-        if dim == len(shape) - 1 and step == 1 and end - start == size // 2 and size % 2 == 0 and len(shape) >= 3:
-            return self.b.half(x)  # RoPE's halves of the head dim
+        if dim == len(shape) - 1 and step == 1 and len(shape) >= 3 and isinstance(x, (Act, Half)):
+            return self.b.half(x)  # parts of the head dim: RoPE's halves, or the rotated part of partial rotary
         if 0 < dim < len(shape) - 1 and step == 2 and start in (0, 1) and size % 2 == 0 and len(shape) == 4:
             return self.b.stride2(x)  # every other row / column of a channels-last image
         raise Unsupported(f"slicing [{start}:{end}:{step}] of dim {dim} of a {tuple(shape)} tensor (drops elements)")
