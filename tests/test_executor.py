@@ -142,21 +142,26 @@ def transformer_graphs(family: str):
     if family == "gpt-bert":
         return [gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
                 bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]
+    if family == "vit":  # patch convolution, class token, learned position table
+        from parplan.models.transformers import vit_config
+
+        return [vit_config(1, 16, 2, patch=4, image=8, classes=4, name="vit-tiny")]
     return [llama_like(4, 2, "gqa"), llama_like(2, 2, "mha")]
 
 
 @pytest.mark.parametrize("devices", [2, 4])
-@pytest.mark.parametrize("family", ["gpt-bert", "llama"])
+@pytest.mark.parametrize("family", ["gpt-bert", "llama", "vit"])
 def test_transformers_random_plans(clusters, family, devices):
     """Tiny GPT (pre-LN, tied head) and BERT (post-LN, pooler) configs: embeddings, layer norms,
-    attention heads, per-position linear layers; Llama-style blocks: RMS norms (one row
+    attention heads, per-position linear layers; a tiny ViT (class token, position table);
+    Llama-style blocks: RMS norms (one row
     statistic each way on divided columns), rotary grouped-query attention (divided by whole
     key/value groups), SwiGLU's fused gate/up projection (a column share of each half). Under
     random plans the statistics and the tables' gradients move as docs/costmodel.md section 2
     says, and numerics and bytes are equal."""
     graphs = transformer_graphs(family)
 
-    @seed((77 if family == "gpt-bert" else 5) + devices)
+    @seed({"gpt-bert": 77, "llama": 5, "vit": 3}[family] + devices)
     @settings(max_examples=6 if family == "gpt-bert" else 4, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())

@@ -47,16 +47,17 @@ from functools import cached_property
 import numpy as np
 
 from parplan.costmodel.graph import (INPUT, Activation, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten,
-                                    Glu, Linear, Mul, Norm, Pool2d, Scale)
+                                    Glu, Linear, Mul, Norm, Pool2d, Scale, Tokens)
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
 
 #: Layer kinds the executor runs without a partition choice (element-wise in the model).
-ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention, Scale, Bias, Glu)
+ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention, Scale, Bias, Glu, Tokens)
 #: What the executor runs, for error messages.
 SUPPORTED = ("conv, linear (also per position), pooling, activations, batch, layer and RMS norm, learned scales "
-             "and biases, gated units, attention cores, embeddings, add, products (also per-channel gates), concat")
+             "and biases, class tokens, gated units, attention cores, embeddings, add, products (also per-channel "
+             "gates), concat")
 #: Activation functions the executor runs.
 FUNCTIONS = ("relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "identity", "dropout", "stochastic_depth")
 #: Row statistics a norm over the features reduces per position (docs/costmodel.md section 2).
@@ -246,7 +247,7 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                 raise ConfigError(f"run: activation '{name}' uses '{layer.function}'; the executor runs "
                                   f"{', '.join(FUNCTIONS)}")
             src = srcs[0]
-            cell = out.spatial if isinstance(layer, Pool2d) else src.cell
+            cell = out.spatial if isinstance(layer, (Pool2d, Tokens)) else src.cell
             frames[name] = Frame(src.cols, cell, src.segments, src.unit)
         else:
             raise ConfigError(f"run: layer '{name}' is a {type(layer).__name__}; the executor runs {SUPPORTED}")

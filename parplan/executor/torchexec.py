@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as tf
 
 from parplan.costmodel.graph import (INPUT, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten, Glu, Linear, Mul,
-                                    Norm, Pool2d, Scale)
+                                    Norm, Pool2d, Scale, Tokens)
 from parplan.executor.schedule import (Schedule, graph_frames, held_mask, need_mask, readers_of, tensor_cols,
                                        weight_cell)
 
@@ -140,6 +140,10 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
     if isinstance(layer, Bias):
         out = info.out_shape[layer.name]
         return x + fixed_bias(out.channels, out.spatial, layer.full)[torch.as_tensor(cols)].to(x.device)[None]
+    if isinstance(layer, Tokens):  # fixed tokens (like a norm's affine values, not trained) before the positions
+        total = info.out_shape[layer.name].channels
+        token = fixed_bias(total, layer.count, True)[torch.as_tensor(cols)].to(x.device)
+        return torch.cat([token[None].expand(n, -1, -1), x], dim=2)
     if isinstance(layer, Glu):
         half = c // 2  # the columns are the gate's then the up projection's, pairwise
         return ACTIVATIONS[layer.function.lower()](x[:, :half]) * x[:, half:]
