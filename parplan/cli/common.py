@@ -29,7 +29,8 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
     """--model, --array, --batch, --bandwidth, --latency, --bytes-per-element, --devices."""
     parser.add_argument("--model", required=model_required,
                         help="zoo name (see 'parplan models'), a model file (.toml/.json/.csv), an .onnx file, "
-                             "or file.py:factory returning a Graph or (nn.Module, input shape)")
+                             "file.py:factory returning a Graph or (nn.Module, input shape), "
+                             "hf:<model type>[,key=value,...,seq=N] (Hugging Face) or tv:<name> (torchvision)")
     parser.add_argument("--array", required=True,
                         help="accelerator array, e.g. 'h100:8' or 'tpu-v2:4,tpu-v3:4' or a tree file")
     parser.add_argument("--batch", type=int, default=512, help="global batch size (default 512)")
