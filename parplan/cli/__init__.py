@@ -25,6 +25,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
     for name, desc in list_models():
         print(f"{name:<12} {desc}")
+    print("\nAlso: hf:<model type>[,key=value,...,seq=N] (Hugging Face, e.g. hf:gpt2), tv:<name> (torchvision, "
+          "e.g. tv:resnet50), model files, .onnx files and file.py:factory (docs/formats.md, docs/importers.md)")
     return 0
 
 
