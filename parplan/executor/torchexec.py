@@ -424,32 +424,24 @@ class DeviceStep:
             self.saved[name] = (x, y)
             out[box.r0:box.r1, self._t(cout)] = y.detach()
 
-    def _row_sums(self, name: str, phase: str, box, a, b) -> tuple:
-        """Sums over every column of (rows, columns, positions) tensors ``a`` and ``b`` held in
-        parts: this device's partial sums, reduced with the devices holding the other columns."""
-        fr = self.s.frames[name]
-        buf = self.bufs[f"{name}/{phase}"] = self._zeros(self.p.batch, 1, 2 * fr.cell)
+    def _row_sums(self, name: str, phase: str, box, *parts) -> tuple:
+        """Sums over every column of (rows, columns, positions) tensors ``parts`` held in parts:
+        this device's partial sums, reduced with the devices holding the other columns (one
+        statistic per part: 2 for a layer norm, 1 for an RMS norm; None each on an empty box)."""
+        cell = self.s.frames[name].cell
+        buf = self.bufs[f"{name}/{phase}"] = self._zeros(self.p.batch, 1, len(parts) * cell)
         if not box.empty:
-            buf[box.r0:box.r1, 0] = torch.cat([a.sum(dim=1), b.sum(dim=1)], dim=1)
+            buf[box.r0:box.r1, 0] = torch.cat([x.sum(dim=1) for x in parts], dim=1)
         self.exchange((self.s.ops_fwd if phase == "stats" else self.s.ops_bwd)[name])
         if box.empty:
-            return None, None
+            return (None,) * len(parts)
         total = buf[box.r0:box.r1, 0]
-        return total[:, None, :fr.cell], total[:, None, fr.cell:]
-
-    def _row_sum(self, name: str, phase: str, box, a):
-        """One statistic: the sum over every column of ``a``, reduced like :meth:`_row_sums`."""
-        fr = self.s.frames[name]
-        buf = self.bufs[f"{name}/{phase}"] = self._zeros(self.p.batch, 1, fr.cell)
-        if not box.empty:
-            buf[box.r0:box.r1, 0] = a.sum(dim=1)
-        self.exchange((self.s.ops_fwd if phase == "stats" else self.s.ops_bwd)[name])
-        return None if box.empty else buf[box.r0:box.r1, 0][:, None, :]
+        return tuple(total[:, None, i * cell:(i + 1) * cell] for i in range(len(parts)))
 
     def _rms_norm(self, name, layer, box, out) -> None:
         cols = None if box.empty else self._t(self._cols(name, box))
         x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols]
-        s2 = self._row_sum(name, "stats", box, x * x if x is not None else None)
+        (s2,) = self._row_sums(name, "stats", box, x * x if x is not None else None)
         if box.empty:
             return
         rstd = 1.0 / torch.sqrt(s2 / self.s.frames[name].cols + LN_EPS)
@@ -463,7 +455,7 @@ class DeviceStep:
             cols = self._t(self._cols(name, box))
             _, xhat, rstd = self.saved[name]
             g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
-        b = self._row_sum(name, "bstats", box, g * xhat if g is not None else None)
+        (b,) = self._row_sums(name, "bstats", box, g * xhat if g is not None else None)
         if box.empty:
             return
         gx = rstd * (g - xhat * b / self.s.frames[name].cols)

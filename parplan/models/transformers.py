@@ -110,6 +110,19 @@ def _attention(b: _Builder, p: str, hidden: int, heads: int) -> str:
     return b.linear(f"{p}.proj", hidden)
 
 
+def _pre_ln_blocks(b: _Builder, x: str, prefix: str, layers: int, hidden: int, heads: int, ffn: int) -> str:
+    """``layers`` pre-LN blocks (GPT-2, ViT) after ``x``, named ``prefix.format(i)``; the last add."""
+    for i in range(layers):
+        p = prefix.format(i)
+        b.add(Norm, f"{p}.ln1", (x,), kind="layer")
+        attn = _attention(b, p, hidden, heads)
+        x = b.add(Add, f"{p}.add1", (x, attn))
+        b.add(Norm, f"{p}.ln2", (x,), kind="layer")
+        mlp = _mlp(b, p, hidden, ffn)
+        x = b.add(Add, f"{p}.add2", (x, mlp))
+    return x
+
+
 def _mlp(b: _Builder, p: str, hidden: int, ffn: int) -> str:
     b.linear(f"{p}.fc1", ffn)
     b.add(Activation, f"{p}.act", function="gelu")
@@ -139,14 +152,7 @@ def gpt_config(layers: int, hidden: int, heads: int, seq: int, vocab: int = 5025
     b.add(Embedding, "wte", (INPUT,), num=vocab, dim=hidden)
     b.add(Embedding, "wpe", (INPUT,), num=positions, dim=hidden)
     x = b.add(Add, "embed", ("wte", "wpe"))
-    for i in range(layers):
-        p = f"h{i}"
-        b.add(Norm, f"{p}.ln1", (x,), kind="layer")
-        attn = _attention(b, p, hidden, heads)
-        x = b.add(Add, f"{p}.add1", (x, attn))
-        b.add(Norm, f"{p}.ln2", (x,), kind="layer")
-        mlp = _mlp(b, p, hidden, ffn)
-        x = b.add(Add, f"{p}.add2", (x, mlp))
+    x = _pre_ln_blocks(b, x, "h{}", layers, hidden, heads, ffn)
     b.add(Norm, "ln_f", (x,), kind="layer")
     b.linear("lm_head", vocab, bias=False)
     return TiedGraph(name, Shape(1, seq, 1), tuple(b.layers), tied=(("lm_head", "wte"),))
@@ -247,14 +253,7 @@ def vit_config(layers: int, hidden: int, heads: int, patch: int = 16, image: int
     b.add(Conv2d, "patch", (INPUT,), out_channels=hidden, kernel=patch, stride=patch)
     b.add(Tokens, "class_token", count=1)
     x = b.add(Bias, "positions", full=True)
-    for i in range(layers):
-        p = f"layers.{i}"
-        b.add(Norm, f"{p}.ln1", (x,), kind="layer")
-        attn = _attention(b, p, hidden, heads)
-        x = b.add(Add, f"{p}.add1", (x, attn))
-        b.add(Norm, f"{p}.ln2", (x,), kind="layer")
-        mlp = _mlp(b, p, hidden, ffn)
-        x = b.add(Add, f"{p}.add2", (x, mlp))
+    x = _pre_ln_blocks(b, x, "layers.{}", layers, hidden, heads, ffn)
     b.add(Norm, "ln", (x,), kind="layer")
     b.add(Pool2d, "class", mode="avg", output_size=(1, 1))  # the class token: same shapes, no parameters
     b.linear("head", classes)

@@ -513,8 +513,6 @@ class GraphBuilder:
                 layer = self._emit(Activation, name, (x.src,), expected=x.shape.elements, function="rope")
                 return Act(layer, x.shape, base=x.src)
             return pending
-        if isinstance(a, Scores) or isinstance(b, Scores):
-            raise Unsupported("add of an activation to attention scores")
         xa, xb = self._act(a, "an add"), self._act(b, "an add")
         if xa.shape != xb.shape:
             raise Unsupported(
@@ -941,8 +939,12 @@ _GATED = {"erf": "gelu", "tanh": "gelu", "sigmoid": "silu"}
 
 
 def _pair(value) -> tuple[int, int]:
+    """(h, w) of an int, a pair, or a one-element list (as ATen passes a square kernel)."""
     if isinstance(value, int):
         return (value, value)
+    value = list(value)
+    if len(value) == 1:
+        return int(value[0]), int(value[0])
     a, b = value
     return int(a), int(b)
 

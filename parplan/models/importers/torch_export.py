@@ -45,6 +45,7 @@ from parplan.models.importers import (
     Stacked,
     Unsupported,
     Value,
+    _pair,
     is_data,
     stand_in,
 )
@@ -339,14 +340,14 @@ class _Converter:
             self.tainted.add(node)
         if handler is None:
             if not tainted:
-                self.b.unsupported(op, self._where(node))
+                self.b.unsupported(op, self._place(node))
             self.tainted.add(node)
             return self._stand_in(node, op)
         try:
             return handler(node, args, kwargs)
         except Unsupported as exc:
             if not tainted:
-                self.b.unsupported(op, self._where(node), str(exc))
+                self.b.unsupported(op, self._place(node), str(exc))
             self.tainted.add(node)
             return self._stand_in(node, op)
 
@@ -420,7 +421,7 @@ class _Converter:
         op = _packet(node.target).rsplit(".", 1)[-1].strip("_")
         return f"{path}.{op}" if path else op
 
-    def _where(self, node) -> str:
+    def _place(self, node) -> str:
         path = self._path(node)
         return path or "top level"
 
@@ -529,7 +530,7 @@ class _Converter:
             "transformers.grouped_mm_fallback": self._grouped_mm,
             "aten._grouped_mm": self._grouped_mm,
             "aten.bernoulli": lambda n, a, k: CONST,
-            "aten.bernoulli_": lambda n, a, k: a[0] if not is_data(a[0]) else a[0],
+            "aten.bernoulli_": lambda n, a, k: a[0],  # a dropout mask drawn in place
         }
 
     def _activation(self, node, args, kwargs) -> Value:
@@ -767,9 +768,7 @@ class _Converter:
         q_ps = self.ps(node.args[0])
         if len(q_ps) != 3:
             raise Unsupported("attention on q that is not (batch, heads, seq, head_dim)")
-        q, k, v = args[0], args[1], args[2]
-        if kwargs.get("enable_gqa") and isinstance(k, Act) and isinstance(v, Act):
-            pass  # fewer key/value heads than query heads: the builder reads them off the sizes
+        q, k, v = args[0], args[1], args[2]  # with enable_gqa, k and v have fewer heads: read off their sizes
         mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
         return self.b.attention(self._label(node), q, k, v, heads=int(q_ps[0]),
                                 bias=mask if isinstance(mask, Param) else None)
@@ -846,15 +845,6 @@ def _dispatch(value, k: int):
     if isinstance(value, (list, tuple)):
         return type(value)(_dispatch(v, k) for v in value)
     return Dispatched(value, k) if is_data(value) else value
-
-
-def _pair(value) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (value, value)
-    value = list(value)
-    if len(value) == 1:
-        return (int(value[0]), int(value[0]))
-    return int(value[0]), int(value[1])
 
 
 def _flatten(value) -> list:
