@@ -291,7 +291,21 @@ def test_table_text_without_header_and_strided_conv(tmp_path):
     ("a conv 3 8 0 8 8 8 3\n", "layer table: row 1 'a' (line 1): in_h must be an int in [1, 2,147,483,647] (got 0)"),
     ("name type in_c out_c in_h in_w out_h out_w kernel\n",
      "layer table: header (line 1) must name the columns name, type, in_channels, out_channels, in_h, in_w, "
-     "out_h, out_w, kernel once each (got name, type, in_c, out_c, in_h, in_w, out_h, out_w, kernel)"),
+     "out_h, out_w, kernel once each, optionally also link and shortcut (got name, type, in_c, out_c, in_h, "
+     "in_w, out_h, out_w, kernel)"),
+    ("name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
+     "a conv 3 8 8 8 8 8 3 warp -\n",
+     "layer table: row 1 'a' (line 2): link must be chain or resize (got 'warp')"),
+    ("name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
+     "a conv 3 8 8 8 8 8 3 chain -\nb conv 8 8 8 8 8 8 3 chain z\n",
+     "layer table: row 2 'b' (line 3): shortcut 'z' names no earlier row"),
+    ("name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
+     "a conv 3 8 8 8 8 8 3 chain -\nb conv 8 8 8 8 8 8 3 chain a\n",
+     "layer table: row 2 'b' (line 3): the shortcut from 'a' carries 3x8x8, the row reads 8x8x8; "
+     "give link=resize to adapt it"),
+    ("name type in_channels out_channels in_h in_w out_h out_w kernel link\n"
+     "a conv 3 8 8 8 8 8 3 chain\nb conv 16 8 8 8 8 8 3 chain\n",
+     "layer table: row 2 'b' (line 3): in_channels 16 does not match the previous row 'a' out_channels 8"),
     ("a conv 3 8 8 8 8 8 3\na fc 512 10 1 1 1 1 1\n",
      "layer table: graph 'layer_table': duplicate layer name 'a'"),
 ])
@@ -354,3 +368,14 @@ def test_load_model_unknown_spec_lists_names_and_suffixes(tmp_path):
 def test_module_docstring_examples_run():
     result = doctest.testmod(modelfile_module)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_resize_rows_keep_the_tables_sizes_and_shortcuts_add():
+    g = load_layer_table("name,type,in_channels,out_channels,in_h,in_w,out_h,out_w,kernel,link,shortcut\n"
+                         "a,conv,3,8,8,8,8,8,3,chain,\nb,conv,8,8,8,8,8,8,3,chain,\n"
+                         "c,conv,16,16,4,4,4,4,3,resize,a\nd,fc,100,10,1,1,1,1,1,resize,-\n")
+    info = g.analyze()
+    assert info.in_shapes["c"][0] == Shape(16, 4, 4) and info.in_shapes["d"][0] == Shape(100)
+    assert g.layer("c.add").inputs == ("c.resize", "c.shortcut") and g.layer("c.shortcut").inputs == ("input",)
+    flops, traffic, stored = g.layer("c.resize").training_cost([Shape(8, 8, 8)], Shape(16, 4, 4))
+    assert (flops, traffic, stored) == (0.0, 2.0 * (512 + 256), 0.0)

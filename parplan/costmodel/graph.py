@@ -324,6 +324,30 @@ class Glu(Layer):
 
 
 @dataclass(frozen=True)
+class Resize(Layer):
+    """A table adapter: maps its input to ``channels x height x width`` whatever the input's
+    shape. It is not a network op; it lets a paper's layer table whose rows do not chain (the
+    published AccPar code's ResNets: no downsampling shortcuts, an FC reading 2048 features
+    after a 512 x 7 x 7 map) be a graph whose every layer has the sizes the table gives
+    (docs/costmodel.md section 9). Priced as a copy: it reads its input and writes its output
+    (forward and backward); nothing is stored or computed. The executor does not run it."""
+
+    channels: int = 0
+    height: int = 1
+    width: int = 1
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        self._single(in_shapes)
+        for what in ("channels", "height", "width"):
+            _positive(self.name, what, getattr(self, what))
+        return Shape(self.channels, self.height, self.width)
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        _, traffic, _ = super().training_cost(in_shapes, out_shape)
+        return 0.0, traffic, 0.0
+
+
+@dataclass(frozen=True)
 class PatchMerge(Layer):
     """Space to depth: each ``block x block`` patch of positions becomes one position with
     ``block^2`` times the channels, (C, H, W) -> (b^2 C, H/b, W/b) (Swin's patch merging before

@@ -110,6 +110,7 @@ from parplan.costmodel.graph import (
     Linear,
     Norm,
     Pool2d,
+    Resize,
     Shape,
 )
 from parplan.errors import ConfigError, GraphError
@@ -403,6 +404,10 @@ def load_model_file(path: str | Path) -> Graph:
 
 #: Column order of a layer table without a header row.
 TABLE_COLUMNS = ("name", "type", "in_channels", "out_channels", "in_h", "in_w", "out_h", "out_w", "kernel")
+#: Optional columns (a header row must name them): ``link`` (``chain``, the default, or
+#: ``resize``) and ``shortcut`` (an earlier row's name, or empty / ``-``).
+OPTIONAL_COLUMNS = ("link", "shortcut")
+_LINKS = ("chain", "resize")
 _TABLE_TYPES = {"conv": "conv", "conv2d": "conv", "fc": "fc", "linear": "fc"}
 
 
@@ -420,6 +425,8 @@ class _Row:
     out_h: int
     out_w: int
     kernel: int
+    link: str = "chain"
+    shortcut: str | None = None
 
 
 def _read_text(path_or_text: str | Path) -> tuple[str, str, str]:
@@ -451,10 +458,11 @@ def _parse_rows(text: str, source: str) -> list[_Row]:
     if fields_per_line and fields_per_line[0][1] and fields_per_line[0][1][0].lower() == "name":
         lineno, header = fields_per_line.pop(0)
         header = [h.lower() for h in header]
-        if sorted(header) != sorted(TABLE_COLUMNS):
+        required = [h for h in header if h not in OPTIONAL_COLUMNS]
+        if sorted(required) != sorted(TABLE_COLUMNS) or len(set(header)) != len(header):
             raise GraphError(
                 f"{source}: header (line {lineno}) must name the columns {', '.join(TABLE_COLUMNS)} "
-                f"once each (got {', '.join(header)})"
+                f"once each, optionally also {' and '.join(OPTIONAL_COLUMNS)} (got {', '.join(header)})"
             )
         columns = tuple(header)
     if not fields_per_line:
@@ -479,7 +487,12 @@ def _parse_rows(text: str, source: str) -> list[_Row]:
                 raise GraphError(f"{where}: {key} must be a positive int (got '{value[key]}')") from None
             if not 0 < numbers[key] <= MAX_EXTENT:
                 raise GraphError(f"{where}: {key} must be an int in [1, {MAX_EXTENT:,}] (got {numbers[key]})")
-        rows.append(_Row(where, name, _TABLE_TYPES[kind], **numbers))
+        link = value.get("link", "").lower() or "chain"
+        if link not in _LINKS:
+            raise GraphError(f"{where}: link must be chain or resize (got '{value['link']}')")
+        shortcut = value.get("shortcut", "")
+        rows.append(_Row(where, name, _TABLE_TYPES[kind], **numbers, link=link,
+                         shortcut=None if shortcut in ("", "-") else shortcut))
     return rows
 
 
@@ -511,6 +524,8 @@ class _TableBuilder:
         self.layers: list[Layer] = []
         self.last = INPUT
         self.last_row: _Row | None = None
+        #: per row: the tensor its layer reads, and that tensor's shape (a shortcut's source)
+        self.reads: dict[str, tuple[str, Shape]] = {}
 
     def add(self, layer: Layer, shape: Shape) -> None:
         self.layers.append(layer)
@@ -530,9 +545,37 @@ class _TableBuilder:
         # Rows start at the graph input's size, so a bridge always follows a row's layer.
         self.add(Pool2d(f"{self.last}.pool", (self.last,), mode="max", kernel=(kh, kw), stride=(sh, sw)), Shape(s.channels, h, w))
 
+    def resize_to(self, row: _Row) -> None:
+        """``link=resize``: a :class:`Resize` adapter to the row's input shape where it differs."""
+        want = Shape(row.in_channels, row.in_h, row.in_w)
+        if row.link == "resize" and self.shape != want:
+            self.add(Resize(f"{row.name}.resize", (self.last,), want.channels, want.height, want.width), want)
+
+    def join_shortcut(self, row: _Row) -> None:
+        """``shortcut=<row>``: the row reads the sum of the main path and what ``<row>`` read
+        (a residual block's input), adapted to the row's input shape when ``link=resize``; then
+        records what this row reads."""
+        if row.shortcut is not None:
+            if row.shortcut not in self.reads:
+                raise GraphError(f"{row.where}: shortcut '{row.shortcut}' names no earlier row")
+            src, shape = self.reads[row.shortcut]
+            if shape != self.shape:
+                if row.link != "resize":
+                    raise GraphError(
+                        f"{row.where}: the shortcut from '{row.shortcut}' carries {shape.channels}x{shape.height}x"
+                        f"{shape.width}, the row reads {self.shape.channels}x{self.shape.height}x{self.shape.width}; "
+                        "give link=resize to adapt it")
+                s = self.shape
+                src = f"{row.name}.shortcut"
+                self.layers.append(Resize(src, (self.reads[row.shortcut][0],), s.channels, s.height, s.width))
+            self.add(Add(f"{row.name}.add", (self.last, src)), self.shape)
+        self.reads[row.name] = (self.last, self.shape)
+
     def conv(self, row: _Row) -> None:
+        self.resize_to(row)
         self._check_channels(row, self.shape.channels)
         self.pool_to(row, row.in_h, row.in_w)
+        self.join_shortcut(row)
         geometry = [_conv_geometry(n_in, n_out, row.kernel) for n_in, n_out in
                     ((row.in_h, row.out_h), (row.in_w, row.out_w))]
         if None in geometry:
@@ -547,6 +590,7 @@ class _TableBuilder:
         self.last_row = row
 
     def fc(self, row: _Row) -> None:
+        self.resize_to(row)
         full_kernel = row.kernel == 1 or row.kernel == row.in_h == row.in_w
         if (row.out_h, row.out_w) != (1, 1) or not full_kernel:
             raise GraphError(
@@ -563,6 +607,7 @@ class _TableBuilder:
         after_conv = self.last_row is not None and self.last_row.kind == "conv"
         if after_conv or self.shape.spatial != 1:
             self.add(Flatten(f"{row.name}.flatten", (self.last,)), Shape(self.shape.elements))
+        self.join_shortcut(row)
         self.add(Linear(row.name, (self.last,), out_features=row.out_channels), Shape(row.out_channels))
         self.last_row = row
 

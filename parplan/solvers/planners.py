@@ -46,6 +46,7 @@ from parplan.costmodel.planning import PlanNode
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.costmodel.split import PlanOptions, all_choices
+from parplan.solvers.accpar_code import cpp_view, solve_split_cpp
 from parplan.solvers.dp import fallback_split, solve_split
 from parplan.solvers.hierarchy import plan_top_down
 
@@ -153,8 +154,12 @@ def make_plan(
 
 
 def _solver(opts: PlanOptions, notes: list[str]) -> Callable:
-    """The exact DP per split; where its tables are too large, the local search (noted)."""
+    """The exact DP per split; where its tables are too large, the local search (noted). Under
+    ``compat="accpar-code"`` with the communication objective, a graph the C++ can describe (a
+    chain, with residual adds) is planned by the C++'s own DP rules instead."""
     def solve(sp):
+        if sp.side.compat == "accpar-code" and opts.objective is Objective.COMMUNICATION and cpp_view(sp.planning):
+            return solve_split_cpp(sp, opts)[0]  # the C++'s own DP rules (docs/costmodel.md section 9)
         try:
             return solve_split(sp, opts)
         except TableTooLarge as exc:
