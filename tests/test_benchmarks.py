@@ -187,6 +187,16 @@ def test_accpar_quick(tmp_path):
     assert (table.speedup_accpar >= 1 - 1e-9).all()
     md = (tmp_path / "accpar.md").read_text()
     assert "2.98" in md and "3.78" in md and "6.3" in md and "Where and why" in md
+    # the published C++'s own networks: its plan and parplan's, each priced by both models
+    cpp = pd.read_csv(tmp_path / "accpar_compat.csv")
+    assert list(cpp.model) == ["alexnet", "resnet18"]
+    # parplan's plan is never slower by parplan's model (its portfolio contains data parallelism,
+    # and the C++ plan is one plan it could have chosen); on one split of a chain without
+    # shortcuts the C++'s DP minimises exactly its count, so its plan never moves more by it
+    assert (cpp.parplan_step_s <= cpp.data_step_s * (1 + 1e-9)).all()
+    alex = cpp[cpp.model == "alexnet"].iloc[0]
+    assert alex.cpp_cpp_elements <= alex.parplan_cpp_elements * (1 + 1e-9)
+    assert "published C++'s plans next to parplan's" in md
 
 
 def test_hypar_quick(tmp_path):

@@ -93,6 +93,37 @@ def planner_task(model: str, array: str, batch: int, bandwidth_gbps: float | Non
     return row
 
 
+#: The published C++'s own networks (parplan/data/accpar_cpp/), for the compat section.
+CPP_MODELS = ("alexnet", "vgg11", "resnet18", "resnet34", "resnet50")
+CPP_DATA = Path(__file__).resolve().parents[1] / "data" / "accpar_cpp"
+
+
+def compat_task(model: str, array: str, batch: int, bandwidth_gbps: float | None) -> dict:
+    """The C++'s own network ``model``: the plan the C++ makes (``--compat accpar-code``,
+    communication objective, shares 1/2), parplan's ``accpar`` plan and data parallelism, each
+    priced by parplan's model (step time, bytes) and by the C++'s (elements one side receives,
+    summed over the levels of the first group's path; :func:`cpp_level_comm`)."""
+    from dataclasses import replace
+
+    from parplan.costmodel.problem import Problem
+    from parplan.models.modelfile import load_layer_table
+    from parplan.solvers.accpar_code import cpp_level_comm
+    from parplan.solvers.planners import make_plan
+
+    native = Problem(load_layer_table(CPP_DATA / f"{model}.csv"), make_array(array, bandwidth_gbps), batch=batch)
+    compat = replace(native, compat="accpar-code")
+    row: dict = {"model": model}
+    for key, problem, planner, kw in (("cpp", compat, "accpar", {"objective": "communication", "shares": "half"}),
+                                      ("parplan", native, "accpar", {}), ("data", native, "data", {})):
+        t0 = time.perf_counter()
+        plan = make_plan(problem, planner, **kw)
+        row[f"{key}_wall_s"] = time.perf_counter() - t0
+        row.update(plan_stats(native, plan, prefix=f"{key}_"))
+        row[f"{key}_cpp_elements"] = sum(cpp_level_comm(native, plan))
+        row.update(plan_shape(native, plan, prefix=f"{key}_"))
+    return row
+
+
 def exact_task(model: str, array: str, batch: int, bandwidth_gbps: float | None, backend: str,
                time_limit_s: float) -> dict:
     """The level-by-level exact plan of one model (see :func:`parplan.bench.common.exact_top_down`)."""
@@ -115,6 +146,7 @@ def run(
     exact_backend: str = "scip",
     time_limit_s: float = 60.0,
     exact: bool = True,
+    compat: bool = True,
 ) -> pd.DataFrame:
     """Run the benchmark; write accpar.csv / accpar_summary.csv / accpar.png / accpar.md.
 
@@ -154,11 +186,16 @@ def run(
                       time_limit_s=time_limit_s), cost=1.5 * _COST.get(m, 1))
             for m in models
         ]
+    tasks += [Task(f"C++ {m} (compat)", compat_task, dict(model=m, array=array, batch=batch,
+                                                          bandwidth_gbps=bandwidth_gbps))
+              for m in ((("alexnet", "resnet18") if quick else CPP_MODELS) if compat else ())]
     with_progress_header(NAME, f"{len(models)} models x {len(bandwidths)} bandwidths on {array} "
                                f"({arr.count} devices, {arr.depth} levels), batch {batch}; {len(tasks)} tasks")
     results = run_tasks(NAME, tasks, executor)
     n_plan = len(bandwidths) * len(models)
-    exact_rows = {r["model"]: r for r in results[n_plan:]}
+    n_exact = len(models) if exact else 0
+    exact_rows = {r["model"]: r for r in results[n_plan:n_plan + n_exact]}
+    cpp = pd.DataFrame(results[n_plan + n_exact:])
     rows = []
     for (bw, m), r in zip(((bw, m) for bw in bandwidths for m in models), results[:n_plan]):
         row = {"bandwidth": bandwidth_label(bw), "bandwidth_gbps": math.nan if bw is None else bw,
@@ -186,8 +223,12 @@ def run(
             "data_compute_fraction", "accpar_compute_fraction", "ordering", "paper_order", "dominant_term", "note"]
     table = table[lead + [c for c in table.columns if c not in lead]]
     summary = summarize(table)
-    write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table, summary, exact_backend, time_limit_s),
-                  extra={"accpar_summary": summary})
+    extra = {"accpar_summary": summary}
+    if len(cpp):
+        extra["accpar_compat"] = cpp
+    write_outputs(out, NAME, table, lambda p: _plot(table, p),
+                  _markdown(table, summary, exact_backend, time_limit_s) + _compat_section(cpp),
+                  extra=extra)
     return table
 
 
@@ -414,6 +455,48 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
     return "\n".join(lines)
 
 
+def _compat_section(cpp: pd.DataFrame) -> str:
+    """Markdown: the published C++'s plans next to parplan's on the C++'s own networks."""
+    if not len(cpp):
+        return ""
+    lines = [
+        "## The published C++'s plans next to parplan's (its own networks)",
+        "",
+        "On the AccPar C++'s own network files (`parplan/data/accpar_cpp/`: AlexNet, VGG-11 and its generated "
+        "ResNet-18/34/50, which have no downsampling shortcuts and an FC reading 2048 features), `C++` is the plan "
+        "the C++ makes (`--compat accpar-code`, communication objective, shares 1/2; its types equal the binary's "
+        "at every level, `tests/test_accpar_cpp.py`), `parplan` is parplan's `accpar` plan on the same graph and "
+        "array. Each is priced by parplan's model (step time on this array, bytes over all links) and by the "
+        "C++'s (elements one side receives by its DP objective, summed over the 7 levels of the first group's "
+        "path, shares taken as 1/2).",
+        "",
+        "| network | C++ plan: step (ms) | parplan plan: step (ms) | data: step (ms) | C++ plan: bytes (GB) | "
+        "parplan plan: bytes (GB) | C++ plan: C++ elements (M) | parplan plan: C++ elements (M) | "
+        "C++ plan: IN/OUT cells | parplan plan: IN/OUT cells |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in cpp.itertuples():
+        lines.append(
+            f"| {r.model} | {r.cpp_step_s * 1e3:.3f} | {r.parplan_step_s * 1e3:.3f} | {r.data_step_s * 1e3:.3f} | "
+            f"{r.cpp_comm_bytes / 1e9:.2f} | {r.parplan_comm_bytes / 1e9:.2f} | {r.cpp_cpp_elements / 1e6:.1f} | "
+            f"{r.parplan_cpp_elements / 1e6:.1f} | {r.cpp_model_parallel_cells:.0%} | "
+            f"{r.parplan_model_parallel_cells:.0%} |")
+    faster = cpp[cpp.parplan_step_s < cpp.cpp_step_s].model.tolist()
+    fewer = cpp[cpp.cpp_cpp_elements <= cpp.parplan_cpp_elements].model.tolist()
+    lines += [
+        "",
+        f"By parplan's model parplan's plan is faster on {len(faster)} of {len(cpp)} networks"
+        f"{' (' + ', '.join(faster) + ')' if faster else ''}: it prices compute and each side's throughput, "
+        "which the C++'s communication count does not see. By the C++'s own count the C++'s plan moves no more "
+        f"than parplan's on {len(fewer)} of {len(cpp)}{' (' + ', '.join(fewer) + ')' if fewer else ''}: it "
+        "minimises that count level by level, except that its running minimum skips the shortcut term of the "
+        "Type-I predecessor, so on ResNets its DP value can understate its own count (docs/costmodel.md "
+        "section 9).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def _closest(summary: pd.DataFrame):
     best = None
     for bw, sub in summary.groupby("bandwidth", sort=False):
@@ -448,6 +531,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per exact solve (default 60)")
     parser.add_argument("--no-exact", dest="exact", action="store_false",
                         help="skip the level-by-level exact column")
+    parser.add_argument("--no-compat", dest="compat", action="store_false",
+                        help="skip the section on the published C++'s own networks")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,13 +46,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parplan.costmodel.cost import REL_TOL, node_terms, node_value
+from parplan.costmodel.cost import REL_TOL, Objective, ShareMode, node_terms, node_value, scale_for_sides
 from parplan.costmodel.layout import PartitionType, ports
 from parplan.costmodel.planning import PlanningGraph
-from parplan.costmodel.problem import Split
+from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
 
-__all__ = ["CppView", "cpp_view", "cpp_tables", "cpp_dp", "solve_split_cpp"]
+__all__ = ["CppView", "cpp_view", "cpp_tables", "cpp_dp", "cpp_level_comm", "solve_split_cpp"]
 
 #: Type-II and Type-III exchanged (the C++'s ``Com_Cost_Inter_Layer_Block``).
 _SWAP = {PartitionType.BATCH: PartitionType.BATCH, PartitionType.IN: PartitionType.OUT,
@@ -218,3 +218,29 @@ def solve_split_cpp(sp: SplitProblem, options: PlanOptions) -> tuple[Split, floa
             choices[view.joins[i]] = ports(choices[v]).need_in
             shares[view.joins[i]] = shares[v]
     return Split(tuple(choices), tuple(shares)), value
+
+
+def cpp_level_comm(problem: Problem, plan: Plan) -> list[float]:
+    """The C++'s model of ``plan``: per level, the elements one side receives by its DP's
+    objective (intra-layer, inter-layer and shortcut terms, the shortcut from the block start's
+    actual type), along the first group's path (``""``, ``"L"``, ``"LL"``, ...: the C++ plans
+    one group per level) with every share taken as 1/2 (the C++ has no other). Raises
+    ValueError when the graph has no C++ view."""
+    problem = replace(problem, compat="accpar-code")
+    view = cpp_view(problem.planning)
+    if view is None:
+        raise ValueError(f"graph '{problem.planning.name}' is not a chain with residual adds")
+    options = PlanOptions(Objective.COMMUNICATION, ShareMode.HALF)
+    group, path, dims, out = problem.array, "", problem.root_dims(), []
+    while not group.is_leaf and path in plan.splits:
+        split = plan.splits[path]
+        sp = SplitProblem(problem.planning, dims, problem.side_spec(group), path)
+        tables, intra, inter, short = cpp_tables(sp, view, options)
+        state = [tables[i].choices.index(split.choices[v]) for i, v in enumerate(view.order)]
+        total = sum(float(intra[i][state[i]]) for i in range(len(state)))
+        total += sum(float(inter[i][state[i - 1], state[i]]) for i in range(1, len(state)))
+        total += sum(float(short[e][state[view.shortcuts[e]], state[e]]) for e in short)
+        out.append(total / 2)
+        dims = tuple(scale_for_sides(d, c, 0.5)[0] for d, c in zip(dims, split.choices))
+        group, path = group.left, path + "L"
+    return out
