@@ -367,3 +367,21 @@ def test_geomean_leaves_out_non_positive_values():
 
     assert geomean([0.0, 4.0, 1.0, float("nan")]) == pytest.approx(2.0)
     assert math.isnan(geomean([0.0, -1.0]))
+
+
+def test_pipeline_quick(tmp_path):
+    from parplan.bench import pipeline
+
+    table = pipeline.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "pipeline")
+    _has_columns(csv, ["profile", "machine", "devices", "plan", "stages", "code_s", "parplan_s",
+                       "code_speedup_vs_dp", "parplan_speedup_vs_dp", "code_dp_s", "parplan_dp_s"])
+    assert len(table) == 2 * len(pipeline.QUICK["profiles"]) * len(pipeline.QUICK["machines"])
+    code, mine = table[table.plan == "pipedream-code"], table[table.plan == "parplan"]
+    # each model's own plan is the best under that model (chains: every plan is priced by both)
+    assert (code.code_s.values <= mine.code_s.values * (1 + 1e-12)).all()
+    assert (mine.parplan_s.values <= code.parplan_s.values * (1 + 1e-12)).all()
+    # the optimizer's printed VGG-16 speedup on 4 machines at 1 GB/s
+    row = code[(code.profile == "vgg16") & (code.machine == "4 @ 1 GB/s")].iloc[0]
+    assert row.code_speedup_vs_dp == pytest.approx(3.3187143555086274, rel=1e-12)
+    assert "released optimizer's plans next to parplan's" in (tmp_path / "pipeline.md").read_text()

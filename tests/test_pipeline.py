@@ -38,7 +38,7 @@ from parplan.pipeline import (
     transfer_seconds,
 )
 
-DATA = Path(__file__).parent / "data" / "pipedream"
+DATA = Path(__file__).resolve().parents[1] / "parplan" / "data" / "pipedream"
 REL = 1e-9
 
 
@@ -498,6 +498,34 @@ def test_cli_pipeline_profile_json(capsys):
     assert all(s["memory_bytes"] <= 24 * 2**30 for s in out["stages"])
     assert sum(s["replicas"] for s in out["stages"]) == 16
     assert out["noam"] == out["stages"][0]["in_flight"]
+
+
+def test_cli_pipeline_pipedream_code(capsys):
+    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4",
+                                 "--bandwidth", "1", "--cost-model", "pipedream-code", "--format", "json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    # the optimizer prints (0, 15) x3, (15, 40) x1 and 0.175732624 s per minibatch on these settings
+    assert out["levels"] == [[{"start": 0, "end": 15, "replicas": 3}, {"start": 15, "end": 40, "replicas": 1}]]
+    assert out["seconds_per_minibatch"] == pytest.approx(0.175732624, rel=1e-9)
+    assert [p["plan"] for p in out["plans"]] == ["pipedream-code", "parplan"]
+    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4",
+                                 "--bandwidth", "1", "--cost-model", "pipedream-code"])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "[0, 15)  x3" in text and "pipedream-code        2        175.733" in text
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--cost-model", "pipedream-code", "--memory-limit", "8"], "reproduces the optimizer's defaults"),
+    (["--compression", "2"], "--compression is an option of --cost-model pipedream-code"),
+    (["--cost-model", "pipedream-code", "--compression", "0"], "compression ratio must be > 0"),
+])
+def test_cli_pipeline_pipedream_code_refuses(extra, message):
+    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4",
+                                 *extra])
+    with pytest.raises(ConfigError, match=message):
+        args.func(args)
 
 
 def test_cli_pipeline_model_table(capsys):

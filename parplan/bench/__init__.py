@@ -16,6 +16,7 @@ scaling         planner wall time against layers and hierarchy depth; exact back
 ablations       AccPar with one feature removed at a time
 allreduce       all-reduce algorithms per topology (MultiTree, ISCA'21)
 speed           planner time against the published AccPar C++; the CLI's start-up time
+pipeline        PipeDream's released optimizer vs parplan's pipeline plans, priced by both
 ==============  ==========================================================================
 """
 
@@ -28,4 +29,5 @@ BENCHMARKS = {
     "ablations": "parplan.bench.ablations",
     "allreduce": "parplan.bench.allreduce",
     "speed": "parplan.bench.speed",
+    "pipeline": "parplan.bench.pipeline",
 }

@@ -36,6 +36,7 @@ BENCH_HELP = {
     "ablations": "AccPar with one feature removed at a time",
     "allreduce": "all-reduce algorithms per topology and size (MultiTree)",
     "speed": "planner time against the published AccPar C++ (ratios), and the CLI's start-up time",
+    "pipeline": "PipeDream's released optimizer vs parplan's pipeline plans, each priced by both models",
 }
 
 

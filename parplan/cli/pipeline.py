@@ -82,6 +82,12 @@ def add_pipeline_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--allow-idle", action="store_true", help="allow devices to stay unused")
     p.add_argument("--sync", choices=["ring", "pipedream"], default="ring",
                    help="weight all-reduce price: ring (default) or the paper's 2(m-1)|w|/B")
+    p.add_argument("--cost-model", choices=["parplan", "pipedream-code"], default="parplan",
+                   help="parplan (default; the paper's formulas, docs/pipeline.md) or pipedream-code: PipeDream's "
+                        "released optimizer, shown next to parplan's plan, each priced by both models")
+    p.add_argument("--compression", type=float, default=None, metavar="RATIO",
+                   help="with --cost-model pipedream-code: the optimizer's activation compression ratio (its "
+                        "transfers are priced only when given)")
     p.add_argument("--no-merge-levels", action="store_true",
                    help="keep every binary level of the array instead of merging levels with equal links")
     p.add_argument("--format", choices=["table", "json"], default="table")
@@ -118,11 +124,37 @@ def run_pipeline(args: argparse.Namespace) -> int:
         allow_idle=args.allow_idle,
         sync=SyncModel(args.sync),
     )
+    if args.cost_model == "pipedream-code":
+        return _run_pipedream_code(args, profile, machine, options)
+    if args.compression is not None:
+        raise ConfigError("--compression is an option of --cost-model pipedream-code")
     result = plan_pipeline(profile, machine, options)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(result.to_table())
+    return 0
+
+
+def _run_pipedream_code(args, profile, machine, options) -> int:
+    """``--cost-model pipedream-code``: the released optimizer's plan next to parplan's."""
+    from parplan.pipeline.pipedream_code import side_by_side, side_by_side_table
+
+    if args.memory_limit is not None or args.no_replication or args.allow_idle:
+        raise ConfigError("--cost-model pipedream-code reproduces the optimizer's defaults: no memory limit, "
+                          "replication on, every machine used (drop --memory-limit, --no-replication, --allow-idle)")
+    sbs = side_by_side(profile, machine, args.compression, options)
+    if args.format == "json":
+        code = sbs.code
+        print(json.dumps({
+            "model": profile.name, "cost_model": "pipedream-code", "machines": list(code.machines),
+            "bandwidths_bytes_per_s": list(code.bandwidths), "compression": code.compression,
+            "levels": [[{"start": s.start, "end": s.end, "replicas": s.replicas} for s in lv] for lv in code.levels],
+            "seconds_per_minibatch": code.seconds, "data_parallel_seconds": code.data_parallel_seconds,
+            "single_seconds": code.single_seconds, "plans": sbs.rows(),
+        }, indent=2))
+    else:
+        print(side_by_side_table(sbs))
     return 0
 
 

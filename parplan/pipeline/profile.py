@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import networkx as nx
@@ -81,6 +81,9 @@ class PipelineProfile:
     edges: tuple[tuple[str, str], ...]
     source: str = ""
     notes: tuple[str, ...] = ()
+    #: Node names in the order the profile file declares them (PipeDream's own code starts its
+    #: antichains at the first source in that order); empty: the layers' order.
+    declared: tuple[str, ...] = ()
 
     @property
     def is_chain(self) -> bool:
@@ -244,6 +247,7 @@ def parse_profile(text: str, source: str = "<string>", name: str | None = None) 
         layers=layers,
         edges=tuple(sorted(dag.edges, key=lambda e: (pos[e[0]], pos[e[1]]))),
         source=f"PipeDream profile {source} (measured times)",
+        declared=tuple(nodes),
     )
     if not profile.is_chain:
         profile = _with_note(profile, _LINEARIZED)
@@ -257,7 +261,7 @@ _LINEARIZED = (
 
 
 def _with_note(profile: PipelineProfile, note: str) -> PipelineProfile:
-    return PipelineProfile(profile.name, profile.layers, profile.edges, profile.source, profile.notes + (note,))
+    return replace(profile, notes=profile.notes + (note,))
 
 
 def read_profile(path: str | Path) -> PipelineProfile:
