@@ -38,6 +38,7 @@ optimizer prints the same stages, 0.175733 s per minibatch and 3.32x over data p
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
@@ -186,10 +187,11 @@ def code_states(profile: PipelineProfile) -> CodeStates:
         aug = augmented[s]
         m = frozenset(aug).union(*(dag.ancestors(x) for x in aug))
         members.append(m)
-        c.append(sum(compute[x] for x in m))
-        a.append(sum(layers[x].activation_bytes for x in m))
-        w.append(sum(params[x] for x in m))
-        o.append(sum(layers[x].activation_bytes for x in aug))
+        # correctly rounded sums: independent of the sets' (hash) order
+        c.append(math.fsum(compute[x] for x in m))
+        a.append(math.fsum(layers[x].activation_bytes for x in m))
+        w.append(math.fsum(params[x] for x in m))
+        o.append(math.fsum(layers[x].activation_bytes for x in aug))
         preds.append(tuple(sorted(index[p] for p in nx.ancestors(states, s))))
     return CodeStates(profile.name, tuple(frozenset(augmented[s]) for s in order), tuple(members), tuple(c),
                       tuple(a), tuple(w), tuple(o), tuple(preds), tuple(inputs) + tuple(sinks), compute, params)
@@ -398,8 +400,8 @@ def code_price_sets(states: CodeStates, machines, bandwidths, plan: LevelPlan, n
         worst = 0.0
         for idx, s in enumerate(lp.stages):
             nodes = stage_nodes(s)
-            c = price(s.inner) if s.inner is not None else sum(states.compute[x] for x in nodes)
-            w = sum(states.parameters[x] for x in nodes)
+            c = price(s.inner) if s.inner is not None else math.fsum(states.compute[x] for x in nodes)
+            w = math.fsum(states.parameters[x] for x in nodes)
             sync = 4.0 * (s.replicas - 1) * w / (bw * s.replicas)
             worst = max(worst, (c + (sync / within if idx == 0 else sync)) / s.replicas)
         return worst
