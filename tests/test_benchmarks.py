@@ -359,7 +359,10 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
     assert len(dp) == 2 and (dp.ratio > 0).all()
     assert all(math.isclose(r.ratio, r.parplan_ms / RECORDED_CPP_MS[(r.model, r.what.split("(")[1].split(",")[0])])
                for r in dp.itertuples())
-    assert (tmp_path / "speed.md").read_text().startswith("# Planner speed")
+    rules = table[table.what.str.startswith("C++ rules")]
+    assert len(rules) == 2 and (rules.ratio > 0).all()
+    md = (tmp_path / "speed.md").read_text()
+    assert md.startswith("# Planner speed") and "`C++ rules` does exactly the C++'s work" in md
 
 
 def test_geomean_leaves_out_non_positive_values():
