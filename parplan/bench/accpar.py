@@ -43,7 +43,7 @@ import pandas as pd
 from parplan.bench.common import (
     standalone_main,
     ExecutorSpec, Task, arithmean, bandwidth_label, csv_floats, csv_names, exact_top_down, geomean, grouped_bars,
-    make_array, md_table, model_traits, out_dir_path, plan_shape, plan_stats, root_bound, run_kwargs, run_tasks,
+    make_array, md_table, model_traits, out_dir_path, plan_shape, plan_stats, root_bound, run_tasks,
     with_progress_header, write_outputs,
 )
 
@@ -173,22 +173,8 @@ def run(
     bandwidths: list[float | None] = [bandwidth_gbps] + [b for b in sweep if b != bandwidth_gbps]
     out = out_dir_path(out_dir)
 
-    tasks = [
-        Task(f"{m} @ {bandwidth_label(bw)}", planner_task,
-             dict(model=m, array=array, batch=batch, bandwidth_gbps=bw, bound_backend=exact_backend,
-                  time_limit_s=time_limit_s), cost=_COST.get(m, 1))
-        for bw in bandwidths for m in models
-    ]
-    if exact:
-        tasks += [
-            Task(f"{m} exact ({exact_backend})", exact_task,
-                 dict(model=m, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps, backend=exact_backend,
-                      time_limit_s=time_limit_s), cost=1.5 * _COST.get(m, 1))
-            for m in models
-        ]
-    tasks += [Task(f"C++ {m} (compat)", compat_task, dict(model=m, array=array, batch=batch,
-                                                          bandwidth_gbps=bandwidth_gbps))
-              for m in ((("alexnet", "resnet18") if quick else CPP_MODELS) if compat else ())]
+    tasks = _tasks(models, bandwidths, array, batch, bandwidth_gbps, exact_backend, time_limit_s, exact,
+                   ((("alexnet", "resnet18") if quick else CPP_MODELS) if compat else ()))
     with_progress_header(NAME, f"{len(models)} models x {len(bandwidths)} bandwidths on {array} "
                                f"({arr.count} devices, {arr.depth} levels), batch {batch}; {len(tasks)} tasks")
     results = run_tasks(NAME, tasks, executor)
@@ -196,25 +182,9 @@ def run(
     n_exact = len(models) if exact else 0
     exact_rows = {r["model"]: r for r in results[n_plan:n_plan + n_exact]}
     cpp = pd.DataFrame(results[n_plan + n_exact:])
-    rows = []
-    for (bw, m), r in zip(((bw, m) for bw in bandwidths for m in models), results[:n_plan]):
-        row = {"bandwidth": bandwidth_label(bw), "bandwidth_gbps": math.nan if bw is None else bw,
-               "primary": bw == bandwidth_gbps, "array": arr.describe(), "devices": arr.count,
-               "levels": arr.depth, "batch": batch, **r}
-        data = r["data_step_s"]
-        row["data_step_ms"] = data * 1e3
-        for key in ("data_half", "owt", "hypar", "accpar", "topdown"):
-            row[f"speedup_{key}"] = data / r[f"{key}_step_s"]
-        row["speedup_bound"] = data / r["bound_step_s"] if r["bound_step_s"] > 0 else math.nan
-        ex = exact_rows.get(m) if bw == bandwidth_gbps else None
-        row["speedup_exact"] = data / ex["step_time_s"] if ex and ex["step_time_s"] > 0 else math.nan
-        row["exact_status"] = ex["status"] if ex else ("-" if not exact else "not run at this bandwidth")
-        row["exact_gap"] = ex["gap"] if ex else math.nan
-        row["exact_wall_s"] = ex["wall_s"] if ex else math.nan
-        row["data_compute_fraction"] = r["data_compute_s"] / data
-        row["accpar_compute_fraction"] = r["accpar_compute_s"] / r["accpar_step_s"]
-        row.update(explain(row))
-        rows.append(row)
+    common = {"array": arr.describe(), "devices": arr.count, "levels": arr.depth, "batch": batch}
+    rows = [_row(bw, r, bandwidth_gbps, exact_rows.get(m) if bw == bandwidth_gbps else None, exact, common)
+            for (bw, m), r in zip(((bw, m) for bw in bandwidths for m in models), results[:n_plan])]
     table = pd.DataFrame(rows)
     lead = ["bandwidth", "bandwidth_gbps", "primary", "model", "array", "devices", "levels", "batch",
             "weighted_layers", "activation_weight_ratio", "fc_weight_fraction", "data_step_ms",
@@ -230,6 +200,46 @@ def run(
                   _markdown(table, summary, exact_backend, time_limit_s) + _compat_section(cpp),
                   extra=extra)
     return table
+
+
+def _tasks(models, bandwidths, array, batch, bandwidth_gbps, backend, time_limit_s, exact, cpp_models) -> list[Task]:
+    """Every planner per (bandwidth, model), then the exact plans, then the C++'s networks."""
+    tasks = [
+        Task(f"{m} @ {bandwidth_label(bw)}", planner_task,
+             dict(model=m, array=array, batch=batch, bandwidth_gbps=bw, bound_backend=backend,
+                  time_limit_s=time_limit_s), cost=_COST.get(m, 1))
+        for bw in bandwidths for m in models
+    ]
+    if exact:
+        tasks += [
+            Task(f"{m} exact ({backend})", exact_task,
+                 dict(model=m, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps, backend=backend,
+                      time_limit_s=time_limit_s), cost=1.5 * _COST.get(m, 1))
+            for m in models
+        ]
+    tasks += [Task(f"C++ {m} (compat)", compat_task, dict(model=m, array=array, batch=batch,
+                                                          bandwidth_gbps=bandwidth_gbps))
+              for m in cpp_models]
+    return tasks
+
+
+def _row(bw, r: dict, primary_gbps, ex: dict | None, exact: bool, common: dict) -> dict:
+    """One table row: a planner task's result with speedups, the exact column and the explanation."""
+    row = {"bandwidth": bandwidth_label(bw), "bandwidth_gbps": math.nan if bw is None else bw,
+           "primary": bw == primary_gbps, **common, **r}
+    data = r["data_step_s"]
+    row["data_step_ms"] = data * 1e3
+    for key in ("data_half", "owt", "hypar", "accpar", "topdown"):
+        row[f"speedup_{key}"] = data / r[f"{key}_step_s"]
+    row["speedup_bound"] = data / r["bound_step_s"] if r["bound_step_s"] > 0 else math.nan
+    row["speedup_exact"] = data / ex["step_time_s"] if ex and ex["step_time_s"] > 0 else math.nan
+    row["exact_status"] = ex["status"] if ex else ("-" if not exact else "not run at this bandwidth")
+    row["exact_gap"] = ex["gap"] if ex else math.nan
+    row["exact_wall_s"] = ex["wall_s"] if ex else math.nan
+    row["data_compute_fraction"] = r["data_compute_s"] / data
+    row["accpar_compute_fraction"] = r["accpar_compute_s"] / r["accpar_step_s"]
+    row.update(explain(row))
+    return row
 
 
 def summarize(table: pd.DataFrame) -> pd.DataFrame:
@@ -427,7 +437,20 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
             lines.append(f"- **{r.model}** ({mark}; {r.ordering}; data parallelism dominated by {r.dominant_term}): "
                          f"{r.note}.")
         lines.append("")
+    lines += _columns_section(backend, time_limit_s, first["devices"])
+    lines += _changes_section(prim, table)
     lines += [
+        "Why magnitudes depend on the links: data parallelism exchanges every weight gradient at every level; "
+        "the slower the links, the larger the share of its step that AccPar's IN/OUT splits can remove. The "
+        "paper's simulator and link figures are not public, so the sweep shows where its averages are reached.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _columns_section(backend: str, time_limit_s: float, devices: int) -> list[str]:
+    """Markdown: what the exact and bound columns mean."""
+    return [
         "## Columns `exact` and `bound`",
         "",
         f"`exact`: every split solved by the `{backend}` MIP backend ({time_limit_s:g} s per split, 1 thread, "
@@ -435,7 +458,7 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
         "plan (`split-optimal`). That is the recursion `accpar-topdown` runs with the DP (share grid 1/16); the "
         "columns differ where the grids differ and where equally good split plans send the lower levels into "
         "different sub-problems. Run at the primary bandwidth only. No global optimum of the "
-        f"{first['devices']}-device array is claimed: the joint model over all levels is not available for the "
+        f"{devices}-device array is claimed: the joint model over all levels is not available for the "
         "current cost model, and the `accpar` portfolio can beat `exact` because level-by-level optimality is "
         "not global optimality.",
         "",
@@ -445,14 +468,6 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
         "loose on deep arrays; the global optimum lies between max(AccPar, exact) and the bound.",
         "",
     ]
-    lines += _changes_section(prim, table)
-    lines += [
-        "Why magnitudes depend on the links: data parallelism exchanges every weight gradient at every level; "
-        "the slower the links, the larger the share of its step that AccPar's IN/OUT splits can remove. The "
-        "paper's simulator and link figures are not public, so the sweep shows where its averages are reached.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def _compat_section(cpp: pd.DataFrame) -> str:
