@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
-import pandas as pd
 
 from parplan.costmodel.cost import Objective, covered_below, scale_for_sides
 from parplan.costmodel.dims import LayerDims
@@ -37,6 +36,9 @@ from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem
 from parplan.costmodel.split import PlanOptions, SplitProblem, split_terms
 from parplan.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas is imported on demand (breakdown): pricing a plan does not need it
+    import pandas as pd
 
 _COLUMNS = [
     "level", "depth", "node", "choice", "share",
@@ -59,7 +61,10 @@ class Evaluation:
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:
-        """One row per (split, node): shares, child times, elements received, times."""
+        """One row per (split, node): shares, child times, elements received, times (a pandas
+        frame, built on demand: pricing a plan does not import pandas)."""
+        import pandas as pd
+
         return pd.DataFrame(list(self.rows), columns=_COLUMNS)
 
     @property

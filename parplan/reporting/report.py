@@ -16,12 +16,14 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from parplan.costmodel.evaluate import Evaluation
+from parplan.costmodel.evaluate import _COLUMNS, Evaluation
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem
+
+if TYPE_CHECKING:  # imported on demand by layer_frame
+    import pandas as pd
 
 _LETTER = {
     PartitionType.BATCH: "B", PartitionType.IN: "I", PartitionType.OUT: "O",
@@ -44,11 +46,16 @@ class PlanReport:
         """Data-parallel step time / this plan's step time."""
         return self.baseline.step_time_s / self.evaluation.step_time_s
 
-    def layer_frame(self) -> pd.DataFrame:
-        """One row per planning node: root choice and share, compute, communication, time."""
-        b = self.evaluation.breakdown
-        comm = (b.intra_elements_1 + b.intra_elements_2).groupby(b.node, sort=False).sum()
-        trans = (b.transition_elements_1 + b.transition_elements_2).groupby(b.node, sort=False).sum()
+    def layer_rows(self) -> list[dict]:
+        """One row per planning node: root choice and share, compute, communication, time
+        (plain dicts: printing a plan does not import pandas)."""
+        node_at, intra_at = _COLUMNS.index("node"), (_COLUMNS.index("intra_elements_1"), _COLUMNS.index("intra_elements_2"))
+        trans_at = (_COLUMNS.index("transition_elements_1"), _COLUMNS.index("transition_elements_2"))
+        comm: dict[str, float] = {}
+        trans: dict[str, float] = {}
+        for r in self.evaluation.rows:
+            comm[r[node_at]] = comm.get(r[node_at], 0.0) + r[intra_at[0]] + r[intra_at[1]]
+            trans[r[node_at]] = trans.get(r[node_at], 0.0) + r[trans_at[0]] + r[trans_at[1]]
         root = self.plan.splits.get("")  # None on a one-device array: nothing is split
         rows = []
         bpe = self.problem.bytes_per_element
@@ -66,7 +73,13 @@ class PlanReport:
                 "intra_bytes": float(comm.get(node.name, 0.0)) * bpe,
                 "transition_bytes": float(trans.get(node.name, 0.0)) * bpe,
             })
-        return pd.DataFrame(rows)
+        return rows
+
+    def layer_frame(self) -> pd.DataFrame:
+        """:meth:`layer_rows` as a pandas frame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.layer_rows())
 
     def level_types(self) -> list[tuple[int, int, str, str]]:
         """Per depth: (depth, number of splits, letters one per node, link description)."""
@@ -121,15 +134,15 @@ class PlanReport:
                 }
                 for path, split in self.plan.splits.items()
             },
-            "layers": self.layer_frame().to_dict(orient="records"),
+            "layers": self.layer_rows(),
         }
 
     def text(self) -> str:
         p, ev = self.problem, self.evaluation
         opts = ", ".join(f"{k} {v}" for k, v in self.plan.info.items())
-        frame = self.layer_frame()
-        tu, tf = time_unit(max(frame.time_s.max(), frame.compute_s.max()))
-        bu, bf = byte_unit(max(frame.intra_bytes.max(), frame.transition_bytes.max()))
+        frame = self.layer_rows()
+        tu, tf = time_unit(max(max(r["time_s"], r["compute_s"]) for r in frame))
+        bu, bf = byte_unit(max(max(r["intra_bytes"], r["transition_bytes"]) for r in frame))
         levels = p.array.depth
         lines = [
             f"{p.graph.name} on {p.array.describe()} ({p.array.count} device{'s' * (p.array.count != 1)}, "
@@ -139,11 +152,11 @@ class PlanReport:
             f"{'layer':<24} {'kind':<4} {'type':<6} {'share':>6} {'compute ' + tu:>11} {'comm ' + tu:>9} "
             f"{'intra ' + bu:>10} {'trans ' + bu:>10} {'time ' + tu:>9}",
         ]
-        for r in frame.itertuples():
+        for r in frame:
             lines.append(
-                f"{r.layer[:24]:<24} {r.kind:<4} {r.type:<6} {r.share:>6.3f} {r.compute_s * tf:>11.3f} "
-                f"{r.communication_s * tf:>9.3f} {r.intra_bytes * bf:>10.2f} {r.transition_bytes * bf:>10.2f} "
-                f"{r.time_s * tf:>9.3f}"
+                f"{r['layer'][:24]:<24} {r['kind']:<4} {r['type']:<6} {r['share']:>6.3f} {r['compute_s'] * tf:>11.3f} "
+                f"{r['communication_s'] * tf:>9.3f} {r['intra_bytes'] * bf:>10.2f} {r['transition_bytes'] * bf:>10.2f} "
+                f"{r['time_s'] * tf:>9.3f}"
             )
         lines += [
             "",
