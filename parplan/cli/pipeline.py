@@ -56,6 +56,10 @@ def _bytes_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: PipeDream's released optimizer's link bandwidth when none is given (its ``-b``), GB/s.
+PIPEDREAM_DEFAULT_GBPS = 1.0
+
+
 def add_pipeline_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``pipeline``: PipeDream stages + replication for a model or a measured profile."""
     p = subparsers.add_parser(
@@ -84,7 +88,8 @@ def add_pipeline_parser(subparsers) -> argparse.ArgumentParser:
                    help="weight all-reduce price: ring (default) or the paper's 2(m-1)|w|/B")
     p.add_argument("--cost-model", choices=["parplan", "pipedream-code"], default="parplan",
                    help="parplan (default; the paper's formulas, docs/pipeline.md) or pipedream-code: PipeDream's "
-                        "released optimizer, shown next to parplan's plan, each priced by both models")
+                        "released optimizer, shown next to parplan's plan, each priced by both models (links "
+                        "default to the optimizer's 1 GB/s)")
     p.add_argument("--compression", type=float, default=None, metavar="RATIO",
                    help="with --cost-model pipedream-code: the optimizer's activation compression ratio (its "
                         "transfers are priced only when given)")
@@ -103,9 +108,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
     if args.memory_limit is not None and not args.memory_limit > 0:
         raise ConfigError(f"--memory-limit must be > 0 GiB (got {args.memory_limit})")
+    bandwidth = args.bandwidth
+    if bandwidth is None and args.cost_model == "pipedream-code":
+        bandwidth = PIPEDREAM_DEFAULT_GBPS  # the optimizer's default (its -b 1e9)
+        print(f"parplan: note: links at {bandwidth:g} GB/s, the released optimizer's default (--bandwidth to set)",
+              file=sys.stderr)
     array = parse_array(
         args.array,
-        bandwidth_bytes_per_s=None if args.bandwidth is None else args.bandwidth * 1e9,
+        bandwidth_bytes_per_s=None if bandwidth is None else bandwidth * 1e9,
         latency_s=None if args.latency is None else args.latency * 1e-6,
     )
     machine = machine_from_array(array, merge_equal_levels=not args.no_merge_levels)
