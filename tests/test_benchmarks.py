@@ -388,3 +388,15 @@ def test_pipeline_quick(tmp_path):
     row = code[(code.profile == "vgg16") & (code.machine == "4 @ 1 GB/s")].iloc[0]
     assert row.code_speedup_vs_dp == pytest.approx(3.3187143555086274, rel=1e-12)
     assert "released optimizer's plans next to parplan's" in (tmp_path / "pipeline.md").read_text()
+
+
+def test_bound_quick(tmp_path):
+    from parplan.bench import bound
+
+    table = bound.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "bound")
+    _has_columns(csv, ["model", "array", "accpar_step_s", "best_step_s", "bound_s", "gap", "root_gap", "meets_goal"])
+    assert len(table) == len(bound.QUICK["models"]) * len(bound.QUICK["arrays"])
+    assert (table.bound_s <= table.best_step_s * (1 + 1e-9)).all() and (table.gap >= 0).all()
+    assert (table.best_step_s <= table.accpar_step_s).all()
+    assert "how far from optimal" in (tmp_path / "bound.md").read_text()

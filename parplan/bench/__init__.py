@@ -17,6 +17,7 @@ ablations       AccPar with one feature removed at a time
 allreduce       all-reduce algorithms per topology (MultiTree, ISCA'21)
 speed           planner time against the published AccPar C++; the CLI's start-up time
 pipeline        PipeDream's released optimizer vs parplan's pipeline plans, priced by both
+bound           the global lower bound and gap of the accpar plans on the zoo's CNNs
 ==============  ==========================================================================
 """
 
@@ -30,4 +31,5 @@ BENCHMARKS = {
     "allreduce": "parplan.bench.allreduce",
     "speed": "parplan.bench.speed",
     "pipeline": "parplan.bench.pipeline",
+    "bound": "parplan.bench.bound",
 }

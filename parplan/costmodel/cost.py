@@ -167,6 +167,19 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
+def intra_elements(dims: LayerDims, choice: Choice) -> float:
+    """Elements each side receives inside a node split by ``choice`` with work on both sides
+    (docs/costmodel.md section 2): the partial sum its type leaves (a join's ROWS: the gradients
+    of the embedding tables it reads), plus the row statistics of its layer norms when the
+    split divides its output columns."""
+    size = tensor_elements(dims, PARTIAL_TENSOR[choice]) if isinstance(choice, PartitionType) else 0.0
+    if choice is Layout.ROWS:  # a join reading embedding tables: their gradients
+        size = dims.weight_elements
+    if ports(choice).give_out is Layout.COLS:  # layer norms on divided columns: row statistics
+        size = size + dims.row_exchange_elements
+    return size
+
+
 @dataclass(frozen=True)
 class ShareSet:
     """Where a node's share may lie in one state: ``[lo, hi]``, and whether each side has work
@@ -238,13 +251,9 @@ class StateTable:
             p = ports(c)
             for ss in sets:
                 split = ss.has[0] and ss.has[1]
-                size = tensor_elements(dims, PARTIAL_TENSOR[c]) if isinstance(c, PartitionType) and split else 0.0
+                size = intra_elements(dims, c) if split else 0.0
                 if c is PartitionType.IN and split and in_reduction_elements is not None:
-                    size = in_reduction_elements
-                if c is Layout.ROWS and split:  # a join reading embedding tables: their gradients
-                    size = dims.weight_elements
-                if p.give_out is Layout.COLS and split:  # layer norms on divided columns: row statistics
-                    size = size + dims.row_exchange_elements
+                    size = in_reduction_elements  # (IN gives its output whole: no row statistics)
                 # Both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
                 # WHOLE) that a split above reduced: the total reaches side 1, which forwards it.
                 extra = 0.0

@@ -295,6 +295,18 @@ class Certification:
     exact: ExactResult
     exact_s: float
     contradictions: tuple[str, ...]
+    #: Step-time objective only: a lower bound on every plan of the whole hierarchy, shares
+    #: anywhere in [0, 1] (:func:`parplan.solvers.bound.hierarchy_bound`); None otherwise.
+    global_bound_s: float | None = None
+    #: The best step time of the DP's and the exact plan (seconds; None without a bound).
+    best_s: float | None = None
+
+    @property
+    def global_gap(self) -> float | None:
+        """How far the best plan found may be from the global optimum: best / bound - 1."""
+        if self.global_bound_s is None or self.best_s is None or not self.global_bound_s > 0:
+            return None
+        return max(0.0, self.best_s / self.global_bound_s - 1.0)
 
     @property
     def dp_minus_exact_rel(self) -> float | None:
@@ -338,7 +350,20 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     if (cert.is_optimal and problem.array.depth == 1 and cert.objective is not None
             and dp_price < cert.objective * (1 - 1e-6) and memory_limit_bytes is None):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
-    return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad))
+    bound = best = None
+    if options.objective is Objective.TIME and problem.compat is None:
+        from parplan.solvers.bound import hierarchy_bound
+
+        if progress is not None:
+            progress("global bound over the whole hierarchy")
+        bound = hierarchy_bound(problem).bound_s
+        # with a memory limit only the exact plan is known to fit
+        found = ([dp_price] if memory_limit_bytes is None else []) + (
+            [cert.objective] if cert.objective is not None else [])
+        best = min(found) if found else None
+        if min(dp_price, *found) < bound * (1 - 1e-9):
+            bad.append("a plan is faster than the global bound")
+    return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad), bound, best)
 
 
 __all__ = [

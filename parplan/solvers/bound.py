@@ -1,0 +1,149 @@
+"""A global lower bound on the step time of every plan of a whole hierarchy
+(docs/costmodel.md section 8, "Global bound").
+
+The evaluator prices a node at a group as ``max`` over the two children of (the child's time
+for the node + that side's communication at this split), and a step as the sum over nodes
+(section 7). Dropping every re-layout between nodes (each is >= 0) leaves, per node, only
+terms of the node itself: its compute at the devices, and at every split it divides with work
+on both sides, its intra-layer reduction (the partial sum its type leaves, section 2) and the
+link latency. The nodes then decouple, and for each node
+
+    LB_g(d) = min( LB_L(d), LB_R(d),                                    one side does it all
+                   min over choice c and share a in (0, 1) of
+                   max(LB_L(d_L(c, a)) + comm_L(c, d), LB_R(d_R(c, a)) + comm_R(c, d)) )
+
+with ``LB`` of a device its compute time at dims ``d``, is at most the node's time at group
+``g`` under any plan (by induction: ``LB`` is nondecreasing in B, Di and Do, since compute and
+every reduction are). The step-time bound is the sum over nodes at the root dims. Shares are
+continuous:
+
+- **Interchangeable children** (same devices and structure, same link each way): for each
+  choice the best share is exactly 1/2 (with ``g`` nondecreasing, ``max(g(a), g(1 - a)) >=
+  g(1/2)``), so the recursion over a homogeneous group only halves dims;
+- **other splits**: shares in ``share_grid`` intervals, each priced at its ends that make the
+  children smallest (``lo`` for the left, ``1 - hi`` for the right); the left term grows and
+  the right term shrinks with the interval, so a bisection finds the best interval exactly.
+
+Unlike the root-split bound (each half one device of summed throughput), this one charges each
+half's own reductions: data parallelism's weight exchange at every level, a model-parallel
+split's partial sums. It ignores re-layouts between nodes and, on collective arrays, the
+BATCH all-reduce (an enclosing split may have paid it).
+
+Example:
+    >>> from parplan.models.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+from parplan.errors import ConfigError
+from parplan.solvers.hierarchy import signature
+    >>> from parplan.costmodel.evaluate import evaluate
+    >>> from parplan.solvers.planners import make_plan
+    >>> p = Problem(get_model("alexnet"), parse_array("h100:8"), batch=256)
+    >>> b = hierarchy_bound(p)
+    >>> 0 < b.bound_s <= evaluate(p, make_plan(p, "accpar")).step_time_s
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from parplan.costmodel.cost import RECEIVE_EPS, intra_elements, scale_for_sides
+from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.problem import Problem
+from parplan.errors import ConfigError
+
+__all__ = ["GlobalBound", "hierarchy_bound", "DEFAULT_BOUND_GRID"]
+
+#: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
+DEFAULT_BOUND_GRID = 1024
+
+
+@dataclass(frozen=True)
+class GlobalBound:
+    """``bound_s``: no plan of the problem has a shorter step; ``node_s``: each node's share of it."""
+
+    bound_s: float
+    node_s: tuple[float, ...]
+    share_grid: int
+
+
+class _Bound:
+    """Memoised ``LB_g(d)`` for one node's choices over the array's groups."""
+
+    def __init__(self, problem: Problem, grid: int):
+        self.bpe = problem.bytes_per_element
+        self.collective = problem.array.collective is not None
+        self.grid = grid
+        self.memo: dict[tuple, float] = {}
+        self.sig: dict[int, tuple] = {}
+
+    def signature(self, group: ArrayNode) -> tuple:
+        if id(group) not in self.sig:
+            self.sig[id(group)] = signature(group)
+        return self.sig[id(group)]
+
+    def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
+        """Each side's seconds for the node's own reduction when both sides have work."""
+        size = intra_elements(dims, choice)
+        if self.collective and getattr(choice, "value", None) in ("batch", "rows"):
+            size = 0.0  # an enclosing split may have paid the all-reduce (covered)
+        lat = group.link.latency_s if size > RECEIVE_EPS else 0.0
+        return tuple(lat + size * self.bpe / bw for bw in group.link.side_bytes_per_s)
+
+    def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
+        if group.is_leaf:
+            return dims.compute_seconds(group.device.as_device(), self.bpe)
+        key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
+        if key in self.memo:
+            return self.memo[key]
+        left, right = group.left, group.right
+        best = min(self.lb(left, dims, choices), self.lb(right, dims, choices))
+        same = self.signature(left) == self.signature(right) and len(set(group.link.side_bytes_per_s)) == 1
+        for c in choices:
+            c1, c2 = self.comm(group, dims, c)
+            if same:
+                half = scale_for_sides(dims, c, 0.5)[0]
+                best = min(best, self.lb(left, half, choices) + max(c1, c2))
+            else:
+                best = min(best, self._bisect(left, right, dims, c, c1, c2, choices))
+        self.memo[key] = best
+        return best
+
+    def _bisect(self, left, right, dims, c, c1, c2, choices) -> float:
+        """min over intervals [k/G, (k+1)/G] of max(A(k), B(k)), A nondecreasing, B nonincreasing."""
+        g = self.grid
+
+        def a(k):  # the left side at the interval's lower end
+            return self.lb(left, scale_for_sides(dims, c, k / g)[0], choices) + c1
+
+        def b(k):  # the right side at the interval's upper end
+            return self.lb(right, scale_for_sides(dims, c, (k + 1) / g)[1], choices) + c2
+
+        lo, hi = 0, g - 1
+        if a(hi) < b(hi):
+            return b(hi)
+        while lo < hi:  # the first k with A(k) >= B(k)
+            mid = (lo + hi) // 2
+            if a(mid) >= b(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
+
+
+def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> GlobalBound:
+    """The global lower bound of the module doc for ``problem`` (shares anywhere in [0, 1]).
+    Raises :class:`~parplan.errors.ConfigError` for a compat problem (a paper's pricing rule
+    can price a reduction below parplan's, which this bound assumes)."""
+    if problem.compat is not None:
+        raise ConfigError(f"the global bound is for parplan's own cost model (the problem uses compat "
+                          f"'{problem.compat}')")
+    dims = problem.root_dims()
+    nodes = []
+    for node, d in zip(problem.planning.nodes, dims):
+        solver = _Bound(problem, share_grid)
+        nodes.append(solver.lb(problem.array, d, node.choices))
+    total = math.fsum(nodes)
+    return GlobalBound(total, tuple(nodes), share_grid)
