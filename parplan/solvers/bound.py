@@ -33,8 +33,6 @@ Example:
     >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
-from parplan.errors import ConfigError
-from parplan.solvers.hierarchy import signature
     >>> from parplan.costmodel.evaluate import evaluate
     >>> from parplan.solvers.planners import make_plan
     >>> p = Problem(get_model("alexnet"), parse_array("h100:8"), batch=256)
@@ -53,6 +51,7 @@ from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
+from parplan.solvers.hierarchy import signature
 
 __all__ = ["GlobalBound", "hierarchy_bound", "DEFAULT_BOUND_GRID"]
 
