@@ -76,11 +76,13 @@ class _Bound:
         self.collective = problem.array.collective is not None
         self.grid = grid
         self.memo: dict[tuple, float] = {}
-        self.sig: dict[int, tuple] = {}
+        self.sig: dict[int, int] = {}
+        self.ids: dict[tuple, int] = {}
 
-    def signature(self, group: ArrayNode) -> tuple:
+    def signature(self, group: ArrayNode) -> int:
+        """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
         if id(group) not in self.sig:
-            self.sig[id(group)] = signature(group)
+            self.sig[id(group)] = self.ids.setdefault(signature(group), len(self.ids))
         return self.sig[id(group)]
 
     def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
@@ -140,9 +142,10 @@ def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> G
         raise ConfigError(f"the global bound is for parplan's own cost model (the problem uses compat "
                           f"'{problem.compat}')")
     dims = problem.root_dims()
+    solver = _Bound(problem, share_grid)
     nodes = []
     for node, d in zip(problem.planning.nodes, dims):
-        solver = _Bound(problem, share_grid)
+        solver.memo.clear()  # the memo holds one node's LB_g(d)
         nodes.append(solver.lb(problem.array, d, node.choices))
     total = math.fsum(nodes)
     return GlobalBound(total, tuple(nodes), share_grid)
