@@ -17,7 +17,7 @@ from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
 from parplan.models.zoo import get_model
-from parplan.solvers.bound import hierarchy_bound
+from parplan.solvers.bound import global_bound, hierarchy_bound, root_dp_bound
 from parplan.solvers.planners import make_plan
 from test_brute import fast, graphs
 
@@ -71,15 +71,16 @@ def random_plans(draw):
 @given(random_plans())
 def test_no_plan_beats_the_global_bound(case):
     p, plan = case
-    bound = hierarchy_bound(p, share_grid=64).bound_s
-    assert bound <= evaluate(p, plan).step_time_s * (1 + 1e-9)
+    step = evaluate(p, plan).step_time_s
+    assert hierarchy_bound(p, share_grid=64).bound_s <= step * (1 + 1e-9)
+    assert root_dp_bound(p, share_grid=4) <= step * (1 + 1e-9)
 
 
 @fast(25)
 @given(random_plans())
 def test_planned_plans_do_not_beat_it_either(case):
     p, _ = case
-    bound = hierarchy_bound(p).bound_s
+    bound = global_bound(p).bound_s
     for planner in ("accpar", "data", "owt"):
         assert bound <= evaluate(p, make_plan(p, planner)).step_time_s * (1 + 1e-9)
 
@@ -143,7 +144,7 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
 
     p = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
     c = certify(p, "accpar", "highs")
-    assert c.global_bound_s == pytest.approx(hierarchy_bound(p).bound_s)
+    assert c.global_bound_s == pytest.approx(global_bound(p).bound_s)
     assert c.best_s == min(c.dp_objective, c.exact.certificate.objective)
     assert c.global_gap == pytest.approx(c.best_s / c.global_bound_s - 1) and c.global_gap >= 0
     assert not c.contradictions

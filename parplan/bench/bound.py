@@ -3,7 +3,7 @@
 For every CNN of the zoo at batch 512 on ``tpu-v2:64,tpu-v3:64`` (AccPar's 128-device array)
 and on ``h100:16``: the ``accpar`` plan (step time, planning time), data parallelism, the global
 lower bound over every plan of the hierarchy with shares anywhere in [0, 1]
-(:func:`parplan.solvers.bound.hierarchy_bound`, docs/costmodel.md section 8) and its time, the
+(:func:`parplan.solvers.bound.global_bound`, docs/costmodel.md section 8) and its time, the
 global gap (accpar plan / bound - 1), and the root-split bound that was the only global figure
 before (each half one device of summed throughput).
 
@@ -44,7 +44,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
-    from parplan.solvers.bound import hierarchy_bound
+    from parplan.solvers.bound import global_bound
     from parplan.solvers.planners import make_plan
 
     p = Problem(get_model(model), parse_array(array), batch=batch)
@@ -54,7 +54,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     accpar = evaluate(p, plan).step_time_s
     data = evaluate(p, make_plan(p, "data")).step_time_s
     t0 = time.perf_counter()
-    bound = hierarchy_bound(p).bound_s
+    bound = global_bound(p).bound_s
     bound_wall = time.perf_counter() - t0
     root = root_bound(p)["bound"]
     best = min(accpar, data)

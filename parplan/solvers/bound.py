@@ -53,7 +53,7 @@ from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 from parplan.solvers.hierarchy import signature
 
-__all__ = ["GlobalBound", "hierarchy_bound", "DEFAULT_BOUND_GRID"]
+__all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "global_bound", "DEFAULT_BOUND_GRID"]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
@@ -134,6 +134,43 @@ class _Bound:
         return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
 
 
+def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
+    """A second global bound that keeps the root split's re-layouts: the interval relaxation of
+    the root split (docs/costmodel.md section 8, every re-layout between nodes priced at the
+    ends of its share intervals that make it smallest), with each side's time for a node raised
+    from its compute on one summed device to ``max`` of that and the per-node bound of
+    :func:`hierarchy_bound` of that half at the interval end that leaves it least work. Both
+    are lower bounds on the half's time, so the DP's optimum is one on every plan. It is
+    tighter where a plan cannot use both halves for some layers without moving activations
+    between them (the per-node bound lets each layer choose alone)."""
+    from dataclasses import replace
+
+    from parplan.costmodel.cost import _side_dims
+    from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
+    from parplan.solvers.dp import frontier_dp
+
+    array = problem.array
+    if array.is_leaf:
+        return hierarchy_bound(problem).bound_s
+    sp = SplitProblem.root(problem)
+    options = PlanOptions(share_grid=share_grid)
+    tables = split_tables(sp, options, relaxed=True)
+    solver = _Bound(problem, DEFAULT_BOUND_GRID)
+    raised = []
+    for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
+        solver.memo.clear()
+        d = sp.dims[v]
+        compute = t.compute.copy()
+        steps = t.steps.copy()
+        for s, c in enumerate(t.choices):
+            for i, (group, share) in enumerate(((array.left, t.lo[s]), (array.right, t.hi[s]))):
+                lb = solver.lb(group, _side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
+                compute[i][s] = max(compute[i][s], lb)
+                steps[i][s] = [max(x, lb) for x in steps[i][s]]
+        raised.append(replace(t, compute=compute, steps=steps))
+    return frontier_dp(sp, options, relaxed=True, tables=raised)[0]
+
+
 def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> GlobalBound:
     """The global lower bound of the module doc for ``problem`` (shares anywhere in [0, 1]).
     Raises :class:`~parplan.errors.ConfigError` for a compat problem (a paper's pricing rule
@@ -149,3 +186,13 @@ def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> G
         nodes.append(solver.lb(problem.array, d, node.choices))
     total = math.fsum(nodes)
     return GlobalBound(total, tuple(nodes), share_grid)
+
+
+def global_bound(problem: Problem) -> GlobalBound:
+    """The better of :func:`hierarchy_bound` and :func:`root_dp_bound` (both are lower bounds on
+    every plan; ``node_s`` stays the per-node bound's split of its own total)."""
+    per_node = hierarchy_bound(problem)
+    root = root_dp_bound(problem)
+    if root > per_node.bound_s:
+        return GlobalBound(root, per_node.node_s, per_node.share_grid)
+    return per_node

@@ -68,15 +68,17 @@ def elimination_order(scopes: list[tuple[int, ...]], n: int) -> list[int]:
 
 
 def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CELLS,
-                relaxed: bool = False) -> tuple[float, Split]:
+                relaxed: bool = False, tables=None) -> tuple[float, Split]:
     """(optimal objective, split). Ties go to the lowest state: the earliest choice in BATCH,
     IN, OUT order (join layouts: rows, cols, whole), then the smallest share.
 
     ``relaxed``: optimise over share intervals priced by their minima instead (see
     :func:`~parplan.costmodel.split.split_tables`); the value is then a lower bound on every
-    plan with any shares in [0, 1], and the split holds each interval's lower end."""
+    plan with any shares in [0, 1], and the split holds each interval's lower end.
+    ``tables``: the nodes' state tables to use instead of :func:`split_tables`' (a bound that
+    raises each side's compute to a better lower bound, :mod:`parplan.solvers.bound`)."""
     n = len(sp.planning.nodes)
-    tables = split_tables(sp, options, relaxed)
+    tables = split_tables(sp, options, relaxed) if tables is None else tables
     factors = [node_factor(sp, tables, u, options) for u in range(n)]
     order = elimination_order([s for s, _ in factors], n)
     live: list[tuple[tuple[int, ...], np.ndarray]] = list(factors)

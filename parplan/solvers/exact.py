@@ -296,7 +296,7 @@ class Certification:
     exact_s: float
     contradictions: tuple[str, ...]
     #: Step-time objective only: a lower bound on every plan of the whole hierarchy, shares
-    #: anywhere in [0, 1] (:func:`parplan.solvers.bound.hierarchy_bound`); None otherwise.
+    #: anywhere in [0, 1] (:func:`parplan.solvers.bound.global_bound`); None otherwise.
     global_bound_s: float | None = None
     #: The best step time of the DP's and the exact plan (seconds; None without a bound).
     best_s: float | None = None
@@ -352,11 +352,11 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
     bound = best = None
     if options.objective is Objective.TIME and problem.compat is None:
-        from parplan.solvers.bound import hierarchy_bound
+        from parplan.solvers.bound import global_bound
 
         if progress is not None:
             progress("global bound over the whole hierarchy")
-        bound = hierarchy_bound(problem).bound_s
+        bound = global_bound(problem).bound_s
         # with a memory limit only the exact plan is known to fit
         found = ([dp_price] if memory_limit_bytes is None else []) + (
             [cert.objective] if cert.objective is not None else [])
