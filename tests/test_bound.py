@@ -76,7 +76,7 @@ def test_no_plan_beats_the_global_bound(case):
     assert root_dp_bound(p, share_grid=4) <= step * (1 + 1e-9)
 
 
-@fast(25)
+@fast(12)
 @given(random_plans())
 def test_planned_plans_do_not_beat_it_either(case):
     p, _ = case
@@ -142,7 +142,7 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
     from parplan.cli import main
     from parplan.solvers.exact import certify
 
-    p = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
+    p = Problem(get_model("lenet"), parse_array("h100:2"), batch=64)
     c = certify(p, "accpar", "highs")
     assert c.global_bound_s == pytest.approx(global_bound(p).bound_s)
     assert c.best_s == min(c.dp_objective, c.exact.certificate.objective)
@@ -150,5 +150,5 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
     assert not c.contradictions
     # the communication objective has no step-time bound
     assert certify(p, "hypar", "highs").global_bound_s is None
-    assert main(["certify", "--model", "lenet", "--array", "h100:4", "--batch", "64", "--backend", "highs"]) == 0
+    assert main(["certify", "--model", "lenet", "--array", "h100:2", "--batch", "64", "--backend", "highs"]) == 0
     assert "global gap" in capsys.readouterr().out
