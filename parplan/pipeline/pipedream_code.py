@@ -47,7 +47,7 @@ from pathlib import Path
 import networkx as nx
 
 from parplan.errors import ConfigError
-from parplan.pipeline.plans import LevelPlan, Stage
+from parplan.pipeline.plans import LevelPlan, PipelineResult, Stage
 from parplan.pipeline.profile import PipelineProfile
 
 #: PipeDream's published profiles (AlexNet, VGG-16, ResNet-18/50, GNMT), shipped with parplan.
@@ -140,26 +140,33 @@ class _Dag:
         return out
 
 
-def code_states(profile: PipelineProfile) -> CodeStates:
-    """The optimizer's antichain states of ``profile`` (see the module doc)."""
+def _optimizer_graph(profile: PipelineProfile) -> tuple[list[str], list[tuple[str, str]], tuple[str, ...]]:
+    """(nodes in file order, edges, removed nodes) after the optimizer's clean-up: sources
+    named ``Input...`` removed (their time zeroed), then sinks named ``__getitem__...``."""
     layers = {layer.name: layer for layer in profile.layers}
     order = [n for n in (profile.declared or tuple(layers)) if n in layers]
     edges = list(profile.edges)
-    ins = {v: [u for u, w in edges if w == v] for v in order}
-    inputs = [n for n in order if not ins[n] and layers[n].description.startswith("Input")]
+    has_in = {v for _, v in edges}
+    inputs = [n for n in order if n not in has_in and layers[n].description.startswith("Input")]
     kept = [n for n in order if n not in inputs]
     edges = [(u, v) for u, v in edges if u in kept and v in kept]
-    sinks = [n for n in kept if not [w for u, w in edges if u == n] and layers[n].description.startswith("__getitem__")]
+    has_out = {u for u, _ in edges}
+    sinks = [n for n in kept if n not in has_out and layers[n].description.startswith("__getitem__")]
     kept = [n for n in kept if n not in sinks]
     edges = [(u, v) for u, v in edges if u in kept and v in kept]
     if not kept:
         raise ConfigError(f"profile '{profile.name}': nothing is left after removing its Input nodes")
-    dag = _Dag(kept, edges)
-    first = next(n for n in kept if not dag.g.in_degree(n))
+    return kept, edges, tuple(inputs) + tuple(sinks)
+
+
+def _antichain_dag(dag: _Dag, first: str) -> tuple[list[list[str]], list[int], nx.DiGraph]:
+    """(augmented antichain per state, a topological order of the states, the state DAG),
+    breadth first from the antichain ``[first]``."""
     start = [first]
     keys = {frozenset(start): 0}
     augmented = [dag.augment(start)]
-    dag_edges: list[tuple[int, int]] = []
+    states = nx.DiGraph()
+    states.add_node(0)
     queue, expanded = deque([start]), set()
     while queue:
         antichain = queue.popleft()
@@ -172,12 +179,17 @@ def code_states(profile: PipelineProfile) -> CodeStates:
             if nk not in keys:
                 keys[nk] = len(keys)
                 augmented.append(dag.augment(nxt))
-            dag_edges.append((keys[key], keys[nk]))
+            states.add_edge(keys[key], keys[nk])
             queue.append(nxt)
-    states = nx.DiGraph()
-    states.add_nodes_from(range(len(keys)))
-    states.add_edges_from(dag_edges)
-    order = list(nx.lexicographical_topological_sort(states))
+    return augmented, list(nx.lexicographical_topological_sort(states)), states
+
+
+def code_states(profile: PipelineProfile) -> CodeStates:
+    """The optimizer's antichain states of ``profile`` (see the module doc)."""
+    layers = {layer.name: layer for layer in profile.layers}
+    kept, edges, removed = _optimizer_graph(profile)
+    dag = _Dag(kept, edges)
+    augmented, order, states = _antichain_dag(dag, next(n for n in kept if not dag.g.in_degree(n)))
     index = {s: i for i, s in enumerate(order)}
     topo = [x.name for x in profile.layers if x.name in dag.g]  # names in the profile's order, for reports
     compute = {n: layers[n].compute_seconds for n in topo}
@@ -194,7 +206,7 @@ def code_states(profile: PipelineProfile) -> CodeStates:
         o.append(math.fsum(layers[x].activation_bytes for x in aug))
         preds.append(tuple(sorted(index[p] for p in nx.ancestors(states, s))))
     return CodeStates(profile.name, tuple(frozenset(augmented[s]) for s in order), tuple(members), tuple(c),
-                      tuple(a), tuple(w), tuple(o), tuple(preds), tuple(inputs) + tuple(sinks), compute, params)
+                      tuple(a), tuple(w), tuple(o), tuple(preds), removed, compute, params)
 
 
 # ----------------------------------------------------------------------------------- the DP
@@ -462,7 +474,7 @@ class SideBySide:
     contiguous in parplan's linearisation, or transfers the set pricing does not define)."""
 
     code: CodePlan
-    native: "PipelineResult"  # noqa: F821 - parplan.pipeline.plans
+    native: PipelineResult
     code_by_parplan: float | None
     native_by_code: float | None
 
