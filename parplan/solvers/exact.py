@@ -107,10 +107,13 @@ def solve_split_exact(
     continuous = None
     if options.objective is Objective.TIME and options.shares is ShareMode.FREE and memory is None:
         continuous = continuous_bound(sp, options)
-        if bound is not None and price is not None:
+        if bound is not None and price is not None and bound > 0:
             notes.append(f"shares on a grid of 1/{options.share_grid} (plus the proportional share); with continuous "
                          f"shares this split costs at least {continuous * 1e3:.6g} ms (interval relaxation), so a "
                          f"finer grid could gain at most {max(0.0, 1 - continuous / bound):.3%}")
+        elif price is not None:  # the solver proved no positive bound (e.g. stopped at its time limit)
+            notes.append(f"with continuous shares this split costs at least {continuous * 1e3:.6g} ms (interval "
+                         "relaxation)")
     failed = None
     if status == "infeasible":
         failed, message = _diagnose(sp, model, solver, solve_options, memory)
