@@ -152,3 +152,33 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
     assert certify(p, "hypar", "highs").global_bound_s is None
     assert main(["certify", "--model", "lenet", "--array", "h100:2", "--batch", "64", "--backend", "highs"]) == 0
     assert "global gap" in capsys.readouterr().out
+
+
+@st.composite
+def tiny(draw):
+    """2-3 planning nodes on 3-4 devices (two or three splits), shares on a grid of 1/2."""
+    g = draw(graphs(max_weighted=2, max_joins=1))
+    array = draw(st.sampled_from(["h100:1,a100:2", "tpu-v3:2,tpu-v2:1", "v100:3", "h100:4"]))
+    p = Problem(g, parse_array(array, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
+                               latency_s=1e-6), batch=draw(st.sampled_from([8, 512])))
+    return p
+
+
+@fast(5)
+@given(tiny())
+def test_global_optimum_lies_between_the_bound_and_the_planners(p):
+    """Brute force over every whole-hierarchy plan (each split's states independent) on tiny
+    instances: the global bound is below it, the top-down DP on the same share points above it
+    (how far above is what a joint model must close)."""
+    from parplan.errors import ConfigError as TooBig
+    from parplan.solvers.brute import brute_force_global
+    from parplan.solvers.dp import PlanOptions
+
+    options = PlanOptions(share_grid=2)
+    try:
+        _, best = brute_force_global(p, options)
+    except TooBig:
+        return  # too many plans for this draw (three nodes on three splits)
+    assert global_bound(p).bound_s <= best.step_time_s * (1 + 1e-9)
+    top_down = evaluate(p, make_plan(p, "accpar-topdown", share_grid=2)).step_time_s
+    assert best.step_time_s <= top_down * (1 + 1e-9)

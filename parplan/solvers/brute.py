@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from parplan.costmodel.cost import REL_TOL
-from parplan.costmodel.evaluate import Evaluation, evaluate
+from parplan.costmodel.evaluate import Evaluation, evaluate, price_of
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.split import PlanOptions, SplitProblem, node_factor, split_tables
 from parplan.errors import ConfigError
@@ -63,4 +63,39 @@ def brute_force(problem: Problem, options: PlanOptions | None = None) -> tuple[P
     return plan, evaluate(problem, plan)
 
 
-__all__ = ["MAX_CELLS", "brute_force", "brute_force_split"]
+#: Most whole-hierarchy plans :func:`brute_force_global` prices.
+MAX_GLOBAL_PLANS = 20_000
+
+
+def brute_force_global(problem: Problem, options: PlanOptions | None = None) -> tuple[Plan, Evaluation]:
+    """The global optimum over every plan of the whole hierarchy on ``options``' share points:
+    each split's states chosen independently (no top-down recursion), every combination priced
+    by the evaluator; ties to the first in enumeration order. The referee for whole-array
+    planners on tiny instances (a few nodes, two or three splits); refuses more than
+    :data:`MAX_GLOBAL_PLANS` plans."""
+    import itertools
+
+    from parplan.costmodel.cost import share_points
+
+    options = PlanOptions() if options is None else options
+    paths = [path for path, _ in problem.array.inner_nodes()]
+    per_split = []
+    for path, group in problem.array.inner_nodes():
+        shares = share_points(problem.side_spec(group), options.shares, options.share_grid)
+        states = [[(c, a) for c in options.choices(node) for a in shares] for node in problem.planning.nodes]
+        per_split.append(list(itertools.product(*states)))
+    total = float(np.prod([len(s) for s in per_split], dtype=float))
+    if total > MAX_GLOBAL_PLANS:
+        raise ConfigError(f"brute force over the whole hierarchy would price {total:.3g} plans (limit "
+                          f"{MAX_GLOBAL_PLANS:,}); use fewer nodes, devices or share points")
+    best: tuple[float, Plan, Evaluation] | None = None
+    for combo in itertools.product(*per_split):
+        plan = Plan({path: Split(tuple(c for c, _ in states), tuple(a for _, a in states))
+                     for path, states in zip(paths, combo)}, planner="brute-force-global")
+        ev = evaluate(problem, plan)
+        if best is None or price_of(ev, options) < best[0]:
+            best = (price_of(ev, options), plan, ev)
+    return best[1], best[2]
+
+
+__all__ = ["MAX_CELLS", "MAX_GLOBAL_PLANS", "brute_force", "brute_force_global", "brute_force_split"]
