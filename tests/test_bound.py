@@ -182,3 +182,23 @@ def test_global_optimum_lies_between_the_bound_and_the_planners(p):
     assert global_bound(p).bound_s <= best.step_time_s * (1 + 1e-9)
     top_down = evaluate(p, make_plan(p, "accpar-topdown", share_grid=2)).step_time_s
     assert best.step_time_s <= top_down * (1 + 1e-9)
+
+
+def test_lookahead_finds_the_global_optimum_the_recursion_misses():
+    """AccPar's recursion prices the a100:2 half as one device of twice an A100's throughput and
+    sends both layers there; at 1 GB/s the half cannot split them profitably, so one A100 runs
+    them, 64% slower than the H100 alone. The portfolio's look-ahead criterion prices the half
+    by its own bound and keeps the H100: the global optimum (brute force over every plan)."""
+    from parplan.costmodel.graph import Conv2d, Graph, Shape
+    from parplan.solvers.brute import brute_force_global
+    from parplan.solvers.dp import PlanOptions
+
+    g = Graph("two", Shape(64, 1, 1), (Conv2d("a", ("input",), out_channels=16, kernel=1),
+                                       Conv2d("b", ("a",), out_channels=512, kernel=1)))
+    p = Problem(g, parse_array("h100:1,a100:2", bandwidth_bytes_per_s=1e9, latency_s=1e-6), batch=8)
+    _, best = brute_force_global(p, PlanOptions(share_grid=2))
+    top_down = evaluate(p, make_plan(p, "accpar-topdown", share_grid=2)).step_time_s
+    plan = make_plan(p, "accpar", share_grid=2)
+    assert top_down / best.step_time_s - 1 > 0.6
+    assert evaluate(p, plan).step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
+    assert plan.info["selected"] == "lookahead" and set(plan.splits[""].shares) == {1.0}

@@ -53,7 +53,7 @@ from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 from parplan.solvers.hierarchy import signature
 
-__all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "global_bound", "DEFAULT_BOUND_GRID"]
+__all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "global_bound", "raised_tables", "DEFAULT_BOUND_GRID"]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
@@ -134,41 +134,49 @@ class _Bound:
         return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
 
 
-def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
-    """A second global bound that keeps the root split's re-layouts: the interval relaxation of
-    the root split (docs/costmodel.md section 8, every re-layout between nodes priced at the
-    ends of its share intervals that make it smallest), with each side's time for a node raised
-    from its compute on one summed device to ``max`` of that and the per-node bound of
-    :func:`hierarchy_bound` of that half at the interval end that leaves it least work. Both
-    are lower bounds on the half's time, so the DP's optimum is one on every plan. It is
-    tighter where a plan cannot use both halves for some layers without moving activations
-    between them (the per-node bound lets each layer choose alone)."""
+def raised_tables(problem: Problem, sp, options, relaxed: bool = False):
+    """The root split's state tables with each side's compute for a node raised to ``max`` of
+    its compute on one summed device and the per-node bound of :func:`hierarchy_bound` for
+    that half (at the share that leaves the half least work, for an interval state). Both are
+    lower bounds on the half's time, so a DP over these tables still bounds (``relaxed``) or
+    estimates the split better: a half is no longer assumed to reach its summed throughput
+    when its own reductions would cost more than they save."""
     from dataclasses import replace
 
     from parplan.costmodel.cost import _side_dims
-    from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
-    from parplan.solvers.dp import frontier_dp
+    from parplan.costmodel.split import split_tables
 
     array = problem.array
-    if array.is_leaf:
-        return hierarchy_bound(problem).bound_s
-    sp = SplitProblem.root(problem)
-    options = PlanOptions(share_grid=share_grid)
-    tables = split_tables(sp, options, relaxed=True)
+    tables = split_tables(sp, options, relaxed)
     solver = _Bound(problem, DEFAULT_BOUND_GRID)
     raised = []
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
         solver.memo.clear()
         d = sp.dims[v]
-        compute = t.compute.copy()
-        steps = t.steps.copy()
+        compute, steps = t.compute.copy(), t.steps.copy()
         for s, c in enumerate(t.choices):
             for i, (group, share) in enumerate(((array.left, t.lo[s]), (array.right, t.hi[s]))):
                 lb = solver.lb(group, _side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
                 compute[i][s] = max(compute[i][s], lb)
                 steps[i][s] = [max(x, lb) for x in steps[i][s]]
         raised.append(replace(t, compute=compute, steps=steps))
-    return frontier_dp(sp, options, relaxed=True, tables=raised)[0]
+    return raised
+
+
+def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
+    """A second global bound that keeps the root split's re-layouts: the interval relaxation of
+    the root split (docs/costmodel.md section 8, every re-layout between nodes priced at the
+    ends of its share intervals that make it smallest) over :func:`raised_tables`. Tighter
+    where a plan cannot use both halves for some layers without moving activations between
+    them (the per-node bound lets each layer choose alone)."""
+    from parplan.costmodel.split import PlanOptions, SplitProblem
+    from parplan.solvers.dp import frontier_dp
+
+    if problem.array.is_leaf:
+        return hierarchy_bound(problem).bound_s
+    sp = SplitProblem.root(problem)
+    options = PlanOptions(share_grid=share_grid)
+    return frontier_dp(sp, options, relaxed=True, tables=raised_tables(problem, sp, options, relaxed=True))[0]
 
 
 def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> GlobalBound:
