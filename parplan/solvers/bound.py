@@ -78,6 +78,7 @@ class _Bound:
         self.memo: dict[tuple, float] = {}
         self.sig: dict[int, int] = {}
         self.ids: dict[tuple, int] = {}
+        self.devices: dict[int, object] = {}
 
     def signature(self, group: ArrayNode) -> int:
         """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
@@ -94,10 +95,13 @@ class _Bound:
         return tuple(lat + size * self.bpe / bw for bw in group.link.side_bytes_per_s)
 
     def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
-        if group.is_leaf:
-            return dims.compute_seconds(group.device.as_device(), self.bpe)
         key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
         if key in self.memo:
+            return self.memo[key]
+        if group.is_leaf:
+            if id(group) not in self.devices:
+                self.devices[id(group)] = group.device.as_device()
+            self.memo[key] = dims.compute_seconds(self.devices[id(group)], self.bpe)
             return self.memo[key]
         left, right = group.left, group.right
         best = min(self.lb(left, dims, choices), self.lb(right, dims, choices))
