@@ -46,7 +46,7 @@ from typing import Callable
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.layout import Choice, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode
-from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.costmodel.split import PlanOptions, all_choices
 from parplan.solvers.accpar_code import cpp_view, solve_split_cpp
@@ -172,21 +172,28 @@ def _solver(opts: PlanOptions, notes: list[str]) -> Callable:
     return solve
 
 
-def _lookahead_solver(problem: Problem, opts: PlanOptions, notes: list[str]) -> Callable:
-    """:func:`_solver`, except at the root split, whose halves are priced by their own bounds
-    (the DP over :func:`parplan.solvers.bound.raised_tables`)."""
-    plain = _solver(opts, notes)
+def _lookahead_root(problem: Problem, opts: PlanOptions) -> Split | None:
+    """The root split with each half priced by its own bound (the DP over
+    :func:`parplan.solvers.bound.raised_tables`, shares on a grid of at most
+    :data:`LOOKAHEAD_GRID`); None where the tables are too large or compat rules apply."""
+    if problem.compat is not None:
+        return None
+    from parplan.costmodel.split import SplitProblem
+    from parplan.solvers.bound import raised_tables
+    from parplan.solvers.dp import frontier_dp
 
+    o = replace(opts, share_grid=min(opts.share_grid, LOOKAHEAD_GRID))
+    sp = SplitProblem.root(problem)
+    try:
+        return frontier_dp(sp, o, tables=raised_tables(problem, sp, o))[1]
+    except TableTooLarge:
+        return None
+
+
+def _with_root(root: Split, solver: Callable) -> Callable:
+    """``solver``, except that the root split is ``root``."""
     def solve(sp):
-        if sp.path or problem.compat is not None:
-            return plain(sp)
-        from parplan.solvers.bound import raised_tables
-        from parplan.solvers.dp import frontier_dp
-
-        try:
-            return frontier_dp(sp, opts, tables=raised_tables(problem, sp, opts))[1]
-        except TableTooLarge:
-            return plain(sp)
+        return root if not sp.path else solver(sp)
     return solve
 
 
@@ -202,6 +209,8 @@ def _fallback_note(notes: list[str]) -> str:
 #: arrays of at most :data:`LOOKAHEAD_MAX_DEVICES` devices (on 128 TPUs its root tables cost as
 #: much as the rest of the portfolio and changed no zoo plan).
 LOOKAHEAD_MAX_DEVICES = 32
+#: Share grid of the look-ahead root split (its tables cost a bound per state).
+LOOKAHEAD_GRID = 8
 PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
     ("accpar", None),  # the requested options (free shares by default)
     ("lookahead", None),
@@ -221,12 +230,17 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         plan = plan_top_down(problem, _solver(opts, notes), "accpar", progress)
         return Plan(plan.splits, planner="accpar", info={**info, "selected": "accpar"})
     best: tuple[float, str, Plan] | None = None
+    first: Plan | None = None
     for label, candidate in PORTFOLIO:
         o = opts if candidate is None else replace(candidate, share_grid=opts.share_grid)
-        if label == "lookahead" and problem.array.count > LOOKAHEAD_MAX_DEVICES:
-            continue
-        solver = _lookahead_solver(problem, o, notes) if label == "lookahead" else _solver(o, notes)
+        solver = _solver(o, notes)
+        if label == "lookahead":
+            root = _lookahead_root(problem, o) if problem.array.count <= LOOKAHEAD_MAX_DEVICES else None
+            if root is None or root == first.splits[""]:
+                continue  # nothing to try, or the same root split as AccPar's: the same plan
+            solver = _with_root(root, solver)
         plan = plan_top_down(problem, solver, "accpar", progress)
+        first = first or plan
         t = evaluate(problem, plan).step_time_s
         if best is None or t < best[0] * (1.0 - 1e-12):
             best = (t, label, plan)
@@ -234,4 +248,4 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
     return Plan(plan.splits, planner="accpar", info={**info, "selected": label})
 
 
-__all__ = ["LOOKAHEAD_MAX_DEVICES", "PLANNERS", "PlannerSpec", "make_plan", "only", "owt_rule", "planner_options", "Layout"]
+__all__ = ["LOOKAHEAD_GRID", "LOOKAHEAD_MAX_DEVICES", "PLANNERS", "PlannerSpec", "make_plan", "only", "owt_rule", "planner_options", "Layout"]
