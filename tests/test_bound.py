@@ -67,7 +67,7 @@ def random_plans(draw):
     return p, Plan(splits, planner="random")
 
 
-@fast(150)
+@fast(100)
 @given(random_plans())
 def test_no_plan_beats_the_global_bound(case):
     p, plan = case
@@ -164,7 +164,7 @@ def tiny(draw):
     return p
 
 
-@fast(5)
+@fast(3)
 @given(tiny())
 def test_global_optimum_lies_between_the_bound_and_the_planners(p):
     """Brute force over every whole-hierarchy plan (each split's states independent) on tiny
