@@ -138,13 +138,15 @@ class _Bound:
         return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
 
 
-def raised_tables(problem: Problem, sp, options, relaxed: bool = False):
+def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: _Bound | None = None,
+                  per_node: list | None = None):
     """The root split's state tables with each side's compute for a node raised to ``max`` of
     its compute on one summed device and the per-node bound of :func:`hierarchy_bound` for
     that half (at the share that leaves the half least work, for an interval state). Both are
     lower bounds on the half's time, so a DP over these tables still bounds (``relaxed``) or
     estimates the split better: a half is no longer assumed to reach its summed throughput
-    when its own reductions would cost more than they save."""
+    when its own reductions would cost more than they save. ``per_node``: a list that receives
+    each node's :func:`hierarchy_bound` term too, from the same memo (one pass for both)."""
     from dataclasses import replace
 
     from parplan.costmodel.cost import _side_dims
@@ -152,11 +154,13 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False):
 
     array = problem.array
     tables = split_tables(sp, options, relaxed)
-    solver = _Bound(problem, DEFAULT_BOUND_GRID)
+    solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
     raised = []
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
-        solver.memo.clear()
+        solver.memo.clear()  # the memo holds one node's LB_g(d)
         d = sp.dims[v]
+        if per_node is not None:
+            per_node.append(solver.lb(array, d, node.choices))
         compute, steps = t.compute.copy(), t.steps.copy()
         for s, c in enumerate(t.choices):
             for i, (group, share) in enumerate(((array.left, t.lo[s]), (array.right, t.hi[s]))):
@@ -173,23 +177,37 @@ def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
     ends of its share intervals that make it smallest) over :func:`raised_tables`. Tighter
     where a plan cannot use both halves for some layers without moving activations between
     them (the per-node bound lets each layer choose alone)."""
+    return _both(problem, share_grid)[1]
+
+
+def _both(problem: Problem, share_grid: int = 16) -> tuple[GlobalBound, float]:
+    """(:func:`hierarchy_bound`, :func:`root_dp_bound`) in one pass over the nodes."""
     from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.dp import frontier_dp
 
     if problem.array.is_leaf:
-        return hierarchy_bound(problem).bound_s
+        per_node = hierarchy_bound(problem)
+        return per_node, per_node.bound_s
+    _check(problem)
     sp = SplitProblem.root(problem)
     options = PlanOptions(share_grid=share_grid)
-    return frontier_dp(sp, options, relaxed=True, tables=raised_tables(problem, sp, options, relaxed=True))[0]
+    nodes: list[float] = []
+    tables = raised_tables(problem, sp, options, relaxed=True, per_node=nodes)
+    per_node = GlobalBound(math.fsum(nodes), tuple(nodes), DEFAULT_BOUND_GRID)
+    return per_node, frontier_dp(sp, options, relaxed=True, tables=tables)[0]
+
+
+def _check(problem: Problem) -> None:
+    if problem.compat is not None:
+        raise ConfigError(f"the global bound is for parplan's own cost model (the problem uses compat "
+                          f"'{problem.compat}')")
 
 
 def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> GlobalBound:
     """The global lower bound of the module doc for ``problem`` (shares anywhere in [0, 1]).
     Raises :class:`~parplan.errors.ConfigError` for a compat problem (a paper's pricing rule
     can price a reduction below parplan's, which this bound assumes)."""
-    if problem.compat is not None:
-        raise ConfigError(f"the global bound is for parplan's own cost model (the problem uses compat "
-                          f"'{problem.compat}')")
+    _check(problem)
     dims = problem.root_dims()
     solver = _Bound(problem, share_grid)
     nodes = []
@@ -203,8 +221,7 @@ def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> G
 def global_bound(problem: Problem) -> GlobalBound:
     """The better of :func:`hierarchy_bound` and :func:`root_dp_bound` (both are lower bounds on
     every plan; ``node_s`` stays the per-node bound's split of its own total)."""
-    per_node = hierarchy_bound(problem)
-    root = root_dp_bound(problem)
+    per_node, root = _both(problem)
     if root > per_node.bound_s:
         return GlobalBound(root, per_node.node_s, per_node.share_grid)
     return per_node
