@@ -167,6 +167,13 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
+def receive_seconds(side: "SideSpec", i: int, elements):
+    """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
+    section 4): the link latency when it receives anything, plus the bytes at its receive
+    bandwidth. ``elements`` may be an array."""
+    return side.latency_s * (elements > RECEIVE_EPS) + elements * (side.bytes_per_element / side.bytes_per_s[i])
+
+
 def intra_elements(dims: LayerDims, choice: Choice) -> float:
     """Elements each side receives inside a node split by ``choice`` with work on both sides
     (docs/costmodel.md section 2): the partial sum its type leaves (a join's ROWS: the gradients
@@ -267,12 +274,12 @@ class StateTable:
                         x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s),
                                                               side.latency_s)
                     size = 0.0
-                low = (_side_dims(dims, c, ss.lo, 0, ss.has[0]), _side_dims(dims, c, ss.hi, 1, ss.has[1]))
+                low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
                 if k == 1:  # a point: each side's compute at its own share (the dims just built)
                     steps = [[low[i].compute_seconds(side.devices[i], bpe)] for i in (0, 1)]
                 else:
                     grid = np.linspace(ss.lo, ss.hi, k)
-                    steps = [[_side_dims(dims, c, g, i, ss.has[i]).compute_seconds(side.devices[i], bpe)
+                    steps = [[side_dims(dims, c, g, i, ss.has[i]).compute_seconds(side.devices[i], bpe)
                               for g in grid] for i in (0, 1)]
                 rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
                              [steps[0][0], steps[1][-1]],
@@ -286,7 +293,7 @@ class StateTable:
                    np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k))
 
 
-def _side_dims(dims: LayerDims, choice: Choice, a: float, side: int, has: bool) -> LayerDims:
+def side_dims(dims: LayerDims, choice: Choice, a: float, side: int, has: bool) -> LayerDims:
     """Dims side ``side`` keeps at share ``a`` (zero without work): one side of
     :func:`scale_for_sides`."""
     if not has:
@@ -388,8 +395,7 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                         moved = moved + backward_area(wants, m[k], big[0][k], big[1][k], i)
             r = r + size * moved
         received.append(r)
-        lat = side.latency_s * (r > RECEIVE_EPS)
-        comm.append(lat + r * (side.bytes_per_element / side.bytes_per_s[i]) + t.extra[iu])
+        comm.append(receive_seconds(side, i, r) + t.extra[iu])
     compute = (t.compute[0][iu], t.compute[1][iu])
     steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
     return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps)
@@ -442,7 +448,10 @@ __all__ = [
     "covered_below",
     "cuts_below",
     "floored_time",
+    "intra_elements",
+    "receive_seconds",
     "ShareSet",
+    "side_dims",
     "share_intervals",
     "node_terms",
     "node_value",

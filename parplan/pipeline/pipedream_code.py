@@ -362,6 +362,12 @@ def code_plan(profile: PipelineProfile, machines, bandwidths, compression: float
 # ----------------------------------------------------------------------------------- pricing
 
 
+def _stage_seconds(compute: float, weight_bytes: float, replicas: int, bw: float, divide_sync: int) -> float:
+    """The optimizer's stage time: ``(compute + 4 (r-1)/r x W / B / divide_sync) / r`` (the first
+    stage of a range divides its sync by the machines below; later stages by 1)."""
+    return (compute + 4.0 * (replicas - 1) * weight_bytes / (bw * replicas) / divide_sync) / replicas
+
+
 def code_price(states: CodeStates, machines, bandwidths, levels, compression: float | None = None) -> float:
     """Seconds per minibatch of a nested plan given as the optimizer prints it (``levels[0]``
     the top level's stages, each deeper level's stages inside the ranges above), priced by the
@@ -384,8 +390,7 @@ def code_price(states: CodeStates, machines, bandwidths, levels, compression: fl
             c = compute(level, s.start, s.end)
             w = states.parameter_bytes[s.end - 1] - (states.parameter_bytes[s.start - 1] if s.start else 0.0)
             r = s.replicas
-            sync = 4.0 * (r - 1) * w / (bw * r)
-            t = (c + (sync / within if idx == 0 else sync)) / r
+            t = _stage_seconds(c, w, r, bw, within if idx == 0 else 1)
             if idx and compression is not None:
                 t = max(t, 2.0 * states.output_bytes[s.start - 1] / (bw * r) / compression)
                 if s.end - 1 < n - 1:
@@ -414,8 +419,7 @@ def code_price_sets(states: CodeStates, machines, bandwidths, plan: LevelPlan, n
             nodes = stage_nodes(s)
             c = price(s.inner) if s.inner is not None else math.fsum(states.compute[x] for x in nodes)
             w = math.fsum(states.parameters[x] for x in nodes)
-            sync = 4.0 * (s.replicas - 1) * w / (bw * s.replicas)
-            worst = max(worst, (c + (sync / within if idx == 0 else sync)) / s.replicas)
+            worst = max(worst, _stage_seconds(c, w, s.replicas, bw, within if idx == 0 else 1))
         return worst
 
     if plan.level != len(machines):

@@ -46,7 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from parplan.costmodel.cost import RECEIVE_EPS, intra_elements, scale_for_sides
+from parplan.costmodel.cost import intra_elements, receive_seconds, scale_for_sides, side_dims
+from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Problem
@@ -79,6 +80,8 @@ class _Bound:
         self.sig: dict[int, int] = {}
         self.ids: dict[tuple, int] = {}
         self.devices: dict[int, object] = {}
+        self.sides: dict[int, object] = {}
+        self.problem = problem
 
     def signature(self, group: ArrayNode) -> int:
         """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
@@ -89,10 +92,12 @@ class _Bound:
     def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
         """Each side's seconds for the node's own reduction when both sides have work."""
         size = intra_elements(dims, choice)
-        if self.collective and getattr(choice, "value", None) in ("batch", "rows"):
+        if self.collective and choice in (PartitionType.BATCH, Layout.ROWS):
             size = 0.0  # an enclosing split may have paid the all-reduce (covered)
-        lat = group.link.latency_s if size > RECEIVE_EPS else 0.0
-        return tuple(lat + size * self.bpe / bw for bw in group.link.side_bytes_per_s)
+        if id(group) not in self.sides:
+            self.sides[id(group)] = self.problem.side_spec(group)
+        side = self.sides[id(group)]
+        return receive_seconds(side, 0, size), receive_seconds(side, 1, size)
 
     def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
         key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
@@ -149,7 +154,6 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
     each node's :func:`hierarchy_bound` term too, from the same memo (one pass for both)."""
     from dataclasses import replace
 
-    from parplan.costmodel.cost import _side_dims
     from parplan.costmodel.split import split_tables
 
     array = problem.array
@@ -164,7 +168,7 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
         compute, steps = t.compute.copy(), t.steps.copy()
         for s, c in enumerate(t.choices):
             for i, (group, share) in enumerate(((array.left, t.lo[s]), (array.right, t.hi[s]))):
-                lb = solver.lb(group, _side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
+                lb = solver.lb(group, side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
                 compute[i][s] = max(compute[i][s], lb)
                 steps[i][s] = [max(x, lb) for x in steps[i][s]]
         raised.append(replace(t, compute=compute, steps=steps))
