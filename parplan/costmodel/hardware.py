@@ -157,6 +157,14 @@ class ArrayNode:
         return text
 
 
+def signature(group: ArrayNode) -> tuple:
+    """Structural key of a sub-array: equal keys mean interchangeable groups (same devices in
+    the same tree, same links)."""
+    if group.is_leaf:
+        return (group.device,)
+    return (group.link, signature(group.left), signature(group.right))
+
+
 def _check_kind(name: str, entry: Mapping) -> DeviceKind:
     if not isinstance(entry, Mapping):
         raise HardwareError(f"device '{name}': expected a table of figures (got {entry!r})")

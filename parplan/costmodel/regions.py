@@ -75,6 +75,29 @@ ROOT = Region()
 EMPTY = Region((0.0, 0.0))
 
 
+def translates(succs, a, b) -> bool:
+    """Whether the regions ``b`` (one per node) are ``a`` moved so that every area of section 3
+    is the same: equal sizes, one offset for the rows of every node, and for every edge
+    ``u -> v`` (``succs[u]`` holds ``v``) the same offset for ``u``'s output columns and ``v``'s
+    input columns (they are one tensor's columns). Every box of a tensor then moves by one
+    vector, and so do the boxes any split below cuts from them (docs/costmodel.md section 8)."""
+    def size(r, ax):
+        lo, hi = getattr(r, ax)
+        return hi - lo
+
+    def shift(x, y, ax):
+        return round(getattr(y, ax)[0] - getattr(x, ax)[0], 12)
+
+    for x, y in zip(a, b):
+        if x.empty != y.empty or any(abs(size(x, ax) - size(y, ax)) > 1e-12 for ax in ("rows", "ins", "outs")):
+            return False
+    full = [not x.empty for x in a]
+    if len({shift(x, y, "rows") for x, y, f in zip(a, b, full) if f}) > 1:
+        return False
+    return all(shift(a[u], b[u], "outs") == shift(a[v], b[v], "ins")
+               for u, vs in enumerate(succs) for v in vs if full[u] and full[v])
+
+
 def _part(lo: float, hi: float, s: float, side: int) -> tuple[float, float]:
     w = hi - lo
     return (lo, lo + s * w) if side == 0 else (hi - s * w, hi)
@@ -202,5 +225,5 @@ def backward_presummed(h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect
     return total
 
 
-__all__ = ["EMPTY", "ROOT", "Region", "area", "backward_presummed", "backward_received", "child_rect",
+__all__ = ["EMPTY", "ROOT", "Region", "area", "backward_presummed", "backward_received", "child_rect", "translates",
            "child_region", "forward_received", "union_area"]

@@ -62,7 +62,7 @@ from parplan.errors import ConfigError
 
 GIB = float(2**30)
 SENSES = ("<=", ">=", "==")
-FAMILIES = ("one_hot", "edge_link", "memory")
+FAMILIES = ("one_hot", "edge_link", "memory", "node_time")
 #: Units of the time objective for the ideal compute time of a split (continuous model).
 TIME_UNITS = 1e3
 #: Units of the objective for the integer (CP-SAT) model.
@@ -115,6 +115,9 @@ class MipModel:
     objective_error: float = 0.0
     exact: bool = True
     notes: tuple[str, ...] = ()
+    #: A solution to start from (values in variable order), or None. SCIP takes it as a hint
+    #: (it checks and repairs it); the other backends ignore it.
+    start: tuple[float, ...] | None = None
 
     @property
     def n_vars(self) -> int:

@@ -49,10 +49,9 @@ from dataclasses import dataclass
 from parplan.costmodel.cost import intra_elements, receive_seconds, scale_for_sides, side_dims
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.dims import LayerDims
-from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
-from parplan.solvers.hierarchy import signature
 
 __all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "global_bound", "raised_tables", "DEFAULT_BOUND_GRID"]
 

@@ -30,27 +30,10 @@ import numpy as np
 
 from parplan.costmodel.cost import covered_below, scale_for_sides
 from parplan.costmodel.dims import LayerDims
-from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.regions import translates
 from parplan.costmodel.split import SplitProblem, split_terms
-
-
-def signature(group: ArrayNode) -> tuple:
-    """Structural key of a sub-array: equal keys mean interchangeable groups."""
-    if group.is_leaf:
-        return (group.device,)
-    return (group.link, signature(group.left), signature(group.right))
-
-
-def _translates(a, b) -> bool:
-    """Regions ``b`` are ``a`` moved by one offset per axis (rows, and columns of every node):
-    every area of docs/costmodel.md section 3 is then the same, so one plan serves both."""
-    def offsets(axis):
-        return {round(getattr(y, axis)[0] - getattr(x, axis)[0], 12) for x, y in zip(a, b) if not x.empty}
-    same_size = all(x.empty == y.empty and all(
-        abs((getattr(x, ax)[1] - getattr(x, ax)[0]) - (getattr(y, ax)[1] - getattr(y, ax)[0])) < 1e-12
-        for ax in ("rows", "ins", "outs")) for x, y in zip(a, b))
-    return same_size and all(len(offsets(ax)) <= 1 for ax in ("rows", "ins", "outs"))
 
 
 def child_dims(dims: tuple[LayerDims, ...], split: Split) -> tuple[tuple[LayerDims, ...], tuple[LayerDims, ...]]:
@@ -114,7 +97,7 @@ def plan_top_down(
                for h, ds in ((group.left, left), (group.right, right))]
         halves = [(group.left, left, "L", reg_left), (group.right, right, "R", reg_right)]
         out: dict[str, Split] = {"": split}
-        same_frames = problem.compat == "accpar-code" or _translates(reg_left, reg_right)
+        same_frames = problem.compat == "accpar-code" or translates(pg.succs, reg_left, reg_right)
         if sig(group.left) == sig(group.right) and left == right and same_frames:
             f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
             t, sub = rec(group.left, left, f, below, path + "L", reg_left, cuts)

@@ -76,6 +76,8 @@ def solve_here(model, options: SolveOptions) -> RawResult:
         obj.SetCoefficient(xs[i], a)
     obj.SetOffset(model.objective_constant)
     obj.SetMinimization()
+    if model.start is not None:
+        solver.SetHint(xs, list(model.start))
     if options.time_limit_s is not None:
         solver.SetTimeLimit(max(1, int(options.time_limit_s * 1000)))
     solver.SetNumThreads(options.threads)
