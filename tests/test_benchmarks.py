@@ -400,3 +400,19 @@ def test_bound_quick(tmp_path):
     assert (table.bound_s <= table.best_step_s * (1 + 1e-9)).all() and (table.gap >= 0).all()
     assert (table.best_step_s <= table.accpar_step_s).all()
     assert "how far from optimal" in (tmp_path / "bound.md").read_text()
+
+
+def test_joint_quick(tmp_path):
+    from parplan.bench import joint
+
+    table = joint.run(tmp_path, quick=True, executor=SERIAL)
+    csv = _outputs(tmp_path, "joint")
+    _has_columns(csv, ["model", "array", "shares", "accpar_step_s", "status", "joint_step_s", "joint_bound_s",
+                       "global_bound_s", "dp_over_joint", "joint_over_bound"])
+    assert len(table) == len(joint.QUICK["models"]) * len(joint.QUICK["arrays"])
+    assert (table.status == "optimal").all()
+    # the joint optimum (started from the DP plan) is no slower than it, and no faster than either bound
+    assert (table.joint_step_s <= table.accpar_step_s * (1 + 1e-9)).all()
+    assert (table.joint_bound_s <= table.joint_step_s * (1 + 1e-9)).all()
+    assert (table.global_bound_s <= table.joint_step_s * (1 + 1e-9)).all()
+    assert "Which side of the gap is slack" in (tmp_path / "joint.md").read_text()

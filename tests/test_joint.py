@@ -210,3 +210,20 @@ def test_warm_start_memory_and_errors():
         solve_joint(Problem(get_model("alexnet"), parse_array("h100:4"), batch=256, compat="hypar"), "scip", half)
     with pytest.raises(ConfigError, match="one device"):
         solve_joint(Problem(get_model("alexnet"), parse_array("h100:1"), batch=256), "scip", half)
+
+
+def test_cli_joint(capsys):
+    from parplan.cli import main
+
+    args = ["--model", "lenet", "--array", "h100:4", "--batch", "64", "--shares", "half"]
+    assert main(["solve", *args, "--joint"]) == 0
+    out = capsys.readouterr().out
+    assert "scope: joint-symmetric" in out and "status          optimal" in out
+    assert main(["certify", *args, "--joint", "--no-symmetry", "--backend", "highs"]) == 0
+    out = capsys.readouterr().out
+    assert "status      optimal" in out and "global gap" in out and "CONTRADICTION" not in out
+    assert main(["solve", *args, "--no-symmetry"]) == 2
+    assert "add --joint" in capsys.readouterr().err
+    assert main(["solve", *args, "--joint", "--write-lp", "x.lp"]) == 2
+    assert main(["solve", *args, "--joint", "--backend", "cpsat"]) == 2
+    assert "integers only" in capsys.readouterr().err

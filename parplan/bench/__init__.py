@@ -18,6 +18,7 @@ allreduce       all-reduce algorithms per topology (MultiTree, ISCA'21)
 speed           planner time against the published AccPar C++; the CLI's start-up time
 pipeline        PipeDream's released optimizer vs parplan's pipeline plans, priced by both
 bound           the global lower bound and gap of the accpar plans on the zoo's CNNs
+joint           the joint optimum on small arrays: accpar's loss to it, its gap to the bound
 ==============  ==========================================================================
 """
 
@@ -32,4 +33,5 @@ BENCHMARKS = {
     "speed": "parplan.bench.speed",
     "pipeline": "parplan.bench.pipeline",
     "bound": "parplan.bench.bound",
+    "joint": "parplan.bench.joint",
 }

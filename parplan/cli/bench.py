@@ -38,6 +38,7 @@ BENCH_HELP = {
     "speed": "planner time against the published AccPar C++ (ratios), and the CLI's start-up time",
     "pipeline": "PipeDream's released optimizer vs parplan's pipeline plans, each priced by both models",
     "bound": "the global lower bound over the whole hierarchy and the accpar plans' gap to it (zoo CNNs)",
+    "joint": "the joint optimum on small arrays: what accpar loses to it, what is left to the global bound",
 }
 
 

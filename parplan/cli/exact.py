@@ -55,6 +55,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="memory per device in GiB, or 'device' for each device's own memory (default: none)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    p.add_argument("--joint", action="store_true",
+                   help="solve every split at once (the joint model of the whole array; small arrays) instead "
+                        "of level by level")
+    p.add_argument("--no-symmetry", action="store_true",
+                   help="with --joint: give interchangeable sibling groups their own variables (exact over every "
+                        "plan, larger model)")
     p.add_argument("--format", default="table", choices=("table", "json", "csv"))
     p.add_argument("--save", default=None, metavar="JSON",
                    help="write the exact plan and its certificate as a plan file (re-price with 'parplan evaluate')")
@@ -77,6 +83,8 @@ def _setup(args):
     from parplan.solvers.backends.base import SolveOptions
     from parplan.solvers.planners import planner_options
 
+    if args.no_symmetry and not args.joint:
+        raise ConfigError("--no-symmetry applies to the joint model: add --joint")
     problem = problem_from_args(args)
     options = planner_options(args.planner, args.objective, args.shares, args.share_grid)
     so = SolveOptions(time_limit_s=args.time_limit, threads=args.threads, seed=args.seed)
@@ -98,6 +106,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if value}
     problem, options, so, progress = _setup(args)
     memory = memory_limit(args.memory_limit)
+    if args.write_lp and args.joint or args.write_mps and args.joint:
+        raise ConfigError("--write-lp/--write-mps write the root split's model; not with --joint")
     if args.write_lp or args.write_mps:
         spec = backend_spec(args.backend)
         model, _ = build_mip(SplitProblem.root(problem), options, memory_limit_for(problem.array, memory),
@@ -110,7 +120,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                     raise ConfigError(f"cannot write '{outputs[key]}': {exc.strerror or exc}") from None
                 print(f"wrote {outputs[key]} ({model.describe()})", file=sys.stderr)
     result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory, solve_options=so,
-                         progress=progress)
+                         progress=progress, joint=args.joint, symmetric=not args.no_symmetry)
     cert = result.certificate
     if "save" in outputs:
         _save(outputs["save"], problem, result, args)
@@ -173,7 +183,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     problem, options, so, progress = _setup(args)
     memory = memory_limit(args.memory_limit)
     c = certify(problem, args.planner, args.backend, options, memory_limit_bytes=memory, solve_options=so,
-                progress=progress)
+                progress=progress, joint=args.joint, symmetric=not args.no_symmetry)
     result, cert = c.exact, c.exact.certificate
     unit = cert.unit
     dp_price, exact_price, rel, gap_dp = c.dp_objective, cert.objective, c.dp_minus_exact_rel, c.dp_gap_to_bound

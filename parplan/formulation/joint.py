@@ -36,8 +36,10 @@ Example:
     >>> model, decode = build_joint(p, PlanOptions(shares=ShareMode.HALF))
     >>> sorted(model.families())
     ['edge_link', 'node_time', 'one_hot']
-    >>> sorted(decode.classes.items())  # interchangeable halves share one class per level
-    [('', ''), ('L', 'S'), ('R', 'S')]
+    >>> sorted(decode.classes.items())  # interchangeable groups share one class per level
+    [('', ''), ('L', 'S'), ('LL', 'SS'), ('LR', 'SS'), ('R', 'S'), ('RL', 'SS'), ('RR', 'SS')]
+    >>> sorted(decode.ys)  # state variables: one set per level (the leaves have none)
+    ['', 'S']
 """
 
 from __future__ import annotations

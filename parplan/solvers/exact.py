@@ -238,13 +238,14 @@ def solve_exact(
     joint: bool = False,
     solve_options: SolveOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    symmetric: bool = True,
 ) -> ExactResult:
     """Plan ``problem`` exactly, level by level (or jointly): plan, certificate, evaluation.
 
     ``time_limit_s`` applies to each MIP solve; ``memory_limit_bytes`` is the capacity of every
     device in bytes (``"device"``: each device's own memory; None: no memory constraint);
-    ``joint=True`` is refused: the joint multi-level model is being rebuilt for the honest
-    cost model (docs/costmodel.md section 8).
+    ``joint=True`` solves every split at once (:func:`parplan.solvers.joint.solve_joint`, with
+    ``symmetric`` classes for interchangeable siblings), started from the DP plan.
     """
     options = PlanOptions() if options is None else options
     base = SolveOptions() if solve_options is None else solve_options
@@ -252,8 +253,10 @@ def solve_exact(
     if problem.array.is_leaf:
         raise ConfigError(f"array '{problem.array.describe()}' has one device: nothing to split")
     if joint:
-        raise ConfigError("the joint multi-level model is not available for the current cost model yet "
-                          "(docs/costmodel.md section 8); solve level by level (without --joint)")
+        from parplan.solvers.joint import solve_joint
+
+        return solve_joint(problem, backend, options, memory_limit_bytes=memory_limit_bytes, symmetric=symmetric,
+                           solve_options=so, progress=progress)
     spec = backend_spec(backend)
     solved: list[tuple[Split, Certificate]] = []
 
@@ -325,8 +328,11 @@ class Certification:
 def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", options: PlanOptions | None = None,
             time_limit_s: float | None = None, memory_limit_bytes: float | str | None = None,
             solve_options: SolveOptions | None = None,
-            progress: Callable[[str], None] | None = None) -> Certification:
+            progress: Callable[[str], None] | None = None, joint: bool = False,
+            symmetric: bool = True) -> Certification:
     """Run ``planner``'s DP and the exact solver on ``problem`` with the same options; compare.
+    ``joint``: the exact solver plans every split at once (``symmetric``: see
+    :func:`~parplan.solvers.joint.solve_joint`) instead of level by level.
 
     Example:
         >>> from parplan.models.zoo import get_model
@@ -344,11 +350,13 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     dp_price = price_of(evaluate(problem, dp_plan), options)
     t0 = time.perf_counter()
     result = solve_exact(problem, backend, options, time_limit_s=time_limit_s, memory_limit_bytes=memory_limit_bytes,
-                         solve_options=solve_options, progress=progress)
+                         solve_options=solve_options, progress=progress, joint=joint, symmetric=symmetric)
     exact_s = time.perf_counter() - t0
     cert = result.certificate
     bad = []
-    if cert.bound is not None and dp_price < cert.bound * (1 - 1e-6) and memory_limit_bytes is None:
+    # a symmetric joint bound holds for symmetric plans only; the DP's need not be one
+    bound_covers_dp = not (joint and symmetric)
+    if cert.bound is not None and dp_price < cert.bound * (1 - 1e-6) and memory_limit_bytes is None and bound_covers_dp:
         bad.append("the DP plan is cheaper than the exact solver's proven bound")
     if (cert.is_optimal and problem.array.depth == 1 and cert.objective is not None
             and dp_price < cert.objective * (1 - 1e-6) and memory_limit_bytes is None):
