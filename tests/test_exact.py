@@ -151,9 +151,17 @@ def _leaves(group, path=""):
         yield from _leaves(group.right, path + "R")
 
 
-def test_joint_model_is_refused_with_a_pointer():
-    with pytest.raises(ConfigError, match="joint multi-level model is not available"):
-        solve_exact(problem("lenet", "tpu-v2:1,tpu-v3:2"), "scip", joint=True)
+def test_joint_solve_through_solve_exact():
+    """``joint=True`` solves every split at once; here no two sibling groups with splits are
+    interchangeable, so the symmetric model is the full one and never above level by level."""
+    from parplan.costmodel.cost import ShareMode
+
+    p = problem("lenet", "tpu-v2:1,tpu-v3:2")
+    half = PlanOptions(shares=ShareMode.HALF)
+    joint = solve_exact(p, "scip", half, joint=True).certificate
+    level = solve_exact(p, "scip", half).certificate
+    assert joint.scope == "joint-symmetric" and joint.status == "optimal"
+    assert joint.objective <= level.objective * (1 + 1e-9)
 
 
 def test_time_limit_on_a_hard_planning_instance_is_not_optimal():

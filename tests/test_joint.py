@@ -70,7 +70,7 @@ def priced_plans(draw):
     return p, options, symmetric, random_plan(draw, p, options, True if symmetric else None)
 
 
-@fast(60)
+@fast(40)
 @given(priced_plans())
 def test_the_model_prices_every_plan_as_the_evaluator(case):
     """Written as a solution, a plan satisfies every row (node times from the evaluator, cells the
@@ -122,7 +122,7 @@ def tiny(draw):
     return p, options
 
 
-@fast(12)
+@fast(8)
 @given(tiny())
 def test_joint_equals_brute_force_over_whole_hierarchy_plans(case):
     """The full model's proven optimum is brute force's over every plan of every split; the

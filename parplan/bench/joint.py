@@ -110,7 +110,8 @@ def _markdown(table: pd.DataFrame, time_limit_s: float) -> str:
         f"DP plan, {time_limit_s:g} s limit), with `status` its certificate; `global bound` the bound over every "
         "plan with any shares (docs/costmodel.md section 8). `accpar/joint` = what the DP loses to the best "
         "symmetric plan with the same share rule; `joint/bound` = what is left: free shares, asymmetric plans and "
-        "the bound's own slack.",
+        "the bound's own slack. `joint bound` is the solver's proven bound over symmetric plans with the share "
+        "rule (0 when it stopped before its first LP).",
         "",
     ]
     fmt_ms = lambda v: "-" if pd.isna(v) else f"{v * 1e3:.4g}"  # noqa: E731
@@ -119,14 +120,16 @@ def _markdown(table: pd.DataFrame, time_limit_s: float) -> str:
         lines += [f"## {array} ({sub.devices.iloc[0]} devices, shares {sub.shares.iloc[0]})", ""]
         lines += md_table(sub, {
             "model": str, "accpar_step_s": fmt_ms, "joint_step_s": fmt_ms, "status": str,
-            "global_bound_s": fmt_ms, "dp_over_joint": fmt_pct, "joint_over_bound": fmt_pct,
+            "joint_bound_s": fmt_ms, "global_bound_s": fmt_ms, "dp_over_joint": fmt_pct, "joint_over_bound": fmt_pct,
             "joint_wall_s": ".1f",
-        }, headers={"accpar_step_s": "accpar (ms)", "joint_step_s": "joint (ms)", "global_bound_s": "global bound (ms)",
+        }, headers={"accpar_step_s": "accpar (ms)", "joint_step_s": "joint (ms)", "joint_bound_s": "joint bound (ms)",
+                    "global_bound_s": "global bound (ms)",
                     "dp_over_joint": "accpar/joint - 1", "joint_over_bound": "joint/bound - 1",
                     "joint_wall_s": "joint (s)"})
         solved = sub.dropna(subset=["joint_step_s"])
+        proven = int((sub.status == "optimal").sum())
         if len(solved):
-            lines += ["", f"Solved {len(solved)} of {len(sub)}; geometric mean of accpar/joint "
+            lines += ["", f"Proven optimal on {proven} of {len(sub)}, a plan on {len(solved)}; geometric mean of accpar/joint "
                           f"{geomean(1 + solved.dp_over_joint):.4f}, of joint/bound {geomean(1 + solved.joint_over_bound):.4f}; "
                           f"accpar equals the joint optimum on {int((solved.dp_over_joint.abs() <= 1e-9).sum())}.", ""]
         else:

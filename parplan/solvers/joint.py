@@ -26,6 +26,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from parplan.costmodel.cost import Objective
 from parplan.costmodel.evaluate import Evaluation, evaluate, price_of
 from parplan.costmodel.problem import Plan, Problem
 from parplan.costmodel.split import PlanOptions
@@ -147,6 +148,8 @@ def _certify(problem, options, model, decoder, raw, notes, symmetric, memory_lim
         ev = evaluate(problem, plan)
         price = price_of(ev, options)
     bound = None if raw.bound is None else raw.bound / scale
+    if bound is not None and options.objective is Objective.TIME:
+        bound = max(bound, 0.0)  # every node time is >= 0 (a solver stopped before its root LP reports -inf-ish)
     gap_ = gap(price, bound)
     status = status_of(raw, bound is not None, gap_, max(GAP_TOL, 0.0))
     model_obj = None if raw.objective is None else raw.objective / scale
