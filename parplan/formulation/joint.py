@@ -189,6 +189,24 @@ def _frames_at(path: str, scope: tuple[int, ...], root: Mapping[int, NodeFrame],
     yield from walk(0, root, ())
 
 
+def _translation_key(u: int, scope: tuple[int, ...], frames: Mapping[int, NodeFrame]) -> tuple:
+    """What node ``u``'s terms at a group depend on, up to moving every box of its tensors by one
+    vector (docs/costmodel.md section 8, the symmetry lemma): each scope node's sizes, cut
+    flags and coverage, and the boxes the terms read (``u``'s rows x output columns, each
+    consumer's rows x input columns) relative to ``u``'s."""
+    ref = frames[u].region
+    r0, c0 = (ref.rows[0], ref.outs[0]) if not ref.empty else (0.0, 0.0)
+
+    def box(w: int):
+        reg = frames[w].region
+        if reg.empty:
+            return None
+        x0, x1, y0, y1 = reg.rect("out" if w == u else "in")
+        return tuple(round(v, 12) for v in (x0 - r0, x1 - r0, y0 - c0, y1 - c0))
+
+    return tuple((frames[w].dims, frames[w].cut, frames[w].covered, box(w)) for w in scope)
+
+
 class _Builder:
     """Builds the joint model of one problem (see the module docstring)."""
 
@@ -216,6 +234,9 @@ class _Builder:
         self.cell_sets: dict[tuple, tuple[int, tuple[int, ...]]] = {}
         self.n_cells = 0
         self.times: dict[tuple[str, int], int] = {}
+        self.memo: dict[tuple, list[np.ndarray]] = {}  # node terms of frames equal up to translation
+        self.gids: dict[int, int] = {}
+        self.sig_ids: dict[tuple, int] = {}
         self.scale = self._scale() * TIME_UNITS
 
     def _scale(self) -> float:
@@ -293,18 +314,29 @@ class _Builder:
         k = len(scope)
         out = [np.zeros(shape) for _ in range(2 if self.time_obj else 1)]
         idx = {w: np.arange(len(here[w])).reshape([-1 if j == i else 1 for j in range(k)]) for i, w in enumerate(scope)}
+        group_key = (u, here_key, self.group_id(group), leaf_pair)
         for prefix, frames in _frames_at(path, scope, self.root, self.path_states(path), self.collective):
-            tables = {w: StateTable.build(frames[w].dims, frames[w].covered, *self.axes[w, here_key], side, None,
-                                          frames[w].cut) for w in scope}
-            regions = {w: frames[w].region for w in scope}
-            terms = node_terms(tables, side, self.out_groups[u], u, idx, regions, leaf_pair)
-            if self.time_obj:
-                for i in (0, 1):
-                    out[i][prefix] = np.broadcast_to(np.asarray(terms.comm[i], dtype=float), shape[len(prefix):])
-            else:
-                both = np.asarray(terms.received[0], dtype=float) + np.asarray(terms.received[1], dtype=float)
-                out[0][prefix] = np.broadcast_to(both, shape[len(prefix):])
+            key = (group_key, _translation_key(u, scope, frames))
+            if key not in self.memo:
+                tables = {w: StateTable.build(frames[w].dims, frames[w].covered, *self.axes[w, here_key], side, None,
+                                              frames[w].cut) for w in scope}
+                regions = {w: frames[w].region for w in scope}
+                terms = node_terms(tables, side, self.out_groups[u], u, idx, regions, leaf_pair)
+                if self.time_obj:
+                    self.memo[key] = [np.broadcast_to(np.asarray(terms.comm[i], dtype=float), shape[len(prefix):])
+                                      for i in (0, 1)]
+                else:
+                    both = np.asarray(terms.received[0], dtype=float) + np.asarray(terms.received[1], dtype=float)
+                    self.memo[key] = [np.broadcast_to(both, shape[len(prefix):])]
+            for i, slab in enumerate(self.memo[key]):
+                out[i][prefix] = slab
         return (first,) + shape, out
+
+    def group_id(self, group: ArrayNode) -> int:
+        """One id per structure of group (equal ids: the same devices and links)."""
+        if id(group) not in self.gids:
+            self.gids[id(group)] = self.sig_ids.setdefault(signature(group), len(self.sig_ids))
+        return self.gids[id(group)]
 
     def leaf_costs(self, path: str, u: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(first cell, compute seconds, memory bytes) of node ``u`` on leaf ``path`` over its column."""
