@@ -32,6 +32,7 @@ Example (one layer, no neighbours, two equal devices):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import Enum
 
@@ -250,6 +251,14 @@ class StateTable:
         IN split's partial-sum reduction (the layer's output) where a compat rule says so.
         ``above``: a split above divided the node's rows / output columns with work on both
         sides (its embedding tables' / layer norms' partials were reduced there)."""
+        try:
+            return _cached_table(dims, covered, tuple(choices), tuple(shares), side, in_reduction_elements,
+                                 tuple(above))
+        except TypeError:  # an unhashable argument: build without the cache
+            return cls._build(dims, covered, choices, shares, side, in_reduction_elements, above)
+
+    @classmethod
+    def _build(cls, dims, covered, choices, shares, side, in_reduction_elements, above) -> "StateTable":
         sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
         k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
         rows = []
@@ -291,6 +300,18 @@ class StateTable:
                    np.array(cols[6]).T.reshape(2, -1), np.array(cols[7]).T.reshape(2, -1),
                    np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
                    np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _cached_table(dims, covered, choices, shares, side, in_reduction_elements, above) -> StateTable:
+    """:meth:`StateTable.build`, memoised: planners build the same tables again and again (the
+    ``accpar`` portfolio plans the same splits under several criteria). The arrays are made
+    read-only, so a shared table cannot be changed by one of its users."""
+    table = StateTable._build(dims, covered, choices, shares, side, in_reduction_elements, above)
+    for value in vars(table).values():
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+    return table
 
 
 def side_dims(dims: LayerDims, choice: Choice, a: float, side: int, has: bool) -> LayerDims:
