@@ -103,6 +103,9 @@ def solve_joint(
                           f"only: use {', '.join(JOINT_BACKENDS)}")
     capacity = device_capacity(problem, memory_limit_bytes)
     t0 = time.perf_counter()
+    if progress is not None:
+        progress(f"building the joint model of {problem.array.count} devices"
+                 f"{' (symmetric)' if symmetric else ''}")
     try:
         model, decoder = build_joint(problem, options, symmetric, capacity)
     except TableTooLarge as exc:
