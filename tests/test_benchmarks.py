@@ -416,3 +416,17 @@ def test_joint_quick(tmp_path):
     assert (table.joint_bound_s <= table.joint_step_s * (1 + 1e-9)).all()
     assert (table.global_bound_s <= table.joint_step_s * (1 + 1e-9)).all()
     assert "Which side of the gap is slack" in (tmp_path / "joint.md").read_text()
+
+
+def test_a_worker_killed_by_the_system_is_reported_plainly():
+    """A worker process that dies (the system kills it, e.g. for lack of memory) is reported as a
+    parplan error naming the task and what to do, which the CLI prints without a traceback."""
+    import os
+
+    from parplan.bench.common import ExecutorSpec, Task, WorkerLost, run_tasks
+    from parplan.errors import ParplanError
+
+    with pytest.raises(WorkerLost, match="worker process died while running '(also )?dies'.*--workers 1") as info:
+        run_tasks("t", [Task("dies", os.abort), Task("also dies", os.abort)], ExecutorSpec("local", workers=2),
+                  log=None)
+    assert isinstance(info.value, ParplanError)

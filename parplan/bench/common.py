@@ -39,7 +39,7 @@ for _k, _v in THREAD_ENV.items():
 import pandas as pd  # noqa: E402
 
 from parplan.costmodel.hardware import ArrayNode, Link, parse_array  # noqa: E402
-from parplan.errors import ConfigError  # noqa: E402
+from parplan.errors import ConfigError, ParplanError  # noqa: E402
 
 GB = 1e9
 #: Executors :func:`run_tasks` knows.
@@ -91,6 +91,11 @@ class TaskError(RuntimeError):
     """A benchmark task raised; the message names the benchmark and the task."""
 
 
+class WorkerLost(TaskError, ParplanError):
+    """A worker process died under a task (the system killed it, most often for lack of
+    memory): not a bug in the task, so the CLI reports it without a traceback."""
+
+
 def run_tasks(
     bench: str,
     tasks: Sequence[Task],
@@ -111,6 +116,13 @@ def run_tasks(
                   file=log, flush=True)
 
     def fail(i: int, exc: BaseException) -> TaskError:
+        from concurrent.futures.process import BrokenProcessPool
+
+        if isinstance(exc, BrokenProcessPool):
+            return WorkerLost(
+                f"[bench {bench}] a worker process died while running '{tasks[i].label}' or a task next to it "
+                "(killed by the system, most often for lack of memory); run one task at a time (--workers 1) or "
+                "leave the largest models out")
         return TaskError(f"[bench {bench}] task '{tasks[i].label}' failed: {type(exc).__name__}: {exc}")
 
     if not tasks:
