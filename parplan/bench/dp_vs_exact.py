@@ -220,17 +220,23 @@ def _markdown(table: pd.DataFrame, time_limit_s: float, budget_s: float) -> str:
                      + " | ".join(cells) + f" | {sub.dp_minus_exact_rel.abs().max():.1e} |")
     worse = table[(table.dp_minus_exact_rel > MATCH_RTOL)]
     better = table[(table.dp_minus_exact_rel < -MATCH_RTOL)]
+    proved = table.root_status == "optimal"
+    stopped = table[~table.status.isin(["optimal", "split-optimal"])]
     lines += [
         "",
         "## Findings",
         "",
         f"- DP slower than the exact plan in {len(worse)} runs, faster in {len(better)} runs, of "
-        f"{int(table.dp_minus_exact_rel.notna().sum())} runs with a plan. Every root split agrees "
-        f"({int(table.root_match.sum())} of {len(table)}: the DP is exact on one split), so the differences come "
-        "from deeper levels, where equally good split plans (ties, e.g. below a sibling's time floor) send the "
-        "recursion into different sub-problems, from CP-SAT's share grid, or from a stopped run.",
-        f"- Stopped runs (budget or time limit): {int((~table.status.isin(['optimal', 'split-optimal'])).sum())}, "
-        "all on the deepest arrays of the largest models, where the recursion solves many distinct splits.",
+        f"{int(table.dp_minus_exact_rel.notna().sum())} runs with a plan. The root split agrees on "
+        f"{int((table.root_match.astype(bool) & proved).sum())} of the {int(proved.sum())} runs whose root the "
+        f"solver proved optimal (the DP is exact on one split; {len(table) - int(proved.sum())} runs stopped at "
+        "the root), so the differences come from deeper levels, where equally good split plans (ties, e.g. below "
+        "a sibling's time floor) send the recursion into different sub-problems, from CP-SAT's share grid, or "
+        "from a stopped run.",
+        f"- Runs without a proof (budget, time limit or solver error): {len(stopped)}, on "
+        f"{', '.join(sorted(set(stopped.model), key=list(table.model).index)) or 'no model'} "
+        f"(depths {', '.join(str(x) for x in sorted(set(stopped.depth))) or '-'}): the largest planning graphs "
+        "and the deepest arrays, where one MIP is large or the recursion solves many distinct splits.",
     ]
     if len(worse):
         lines += ["", "Largest DP excess over the exact plan:", ""]
