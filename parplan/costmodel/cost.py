@@ -251,11 +251,7 @@ class StateTable:
         IN split's partial-sum reduction (the layer's output) where a compat rule says so.
         ``above``: a split above divided the node's rows / output columns with work on both
         sides (its embedding tables' / layer norms' partials were reduced there)."""
-        try:
-            return _cached_table(dims, covered, tuple(choices), tuple(shares), side, in_reduction_elements,
-                                 tuple(above))
-        except TypeError:  # an unhashable argument: build without the cache
-            return cls._build(dims, covered, choices, shares, side, in_reduction_elements, above)
+        return _cached_table(dims, covered, tuple(choices), tuple(shares), side, in_reduction_elements, tuple(above))
 
     @classmethod
     def _build(cls, dims, covered, choices, shares, side, in_reduction_elements, above) -> "StateTable":

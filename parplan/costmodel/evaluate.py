@@ -67,6 +67,11 @@ class Evaluation:
 
         return pd.DataFrame(list(self.rows), columns=_COLUMNS)
 
+    def group_node_times(self) -> dict[tuple[str, str], float]:
+        """(split path, node name) -> the node's time at that group (``time_s``)."""
+        path, node, time = (_COLUMNS.index(c) for c in ("level", "node", "time_s"))
+        return {(row[path], row[node]): float(row[time]) for row in self.rows}
+
     @property
     def peak_memory_bytes(self) -> float:
         """Largest per-device memory need (weights, gradients, optimizer state, activations)."""

@@ -314,7 +314,7 @@ class _Builder:
         k = len(scope)
         out = [np.zeros(shape) for _ in range(2 if self.time_obj else 1)]
         idx = {w: np.arange(len(here[w])).reshape([-1 if j == i else 1 for j in range(k)]) for i, w in enumerate(scope)}
-        group_key = (u, here_key, self.group_id(group), leaf_pair)
+        group_key = (u, self.group_id(group), leaf_pair, tuple(self.axes[w, here_key] for w in scope))
         for prefix, frames in _frames_at(path, scope, self.root, self.path_states(path), self.collective):
             key = (group_key, _translation_key(u, scope, frames))
             if key not in self.memo:

@@ -197,17 +197,23 @@ def memory_limit_for(group: ArrayNode, memory_limit_bytes: float | str | None) -
     device's own memory for ``"device"``, summed over the side's devices; None: no limit."""
     if memory_limit_bytes is None:
         return None
-    if memory_limit_bytes == "device":
-        caps = tuple(sum(d.memory_bytes for d in side.devices()) for side in (group.left, group.right))
-    else:
-        try:
-            per = float(memory_limit_bytes)
-        except (TypeError, ValueError):
-            raise ConfigError(f"memory limit must be a number of bytes or 'device' (got {memory_limit_bytes!r})") from None
-        if not per > 0:
-            raise ConfigError(f"memory limit must be > 0 bytes (got {per})")
-        caps = (per * group.left.count, per * group.right.count)
+    caps = tuple(sum(device_limit_bytes(d, memory_limit_bytes) for d in side.devices())
+                 for side in (group.left, group.right))
     return MemoryLimit(caps, per_device=group.left.is_leaf and group.right.is_leaf)
+
+
+def device_limit_bytes(device, memory_limit_bytes: float | str) -> float:
+    """One device's memory limit: ``memory_limit_bytes``, or the device's own memory for
+    ``"device"``."""
+    if memory_limit_bytes == "device":
+        return float(device.memory_bytes)
+    try:
+        per = float(memory_limit_bytes)
+    except (TypeError, ValueError):
+        raise ConfigError(f"memory limit must be a number of bytes or 'device' (got {memory_limit_bytes!r})") from None
+    if not per > 0:
+        raise ConfigError(f"memory limit must be > 0 bytes (got {per})")
+    return per
 
 
 def _memory_for_side(problem: Problem, sp: SplitProblem, memory_limit_bytes) -> MemoryLimit | None:
@@ -384,6 +390,7 @@ __all__ = [
     "certify",
     "ExactResult",
     "GAP_TOL",
+    "device_limit_bytes",
     "memory_limit_for",
     "price_of",
     "require_plan",

@@ -35,6 +35,7 @@ from parplan.formulation.joint import build_joint, groups_by_path
 from parplan.solvers.backends.base import SolveOptions
 from parplan.solvers.backends.registry import backend_spec, get_backend
 from parplan.solvers.certificate import GAP_TOL, Certificate, ExactResult, Status, gap, status_of
+from parplan.solvers.exact import device_limit_bytes
 
 #: Relative difference under which the evaluator's price and the model's objective agree.
 AGREE_TOL = 1e-6
@@ -56,22 +57,17 @@ def symmetrize(plan: Plan, classes) -> Plan:
 
 
 def node_times(problem: Problem, ev: Evaluation) -> dict[tuple[str, int], float]:
-    """(group path, node) -> the node's time at that group, from the evaluator's rows."""
+    """(group path, node index) -> the node's time at that group, from the evaluation."""
     index = {node.name: v for v, node in enumerate(problem.planning.nodes)}
-    return {(row[0], index[row[2]]): float(row[13]) for row in ev.rows}
+    return {(path, index[name]): t for (path, name), t in ev.group_node_times().items()}
 
 
 def device_capacity(problem: Problem, memory_limit_bytes) -> dict[str, float] | None:
     """Per leaf path: its memory limit in bytes (``"device"``: the device's own), or None."""
     if memory_limit_bytes is None:
         return None
-    leaves = {path: g for path, g in groups_by_path(problem.array).items() if g.is_leaf}
-    if memory_limit_bytes == "device":
-        return {path: float(g.device.memory_bytes) for path, g in leaves.items()}
-    if isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, (int, float)) or \
-            not memory_limit_bytes > 0:
-        raise ConfigError(f"memory limit must be a number of bytes > 0 or 'device' (got {memory_limit_bytes!r})")
-    return {path: float(memory_limit_bytes) for path in leaves}
+    return {path: device_limit_bytes(g.device, memory_limit_bytes)
+            for path, g in groups_by_path(problem.array).items() if g.is_leaf}
 
 
 def solve_joint(
@@ -134,11 +130,11 @@ def solve_joint(
         progress(f"solving the joint model with {spec.name} ({limit})")
     raw = get_backend(spec.name).solve(model, so)
     return _certify(problem, options, model, decoder, raw, notes, symmetric, memory_limit_bytes, capacity,
-                    time.perf_counter() - t0, spec.name)
+                    time.perf_counter() - t0, spec.name, max(GAP_TOL, so.mip_gap))
 
 
 def _certify(problem, options, model, decoder, raw, notes, symmetric, memory_limit_bytes, capacity, wall,
-             backend) -> ExactResult:
+             backend, gap_tol) -> ExactResult:
     """Re-price and re-check the decoded plan; the certificate (module docstring)."""
     scale = model.objective_scale
     plan = ev = price = None
@@ -154,7 +150,7 @@ def _certify(problem, options, model, decoder, raw, notes, symmetric, memory_lim
     if bound is not None and options.objective is Objective.TIME:
         bound = max(bound, 0.0)  # every node time is >= 0 (a solver stopped before its root LP reports -inf-ish)
     gap_ = gap(price, bound)
-    status = status_of(raw, bound is not None, gap_, max(GAP_TOL, 0.0))
+    status = status_of(raw, bound is not None, gap_, gap_tol)
     model_obj = None if raw.objective is None else raw.objective / scale
     if price is not None and model_obj is not None and not math.isclose(price, model_obj, rel_tol=AGREE_TOL,
                                                                         abs_tol=1e-15):
