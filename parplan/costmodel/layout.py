@@ -122,10 +122,17 @@ def _code(layout):
 
 def _scalar(layout, s, has) -> tuple[int, float, float] | None:
     """(code, share, has) as plain numbers when one state is asked for, else None."""
-    if np.ndim(s) or (has is not None and np.ndim(has)) or not (isinstance(layout, Layout) or np.ndim(layout) == 0):
+    if type(s) not in _SCALARS or not (has is None or type(has) in _SCALARS):
+        if np.ndim(s) or (has is not None and np.ndim(has)):
+            return None
+    if type(layout) not in _SCALARS and not isinstance(layout, Layout) and np.ndim(layout):
         return None
     s = float(s)
     return _code(layout) if isinstance(layout, Layout) else int(layout), s, float(s > 0 if has is None else has)
+
+
+#: Types :func:`_scalar` recognises without asking numpy (the evaluator's one-state path).
+_SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
 
 
 def hold_extent(layout, s, has=None):

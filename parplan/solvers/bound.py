@@ -27,7 +27,9 @@ continuous:
 Unlike the root-split bound (each half one device of summed throughput), this one charges each
 half's own reductions: data parallelism's weight exchange at every level, a model-parallel
 split's partial sums. It ignores re-layouts between nodes and, on collective arrays, the
-BATCH all-reduce (an enclosing split may have paid it).
+BATCH all-reduce (an enclosing split may have paid it). Two bounds put re-layouts back:
+:func:`root_dp_bound` those of the root split, :func:`pair_bound` those of one edge per node
+at every level (docs/costmodel.md section 8, "Pair bound").
 
 Example:
     >>> from parplan.models.zoo import get_model
@@ -53,7 +55,8 @@ from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 
-__all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "global_bound", "raised_tables", "DEFAULT_BOUND_GRID"]
+__all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "pair_bound", "global_bound", "raised_tables",
+           "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES"]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
@@ -130,16 +133,187 @@ class _Bound:
         def b(k):  # the right side at the interval's upper end
             return self.lb(right, scale_for_sides(dims, c, (k + 1) / g)[1], choices) + c2
 
-        lo, hi = 0, g - 1
-        if a(hi) < b(hi):
-            return b(hi)
-        while lo < hi:  # the first k with A(k) >= B(k)
-            mid = (lo + hi) // 2
-            if a(mid) >= b(mid):
-                hi = mid
+        return _min_max(a, b, g)
+
+
+def _min_max(a, b, g: int) -> float:
+    """min over k in 0..g-1 of max(a(k), b(k)), ``a`` nondecreasing and ``b`` nonincreasing in
+    ``k``: a bisection for the first k with a(k) >= b(k)."""
+    lo, hi = 0, g - 1
+    if a(hi) < b(hi):
+        return b(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a(mid) >= b(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
+
+
+#: Share intervals of the pair bound's free shares (its tables have (3 x (grid + 2))^2 cells).
+PAIR_GRID = 8
+
+
+class _Pair:
+    """Memoised ``PB_g(d_w, d_u)``: a lower bound on ``t_g(w) + t_g(u)`` for one edge ``w -> u``
+    (docs/costmodel.md section 8, "Pair bound"), whatever the rest of the plan.
+
+    At a group where ``u`` needs of ``w``'s output exactly what the group holds (the root; and
+    below, as long as both were split alike), a split either
+
+    - keeps both on one side: ``PB`` of that child;
+    - splits both alike (``w`` gives rows / columns at share ``a``, ``u`` needs them at the
+      same ``a``): nothing moves between them, both children again hold what they need, so
+      ``t(w) + t(u) >= max over sides of (PB of the child + both nodes' own reductions)``;
+    - anything else: then each node is bounded alone below (its per-node bound
+      ``LB`` of its side's dims), and at this split ``w`` pays the re-layout to ``u`` (the one-split
+      formulas of section 3, regions at the ends of their share intervals that make the amount
+      smallest; where the layouts match but the shares differ, both sides receive something, so
+      both pay the link latency).
+
+    The value is also at least ``LB(w) + LB(u)``."""
+
+    def __init__(self, problem: Problem, w: int, u: int, fraction: float, single: dict, grid: int):
+        self.problem, self.w, self.u, self.fraction, self.grid = problem, w, u, fraction, grid
+        nodes = problem.planning.nodes
+        self.choices = (nodes[w].choices, nodes[u].choices)
+        self.single = (single[w], single[u])  # the per-node bounds (their memos kept across edges)
+        self.memo: dict[tuple, float] = {}
+
+    def lb(self, group: ArrayNode, dw: LayerDims, du: LayerDims) -> float:
+        bw, bu = self.single
+        key = (bw.signature(group), dw, du)
+        if key in self.memo:
+            return self.memo[key]
+        alone = bw.lb(group, dw, self.choices[0]) + bu.lb(group, du, self.choices[1])
+        if group.is_leaf:
+            self.memo[key] = alone
+            return alone
+        best = min(self.lb(group.left, dw, du), self.lb(group.right, dw, du), self._aligned(group, dw, du),
+                   self._apart(group, dw, du))
+        self.memo[key] = max(best, alone)
+        return self.memo[key]
+
+    def _aligned(self, group: ArrayNode, dw: LayerDims, du: LayerDims) -> float:
+        """Both split alike at one share ``a`` in (0, 1): the best over ``a`` of the max over
+        sides (each side's term is monotone in ``a``)."""
+        from parplan.costmodel.layout import ports
+
+        bw, bu = self.single
+        same = bw.signature(group.left) == bw.signature(group.right) and len(set(group.link.side_bytes_per_s)) == 1
+        best = math.inf
+        for cw in self.choices[0]:
+            for cu in self.choices[1]:
+                layout = ports(cw).give_out
+                if layout is Layout.WHOLE or ports(cu).need_in is not layout:
+                    continue
+                w1, w2 = bw.comm(group, dw, cw)
+                u1, u2 = bu.comm(group, du, cu)
+                if same:  # the best share is 1/2 (each side's term is monotone in its share)
+                    best = min(best, self.lb(group.left, _scaled(dw, cw, 0.5, 0), _scaled(du, cu, 0.5, 0))
+                               + max(w1 + u1, w2 + u2))
+                    continue
+                g = self.grid
+
+                def a(k, cw=cw, cu=cu, c=w1 + u1):  # the left side at the interval's lower end
+                    return self.lb(group.left, _scaled(dw, cw, k / g, 0), _scaled(du, cu, k / g, 0)) + c
+
+                def b(k, cw=cw, cu=cu, c=w2 + u2):  # the right side at the interval's upper end
+                    x = (k + 1) / g
+                    return self.lb(group.right, _scaled(dw, cw, x, 1), _scaled(du, cu, x, 1)) + c
+
+                best = min(best, _min_max(a, b, g))
+        return best
+
+    def _apart(self, group: ArrayNode, dw: LayerDims, du: LayerDims) -> float:
+        """Split otherwise: each node bounded alone below, ``w`` paying the re-layout here."""
+        import numpy as np
+
+        from parplan.costmodel.cost import RECEIVE_EPS, ShareMode, node_terms, share_intervals, share_points
+        from parplan.costmodel.layout import LAYOUT_CODE
+
+        side = self.problem.side_spec(group)
+        sets = share_intervals(share_points(side, ShareMode.FREE, self.grid))
+        tw, tu = (_interval_table(d, c, sets, side) for d, c in ((dw, self.choices[0]), (du, self.choices[1])))
+        iw, iu = np.arange(tw.size)[:, None], np.arange(tu.size)[None, :]
+        leaf_pair = bool(group.left.is_leaf and group.right.is_leaf)
+        size = self.fraction * du.in_elements
+        mine = node_terms([tw, tu], side, [(size, (1,))], 0, {0: iw, 1: iu}, None, leaf_pair)
+        theirs = node_terms([tu], side, [], 0, {0: iu[0]}, None, leaf_pair)
+        # matching layouts at different shares: both sides receive something (the latency)
+        match = (tw.give[:, None] == tu.need[None, :]) & (tw.give[:, None] != LAYOUT_CODE[Layout.WHOLE])
+        point = tw.lo[:, None] == tw.hi[:, None]
+        same_point = point & (tu.lo[None, :] == tu.hi[None, :]) & (tw.lo[:, None] == tu.lo[None, :])
+        time = []
+        for tab, bound, choices, comm in ((tw, self.single[0], self.choices[0], None),
+                                          (tu, self.single[1], self.choices[1], theirs.comm)):
+            kids = [np.array([bound.lb(half, side_dims(d, c, float(x), i, bool(h)), choices)
+                              for c, x, h in zip(tab.choices, xs, tab.has[i])])
+                    for i, (half, xs, d) in enumerate(((group.left, tab.lo, dw if tab is tw else du),
+                                                       (group.right, tab.hi, dw if tab is tw else du)))]
+            if comm is None:
+                comm = [np.where(match & ~same_point & (mine.received[i] <= RECEIVE_EPS),
+                                 mine.comm[i] + side.latency_s, mine.comm[i]) for i in (0, 1)]
+                time.append(np.maximum(kids[0][:, None] + comm[0], kids[1][:, None] + comm[1]))
             else:
-                lo = mid + 1
-        return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
+                time.append(np.maximum(kids[0] + comm[0], kids[1] + comm[1])[None, :])
+        total = time[0] + time[1]
+        # both entirely on one side: the one-side branches of lb, in the children's frames
+        total = np.where(same_point & ((tw.lo[:, None] == 0.0) | (tw.lo[:, None] == 1.0)), np.inf, total)
+        return float(total.min())
+
+
+def _interval_table(d: LayerDims, choices, sets, side):
+    """The state table of ``choices`` x share intervals ``sets`` for communication only: built
+    at each interval's midpoint (same work flags, so the same reductions) with the interval's
+    ends put back; its compute columns are unused (the bound takes the children's bounds)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from parplan.costmodel.cost import StateTable
+
+    mids = tuple((x.lo + x.hi) / 2 for x in sets)
+    t = StateTable.build(d, True, choices, mids, side, None, (False, False))
+    k = len(choices)
+    return replace(t, lo=np.tile([x.lo for x in sets], k), hi=np.tile([x.hi for x in sets], k))
+
+
+def _scaled(d: LayerDims, choice, a: float, i: int) -> LayerDims:
+    """Side ``i``'s dims of a node at side-1 share ``a`` (both sides have work)."""
+    return scale_for_sides(d, choice, a)[i]
+
+
+def pair_gains(problem: Problem, per_node: tuple[float, ...], grid: int = PAIR_GRID) -> dict[tuple[int, int], float]:
+    """Per edge ``(w, u)``: how much :class:`_Pair` raises ``t(w) + t(u)`` above the two
+    per-node bounds ``per_node`` at the root (>= 0)."""
+    pg = problem.planning
+    dims = problem.root_dims()
+    single: dict[int, _Bound] = {}
+    gains = {}
+    for w in range(len(pg.nodes)):
+        fractions: dict[int, float] = {}
+        for v, port in pg.out_edges[w]:
+            fractions[v] = max(fractions.get(v, 0.0), pg.nodes[v].fractions[port])
+        for u, fraction in fractions.items():
+            for x in (w, u):
+                single.setdefault(x, _Bound(problem, DEFAULT_BOUND_GRID))
+            value = _Pair(problem, w, u, fraction, single, grid).lb(problem.array, dims[w], dims[u])
+            gains[(w, u)] = max(0.0, value - per_node[w] - per_node[u])
+    return gains
+
+
+def matching_gain(gains: dict[tuple[int, int], float]) -> float:
+    """The largest sum of gains over edges no two of which share a node: for such a set ``M``,
+    ``sum_v t(v) >= sum_v LB(v) + sum_(e in M) gain(e)`` (each node's time counted once)."""
+    import networkx as nx
+
+    g = nx.Graph()
+    for (w, u), gain in gains.items():
+        if gain > 0.0 and w != u and gain > g.get_edge_data(w, u, {"weight": 0.0})["weight"]:
+            g.add_edge(w, u, weight=gain)
+    return float(sum(g[w][u]["weight"] for w, u in nx.max_weight_matching(g)))
 
 
 def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: _Bound | None = None,
@@ -221,10 +395,31 @@ def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> G
     return GlobalBound(total, tuple(nodes), share_grid)
 
 
+#: Arrays up to this many devices also get the pair bound (:func:`pair_bound`): on 16 H100s it
+#: costs 0.1-1 s; on tpu-v2:64,tpu-v3:64 it took 6-45 s per zoo CNN and raised only the small
+#: networks' bounds (LeNet's gap 32.8% -> 25.9%), so larger arrays skip it.
+PAIR_MAX_DEVICES = 32
+
+
+def pair_bound(problem: Problem, per_node: GlobalBound | None = None) -> float:
+    """The per-node bound raised by the pair bound's gains over a maximum matching of the edges
+    (docs/costmodel.md section 8, "Pair bound"): re-layouts between a node and one consumer at
+    every level where the two are split apart."""
+    _check(problem)
+    per_node = per_node or hierarchy_bound(problem)
+    if problem.array.is_leaf:
+        return per_node.bound_s
+    return per_node.bound_s + matching_gain(pair_gains(problem, per_node.node_s))
+
+
 def global_bound(problem: Problem) -> GlobalBound:
-    """The better of :func:`hierarchy_bound` and :func:`root_dp_bound` (both are lower bounds on
-    every plan; ``node_s`` stays the per-node bound's split of its own total)."""
+    """The best of :func:`hierarchy_bound`, :func:`root_dp_bound` and (on arrays of at most
+    :data:`PAIR_MAX_DEVICES` devices) :func:`pair_bound`: all are lower bounds on every plan;
+    ``node_s`` stays the per-node bound's split of its own total."""
     per_node, root = _both(problem)
-    if root > per_node.bound_s:
-        return GlobalBound(root, per_node.node_s, per_node.share_grid)
+    best = root
+    if problem.array.count <= PAIR_MAX_DEVICES:
+        best = max(best, pair_bound(problem, per_node))
+    if best > per_node.bound_s:
+        return GlobalBound(best, per_node.node_s, per_node.share_grid)
     return per_node
