@@ -88,7 +88,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
               f"takes minutes (about 8 s per 1,000 devices for LeNet, more for larger models)", file=sys.stderr)
     start = time.perf_counter()
     plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
-                     share_grid=args.share_grid, progress=progress_printer(args.verbose))
+                     share_grid=args.share_grid, progress=progress_printer(args.verbose), polish=args.polish)
     wall = time.perf_counter() - start
     report, ev = report_and_checks(problem, plan, wall, limit, args.format)
     if plot:
@@ -277,6 +277,9 @@ def add_plan_parsers(sub) -> None:
     p.add_argument("--format", default="table", choices=("table", "json", "csv"))
     p.add_argument("--plot", default=None, metavar="PNG", help="also draw the plan to this PNG file")
     p.add_argument("--save", default=None, metavar="JSON", help="write the plan file (re-price with 'parplan evaluate')")
+    p.add_argument("--polish", action="store_true",
+                   help="then improve the plan by multi-level moves priced by the evaluator (swap a layer's types "
+                        "between levels, retype, reshare; slower: seconds on 16 devices)")
     _memory_argument(p)
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     p.set_defaults(func=cmd_plan)

@@ -150,16 +150,34 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
     )
 
 
+def node_times(problem: Problem, plan: Plan, nodes) -> dict[int, float]:
+    """The root times of ``nodes`` (planning-node indices) under ``plan``: what
+    :func:`evaluate` gives them, computed for them alone. A node's time reads its own states and
+    its consumers' (its re-layouts), so a change to node ``v``'s states changes the times of
+    ``v`` and of its producers only; a local search prices a move by re-pricing those."""
+    check_plan(problem, plan)
+    n = len(problem.planning.nodes)
+    subset = frozenset(int(v) for v in nodes)
+    needed = subset.union(*(problem.planning.succs[v] for v in subset))
+    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, [], np.zeros(n), {}, (False,) * n,
+                  None, None, subset, needed)
+    return {v: float(times[v]) for v in subset}
+
+
 def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple[LayerDims, ...],
           plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict, covered: tuple[bool, ...],
-          regions, above) -> np.ndarray:
+          regions, above, nodes: frozenset | None = None, needed: frozenset | None = None) -> np.ndarray:
+    """Every node's time at ``group`` (with ``nodes``: theirs, zeros elsewhere, and no memory;
+    ``needed``: ``nodes`` and their consumers, whose sizes and regions their terms read)."""
     pg = problem.planning
     bpe = problem.bytes_per_element
     if group.is_leaf:
         device = group.device.as_device()
-        t = np.array([d.compute_seconds(device, bpe) for d in dims])
+        t = np.array([d.compute_seconds(device, bpe) if nodes is None or v in nodes else 0.0
+                      for v, d in enumerate(dims)])
         np.maximum(leaf_compute, t, out=leaf_compute)
-        memory[path] = sum(d.memory_bytes(bpe, problem.optimizer_bytes_per_param) for d in dims)
+        if nodes is None:
+            memory[path] = sum(d.memory_bytes(bpe, problem.optimizer_bytes_per_param) for d in dims)
         return t
     if path not in plan.splits:
         raise ConfigError(
@@ -170,17 +188,20 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
     has_collective = problem.array.collective is not None
     sp = SplitProblem(pg, dims, problem.side_spec(group), path, None, covered if has_collective else None,
                       regions, problem.root_dims(), bool(group.left.is_leaf and group.right.is_leaf), above)
-    terms = split_terms(sp, split.choices, split.shares)
-    pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
+    terms = split_terms(sp, split.choices, split.shares, nodes)
+    pairs = [scale_for_sides(d, c, a) if needed is None or v in needed else (d, d)
+             for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares))]
     below = covered_below(covered, split, has_collective)
-    left, right = sp.child_regions(split)
+    left, right = sp.child_regions(split, needed)
     cuts = sp.child_cuts(split)
     t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(p[0] for p in pairs), plan, rows,
-                   leaf_compute, memory, below, left, cuts)
+                   leaf_compute, memory, below, left, cuts, nodes, needed)
     t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(p[1] for p in pairs), plan, rows,
-                    leaf_compute, memory, below, right, cuts)
-    out = np.empty(len(dims))
+                    leaf_compute, memory, below, right, cuts, nodes, needed)
+    out = np.zeros(len(dims))
     for v, node in enumerate(pg.nodes):
+        if nodes is not None and v not in nodes:
+            continue
         tm = terms[v]
         s1, s2 = float(tm.comm[0]), float(tm.comm[1])
         i1, i2 = float(tm.intra[0]), float(tm.intra[1])

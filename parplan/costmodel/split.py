@@ -121,10 +121,12 @@ class SplitProblem:
         return cls(problem.planning, problem.root_dims(), problem.side_spec(a), "",
                    leaf_pair=bool(a.left.is_leaf and a.right.is_leaf))
 
-    def child_regions(self, split) -> tuple[tuple[Region, ...], tuple[Region, ...]]:
-        """Every node's region on each side of ``split``."""
+    def child_regions(self, split, only=None) -> tuple[tuple[Region, ...], tuple[Region, ...]]:
+        """Every node's region on each side of ``split`` (with ``only``: those nodes'; the
+        others keep their region here, unused)."""
         regs = self.regions if self.regions is not None else (ROOT,) * len(self.dims)
-        return tuple(tuple(child_region(r, c, a, side) for r, c, a in zip(regs, split.choices, split.shares))
+        return tuple(tuple(child_region(r, c, a, side) if only is None or v in only else r
+                           for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares)))
                      for side in (0, 1))
 
     def is_covered(self, v: int) -> bool:
@@ -207,13 +209,22 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
     return scope, np.broadcast_to(np.asarray(values, dtype=float), shape)
 
 
-def split_terms(sp: SplitProblem, choices, shares) -> list[NodeTerms]:
-    """Every node's time terms at one assignment of states (the evaluator's view)."""
-    tables = [StateTable.build(sp.dims[v], sp.is_covered(v), (c,), (a,), sp.side, compat_reduction_elements(sp, v),
-                               sp.cuts(v))
-              for v, (c, a) in enumerate(zip(choices, shares))]
-    zero = {v: np.zeros((), dtype=int) for v in range(len(tables))}
-    return [node_terms(tables, sp.side, sp.groups(u), u, zero, *sp.frames) for u in range(len(tables))]
+def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms | None]:
+    """Every node's time terms at one assignment of states (the evaluator's view); with
+    ``nodes``, only theirs (None for the others): a node's terms read its own and its
+    consumers' states."""
+    n = len(choices)
+    wanted = range(n) if nodes is None else sorted(nodes)
+    needed = set(wanted).union(*(sp.planning.succs[u] for u in wanted)) if nodes is not None else range(n)
+    tables: list[StateTable | None] = [None] * n
+    for v in needed:
+        tables[v] = StateTable.build(sp.dims[v], sp.is_covered(v), (choices[v],), (shares[v],), sp.side,
+                                     compat_reduction_elements(sp, v), sp.cuts(v))
+    zero = {v: np.zeros((), dtype=int) for v in range(n)}
+    out: list[NodeTerms | None] = [None] * n
+    for u in wanted:
+        out[u] = node_terms(tables, sp.side, sp.groups(u), u, zero, *sp.frames)
+    return out
 
 
 def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:

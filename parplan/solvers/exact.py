@@ -310,8 +310,12 @@ class Certification:
     #: Step-time objective only: a lower bound on every plan of the whole hierarchy, shares
     #: anywhere in [0, 1] (:func:`parplan.solvers.bound.global_bound`); None otherwise.
     global_bound_s: float | None = None
-    #: The best step time of the DP's and the exact plan (seconds; None without a bound).
+    #: The best step time of the DP's, the polished DP's and the exact plan (seconds; None
+    #: without a bound).
     best_s: float | None = None
+    #: Step time of the DP plan after :func:`parplan.solvers.polish.polish` (arrays of at most
+    #: :data:`POLISH_MAX_DEVICES` devices, step-time objective, no memory limit; else None).
+    polished_s: float | None = None
 
     @property
     def global_gap(self) -> float | None:
@@ -329,6 +333,10 @@ class Certification:
     def dp_gap_to_bound(self) -> float | None:
         b = self.exact.certificate.bound
         return None if b is None else max(0.0, (self.dp_objective - b) / self.dp_objective)
+
+
+#: ``certify`` polishes the DP plan (:mod:`parplan.solvers.polish`) on arrays up to this size.
+POLISH_MAX_DEVICES = 32
 
 
 def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", options: PlanOptions | None = None,
@@ -367,20 +375,25 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     if (cert.is_optimal and problem.array.depth == 1 and cert.objective is not None
             and dp_price < cert.objective * (1 - 1e-6) and memory_limit_bytes is None):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
-    bound = best = None
+    bound = best = polished = None
     if options.objective is Objective.TIME and problem.compat is None:
         from parplan.solvers.bound import global_bound
+        from parplan.solvers.polish import polish
 
         if progress is not None:
             progress("global bound over the whole hierarchy")
         bound = global_bound(problem).bound_s
+        if memory_limit_bytes is None and 1 < problem.array.count <= POLISH_MAX_DEVICES:
+            if progress is not None:
+                progress("polishing the DP plan (multi-level moves)")
+            polished = evaluate(problem, polish(problem, dp_plan, options)[0]).step_time_s
         # with a memory limit only the exact plan is known to fit
         found = ([dp_price] if memory_limit_bytes is None else []) + (
-            [cert.objective] if cert.objective is not None else [])
+            [cert.objective] if cert.objective is not None else []) + ([polished] if polished is not None else [])
         best = min(found) if found else None
         if min(dp_price, *found) < bound * (1 - 1e-9):
             bad.append("a plan is faster than the global bound")
-    return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad), bound, best)
+    return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad), bound, best, polished)
 
 
 __all__ = [
@@ -390,6 +403,7 @@ __all__ = [
     "certify",
     "ExactResult",
     "GAP_TOL",
+    "POLISH_MAX_DEVICES",
     "device_limit_bytes",
     "memory_limit_for",
     "price_of",

@@ -135,10 +135,14 @@ def make_plan(
     options: PlanOptions | None = None,
     progress: Callable[[str], None] | None = None,
     share_grid: int | None = None,
+    polish: bool = False,
 ) -> Plan:
     """Plan ``problem`` with a named planner (top-down over the hierarchy, layer-wise DP per split).
 
-    ``options`` replaces the planner's options entirely (for ablations).
+    ``options`` replaces the planner's options entirely (for ablations). ``polish``: then
+    improve the plan by multi-level moves priced by the evaluator
+    (:func:`parplan.solvers.polish.polish`; step-time objective only; ``plan.info["polished"]``
+    counts the moves kept).
     """
     if not isinstance(problem, Problem):
         raise ConfigError(f"plan: problem must be a Problem (got {type(problem).__name__}); "
@@ -153,6 +157,13 @@ def make_plan(
         plan = _portfolio(problem, opts, progress, notes)
     if notes:
         plan = Plan(plan.splits, planner=plan.planner, info={**plan.info, "fallback": _fallback_note(notes)})
+    if polish:
+        if opts.objective is not Objective.TIME:
+            raise ConfigError("--polish improves the step time; it does not apply to the communication objective")
+        from parplan.solvers.polish import polish as polish_plan
+
+        plan, moves = polish_plan(problem, plan, opts, progress=progress)
+        plan = Plan(plan.splits, planner=plan.planner, info={**plan.info, "polished": moves})
     return plan
 
 
