@@ -103,3 +103,12 @@ def test_plan_polish_flag(capsys):
     assert '"step_time_s": 3.24351' in capsys.readouterr().out
     assert main(["plan", "--model", "lenet", "--array", "h100:2", "--planner", "hypar", "--polish"]) == 2
     assert "does not apply to the communication objective" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model, array, expected", [("lenet", "h100:16", True), ("resnet50", "h100:16", True),
+                                                    ("resnet152", "h100:16", False), ("lenet", "h100:64", False),
+                                                    ("lenet", "h100:1", False)])
+def test_certify_polishes_small_problems_only(model, array, expected):
+    from parplan.solvers.polish import auto_polish
+
+    assert auto_polish(Problem(get_model(model), parse_array(array), batch=64)) is expected

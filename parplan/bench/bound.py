@@ -39,16 +39,15 @@ _COST = {"resnet152": 30, "resnet101": 20, "resnet50": 8, "resnet34": 4, "resnet
 
 
 def bound_task(model: str, array: str, batch: int) -> dict:
-    """The accpar plan, data parallelism, the polished accpar plan (arrays of up to 32 devices,
-    as ``certify``) and the bounds for one model and array."""
+    """The accpar plan, data parallelism, the polished accpar plan (small problems, as
+    ``certify``: :func:`parplan.solvers.polish.auto_polish`) and the bounds for one model and array."""
     from parplan.costmodel.evaluate import evaluate
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
     from parplan.solvers.bound import global_bound
-    from parplan.solvers.exact import POLISH_MAX_DEVICES
     from parplan.solvers.planners import make_plan, planner_options
-    from parplan.solvers.polish import polish
+    from parplan.solvers.polish import auto_polish, polish
 
     p = Problem(get_model(model), parse_array(array), batch=batch)
     t0 = time.perf_counter()
@@ -57,7 +56,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     accpar = evaluate(p, plan).step_time_s
     data = evaluate(p, make_plan(p, "data")).step_time_s
     polished = polish_wall = None
-    if p.array.count <= POLISH_MAX_DEVICES:  # as certify does
+    if auto_polish(p):  # as certify does
         t0 = time.perf_counter()
         polished = evaluate(p, polish(p, plan, planner_options("accpar"))[0]).step_time_s
         polish_wall = time.perf_counter() - t0
@@ -103,8 +102,8 @@ def _markdown(table: pd.DataFrame) -> str:
     lines = [
         "# The global bound: how far from optimal are the plans?",
         "",
-        f"Batch {table.batch.iloc[0]}. `best` is the fastest of the `accpar` plan, data parallelism and (arrays of up "
-        "to 32 devices, as `parplan certify`) the `accpar` plan after the multi-level polish (docs/costmodel.md "
+        f"Batch {table.batch.iloc[0]}. `best` is the fastest of the `accpar` plan, data parallelism and (up to 32 "
+        "devices and 2,500 nodes x splits, as `parplan certify`) the `accpar` plan after the multi-level polish (docs/costmodel.md "
         "section 7); `bound` is the global lower bound over every plan of the hierarchy with shares anywhere in "
         "[0, 1] (docs/costmodel.md section 8: per-node, root-split DP and, up to 32 devices, pair bound); `gap` = "
         "best / bound - 1, so the global optimum lies within it. `root gap` is the same against the root-split "

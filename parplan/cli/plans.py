@@ -86,6 +86,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if problem.array.count > LARGE_ARRAY:
         print(f"parplan: note: {problem.array.count:,} devices; pricing a plan visits every device, so planning "
               f"takes minutes (about 8 s per 1,000 devices for LeNet, more for larger models)", file=sys.stderr)
+    if args.polish:
+        from parplan.solvers.polish import auto_polish
+
+        if not auto_polish(problem):
+            print(f"parplan: note: --polish re-prices a layer at every split per move: with "
+                  f"{len(problem.planning.nodes)} layers on {problem.array.count} devices it may take minutes "
+                  f"(-v shows each pass)", file=sys.stderr)
     start = time.perf_counter()
     plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
                      share_grid=args.share_grid, progress=progress_printer(args.verbose), polish=args.polish)

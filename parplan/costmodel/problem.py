@@ -82,8 +82,13 @@ class Problem:
         return planning_graph(self.graph)
 
     def root_dims(self) -> tuple[LayerDims, ...]:
-        """Every planning node's dims at the full batch."""
-        return tuple(n.dims.scaled(batch=self.batch) for n in self.planning.nodes)
+        """Every planning node's dims at the full batch (computed once per problem: the
+        evaluator asks at every group)."""
+        dims = self.__dict__.get("_root_dims")
+        if dims is None:
+            dims = tuple(n.dims.scaled(batch=self.batch) for n in self.planning.nodes)
+            self.__dict__["_root_dims"] = dims  # a cache, not a field: equality and hashing ignore it
+        return dims
 
     def side_spec(self, group: ArrayNode) -> SideSpec:
         """The cost-model view of splitting ``group``: its halves as two devices."""

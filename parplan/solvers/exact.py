@@ -313,8 +313,8 @@ class Certification:
     #: The best step time of the DP's, the polished DP's and the exact plan (seconds; None
     #: without a bound).
     best_s: float | None = None
-    #: Step time of the DP plan after :func:`parplan.solvers.polish.polish` (arrays of at most
-    #: :data:`POLISH_MAX_DEVICES` devices, step-time objective, no memory limit; else None).
+    #: Step time of the DP plan after :func:`parplan.solvers.polish.polish` (small problems,
+    #: :func:`parplan.solvers.polish.auto_polish`; step-time objective, no memory limit; else None).
     polished_s: float | None = None
 
     @property
@@ -333,10 +333,6 @@ class Certification:
     def dp_gap_to_bound(self) -> float | None:
         b = self.exact.certificate.bound
         return None if b is None else max(0.0, (self.dp_objective - b) / self.dp_objective)
-
-
-#: ``certify`` polishes the DP plan (:mod:`parplan.solvers.polish`) on arrays up to this size.
-POLISH_MAX_DEVICES = 32
 
 
 def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", options: PlanOptions | None = None,
@@ -378,12 +374,12 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     bound = best = polished = None
     if options.objective is Objective.TIME and problem.compat is None:
         from parplan.solvers.bound import global_bound
-        from parplan.solvers.polish import polish
+        from parplan.solvers.polish import auto_polish, polish
 
         if progress is not None:
             progress("global bound over the whole hierarchy")
         bound = global_bound(problem).bound_s
-        if memory_limit_bytes is None and 1 < problem.array.count <= POLISH_MAX_DEVICES:
+        if memory_limit_bytes is None and auto_polish(problem):
             if progress is not None:
                 progress("polishing the DP plan (multi-level moves)")
             polished = evaluate(problem, polish(problem, dp_plan, options)[0]).step_time_s
@@ -403,7 +399,6 @@ __all__ = [
     "certify",
     "ExactResult",
     "GAP_TOL",
-    "POLISH_MAX_DEVICES",
     "device_limit_bytes",
     "memory_limit_for",
     "price_of",
