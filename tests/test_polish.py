@@ -105,9 +105,9 @@ def test_plan_polish_flag(capsys):
     assert "does not apply to the communication objective" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model, array, expected", [("lenet", "h100:16", True), ("resnet50", "h100:16", True),
-                                                    ("resnet152", "h100:16", False), ("lenet", "h100:64", False),
-                                                    ("lenet", "h100:1", False)])
+@pytest.mark.parametrize("model, array, expected", [("lenet", "h100:16", True), ("resnet101", "h100:16", True),
+                                                    ("resnet152", "h100:16", False), ("vgg16", "tpu-v2:64,tpu-v3:64", True),
+                                                    ("vgg19", "tpu-v2:64,tpu-v3:64", False), ("lenet", "h100:1", False)])
 def test_certify_polishes_small_problems_only(model, array, expected):
     from parplan.solvers.polish import auto_polish
 

@@ -44,22 +44,26 @@ from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.cost import ShareMode
 from parplan.costmodel.split import PlanOptions
 
-__all__ = ["AUTO_MAX_DEVICES", "AUTO_MAX_WORK", "MAX_ROUNDS", "auto_polish", "level_sets", "polish"]
+__all__ = ["AUTO_MAX_NODES", "AUTO_MAX_WORK", "MAX_ROUNDS", "auto_polish", "level_sets", "polish"]
 
 #: Passes over all moves (each pass can only lower the step time; it stops when one changes nothing).
 MAX_ROUNDS = 10
-#: ``certify`` (and ``parplan bench bound``) polish on their own only problems this small: arrays
-#: of at most this many devices ...
-AUTO_MAX_DEVICES = 32
-#: ... and at most this many (planning nodes x splits): a move re-prices its nodes at every split
-#: (on 16 H100s ResNet-101's polish took 42 s and ResNet-152's 83 s, and found nothing).
-AUTO_MAX_WORK = 2500
+#: ``certify`` (and ``parplan bench bound``) polish on their own only problems of at most this
+#: many (planning nodes x levels x splits): a move re-prices its nodes at every split. Measured:
+#: VGG-16 on tpu-v2:64,tpu-v3:64 (26,416) 25 s, ResNet-101 on h100:16 (8,280) 28 s ...
+AUTO_MAX_WORK = 30_000
+#: ... and of at most this many planning nodes (each split also costs a pass over every node:
+#: ResNet-152 on h100:16, 206 nodes, took 83 s and found nothing).
+AUTO_MAX_NODES = 150
 
 
 def auto_polish(problem: Problem) -> bool:
     """Whether ``certify`` polishes the DP plan of ``problem`` without being asked."""
-    splits = problem.array.count - 1
-    return 0 < splits and problem.array.count <= AUTO_MAX_DEVICES and len(problem.planning.nodes) * splits <= AUTO_MAX_WORK
+    if problem.array.is_leaf:
+        return False
+    n = len(problem.planning.nodes)
+    paths = [path for path, _ in problem.array.inner_nodes()]
+    return n <= AUTO_MAX_NODES and n * len(level_sets(problem.array, paths)) * len(paths) <= AUTO_MAX_WORK
 
 
 def level_sets(array: ArrayNode, paths) -> dict[tuple, list[str]]:
