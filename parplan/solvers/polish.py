@@ -95,8 +95,20 @@ def polish(problem: Problem, plan: Plan, options: PlanOptions, max_rounds: int =
     free = options.shares is ShareMode.FREE
 
     def uniform(key, v):
+        """The node's one choice at this level, or None if it differs between the groups or
+        the node has no work there (a split above gave their side none of it: no move there
+        can change a time)."""
+        if not any(has_work(p, v) for p in sets[key]):
+            return None
         states = {splits[p].choices[v] for p in sets[key]}
         return states.pop() if len(states) == 1 else None
+
+    def has_work(path, v):
+        for i, side in enumerate(path):
+            a = splits[path[:i]].shares[v]
+            if (a <= 0.0) if side == "L" else (a >= 1.0):
+                return False
+        return True
 
     def share_of(key, v):
         shares = {splits[p].shares[v] for p in sets[key]}
