@@ -74,7 +74,7 @@ def test_polish_reaches_the_joint_optimum_the_recursion_misses():
     joint = solve_exact(p, "scip", options, joint=True)
     assert str(joint.certificate.status) == "optimal"
     dp_s, polished_s = (evaluate(p, x).step_time_s for x in (dp, polished))
-    assert dp_s / joint.certificate.objective - 1 == pytest.approx(0.00697, abs=1e-4)
+    assert dp_s > joint.certificate.objective * (1 + 1e-3)  # the DP loses (0.70%)
     assert polished_s == pytest.approx(joint.certificate.objective, rel=1e-9)
     assert polished.info["polished"] == 1
     ip1 = p.planning.index("ip1")
@@ -94,13 +94,18 @@ def test_certify_reports_the_polished_plan(capsys):
     assert c.polished_s is not None and c.polished_s < c.dp_objective
     assert c.best_s == c.polished_s and not c.contradictions
     assert main(["certify", "--model", "lenet-c", "--array", "h100:8", "--shares", "half", "--backend", "highs"]) == 0
-    assert "polished DP 0.032435160 ms" in capsys.readouterr().out
+    assert f"polished DP {c.polished_s * 1e3:.9f} ms" in capsys.readouterr().out
 
 
 def test_plan_polish_flag(capsys):
+    import json
+
+    p = Problem(get_model("lenet-c"), parse_array("h100:8"), batch=512)
+    expected = evaluate(p, make_plan(p, "accpar", shares="half", polish=True)).step_time_s
+    assert expected < evaluate(p, make_plan(p, "accpar", shares="half")).step_time_s
     assert main(["plan", "--model", "lenet-c", "--array", "h100:8", "--shares", "half", "--polish",
                  "--format", "json"]) == 0
-    assert '"step_time_s": 3.24351' in capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(expected, rel=1e-12)
     assert main(["plan", "--model", "lenet", "--array", "h100:2", "--planner", "hypar", "--polish"]) == 2
     assert "does not apply to the communication objective" in capsys.readouterr().err
 

@@ -169,8 +169,8 @@ class _Pair:
     - anything else: then each node is bounded alone below (its per-node bound
       ``LB`` of its side's dims), and at this split ``w`` pays the re-layout to ``u`` (the one-split
       formulas of section 3, regions at the ends of their share intervals that make the amount
-      smallest; where the layouts match but the shares differ, both sides receive something, so
-      both pay the link latency).
+      smallest; this case also covers the other two's configurations, weakly, except both
+      nodes wholly on one side).
 
     The value is also at least ``LB(w) + LB(u)``."""
 
@@ -230,38 +230,28 @@ class _Pair:
         """Split otherwise: each node bounded alone below, ``w`` paying the re-layout here."""
         import numpy as np
 
-        from parplan.costmodel.cost import RECEIVE_EPS, ShareMode, node_terms, share_intervals, share_points
-        from parplan.costmodel.layout import LAYOUT_CODE
+        from parplan.costmodel.cost import ShareMode, node_terms, share_intervals, share_points
 
         side = self.problem.side_spec(group)
         sets = share_intervals(share_points(side, ShareMode.FREE, self.grid))
         tw, tu = (_interval_table(d, c, sets, side) for d, c in ((dw, self.choices[0]), (du, self.choices[1])))
         iw, iu = np.arange(tw.size)[:, None], np.arange(tu.size)[None, :]
         leaf_pair = bool(group.left.is_leaf and group.right.is_leaf)
-        size = self.fraction * du.in_elements
-        mine = node_terms([tw, tu], side, [(size, (1,))], 0, {0: iw, 1: iu}, None, leaf_pair)
-        theirs = node_terms([tu], side, [], 0, {0: iu[0]}, None, leaf_pair)
-        # matching layouts at different shares: both sides receive something (the latency)
-        match = (tw.give[:, None] == tu.need[None, :]) & (tw.give[:, None] != LAYOUT_CODE[Layout.WHOLE])
-        point = tw.lo[:, None] == tw.hi[:, None]
-        same_point = point & (tu.lo[None, :] == tu.hi[None, :]) & (tw.lo[:, None] == tu.lo[None, :])
-        time = []
-        for tab, bound, choices, comm in ((tw, self.single[0], self.choices[0], None),
-                                          (tu, self.single[1], self.choices[1], theirs.comm)):
+        mine = node_terms([tw, tu], side, [(self.fraction * du.in_elements, (1,))], 0, {0: iw, 1: iu}, None, leaf_pair)
+        theirs = node_terms([tu], side, [], 0, {0: iu}, None, leaf_pair)
+        total = 0.0
+        for tab, bound, choices, d, comm in ((tw, self.single[0], self.choices[0], dw, mine.comm),
+                                             (tu, self.single[1], self.choices[1], du, theirs.comm)):
+            # each side's bound at the end of the state's share interval that leaves it least work
             kids = [np.array([bound.lb(half, side_dims(d, c, float(x), i, bool(h)), choices)
-                              for c, x, h in zip(tab.choices, xs, tab.has[i])])
-                    for i, (half, xs, d) in enumerate(((group.left, tab.lo, dw if tab is tw else du),
-                                                       (group.right, tab.hi, dw if tab is tw else du)))]
-            if comm is None:
-                comm = [np.where(match & ~same_point & (mine.received[i] <= RECEIVE_EPS),
-                                 mine.comm[i] + side.latency_s, mine.comm[i]) for i in (0, 1)]
-                time.append(np.maximum(kids[0][:, None] + comm[0], kids[1][:, None] + comm[1]))
-            else:
-                time.append(np.maximum(kids[0] + comm[0], kids[1] + comm[1])[None, :])
-        total = time[0] + time[1]
+                              for c, x, h in zip(tab.choices, ends, tab.has[i])]).reshape(-1, 1)
+                    for i, (half, ends) in enumerate(((group.left, tab.lo), (group.right, tab.hi)))]
+            if tab is tu:
+                kids = [k.T for k in kids]
+            total = total + np.maximum(kids[0] + comm[0], kids[1] + comm[1])
         # both entirely on one side: the one-side branches of lb, in the children's frames
-        total = np.where(same_point & ((tw.lo[:, None] == 0.0) | (tw.lo[:, None] == 1.0)), np.inf, total)
-        return float(total.min())
+        both = (tw.lo[:, None] == tw.hi[:, None]) & (tu.lo[None, :] == tu.hi[None, :]) & (tw.lo[:, None] == tu.lo[None, :])
+        return float(np.where(both, np.inf, total).min())
 
 
 def _interval_table(d: LayerDims, choices, sets, side):
