@@ -44,7 +44,7 @@ from parplan.costmodel.layout import (LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layou
                                      hold_extent, intersect_holds, need_extent, ports, union_needs)
 from parplan.costmodel.layout import backward_received as backward_extent
 from parplan.costmodel.layout import forward_received as forward_extent
-from parplan.costmodel.regions import ROOT, area, backward_presummed, child_rect
+from parplan.costmodel.regions import ROOT, local_frame, area, backward_presummed, child_rect
 from parplan.costmodel.regions import backward_received as backward_area
 from parplan.costmodel.regions import forward_received as forward_area
 
@@ -352,7 +352,9 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
     both sides are single devices, which pre-sum gradients). docs/costmodel.md sections 3-5."""
     t = tables[u]
     iu = idx[u]
-    reg = regions if regions is not None else [ROOT] * len(tables)
+    # every region in the node's local frame: translates price alike, to the last bit
+    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    reg = local_frame(regions, u, consumers) if regions is not None else dict.fromkeys((u, *consumers), ROOT)
 
     def ends(tab, i, side_):
         big, small = (tab.hi[i], tab.lo[i]) if side_ == 0 else (1.0 - tab.lo[i], 1.0 - tab.hi[i])
@@ -372,7 +374,20 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
             tensors.append((size * area(g), consumers, None))
         else:
             tensors.append((size, consumers, m))
-    if any(m is not None for _, _, m in tensors):
+    # each consumer's need on each side, at the small and the big end of its share (region path)
+    rects = {}
+    for k, (_, consumers, m) in enumerate(tensors):
+        if m is None:
+            continue
+        small, big = ([], []), ([], [])
+        for v in consumers:
+            tv, iv = tables[v], idx[v]
+            for j in (0, 1):
+                b, sm = ends(tv, iv, j)
+                small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
+                big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
+        rects[k] = (small, big)
+    if rects:
         hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
         wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
     received, intra, comm = [], [], []
@@ -381,7 +396,7 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
         intra.append(r)
         big_u, small_u = ends(t, iu, i)
         has_u = t.has[i][iu]
-        for size, consumers, m in tensors:
+        for k, (size, consumers, m) in enumerate(tensors):
             if m is None:
                 needs, holds = [], []
                 for v in consumers:
@@ -397,19 +412,13 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                     for h in holds:
                         moved = moved + backward_extent(want, h)
             else:
-                small, big = ([], []), ([], [])
-                for v in consumers:
-                    tv, iv = tables[v], idx[v]
-                    for j in (0, 1):
-                        b, sm = ends(tv, iv, j)
-                        small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
-                        big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
+                small, big = rects[k]
                 moved = forward_area(g, hold, small[0], small[1], i)
                 if leaf_pair:
                     moved = moved + backward_presummed(wants, m, big[0], big[1], i)
                 else:
-                    for k in range(len(m)):
-                        moved = moved + backward_area(wants, m[k], big[0][k], big[1][k], i)
+                    for x in range(len(m)):
+                        moved = moved + backward_area(wants, m[x], big[0][x], big[1][x], i)
             r = r + size * moved
         received.append(r)
         comm.append(receive_seconds(side, i, r) + t.extra[iu])

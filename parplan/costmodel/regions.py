@@ -98,6 +98,37 @@ def translates(succs, a, b) -> bool:
                for u, vs in enumerate(succs) for v in vs if full[u] and full[v])
 
 
+def local_frame(regions, producer: int, consumers) -> dict[int, Region]:
+    """The regions one node's terms read, ``producer``'s (its output port) and its
+    ``consumers``' (their input ports), moved together so that the smallest row start and the
+    smallest column start of the non-empty ones are 0 (the other axes stay).
+
+    Every amount of this module depends only on where the boxes lie relative to one another,
+    so a translate of a problem has the same amounts. Pricing every problem in its own local
+    frame makes translates that land on the same frame (always, for shares such as 1/2 whose
+    boundaries are exact in binary) give the same floats too, so a planner prices such sibling
+    groups once (docs/costmodel.md section 3). Moving a frame already local changes nothing."""
+    scope = (producer, *consumers)
+    full = [w for w in scope if not regions[w].empty]
+    if not full:
+        return {w: regions[w] for w in scope}
+    dr = min(regions[w].rows[0] for w in full)
+    dc = min(regions[w].outs[0] if w == producer else regions[w].ins[0] for w in full)
+    if dr == 0.0 and dc == 0.0:
+        return {w: regions[w] for w in scope}
+
+    def moved(w: int) -> Region:
+        r = regions[w]
+        if r.empty:
+            return r
+        rows = (r.rows[0] - dr, r.rows[1] - dr)
+        if w == producer:
+            return Region(rows, r.ins, (r.outs[0] - dc, r.outs[1] - dc))
+        return Region(rows, (r.ins[0] - dc, r.ins[1] - dc), r.outs)
+
+    return {w: moved(w) for w in scope}
+
+
 def _part(lo: float, hi: float, s: float, side: int) -> tuple[float, float]:
     w = hi - lo
     return (lo, lo + s * w) if side == 0 else (hi - s * w, hi)
@@ -226,4 +257,4 @@ def backward_presummed(h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect
 
 
 __all__ = ["EMPTY", "ROOT", "Region", "area", "backward_presummed", "backward_received", "child_rect", "translates",
-           "child_region", "forward_received", "union_area"]
+           "child_region", "forward_received", "local_frame", "union_area"]

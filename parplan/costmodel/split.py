@@ -35,6 +35,7 @@ from parplan.costmodel.cost import (
     SideSpec,
     StateTable,
     cuts_below,
+    floored_time,
     node_terms,
     node_value,
     output_groups,
@@ -44,7 +45,7 @@ from parplan.costmodel.cost import (
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
-from parplan.costmodel.regions import ROOT, Region, child_region
+from parplan.costmodel.regions import ROOT, Region, child_region, local_frame
 from parplan.errors import ConfigError, TableTooLarge
 
 #: Largest share grid a planner accepts (states per node grow as 3 x grid).
@@ -201,12 +202,62 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
             f"table would have {cells:.3g} cells (limit {MAX_FACTOR_CELLS:.3g}); use a coarser --share-grid "
             f"(now {options.share_grid})"
         )
-    idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
-           for i, w in enumerate(scope)}
-    terms = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
-    values = node_value(terms, options.objective, sp.floor(u, options))
-    shape = tuple(tables[w].size for w in scope)
-    return scope, np.broadcast_to(np.asarray(values, dtype=float), shape)
+    groups = sp.groups(u)
+    frame, key = _memo_key(sp, tables, u, scope, groups, options.objective)
+    raw = _MEMO.get(key)
+    if raw is None:
+        idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
+               for i, w in enumerate(scope)}
+        terms = node_terms(tables, sp.side, groups, u, idx, frame, sp.frames[1])
+        shape = tuple(tables[w].size for w in scope)
+        raw = np.broadcast_to(np.asarray(node_value(terms, options.objective), dtype=float), shape)
+        _remember(key, raw, raw.size, [tables[w] for w in scope])
+    else:
+        raw = raw[0]
+    if options.objective is Objective.TIME:
+        return scope, np.broadcast_to(floored_time(raw, sp.floor(u, options)), raw.shape)
+    return scope, raw
+
+
+#: Floats the memo of node terms may hold (about 8 bytes each); the oldest go first; 0 turns it off.
+MEMO_MAX_CELLS = 4_000_000
+#: key -> (value, the state tables it was priced on: kept alive, so their ids in keys stay theirs)
+_MEMO: dict = {}
+_MEMO_CELLS = [0]
+
+
+def _memo_key(sp: SplitProblem, tables, u: int, scope, groups, what) -> tuple[dict | None, tuple]:
+    """(``u``'s regions in its local frame, the memo key of its terms). A node's terms read only
+    its own and its consumers' state tables, their regions, the tensors ``u`` sends and the
+    split's sides; the key names the nodes by their place in ``scope``, so translated sibling
+    groups and repeated blocks (same tables, same relative regions) share one entry."""
+    regions, leaf_pair = sp.frames
+    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    frame = local_frame(regions, u, consumers) if regions is not None else None
+    place = {w: i for i, w in enumerate(scope)}
+    key = (what, tuple(id(tables[w]) for w in scope),
+           None if frame is None else tuple(frame[w] for w in scope),
+           tuple((size, tuple(place[v] for v in vs)) for size, vs in groups), sp.side, leaf_pair)
+    return frame, key
+
+
+def clear_memo() -> None:
+    """Forget every memoised node term (a benchmark's cold start; plans do not depend on it)."""
+    _MEMO.clear()
+    _MEMO_CELLS[0] = 0
+
+
+def _remember(key, value, cells: int, tables) -> None:
+    """Keep ``value`` under ``key`` (with the tables it was priced on), dropping the oldest
+    entries beyond :data:`MEMO_MAX_CELLS` (0: keep nothing)."""
+    if MEMO_MAX_CELLS <= 0:
+        return
+    _MEMO[key] = (value, tables)
+    _MEMO_CELLS[0] += cells
+    while _MEMO_CELLS[0] > MEMO_MAX_CELLS and len(_MEMO) > 1:
+        old = _MEMO.pop(next(iter(_MEMO)), None)
+        if old is not None:
+            _MEMO_CELLS[0] -= int(np.size(old[0])) if not isinstance(old[0], NodeTerms) else 8
 
 
 def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms | None]:
@@ -220,11 +271,21 @@ def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms
     for v in needed:
         tables[v] = StateTable.build(sp.dims[v], sp.is_covered(v), (choices[v],), (shares[v],), sp.side,
                                      compat_reduction_elements(sp, v), sp.cuts(v))
-    zero = {v: np.zeros((), dtype=int) for v in range(n)}
+    zero = {v: _ZERO for v in range(n)}
     out: list[NodeTerms | None] = [None] * n
     for u in wanted:
-        out[u] = node_terms(tables, sp.side, sp.groups(u), u, zero, *sp.frames)
+        groups = sp.groups(u)
+        frame, key = _memo_key(sp, tables, u, factor_scope(sp.planning, u), groups, "terms")
+        hit = _MEMO.get(key)
+        if hit is None:
+            out[u] = node_terms(tables, sp.side, groups, u, zero, frame, sp.frames[1])
+            _remember(key, out[u], 8, [tables[w] for w in factor_scope(sp.planning, u)])
+        else:
+            out[u] = hit[0]
     return out
+
+
+_ZERO = np.zeros((), dtype=int)
 
 
 def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
@@ -235,6 +296,8 @@ def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
 
 __all__ = [
     "MAX_SHARE_GRID",
+    "MEMO_MAX_CELLS",
+    "clear_memo",
     "PlanOptions",
     "SplitProblem",
     "all_choices",

@@ -83,6 +83,7 @@ class _Bound:
         self.ids: dict[tuple, int] = {}
         self.devices: dict[int, object] = {}
         self.sides: dict[int, object] = {}
+        self.same: dict[int, bool] = {}
         self.problem = problem
 
     def signature(self, group: ArrayNode) -> int:
@@ -96,10 +97,11 @@ class _Bound:
         size = intra_elements(dims, choice)
         if self.collective and choice in (PartitionType.BATCH, Layout.ROWS):
             size = 0.0  # an enclosing split may have paid the all-reduce (covered)
-        if id(group) not in self.sides:
-            self.sides[id(group)] = self.problem.side_spec(group)
-        side = self.sides[id(group)]
-        return receive_seconds(side, 0, size), receive_seconds(side, 1, size)
+        side = self.sides.get(id(group))
+        if side is None:
+            side = self.sides[id(group)] = self.problem.side_spec(group)
+        first = receive_seconds(side, 0, size)
+        return first, (first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size))
 
     def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
         key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
@@ -111,13 +113,16 @@ class _Bound:
             self.memo[key] = dims.compute_seconds(self.devices[id(group)], self.bpe)
             return self.memo[key]
         left, right = group.left, group.right
-        best = min(self.lb(left, dims, choices), self.lb(right, dims, choices))
-        same = self.signature(left) == self.signature(right) and len(set(group.link.side_bytes_per_s)) == 1
+        same = self.same.get(id(group))
+        if same is None:
+            same = self.same[id(group)] = (self.signature(left) == self.signature(right)
+                                           and len(set(group.link.side_bytes_per_s)) == 1)
+        # interchangeable halves do the same as each other: one side stands for both
+        best = self.lb(left, dims, choices) if same else min(self.lb(left, dims, choices), self.lb(right, dims, choices))
         for c in choices:
             c1, c2 = self.comm(group, dims, c)
             if same:
-                half = scale_for_sides(dims, c, 0.5)[0]
-                best = min(best, self.lb(left, half, choices) + max(c1, c2))
+                best = min(best, self.lb(left, side_dims(dims, c, 0.5, 0, True), choices) + max(c1, c2))
             else:
                 best = min(best, self._bisect(left, right, dims, c, c1, c2, choices))
         self.memo[key] = best

@@ -1,0 +1,148 @@
+"""The memo of node terms (parplan/costmodel/split.py) and the local frame it keys on
+(parplan/costmodel/regions.py: ``local_frame``).
+
+- Moving every region a node's terms read (all rows together; the producer's output columns
+  with its consumers' input columns) gives the same local frame, to the last bit, and moving
+  a local frame changes nothing.
+- Random plans on random DAGs and arrays: the evaluator with a warm memo, a cold one and
+  none (``MEMO_MAX_CELLS = 0``) gives the same times to the last bit; so does the DP,
+  on zoo models over homogeneous and mixed arrays.
+- Sibling groups share entries: planning a homogeneous array prices fewer node terms than
+  the DP asks for.
+"""
+
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import parplan.costmodel.split as split
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.problem import Problem
+from parplan.costmodel.regions import EMPTY, Region, local_frame
+from parplan.models.zoo import get_model
+from parplan.solvers.planners import make_plan
+from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
+from parplan.costmodel.problem import Plan, Split
+from test_bound import random_plans
+from test_brute import fast, graphs
+
+#: Dyadic coordinates and offsets: every sum and difference below is exact in binary.
+coord = st.integers(0, 32).map(lambda k: k / 32)
+
+
+@st.composite
+def box(draw):
+    if draw(st.integers(0, 9)) == 0:
+        return EMPTY
+    axes = [sorted((draw(coord), draw(coord))) for _ in range(3)]
+    return Region(*(tuple(a) for a in axes))
+
+
+def _moved(r: Region, dr: float, dc: float, producer: bool) -> Region:
+    if r.empty:
+        return r
+    rows = (r.rows[0] + dr, r.rows[1] + dr)
+    if producer:
+        return Region(rows, r.ins, (r.outs[0] + dc, r.outs[1] + dc))
+    return Region(rows, (r.ins[0] + dc, r.ins[1] + dc), r.outs)
+
+
+@fast(150)
+@given(st.lists(box(), min_size=2, max_size=4), coord, coord)
+def test_translates_share_one_local_frame(regions, dr, dc):
+    consumers = tuple(range(1, len(regions)))
+    moved = [_moved(r, dr, dc, i == 0) for i, r in enumerate(regions)]
+    frame = local_frame(regions, 0, consumers)
+    assert local_frame(moved, 0, consumers) == frame
+    assert local_frame(frame, 0, consumers) == frame
+    full = [w for w in frame if not frame[w].empty]
+    if full:
+        assert min(frame[w].rows[0] for w in full) == 0.0
+        assert min(frame[w].outs[0] if w == 0 else frame[w].ins[0] for w in full) == 0.0
+        for w in full:  # sizes and emptiness stay
+            for ax in ("rows", "ins", "outs"):
+                lo, hi = getattr(frame[w], ax)
+                assert hi - lo == getattr(regions[w], ax)[1] - getattr(regions[w], ax)[0]
+
+
+@contextmanager
+def memo_limit(cells: int):
+    """Run with ``MEMO_MAX_CELLS = cells`` (0: no memo), memo cleared."""
+    old = split.MEMO_MAX_CELLS
+    split.clear_memo()
+    split.MEMO_MAX_CELLS = cells
+    try:
+        yield
+    finally:
+        split.MEMO_MAX_CELLS = old
+        split.clear_memo()
+
+
+@fast(40)
+@given(random_plans())
+def test_the_memo_never_changes_a_price(case):
+    p, plan = case
+    split.clear_memo()
+    cold = evaluate(p, plan)
+    warm = evaluate(p, plan)
+    with memo_limit(0):
+        none = evaluate(p, plan)
+    assert cold.node_time_s == warm.node_time_s == none.node_time_s
+    assert cold.communication_elements == warm.communication_elements == none.communication_elements
+
+
+@st.composite
+def level_plans(draw):
+    """Random plans on homogeneous arrays where every group of a depth has one split, at shares
+    0, 1/2 or 1: groups of a depth then have the same sizes and state tables, and their regions
+    differ (translates or not), so the memo is asked for the same tables in many frames."""
+    g = draw(graphs(max_weighted=4, max_joins=2))
+    p = Problem(g, parse_array(draw(st.sampled_from(["h100:4", "h100:8", "v100:8@ring:ring"]))),
+                batch=draw(st.sampled_from([8, 64])))
+    by_depth = {}
+    splits = {}
+    for path, _ in p.array.inner_nodes():
+        if len(path) not in by_depth:
+            choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in p.planning.nodes)
+            shares = tuple(draw(st.sampled_from([0.0, 0.5, 0.5, 1.0])) for _ in p.planning.nodes)
+            by_depth[len(path)] = Split(choices, shares)
+        splits[path] = by_depth[len(path)]
+    return p, Plan(splits, planner="random")
+
+
+@fast(60)
+@given(level_plans())
+def test_groups_of_a_depth_are_priced_in_their_own_frames(case):
+    p, plan = case
+    split.clear_memo()
+    warm = evaluate(p, plan)
+    with memo_limit(0):
+        bare = evaluate(p, plan)
+    assert warm.rows == bare.rows
+
+
+@pytest.mark.parametrize("model,array", [("vgg11", "h100:16"), ("resnet-2block", "tpu-v2:2,tpu-v3:2"),
+                                         ("alexnet", "tpu-v2:4,tpu-v3:4")])
+def test_plans_do_not_depend_on_the_memo(model, array):
+    p = Problem(get_model(model), parse_array(array), batch=256)
+    split.clear_memo()
+    first = make_plan(p, "accpar")
+    again = make_plan(p, "accpar")  # warm
+    with memo_limit(0):
+        bare = make_plan(p, "accpar")
+    assert first.splits == again.splits == bare.splits
+    assert evaluate(p, first).step_time_s == evaluate(p, bare).step_time_s
+
+
+def test_sibling_groups_share_entries(monkeypatch):
+    calls = []
+    real = split.node_terms
+    monkeypatch.setattr(split, "node_terms", lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = Problem(get_model("vgg11"), parse_array("h100:16"), batch=256)
+    split.clear_memo()
+    plan = make_plan(p, "accpar-topdown", objective="communication", shares="half")
+    asked = len(plan.splits) * len(p.planning.nodes) * 2  # a factor and the chosen split's terms per node
+    assert 0 < len(calls) < asked / 2
