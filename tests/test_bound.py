@@ -224,3 +224,59 @@ def test_lookahead_finds_the_global_optimum_the_recursion_misses():
     assert top_down / best.step_time_s - 1 > 0.6
     assert evaluate(p, plan).step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
     assert plan.info["selected"] == "lookahead" and set(plan.splits[""].shares) == {1.0}
+
+
+def test_lookahead_at_every_level_beats_every_other_criterion():
+    """LeNet on four TPU-v2s and four TPU-v3s at batch 64: the recursion's myopia repeats below
+    the root, and the look-ahead at every split whose halves are groups finds a plan faster than
+    the plain recursion and every other criterion of the portfolio (it is selected), and no
+    faster than the global bound."""
+    from parplan.solvers import planners
+
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:4,tpu-v3:4"), batch=64)
+    plan = make_plan(p, "accpar")
+    step = evaluate(p, plan).step_time_s
+    assert plan.info["selected"] == "lookahead-levels"
+    assert step < evaluate(p, make_plan(p, "accpar-topdown")).step_time_s * (1 - 0.02)
+    for name in ("hypar", "owt", "data"):
+        assert step < evaluate(p, make_plan(p, name)).step_time_s
+    assert global_bound(p).bound_s <= step
+    # the fallback solver is asked only for the splits whose halves are single devices
+    from parplan.solvers.dp import solve_split
+    from parplan.solvers.hierarchy import plan_top_down
+
+    options = planners.planner_options("accpar")
+    asked = []
+    solver = planners._lookahead_levels(p, options, lambda sp: asked.append(sp.path) or solve_split(sp, options))
+    plan_top_down(p, solver, "probe")
+    assert asked and all(p.array.at(path).left.is_leaf and p.array.at(path).right.is_leaf for path in asked)
+
+
+def test_raised_tables_at_a_group_bound_that_groups_halves():
+    """raised_tables at a group below the root raises each side's compute to at least that
+    side's own per-node bound, never lowers it, and leaves the states alone."""
+    from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
+    from parplan.solvers.bound import node_bounds, raised_tables
+    from parplan.solvers.hierarchy import plan_top_down
+    from parplan.solvers.dp import solve_split
+
+    p = Problem(get_model("alexnet"), parse_array("tpu-v2:4,tpu-v3:4"), batch=64)
+    seen = []
+
+    def solve(sp):
+        seen.append(sp)
+        return solve_split(sp, PlanOptions())
+
+    plan_top_down(p, solve, "probe")
+    sp = next(s for s in seen if s.path == "L")
+    group = p.array.at("L")
+    options = PlanOptions(share_grid=4)
+    plain = split_tables(sp, options)
+    bounds = node_bounds(p)
+    raised = raised_tables(p, sp, options, solver=bounds, group=group)
+    lifted = 0
+    for v, (a, b) in enumerate(zip(plain, raised)):
+        assert a.choices == b.choices and (a.lo == b.lo).all()
+        assert (b.compute >= a.compute).all()
+        lifted += int((b.compute > a.compute * (1 + 1e-9)).sum())
+    assert lifted > 0

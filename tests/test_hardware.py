@@ -5,7 +5,7 @@ import math
 import pytest
 
 from parplan.costmodel.hardware import load_devices, parse_array
-from parplan.errors import HardwareError
+from parplan.errors import ConfigError, HardwareError
 
 
 def test_published_tpu_figures():
@@ -61,3 +61,11 @@ def test_bad_device_file(tmp_path):
     f.write_text("[x]\nflops_per_s = -1\n")
     with pytest.raises(HardwareError, match="device 'x': missing"):
         load_devices(f)
+
+
+def test_group_at_a_path():
+    a = parse_array("tpu-v2:2,tpu-v3:2")
+    assert a.at("") is a and a.at("LR") is a.left.right and a.at("R").count == 2
+    for bad in ("LRL", "X"):
+        with pytest.raises(ConfigError, match="has no group"):
+            a.at(bad)

@@ -30,7 +30,7 @@ from typing import Iterator, Mapping
 
 from parplan.costmodel.collective import Collective, parse_collective
 from parplan.costmodel.dims import Device
-from parplan.errors import HardwareError
+from parplan.errors import ConfigError, HardwareError
 from parplan.readers import parse_json, parse_toml, read_text
 
 _FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
@@ -134,6 +134,15 @@ class ArrayNode:
     def min_memory_bytes(self) -> float:
         """Smallest device memory in the group (bytes)."""
         return min(d.memory_bytes for d in self.devices())
+
+    def at(self, path: str) -> "ArrayNode":
+        """The group at ``path`` below this one (``""``: this one; each L / R a step down)."""
+        group = self
+        for step in path:
+            if group.is_leaf or step not in "LR":
+                raise ConfigError(f"array {self.describe()} has no group '{path}'")
+            group = group.left if step == "L" else group.right
+        return group
 
     def inner_nodes(self, path: str = "") -> Iterator[tuple[str, "ArrayNode"]]:
         """(path, node) of every inner node, pre-order; the root is ``""``, children add L/R."""

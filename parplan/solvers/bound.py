@@ -55,7 +55,7 @@ from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 
-__all__ = ["GlobalBound", "hierarchy_bound", "root_dp_bound", "pair_bound", "global_bound", "raised_tables",
+__all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pair_bound", "global_bound", "raised_tables",
            "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES"]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
@@ -79,12 +79,19 @@ class _Bound:
         self.collective = problem.array.collective is not None
         self.grid = grid
         self.memo: dict[tuple, float] = {}
+        self.memos: dict[int, dict[tuple, float]] = {}
         self.sig: dict[int, int] = {}
         self.ids: dict[tuple, int] = {}
         self.devices: dict[int, object] = {}
         self.sides: dict[int, object] = {}
         self.same: dict[int, bool] = {}
         self.problem = problem
+
+    def use(self, v: int) -> None:
+        """Bound node ``v`` from now on: its memo (keys hold a group and the sizes a split scales,
+        B, Di and Do; the node's other sizes and its choices are fixed, so the memo stays valid
+        for every split that asks about ``v``)."""
+        self.memo = self.memos.setdefault(v, {})
 
     def signature(self, group: ArrayNode) -> int:
         """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
@@ -312,24 +319,26 @@ def matching_gain(gains: dict[tuple[int, int], float]) -> float:
 
 
 def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: _Bound | None = None,
-                  per_node: list | None = None):
-    """The root split's state tables with each side's compute for a node raised to ``max`` of
-    its compute on one summed device and the per-node bound of :func:`hierarchy_bound` for
-    that half (at the share that leaves the half least work, for an interval state). Both are
-    lower bounds on the half's time, so a DP over these tables still bounds (``relaxed``) or
-    estimates the split better: a half is no longer assumed to reach its summed throughput
-    when its own reductions would cost more than they save. ``per_node``: a list that receives
-    each node's :func:`hierarchy_bound` term too, from the same memo (one pass for both)."""
+                  per_node: list | None = None, group: ArrayNode | None = None):
+    """The state tables of split ``sp`` (of ``group``, default the root) with each side's
+    compute for a node raised to ``max`` of its compute on one summed device and the per-node
+    bound of :func:`hierarchy_bound` for that half (at the share that leaves the half least
+    work, for an interval state). Both are lower bounds on the half's time, so a DP over these
+    tables still bounds (``relaxed``) or estimates the split better: a half is no longer
+    assumed to reach its summed throughput when its own reductions would cost more than they
+    save. ``per_node``: a list that receives each node's :func:`hierarchy_bound` term at
+    ``group`` too, from the same memo (one pass for both). ``solver``: bounds to reuse (their
+    memos stay valid across splits)."""
     from dataclasses import replace
 
     from parplan.costmodel.split import split_tables
 
-    array = problem.array
+    array = group if group is not None else problem.array
     tables = split_tables(sp, options, relaxed)
     solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
     raised = []
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
-        solver.memo.clear()  # the memo holds one node's LB_g(d)
+        solver.use(v)
         d = sp.dims[v]
         if per_node is not None:
             per_node.append(solver.lb(array, d, node.choices))
@@ -383,11 +392,17 @@ def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> G
     dims = problem.root_dims()
     solver = _Bound(problem, share_grid)
     nodes = []
-    for node, d in zip(problem.planning.nodes, dims):
-        solver.memo.clear()  # the memo holds one node's LB_g(d)
+    for v, (node, d) in enumerate(zip(problem.planning.nodes, dims)):
+        solver.use(v)
         nodes.append(solver.lb(problem.array, d, node.choices))
     total = math.fsum(nodes)
     return GlobalBound(total, tuple(nodes), share_grid)
+
+
+def node_bounds(problem: Problem) -> _Bound:
+    """Memoised per-node bounds ``LB_g(d)`` for any group of ``problem.array`` (for
+    :func:`raised_tables` at many splits: one memo per node, kept across them)."""
+    return _Bound(problem, DEFAULT_BOUND_GRID)
 
 
 #: Arrays up to this many devices also get the pair bound (:func:`pair_bound`): on 16 H100s it
