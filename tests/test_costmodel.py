@@ -301,3 +301,19 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
     plan = data.draw(executor_plans(p))
     step, memory = reference_evaluate(p, plan)
     assert math.isclose(evaluate(p, plan).step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
+
+
+def test_scaled_dims_equal_constructed_ones():
+    """LayerDims.scaled bypasses the frozen dataclass's __init__: its copies must equal (and hash
+    like) the constructor's, keep every other field, and leave the original alone."""
+    import dataclasses
+
+    from parplan.costmodel.dims import ElementOp, LayerDims
+
+    d = LayerDims(32.0, 64.0, 128.0, 49, 196, 9, 2, (ElementOp("gelu", 8.0, 2.0, 1.0),), (), 3.0, 4, 2)
+    s = d.scaled(0.5, 0.25, 2.0)
+    want = dataclasses.replace(d, batch=16.0, in_features=16.0, out_features=256.0)
+    assert s == want and hash(s) == hash(want) and vars(s) == vars(want)
+    assert d.batch == 32.0 and d.in_features == 64.0 and d.out_features == 128.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.batch = 1.0

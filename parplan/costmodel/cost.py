@@ -180,12 +180,24 @@ def intra_elements(dims: LayerDims, choice: Choice) -> float:
     (docs/costmodel.md section 2): the partial sum its type leaves (a join's ROWS: the gradients
     of the embedding tables it reads), plus the row statistics of its layer norms when the
     split divides its output columns."""
-    size = tensor_elements(dims, PARTIAL_TENSOR[choice]) if isinstance(choice, PartitionType) else 0.0
-    if choice is Layout.ROWS:  # a join reading embedding tables: their gradients
-        size = dims.weight_elements
-    if ports(choice).give_out is Layout.COLS:  # layer norms on divided columns: row statistics
+    tensor, statistics = _INTRA_RULES[choice._value_]
+    size = tensor_elements(dims, tensor) if tensor is not None else 0.0
+    if statistics:
         size = size + dims.row_exchange_elements
     return size
+
+
+def _intra_rule(choice: Choice) -> tuple[Tensor | None, bool]:
+    """(the full-size partial sum ``choice`` leaves, whether it divides its output columns)."""
+    tensor = PARTIAL_TENSOR[choice] if isinstance(choice, PartitionType) else None
+    if choice is Layout.ROWS:  # a join reading embedding tables: their gradients
+        tensor = Tensor.WEIGHT
+    return tensor, ports(choice).give_out is Layout.COLS  # layer norms on divided columns: row statistics
+
+
+#: :func:`intra_elements`'s rule per choice, by the choice's value (types and join layouts have
+#: distinct values; a string key is hashed in C, an enum member in Python).
+_INTRA_RULES = {c.value: _intra_rule(c) for c in (*PartitionType, *Layout)}
 
 
 @dataclass(frozen=True)

@@ -162,10 +162,16 @@ class LayerDims:
         return w * (2.0 * bytes_per_element + optimizer_bytes_per_param) + self.stored_elements * bytes_per_element
 
     def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
-        """A copy with B, Di, Do multiplied by the given factors."""
-        return LayerDims(self.batch * batch, self.in_features * in_features, self.out_features * out_features,
-                         self.in_spatial, self.out_spatial, self.kernel, self.groups, self.out_ops, self.in_ops,
-                         self.tables, self.experts, self.active)
+        """A copy with B, Di, Do multiplied by the given factors. (Built without the frozen
+        dataclass's ``__init__``, which costs twice as much: planners and bounds scale dims
+        millions of times. The instance dict holds exactly the fields: no cached properties.)"""
+        new = object.__new__(LayerDims)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields["batch"] = self.batch * batch
+        fields["in_features"] = self.in_features * in_features
+        fields["out_features"] = self.out_features * out_features
+        return new
 
 
 @dataclass(frozen=True)
