@@ -408,8 +408,12 @@ def test_joint_quick(tmp_path):
     table = joint.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "joint")
     _has_columns(csv, ["model", "array", "shares", "accpar_step_s", "status", "joint_step_s", "joint_bound_s",
-                       "global_bound_s", "dp_over_joint", "joint_over_bound"])
+                       "global_bound_s", "dp_over_joint", "joint_over_bound", "portfolio_step_s",
+                       "portfolio_over_joint"])
     assert len(table) == len(joint.QUICK["models"]) * len(joint.QUICK["arrays"])
+    # the portfolio tries the top-down DP first, and no plan beats the global bound
+    assert (table.portfolio_step_s <= table.accpar_step_s * (1 + 1e-12)).all()
+    assert (table.global_bound_s <= table.portfolio_step_s * (1 + 1e-9)).all()
     assert (table.status == "optimal").all()
     # the joint optimum (started from the DP plan) is no slower than it, and no faster than either bound
     assert (table.joint_step_s <= table.accpar_step_s * (1 + 1e-9)).all()
