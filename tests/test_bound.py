@@ -280,3 +280,20 @@ def test_raised_tables_at_a_group_bound_that_groups_halves():
         assert (b.compute >= a.compute).all()
         lifted += int((b.compute > a.compute * (1 + 1e-9)).sum())
     assert lifted > 0
+
+
+def test_repeated_layers_share_their_bounds_exactly():
+    """hierarchy_bound shares one memo among layers with the same sizes and choices (ResNet's
+    repeated blocks; element-wise ops differ only by name): every node's term equals the one a
+    fresh solver computes for that node alone, and the memos are fewer than the nodes."""
+    from parplan.solvers.bound import DEFAULT_BOUND_GRID, _Bound
+
+    p = Problem(get_model("resnet18"), parse_array("tpu-v2:2,tpu-v3:2"), batch=64)
+    shared = _Bound(p, DEFAULT_BOUND_GRID)
+    nodes = p.planning.nodes
+    terms = hierarchy_bound(p).node_s
+    for v, (node, d) in enumerate(zip(nodes, p.root_dims())):
+        shared.use(d, node.choices)
+        alone = _Bound(p, DEFAULT_BOUND_GRID)
+        assert shared.lb(p.array, d, node.choices) == alone.lb(p.array, d, node.choices) == terms[v]
+    assert len(shared.memos) < len(nodes)

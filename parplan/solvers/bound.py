@@ -46,11 +46,11 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parplan.costmodel.cost import intra_elements, receive_seconds, scale_for_sides, side_dims
 from parplan.costmodel.layout import Layout, PartitionType
-from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.dims import ElementOp, LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
@@ -71,6 +71,18 @@ class GlobalBound:
     share_grid: int
 
 
+#: The sizes of LayerDims a split scales (a bound's memo keys hold them).
+_SCALED = frozenset(("batch", "in_features", "out_features"))
+
+
+def _unnamed(value):
+    """A LayerDims field without the names of its element-wise ops (they name the graph layers
+    they come from; the costs do not read them)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], ElementOp):
+        return tuple(replace(op, name="") for op in value)
+    return value
+
+
 class _Bound:
     """Memoised ``LB_g(d)`` for one node's choices over the array's groups."""
 
@@ -79,7 +91,7 @@ class _Bound:
         self.collective = problem.array.collective is not None
         self.grid = grid
         self.memo: dict[tuple, float] = {}
-        self.memos: dict[int, dict[tuple, float]] = {}
+        self.memos: dict[tuple, dict[tuple, float]] = {}
         self.sig: dict[int, int] = {}
         self.ids: dict[tuple, int] = {}
         self.devices: dict[int, object] = {}
@@ -87,11 +99,13 @@ class _Bound:
         self.same: dict[int, bool] = {}
         self.problem = problem
 
-    def use(self, v: int) -> None:
-        """Bound node ``v`` from now on: its memo (keys hold a group and the sizes a split scales,
-        B, Di and Do; the node's other sizes and its choices are fixed, so the memo stays valid
-        for every split that asks about ``v``)."""
-        self.memo = self.memos.setdefault(v, {})
+    def use(self, dims: LayerDims, choices) -> None:
+        """Bound a node with ``dims`` and ``choices`` from now on. Memo keys hold a group and
+        the sizes a split scales (B, Di and Do), so one memo serves every node whose other sizes
+        and choices are these (repeated blocks: ResNet-152's 36 identical bottlenecks of a
+        stage share theirs), at every split that asks."""
+        kind = (tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED), tuple(choices))
+        self.memo = self.memos.setdefault(kind, {})
 
     def signature(self, group: ArrayNode) -> int:
         """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
@@ -270,8 +284,6 @@ def _interval_table(d: LayerDims, choices, sets, side):
     """The state table of ``choices`` x share intervals ``sets`` for communication only: built
     at each interval's midpoint (same work flags, so the same reductions) with the interval's
     ends put back; its compute columns are unused (the bound takes the children's bounds)."""
-    from dataclasses import replace
-
     import numpy as np
 
     from parplan.costmodel.cost import StateTable
@@ -329,8 +341,6 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
     save. ``per_node``: a list that receives each node's :func:`hierarchy_bound` term at
     ``group`` too, from the same memo (one pass for both). ``solver``: bounds to reuse (their
     memos stay valid across splits)."""
-    from dataclasses import replace
-
     from parplan.costmodel.split import split_tables
 
     array = group if group is not None else problem.array
@@ -338,8 +348,8 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
     solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
     raised = []
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
-        solver.use(v)
         d = sp.dims[v]
+        solver.use(d, node.choices)
         if per_node is not None:
             per_node.append(solver.lb(array, d, node.choices))
         compute, steps = t.compute.copy(), t.steps.copy()
@@ -393,7 +403,7 @@ def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> G
     solver = _Bound(problem, share_grid)
     nodes = []
     for v, (node, d) in enumerate(zip(problem.planning.nodes, dims)):
-        solver.use(v)
+        solver.use(d, node.choices)
         nodes.append(solver.lb(problem.array, d, node.choices))
     total = math.fsum(nodes)
     return GlobalBound(total, tuple(nodes), share_grid)
