@@ -92,13 +92,27 @@ def test_level_sets_group_interchangeable_groups():
     assert sorted(mixed.values()) == [[""], ["L"], ["R"]]
 
 
-def test_certify_reports_the_polished_plan(capsys):
+def test_certify_reports_the_portfolio_and_the_polished_plan(capsys):
+    """certify's whole-array figures include the plan `parplan plan` gives (the portfolio, whose
+    look-ahead at every level beats the plain DP here and reaches the joint optimum) and the
+    polish of the better plan; other planners have no portfolio."""
+    import json
+
     p = Problem(get_model("lenet-c"), parse_array("h100:8"), batch=512)
     c = certify(p, "accpar", "highs", planner_options("accpar", shares="half"))
-    assert c.polished_s is not None and c.polished_s < c.dp_objective
-    assert c.best_s == c.polished_s and not c.contradictions
-    assert main(["certify", "--model", "lenet-c", "--array", "h100:8", "--shares", "half", "--backend", "highs"]) == 0
-    assert f"polished DP {c.polished_s * 1e3:.9f} ms" in capsys.readouterr().out
+    assert c.portfolio_selected == "lookahead-levels"
+    assert c.portfolio_s == pytest.approx(evaluate(p, make_plan(p, "accpar", shares="half")).step_time_s, rel=1e-12)
+    assert c.portfolio_s < c.dp_objective
+    assert c.polished_s is not None and c.polished_s <= c.portfolio_s
+    assert c.best_s == min(c.polished_s, c.portfolio_s) and not c.contradictions
+    argv = ["certify", "--model", "lenet-c", "--array", "h100:8", "--shares", "half", "--backend", "highs"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"polished DP {c.polished_s * 1e3:.9f} ms" in out and "lookahead-levels selected" in out
+    assert main(argv + ["--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["portfolio_step_time_s"] == pytest.approx(c.portfolio_s, rel=1e-12)
+    small = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
+    assert certify(small, "hypar", "highs").portfolio_s is None
 
 
 def test_plan_polish_flag(capsys):
@@ -121,3 +135,4 @@ def test_certify_polishes_small_problems_only(model, array, expected):
     from parplan.solvers.polish import auto_polish
 
     assert auto_polish(Problem(get_model(model), parse_array(array), batch=64)) is expected
+

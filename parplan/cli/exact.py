@@ -194,7 +194,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
         "dp_objective": dp_price, "exact_objective": exact_price, "bound": cert.bound,
         "dp_minus_exact_rel": rel, "exact_gap": cert.gap, "dp_gap_to_bound": gap_dp,
         "dp_s": dp_s, "exact_s": exact_s, "solver": f"{cert.solver} {cert.version}",
-        "polished_step_time_s": c.polished_s, "best_step_time_s": c.best_s, "global_bound_s": c.global_bound_s, "global_gap": c.global_gap,
+        "polished_step_time_s": c.polished_s, "portfolio_step_time_s": c.portfolio_s,
+        "portfolio_selected": c.portfolio_selected, "best_step_time_s": c.best_s, "global_bound_s": c.global_bound_s, "global_gap": c.global_gap,
         "memory_limit": args.memory_limit, "contradictions": bad, "message": cert.message,
     }
     if save:
@@ -226,8 +227,12 @@ def cmd_certify(args: argparse.Namespace) -> int:
         print(f"  DP - exact  {'n/a' if rel is None else f'{rel:.3e}'} (relative)")
         print(f"  exact gap   {'n/a' if cert.gap is None else f'{cert.gap:.3e}'}; DP gap to bound "
               f"{'n/a' if gap_dp is None else f'{gap_dp:.3e}'}")
+        if c.portfolio_s is not None:
+            print(f"  portfolio   {fmt(c.portfolio_s)}   (`parplan plan`'s accpar: every level criterion, "
+                  f"{c.portfolio_selected} selected)")
         if c.polished_s is not None:
-            print(f"  polished DP {fmt(c.polished_s)}   (multi-level moves priced by the evaluator)")
+            print(f"  polished DP {fmt(c.polished_s)}   (multi-level moves priced by the evaluator, from the better "
+                  "plan)")
         if c.global_bound_s is not None:
             print(f"  whole array best plan {fmt(c.best_s)}, global bound {fmt(c.global_bound_s)} (every plan of "
                   f"the hierarchy, any shares), global gap {'n/a' if c.global_gap is None else f'{c.global_gap:.2%}'}")
