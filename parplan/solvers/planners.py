@@ -184,10 +184,11 @@ def _solver(opts: PlanOptions, notes: list[str]) -> Callable:
     return solve
 
 
-def _lookahead_root(problem: Problem, opts: PlanOptions) -> Split | None:
+def _lookahead_root(problem: Problem, opts: PlanOptions, bounds=None) -> Split | None:
     """The root split with each half priced by its own bound (the DP over
     :func:`parplan.solvers.bound.raised_tables`, shares on a grid of at most
-    :data:`LOOKAHEAD_GRID`); None where the tables are too large or compat rules apply."""
+    :data:`LOOKAHEAD_GRID`); None where the tables are too large or compat rules apply.
+    ``bounds``: per-node bounds to reuse (:func:`parplan.solvers.bound.node_bounds`)."""
     if problem.compat is not None:
         return None
     from parplan.costmodel.split import SplitProblem
@@ -197,22 +198,22 @@ def _lookahead_root(problem: Problem, opts: PlanOptions) -> Split | None:
     o = replace(opts, share_grid=min(opts.share_grid, LOOKAHEAD_GRID))
     sp = SplitProblem.root(problem)
     try:
-        return frontier_dp(sp, o, tables=raised_tables(problem, sp, o))[1]
+        return frontier_dp(sp, o, tables=raised_tables(problem, sp, o, solver=bounds))[1]
     except TableTooLarge:
         return None
 
 
-def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable) -> Callable | None:
+def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable, bounds=None) -> Callable | None:
     """A split solver that plans every split whose halves are groups with each half priced by
     its own bound (the DP over :func:`parplan.solvers.bound.raised_tables` at that group), and
     the others (single-device halves, tables too large) with ``solver``; None under compat
-    rules. The bounds' memos are kept across splits."""
+    rules. The bounds' memos are kept across splits (``bounds``: ones to reuse)."""
     if problem.compat is not None:
         return None
     from parplan.solvers.bound import node_bounds, raised_tables
     from parplan.solvers.dp import frontier_dp
 
-    bounds = node_bounds(problem)
+    bounds = bounds if bounds is not None else node_bounds(problem)
 
     def solve(sp):
         group = problem.array.at(sp.path)
@@ -223,6 +224,12 @@ def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable) -> 
         except TableTooLarge:
             return solver(sp)
     return solve
+
+
+def _node_bounds(problem: Problem):
+    from parplan.solvers.bound import node_bounds
+
+    return node_bounds(problem)
 
 
 def _with_root(root: Split, solver: Callable) -> Callable:
@@ -269,16 +276,19 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         return Plan(plan.splits, planner="accpar", info={**info, "selected": "accpar"})
     best: tuple[float, str, Plan] | None = None
     first: Plan | None = None
+    bounds = None  # the look-ahead criteria's per-node bounds, shared (made when first needed)
     for label, candidate in PORTFOLIO:
         o = opts if candidate is None else replace(candidate, share_grid=opts.share_grid)
         solver = _solver(o, notes)
         if label == "lookahead":
-            root = _lookahead_root(problem, o) if problem.array.count <= LOOKAHEAD_MAX_DEVICES else None
+            bounds = bounds or _node_bounds(problem)
+            root = _lookahead_root(problem, o, bounds) if problem.array.count <= LOOKAHEAD_MAX_DEVICES else None
             if root is None or root == first.splits[""]:
                 continue  # nothing to try, or the same root split as AccPar's: the same plan
             solver = _with_root(root, solver)
         if label == "lookahead-levels":
-            solver = _lookahead_levels(problem, o, solver)
+            bounds = bounds or _node_bounds(problem)
+            solver = _lookahead_levels(problem, o, solver, bounds)
             if solver is None:
                 continue
         plan = plan_top_down(problem, solver, "accpar", progress)
