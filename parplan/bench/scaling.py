@@ -103,12 +103,16 @@ def _graph(kind: str, size: int, seed: int):
 
 def _best_wall(fn, repeats: int, budget_s: float = POINT_BUDGET_S) -> tuple[float, float]:
     """(best wall seconds, CPU seconds of that run) over up to ``repeats`` runs, fewer once the
-    point has used ``budget_s``; the garbage collector is off while timing (as in ``timeit``)."""
+    point has used ``budget_s``; the garbage collector is off while timing (as in ``timeit``),
+    and every run starts from an empty memo of node terms (a warm one would price nothing)."""
     import gc
+
+    from parplan.costmodel.split import clear_memo
 
     best = (math.inf, math.inf)
     spent = 0.0
     for _ in range(repeats):
+        clear_memo()
         enabled = gc.isenabled()
         gc.disable()
         try:
