@@ -226,12 +226,6 @@ def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable, bou
     return solve
 
 
-def _node_bounds(problem: Problem):
-    from parplan.solvers.bound import node_bounds
-
-    return node_bounds(problem)
-
-
 def _with_root(root: Split, solver: Callable) -> Callable:
     """``solver``, except that the root split is ``root``."""
     def solve(sp):
@@ -268,6 +262,7 @@ PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
 
 def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) -> Plan:
     from parplan.costmodel.evaluate import evaluate  # local: planners do not price, they select
+    from parplan.solvers.bound import node_bounds
 
     info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
     if problem.array.depth <= 1:
@@ -281,13 +276,13 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         o = opts if candidate is None else replace(candidate, share_grid=opts.share_grid)
         solver = _solver(o, notes)
         if label == "lookahead":
-            bounds = bounds or _node_bounds(problem)
+            bounds = bounds or node_bounds(problem)
             root = _lookahead_root(problem, o, bounds) if problem.array.count <= LOOKAHEAD_MAX_DEVICES else None
             if root is None or root == first.splits[""]:
                 continue  # nothing to try, or the same root split as AccPar's: the same plan
             solver = _with_root(root, solver)
         if label == "lookahead-levels":
-            bounds = bounds or _node_bounds(problem)
+            bounds = bounds or node_bounds(problem)
             solver = _lookahead_levels(problem, o, solver, bounds)
             if solver is None:
                 continue
