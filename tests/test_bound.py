@@ -120,6 +120,50 @@ def test_pair_bound_prices_re_layouts_the_per_node_bound_drops(model):
     assert global_bound(p).bound_s == pytest.approx(max(pair, root_dp_bound(p)), rel=1e-12)
 
 
+def test_pair_budget_takes_the_largest_tensors_first_and_every_subset_bounds():
+    """A budget stops the pair bound between edges: no budget left gives the per-node bound,
+    a small one the gains of the edges with the largest tensors (unchanged), and any subset of
+    gains is still a bound. Memos shared with the per-node bound give the same gains."""
+    from parplan.solvers.bound import _both, matching_gain, node_bounds, pair_gains
+
+    p = Problem(get_model("lenet"), parse_array("h100:16"), batch=512)
+    per_node = hierarchy_bound(p)
+    full = pair_gains(p, per_node.node_s)
+    assert pair_gains(p, per_node.node_s, budget=0) == {}
+    assert pair_bound(p, per_node, budget=0) == per_node.bound_s
+    some = pair_gains(p, per_node.node_s, budget=1)  # one edge: the first is started, then none
+    dims, pg = p.root_dims(), p.planning
+    size = {(w, u): max(pg.nodes[u].fractions[q] for v, q in pg.out_edges[w] if v == u) * dims[u].in_elements
+            for w, u in full}
+    assert list(some) == [max(full, key=lambda e: (size[e], -list(full).index(e)))]
+    assert all(some[e] == full[e] for e in some)
+    solver = node_bounds(p)
+    _both(p, solver=solver)  # warms the per-kind memos the pair bound then shares
+    assert pair_gains(p, per_node.node_s, solver=solver) == pytest.approx(full, rel=1e-12)
+    plan_s = evaluate(p, make_plan(p, "accpar")).step_time_s
+    assert per_node.bound_s <= per_node.bound_s + matching_gain(some) <= pair_bound(p, per_node) <= plan_s
+
+
+def test_large_arrays_get_the_pair_bound_within_its_budget(monkeypatch):
+    """Above PAIR_MAX_DEVICES the global bound runs the pair bound with PAIR_BUDGET."""
+    from parplan.solvers import bound
+
+    seen = []
+    real = bound.pair_gains
+
+    def spy(problem, per_node, **kw):
+        seen.append(kw.get("budget"))
+        return real(problem, per_node, **kw)
+
+    monkeypatch.setattr(bound, "pair_gains", spy)
+    small = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
+    monkeypatch.setattr(bound, "PAIR_MAX_DEVICES", 2)
+    monkeypatch.setattr(bound, "PAIR_BUDGET", 50)
+    got = global_bound(small).bound_s
+    assert seen == [50]
+    assert got >= max(hierarchy_bound(small).bound_s, root_dp_bound(small))
+    assert got <= evaluate(small, make_plan(small, "accpar")).step_time_s * (1 + 1e-9)
+
 def test_compat_problems_are_refused():
     p = Problem(get_model("lenet"), parse_array("h100:2"), batch=8, compat="hypar")
     with pytest.raises(ConfigError, match="parplan's own cost model"):

@@ -56,7 +56,7 @@ from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 
 __all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pair_bound", "global_bound", "raised_tables",
-           "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES"]
+           "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES", "PAIR_BUDGET"]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
@@ -98,6 +98,14 @@ class _Bound:
         self.sides: dict[int, object] = {}
         self.same: dict[int, bool] = {}
         self.problem = problem
+
+    def twin(self) -> "_Bound":
+        """A second cursor over the same memos (one per node kind) and group tables, to bound
+        two nodes side by side (the pair bound)."""
+        other = object.__new__(_Bound)
+        other.__dict__.update(self.__dict__)
+        other.memo = {}
+        return other
 
     def use(self, dims: LayerDims, choices) -> None:
         """Bound a node with ``dims`` and ``choices`` from now on. Memo keys hold a group and
@@ -200,18 +208,28 @@ class _Pair:
 
     The value is also at least ``LB(w) + LB(u)``."""
 
-    def __init__(self, problem: Problem, w: int, u: int, fraction: float, single: dict, grid: int):
+    def __init__(self, problem: Problem, w: int, u: int, fraction: float, single: dict, grid: int,
+                 tables: dict | None = None):
         self.problem, self.w, self.u, self.fraction, self.grid = problem, w, u, fraction, grid
         nodes = problem.planning.nodes
         self.choices = (nodes[w].choices, nodes[u].choices)
         self.single = (single[w], single[u])  # the per-node bounds (their memos kept across edges)
         self.memo: dict[tuple, float] = {}
+        self.tables = {} if tables is None else tables  # interval tables, shared across edges
+        self.misses = 0  # (group, dims) cells evaluated: the work done
+
+    def _table(self, group: ArrayNode, d: LayerDims, choices, sets, side):
+        key = (self.single[0].signature(group), d, choices)
+        if key not in self.tables:
+            self.tables[key] = _interval_table(d, choices, sets, side)
+        return self.tables[key]
 
     def lb(self, group: ArrayNode, dw: LayerDims, du: LayerDims) -> float:
         bw, bu = self.single
         key = (bw.signature(group), dw, du)
         if key in self.memo:
             return self.memo[key]
+        self.misses += 1
         alone = bw.lb(group, dw, self.choices[0]) + bu.lb(group, du, self.choices[1])
         if group.is_leaf:
             self.memo[key] = alone
@@ -260,7 +278,7 @@ class _Pair:
 
         side = self.problem.side_spec(group)
         sets = share_intervals(share_points(side, ShareMode.FREE, self.grid))
-        tw, tu = (_interval_table(d, c, sets, side) for d, c in ((dw, self.choices[0]), (du, self.choices[1])))
+        tw, tu = (self._table(group, d, c, sets, side) for d, c in ((dw, self.choices[0]), (du, self.choices[1])))
         iw, iu = np.arange(tw.size)[:, None], np.arange(tu.size)[None, :]
         leaf_pair = bool(group.left.is_leaf and group.right.is_leaf)
         mine = node_terms([tw, tu], side, [(self.fraction * du.in_elements, (1,))], 0, {0: iw, 1: iu}, None, leaf_pair)
@@ -299,22 +317,38 @@ def _scaled(d: LayerDims, choice, a: float, i: int) -> LayerDims:
     return scale_for_sides(d, choice, a)[i]
 
 
-def pair_gains(problem: Problem, per_node: tuple[float, ...], grid: int = PAIR_GRID) -> dict[tuple[int, int], float]:
+def pair_gains(problem: Problem, per_node: tuple[float, ...], grid: int = PAIR_GRID, solver: _Bound | None = None,
+               budget: int | None = None) -> dict[tuple[int, int], float]:
     """Per edge ``(w, u)``: how much :class:`_Pair` raises ``t(w) + t(u)`` above the two
-    per-node bounds ``per_node`` at the root (>= 0)."""
+    per-node bounds ``per_node`` at the root (>= 0). Edges are taken largest tensor first;
+    with a ``budget``, no edge is started once that many (group, dims) cells have been
+    evaluated, and the edges left out get no gain (each gain bounds its own edge, so any
+    subset still gives a bound). ``solver``: per-node bounds whose memos to share."""
     pg = problem.planning
     dims = problem.root_dims()
-    single: dict[int, _Bound] = {}
-    gains = {}
+    solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
+    edges = []
     for w in range(len(pg.nodes)):
         fractions: dict[int, float] = {}
         for v, port in pg.out_edges[w]:
             fractions[v] = max(fractions.get(v, 0.0), pg.nodes[v].fractions[port])
-        for u, fraction in fractions.items():
-            for x in (w, u):
-                single.setdefault(x, _Bound(problem, DEFAULT_BOUND_GRID))
-            value = _Pair(problem, w, u, fraction, single, grid).lb(problem.array, dims[w], dims[u])
-            gains[(w, u)] = max(0.0, value - per_node[w] - per_node[u])
+        edges.extend((w, u, fraction) for u, fraction in fractions.items())
+    edges.sort(key=lambda e: -e[2] * dims[e[1]].in_elements)
+    single: dict[int, _Bound] = {}
+    tables: dict = {}
+    gains = {}
+    work = 0
+    for w, u, fraction in edges:
+        if budget is not None and work >= budget:
+            break
+        for x in (w, u):
+            if x not in single:
+                single[x] = solver.twin()
+                single[x].use(dims[x], pg.nodes[x].choices)
+        pair = _Pair(problem, w, u, fraction, single, grid, tables)
+        value = pair.lb(problem.array, dims[w], dims[u])
+        work += pair.misses
+        gains[(w, u)] = max(0.0, value - per_node[w] - per_node[u])
     return gains
 
 
@@ -371,7 +405,7 @@ def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
     return _both(problem, share_grid)[1]
 
 
-def _both(problem: Problem, share_grid: int = 16) -> tuple[GlobalBound, float]:
+def _both(problem: Problem, share_grid: int = 16, solver: _Bound | None = None) -> tuple[GlobalBound, float]:
     """(:func:`hierarchy_bound`, :func:`root_dp_bound`) in one pass over the nodes."""
     from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.dp import frontier_dp
@@ -383,7 +417,7 @@ def _both(problem: Problem, share_grid: int = 16) -> tuple[GlobalBound, float]:
     sp = SplitProblem.root(problem)
     options = PlanOptions(share_grid=share_grid)
     nodes: list[float] = []
-    tables = raised_tables(problem, sp, options, relaxed=True, per_node=nodes)
+    tables = raised_tables(problem, sp, options, relaxed=True, per_node=nodes, solver=solver)
     per_node = GlobalBound(math.fsum(nodes), tuple(nodes), DEFAULT_BOUND_GRID)
     return per_node, frontier_dp(sp, options, relaxed=True, tables=tables)[0]
 
@@ -415,31 +449,39 @@ def node_bounds(problem: Problem) -> _Bound:
     return _Bound(problem, DEFAULT_BOUND_GRID)
 
 
-#: Arrays up to this many devices also get the pair bound (:func:`pair_bound`): on 16 H100s it
-#: costs 0.1-1 s; on tpu-v2:64,tpu-v3:64 it took 6-45 s per zoo CNN and raised only the small
-#: networks' bounds (LeNet's gap 32.8% -> 25.9%), so larger arrays skip it.
+#: Arrays up to this many devices get the whole pair bound (:func:`pair_bound`): on 16 H100s
+#: it costs 0.1-1 s per zoo CNN.
 PAIR_MAX_DEVICES = 32
+#: Larger arrays get it within a budget of this many (group, dims) cells, edges with the largest
+#: tensors first: on tpu-v2:64,tpu-v3:64 a cell costs about 1 ms (about 1,000 per edge), so
+#: about 5 s per model. LeNet, LeNet-C and CIFAR-C finish within it and their bounds rise
+#: 2-5%; on the larger networks the root-split bound is the higher one anyway.
+PAIR_BUDGET = 5_000
 
 
-def pair_bound(problem: Problem, per_node: GlobalBound | None = None) -> float:
+def pair_bound(problem: Problem, per_node: GlobalBound | None = None, solver: _Bound | None = None,
+               budget: int | None = None) -> float:
     """The per-node bound raised by the pair bound's gains over a maximum matching of the edges
     (docs/costmodel.md section 8, "Pair bound"): re-layouts between a node and one consumer at
-    every level where the two are split apart."""
+    every level where the two are split apart. ``budget``: see :func:`pair_gains`."""
     _check(problem)
     per_node = per_node or hierarchy_bound(problem)
     if problem.array.is_leaf:
         return per_node.bound_s
-    return per_node.bound_s + matching_gain(pair_gains(problem, per_node.node_s))
+    return per_node.bound_s + matching_gain(pair_gains(problem, per_node.node_s, solver=solver, budget=budget))
 
 
 def global_bound(problem: Problem) -> GlobalBound:
-    """The best of :func:`hierarchy_bound`, :func:`root_dp_bound` and (on arrays of at most
-    :data:`PAIR_MAX_DEVICES` devices) :func:`pair_bound`: all are lower bounds on every plan;
-    ``node_s`` stays the per-node bound's split of its own total."""
-    per_node, root = _both(problem)
+    """The best of :func:`hierarchy_bound`, :func:`root_dp_bound` and :func:`pair_bound` (whole
+    on arrays of at most :data:`PAIR_MAX_DEVICES` devices, within :data:`PAIR_BUDGET` above):
+    all are lower bounds on every plan; ``node_s`` stays the per-node bound's split of its own
+    total."""
+    solver = None if problem.array.is_leaf else node_bounds(problem)
+    per_node, root = _both(problem, solver=solver)
     best = root
-    if problem.array.count <= PAIR_MAX_DEVICES:
-        best = max(best, pair_bound(problem, per_node))
+    if not problem.array.is_leaf:
+        budget = None if problem.array.count <= PAIR_MAX_DEVICES else PAIR_BUDGET
+        best = max(best, pair_bound(problem, per_node, solver, budget))
     if best > per_node.bound_s:
         return GlobalBound(best, per_node.node_s, per_node.share_grid)
     return per_node
