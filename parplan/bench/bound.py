@@ -106,7 +106,8 @@ def _markdown(table: pd.DataFrame) -> str:
         "is cheap, as in `parplan certify`: at most 150 layers and 30,000 layers x levels x splits) the `accpar` "
         "plan after the multi-level polish (docs/costmodel.md "
         "section 7); `bound` is the global lower bound over every plan of the hierarchy with shares anywhere in "
-        "[0, 1] (docs/costmodel.md section 8: per-node, root-split DP and, up to 32 devices, pair bound); `gap` = "
+        "[0, 1] (docs/costmodel.md section 8: per-node, root-split DP and pair bound, the last whole up to 32 "
+        "devices and within a budget of cells above); `gap` = "
         "best / bound - 1, so the global optimum lies within it. `root gap` is the same against the root-split "
         "bound (each half one device of summed throughput), the only global figure before. Goal: "
         f"gap <= {GOAL_GAP:.0%} within {GOAL_S:.0f} s per model (planning, polish and bound).",
