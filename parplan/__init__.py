@@ -6,7 +6,8 @@ The public API (docs/architecture.md lists the layers behind it):
   file, layer table, ONNX or ``file.py:factory``), :func:`parse_array` (``"h100:8"``,
   ``"tpu-v2:64,tpu-v3:64"``, a tree file);
 - :func:`plan` (a named planner: the fast DP path), :func:`solve` (exact MIP, level by level,
-  with a certificate), :func:`certify` (DP vs exact on one problem);
+  with a certificate), :func:`certify` (DP vs exact on one problem), :func:`global_bound` (a
+  lower bound on the step time of every plan of the whole array);
 - :func:`evaluate` (the one evaluator: prices any plan on any problem);
 - :class:`Plan` (``Plan.save`` / ``Plan.load``: plan files, docs/planfile.md).
 
@@ -46,6 +47,7 @@ _EXPORTS = {
     "plan": ("parplan.solvers.planners", "make_plan"),
     "solve": ("parplan.solvers.exact", "solve_exact"),
     "certify": ("parplan.solvers.exact", "certify"),
+    "global_bound": ("parplan.solvers.bound", "global_bound"),
     "read_plan_file": ("parplan.costmodel.planio", "read_plan_file"),
     "ParplanError": ("parplan.errors", "ParplanError"),
     "ConfigError": ("parplan.errors", "ConfigError"),

@@ -89,7 +89,7 @@ def test_help_does_not_import_the_planners_or_the_benchmarks():
 def test_public_api():
     import parplan
 
-    for name in ("Problem", "Plan", "parse_array", "load_model", "plan", "solve", "certify", "evaluate"):
+    for name in ("Problem", "Plan", "parse_array", "load_model", "plan", "solve", "certify", "evaluate", "global_bound"):
         assert name in parplan.__all__ and callable(getattr(parplan, name))
     assert isinstance(parplan.__version__, str) and parplan.__version__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -123,3 +123,40 @@ def test_solve_and_certify_outputs_carry_run_metadata(capsys):
     frame = pd.read_csv(io.StringIO(out))
     assert code == 0 and set(frame.model) == {"lenet"} and set(frame.batch) == {8}
     assert {"planner", "parplan_version", "status"} <= set(frame.columns)
+
+
+def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
+    """``--bound``: the global bound and gap of the plan, in the table and the JSON, with each
+    layer's own bound next to its time; ``evaluate --bound`` gives the same for a saved plan."""
+    import parplan
+    from parplan.solvers.bound import global_bound
+
+    p = parplan.Problem(parplan.load_model("lenet"), parplan.parse_array("h100:4"), batch=512)
+    bound = global_bound(p)
+    ev = parplan.evaluate(p, parplan.plan(p, "accpar"))
+    saved = tmp_path / "p.json"
+    code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--format", "json",
+                         "--save", str(saved))
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["layers"]) == len(p.planning.nodes)  # the report's own layers are kept
+    assert data["global_bound_s"] == pytest.approx(bound.bound_s, rel=1e-12)
+    assert data["global_gap"] == pytest.approx(ev.step_time_s / bound.bound_s - 1, rel=1e-9)
+    rows = data["layer_bounds"]
+    assert [r["bound_s"] for r in rows] == pytest.approx(list(bound.node_s), rel=1e-12)
+    assert [r["time_s"] for r in rows] == pytest.approx(list(ev.node_time_s), rel=1e-12)
+    assert all(r["excess_s"] == pytest.approx(max(0.0, r["time_s"] - r["bound_s"]), abs=1e-18) for r in rows)
+    assert data["per_layer_bound_s"] == pytest.approx(sum(bound.node_s), rel=1e-12)
+    assert data["per_layer_bound_s"] <= data["global_bound_s"] <= data["step_time_s"]
+    code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound")
+    assert code == 0, err
+    gap_line = next(line for line in out.splitlines() if line.startswith("global bound"))
+    assert f"gap {data['global_gap']:.2%}" in gap_line
+    worst = max(rows, key=lambda r: r["excess_s"])
+    listed = out.split("furthest above their own bound")[1].splitlines()[1]
+    assert listed.split()[0] == worst["layer"]
+    code, out, err = run(capsys, "evaluate", "--plan", str(saved), "--bound", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["global_gap"] == pytest.approx(data["global_gap"], rel=1e-12)
+    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--compat", "hypar")
+    assert code != 0 and "global bound is for parplan's own cost model" in err and "Traceback" not in err

@@ -75,6 +75,44 @@ def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict |
     return report, ev
 
 
+#: Layers ``--bound`` lists by how far their time exceeds their own bound.
+BOUND_TOP = 5
+
+
+def bound_figures(problem, plan, progress=None) -> dict:
+    """``--bound``: the global lower bound (docs/costmodel.md section 8), the plan's gap to it,
+    and each layer's own bound (the per-node bound's terms) next to its time in the plan."""
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.solvers.bound import global_bound
+
+    if progress is not None:
+        progress("global bound over the whole hierarchy")
+    bound = global_bound(problem)
+    ev = evaluate(problem, plan)
+    names = [n.name for n in problem.planning.nodes]
+    return {"global_bound_s": bound.bound_s, "global_gap": max(0.0, ev.step_time_s / bound.bound_s - 1.0),
+            "per_layer_bound_s": sum(bound.node_s),
+            "layer_bounds": [{"layer": name, "time_s": t, "bound_s": b, "excess_s": max(0.0, t - b)}
+                       for name, t, b in zip(names, ev.node_time_s, bound.node_s)]}
+
+
+def bound_text(figures: dict) -> str:
+    """The ``--bound`` lines of a table report."""
+    from parplan.reporting.report import format_time
+
+    lines = [f"global bound         {format_time(figures['global_bound_s'])}  -> gap {figures['global_gap']:.2%} "
+             "(no plan of this array's hierarchy, with any shares, is faster)"]
+    top = sorted(figures["layer_bounds"], key=lambda r: -r["excess_s"])[:BOUND_TOP]
+    top = [r for r in top if r["excess_s"] > 0.0]
+    if top:
+        lines.append(f"  the layers furthest above their own bound (each layer alone: "
+                     f"{format_time(figures['per_layer_bound_s'])} in all):")
+        width = max(len(r["layer"]) for r in top)
+        lines += [f"    {r['layer']:<{width}}  {format_time(r['time_s'])} vs {format_time(r['bound_s'])}: "
+                  f"+{format_time(r['excess_s'])}" for r in top]
+    return "\n".join(lines)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from parplan.costmodel.planio import plan_document, write_plan_file
     from parplan.solvers.planners import make_plan
@@ -97,7 +135,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
                      share_grid=args.share_grid, progress=progress_printer(args.verbose), polish=args.polish)
     wall = time.perf_counter() - start
-    report, ev = report_and_checks(problem, plan, wall, limit, args.format)
+    figures = bound_figures(problem, plan, progress_printer(args.verbose)) if args.bound else None
+    report, ev = report_and_checks(problem, plan, wall, limit, args.format, extra_json=figures)
+    if figures is not None and args.format == "table":
+        print(bound_text(figures))
     if plot:
         from parplan.reporting.plot import plot_plan
 
@@ -143,9 +184,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     problem = _problem_for(args, dict(saved.problem))
     where = f"plan file '{args.plan}'"
     check_plan_fits(problem, saved.nodes, saved.plan, where)
+    figures = bound_figures(problem, saved.plan) if args.bound else None
     report, ev = report_and_checks(problem, saved.plan, None, memory_limit(args.memory_limit), args.format,
                                    extra_json={"saved_evaluation": saved.evaluation,
-                                               "saved_certificate": saved.certificate})
+                                               "saved_certificate": saved.certificate, **(figures or {})})
+    if figures is not None and args.format == "table":
+        print(bound_text(figures))
     before = (saved.evaluation or {}).get("step_time_s")
     if args.format == "table" and before is not None:
         change = (ev.step_time_s - before) / before if before else 0.0
@@ -287,6 +331,7 @@ def add_plan_parsers(sub) -> None:
     p.add_argument("--polish", action="store_true",
                    help="then improve the plan by multi-level moves priced by the evaluator (swap a layer's types "
                         "between levels, retype, reshare; slower: seconds on 16 devices)")
+    _bound_argument(p)
     _memory_argument(p)
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     p.set_defaults(func=cmd_plan)
@@ -295,6 +340,7 @@ def add_plan_parsers(sub) -> None:
     e.add_argument("--plan", required=True, metavar="JSON", help="plan file written by --save")
     _override_arguments(e)
     e.add_argument("--format", default="table", choices=("table", "json", "csv"))
+    _bound_argument(e)
     _memory_argument(e)
     e.set_defaults(func=cmd_evaluate)
 
@@ -315,6 +361,12 @@ def add_plan_parsers(sub) -> None:
     c.add_argument("--plot", default=None, metavar="PNG", help="also draw step time and speedup per planner")
     c.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     c.set_defaults(func=cmd_compare)
+
+
+def _bound_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bound", action="store_true",
+                   help="also compute the global lower bound over every plan of the array and the plan's gap to "
+                        "it, with the layers furthest above their own bound (seconds on 128 devices)")
 
 
 def _memory_argument(p: argparse.ArgumentParser) -> None:
