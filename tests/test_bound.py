@@ -296,6 +296,44 @@ def test_lookahead_at_every_level_beats_every_other_criterion():
     assert asked and all(p.array.at(path).left.is_leaf and p.array.at(path).right.is_leaf for path in asked)
 
 
+def test_spread_levels_are_the_splits_with_interchangeable_group_halves():
+    from parplan.solvers.planners import spread_levels
+
+    assert spread_levels(Problem(get_model("lenet"), parse_array("h100:8"), batch=8)) == [[""], ["L", "R"]]
+    tpu = spread_levels(Problem(get_model("lenet"), parse_array("tpu-v2:8,tpu-v3:8"), batch=8))
+    assert tpu == [["L", "R"], ["LL", "LR", "RL", "RR"]]  # not the root: its halves differ
+    assert spread_levels(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=8)) == []
+
+
+def test_spread_keeps_the_classifier_on_both_halves_and_beats_the_look_ahead():
+    """AlexNet on 32 H100s: the look-ahead at every level still funnels the classifier into one
+    half, then one quarter; keeping every layer on both halves at the top levels is faster (by
+    1.1%), so the portfolio selects a spread criterion. Its plan gives every layer work on both
+    halves at each spread split, and stays above the global bound."""
+    from parplan.solvers import planners
+    from parplan.solvers.hierarchy import plan_top_down
+
+    p = Problem(get_model("alexnet"), parse_array("h100:32"), batch=512)
+    options = planners.planner_options("accpar")
+    looked = plan_top_down(p, planners._lookahead_levels(p, options, planners._solver(options, [])), "probe")
+    assert planners._one_sided(looked, planners.spread_levels(p)[0], len(p.planning.nodes))
+    plan = make_plan(p, "accpar")
+    step = evaluate(p, plan).step_time_s
+    label = plan.info["selected"]
+    assert label.startswith("spread-")
+    assert step < evaluate(p, looked).step_time_s * (1 - 0.01)
+    assert global_bound(p).bound_s <= step
+    k = int(label.split("-")[1])
+    for level in planners.spread_levels(p)[:k]:
+        for path in level:
+            assert all(0.0 < a < 1.0 for a in plan.splits[path].shares), path
+    # no spread where a criterion's budget rules it out
+    from unittest import mock
+
+    with mock.patch.object(planners, "SPREAD_MAX_WORK", 0):
+        assert not make_plan(p, "accpar").info["selected"].startswith("spread-")
+
+
 def test_raised_tables_at_a_group_bound_that_groups_halves():
     """raised_tables at a group below the root raises each side's compute to at least that
     side's own per-node bound, never lowers it, and leaves the states alone."""
