@@ -163,7 +163,7 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
 
 
 def _markdown(table: pd.DataFrame, source: str) -> str:
-    from parplan.solvers.planners import PORTFOLIO
+    from parplan.solvers.planners import PORTFOLIO, SPREAD_MAX_LEVELS
 
     lines = ["# Planner speed against the published AccPar C++", "",
              "Same work as the C++ (its AlexNet and VGG-11, 7 levels = 128 devices, batch 512, communication "
@@ -180,8 +180,9 @@ def _markdown(table: pd.DataFrame, source: str) -> str:
               "their priced terms, through the memo). The time goes to building, per split and in Python, "
               "each node's state table and its re-layout terms from the producer's layout and share to each "
               "consumer's (the region algebra of docs/costmodel.md section 3), where the C++ reads a 3x3 table. "
-              f"The portfolio runs that recursion under {len(PORTFOLIO)} level criteria with free shares (54 states per "
-              "node at a grid of 16; two of them also price each half by its own bound) and prices each whole plan. "
+              f"The portfolio runs that recursion under up to {len(PORTFOLIO)} level criteria and then up to "
+              f"{SPREAD_MAX_LEVELS} spread criteria with free shares (54 states per node at a grid of 16; the look-ahead "
+              "and spread criteria also price each half by its own bound) and prices each whole plan. "
               "Goals not met are reported, not hidden.", ""]
     if len(rules):
         lines += [f"`C++ rules` does exactly the C++'s work (`--compat accpar-code`: every level in its own frame, so "
