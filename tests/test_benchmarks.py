@@ -395,11 +395,26 @@ def test_bound_quick(tmp_path):
 
     table = bound.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "bound")
-    _has_columns(csv, ["model", "array", "accpar_step_s", "best_step_s", "bound_s", "gap", "root_gap", "meets_goal"])
+    _has_columns(csv, ["model", "array", "accpar_step_s", "best_step_s", "bound_s", "gap", "root_gap", "meets_goal",
+                       "top_excess_layer", "top_excess_share"])
     assert len(table) == len(bound.QUICK["models"]) * len(bound.QUICK["arrays"])
     assert (table.bound_s <= table.best_step_s * (1 + 1e-9)).all() and (table.gap >= 0).all()
     assert (table.best_step_s <= table.accpar_step_s).all()
     assert "how far from optimal" in (tmp_path / "bound.md").read_text()
+    # the layer named furthest above its own bound, recomputed from the evaluator and the bound
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.costmodel.hardware import parse_array
+    from parplan.costmodel.problem import Problem
+    from parplan.models.zoo import get_model
+    from parplan.solvers.bound import hierarchy_bound
+    from parplan.solvers.planners import make_plan
+
+    row = table.iloc[0]
+    p = Problem(get_model(row["model"]), parse_array(row["array"]), batch=int(row["batch"]))
+    excess = {n.name: max(0.0, t - b) for n, t, b in zip(p.planning.nodes, evaluate(p, make_plan(p, "accpar")).node_time_s,
+                                                        hierarchy_bound(p).node_s)}
+    assert row["top_excess_layer"] == max(excess, key=excess.get)
+    assert row["top_excess_share"] == pytest.approx(max(excess.values()) / sum(excess.values()), rel=1e-9)
 
 
 def test_joint_quick(tmp_path):
