@@ -155,6 +155,16 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     worst = max(rows, key=lambda r: r["excess_s"])
     listed = out.split("furthest above their own bound")[1].splitlines()[1]
     assert listed.split()[0] == worst["layer"]
+    code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--format", "csv")
+    assert code == 0, err
+    import io
+
+    import pandas as pd
+
+    frame = pd.read_csv(io.StringIO(out))
+    assert list(frame.bound_s) == pytest.approx(list(bound.node_s), rel=1e-9)
+    assert frame.global_bound_s.iloc[0] == pytest.approx(bound.bound_s, rel=1e-9)
+    assert frame.global_gap.iloc[0] == pytest.approx(data["global_gap"], rel=1e-9)
     code, out, err = run(capsys, "evaluate", "--plan", str(saved), "--bound", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["global_gap"] == pytest.approx(data["global_gap"], rel=1e-12)

@@ -60,8 +60,13 @@ def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict |
         print(json.dumps(out, indent=2, default=str))
     elif fmt == "csv":
         frame = report.layer_frame()
+        if extra_json and "layer_bounds" in extra_json:  # --bound: each layer's own bound, and the global one
+            frame.insert(len(frame.columns), "bound_s", [r["bound_s"] for r in extra_json["layer_bounds"]])
         for key, value in report.metadata().items():
             frame.insert(len(frame.columns), key, value)
+        for key in ("global_bound_s", "global_gap"):
+            if extra_json and key in extra_json:
+                frame.insert(len(frame.columns), key, extra_json[key])
         print(frame.to_csv(index=False), end="")
     else:
         print(report.text())
