@@ -411,8 +411,8 @@ def test_bound_quick(tmp_path):
 
     row = table.iloc[0]
     p = Problem(get_model(row["model"]), parse_array(row["array"]), batch=int(row["batch"]))
-    excess = {n.name: max(0.0, t - b) for n, t, b in zip(p.planning.nodes, evaluate(p, make_plan(p, "accpar")).node_time_s,
-                                                        hierarchy_bound(p).node_s)}
+    times = evaluate(p, make_plan(p, "accpar")).node_time_s
+    excess = {n.name: max(0.0, t - b) for n, t, b in zip(p.planning.nodes, times, hierarchy_bound(p).node_s)}
     assert row["top_excess_layer"] == max(excess, key=excess.get)
     assert row["top_excess_share"] == pytest.approx(max(excess.values()) / sum(excess.values()), rel=1e-9)
 

@@ -89,7 +89,8 @@ def test_help_does_not_import_the_planners_or_the_benchmarks():
 def test_public_api():
     import parplan
 
-    for name in ("Problem", "Plan", "parse_array", "load_model", "plan", "solve", "certify", "evaluate", "global_bound"):
+    for name in ("Problem", "Plan", "parse_array", "load_model", "plan", "solve", "certify", "evaluate",
+                 "global_bound"):
         assert name in parplan.__all__ and callable(getattr(parplan, name))
     assert isinstance(parplan.__version__, str) and parplan.__version__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):

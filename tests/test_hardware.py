@@ -69,3 +69,14 @@ def test_group_at_a_path():
     for bad in ("LRL", "X"):
         with pytest.raises(ConfigError, match="has no group"):
             a.at(bad)
+
+
+def test_interchangeable_halves(tmp_path):
+    """Same devices in the same tree and the same link each way; never a leaf."""
+    assert parse_array("h100:8").interchangeable_halves and parse_array("h100:8").left.interchangeable_halves
+    assert not parse_array("tpu-v2:1,tpu-v3:1").interchangeable_halves  # different devices
+    assert not parse_array("h100:3").interchangeable_halves  # one device against two
+    assert not parse_array("h100:1").interchangeable_halves
+    tree = tmp_path / "asym.json"
+    tree.write_text('{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}')
+    assert not parse_array(str(tree)).interchangeable_halves  # a link faster one way

@@ -53,7 +53,8 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     t0 = time.perf_counter()
     plan = make_plan(p, "accpar")
     plan_wall = time.perf_counter() - t0
-    accpar = evaluate(p, plan).step_time_s
+    accpar_ev = evaluate(p, plan)
+    accpar = accpar_ev.step_time_s
     data = evaluate(p, make_plan(p, "data")).step_time_s
     polished = polish_wall = None
     if auto_polish(p):  # as certify does
@@ -65,7 +66,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     bound = whole.bound_s
     bound_wall = time.perf_counter() - t0
     # where the accpar plan sits furthest above the layers' own bounds (parplan plan --bound)
-    excess = [max(0.0, t - b) for t, b in zip(evaluate(p, plan).node_time_s, whole.node_s)]
+    excess = [max(0.0, t - b) for t, b in zip(accpar_ev.node_time_s, whole.node_s)]
     top = max(range(len(excess)), key=excess.__getitem__)
     root = root_bound(p)["bound"]
     best = min(x for x in (accpar, data, polished) if x is not None)

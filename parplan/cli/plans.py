@@ -42,13 +42,17 @@ LARGE_ARRAY = 4096
 COMPARE_ALL = PLANNER_NAMES
 
 
-def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict | None = None) -> tuple:
-    """Price ``plan``, print it in ``fmt`` and warn about memory; returns (report, evaluation)."""
+def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict | None = None,
+                      bound: bool = False, progress=None) -> tuple:
+    """Price ``plan``, print it in ``fmt`` and warn about memory; returns (report, evaluation).
+    ``bound``: also the global bound and the plan's gap to it (:func:`bound_figures`)."""
     from parplan.costmodel.evaluate import evaluate, memory_overruns
     from parplan.reporting.report import format_bytes, plan_report
     from parplan.solvers.planners import make_plan
 
     ev = evaluate(problem, plan)
+    if bound:
+        extra_json = {**(extra_json or {}), **bound_figures(problem, ev, progress)}
     baseline = evaluate(problem, make_plan(problem, "data"))
     report = plan_report(problem, plan, ev, baseline, wall_s=wall_s)
     overruns = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
@@ -70,6 +74,8 @@ def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict |
         print(frame.to_csv(index=False), end="")
     else:
         print(report.text())
+        if bound:
+            print(bound_text(extra_json))
     if overruns:
         what = "the memory limit" if limit not in (None, "device") else "their memory"
         path, kind, need, cap = overruns[0]
@@ -84,16 +90,15 @@ def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict |
 BOUND_TOP = 5
 
 
-def bound_figures(problem, plan, progress=None) -> dict:
-    """``--bound``: the global lower bound (docs/costmodel.md section 8), the plan's gap to it,
-    and each layer's own bound (the per-node bound's terms) next to its time in the plan."""
-    from parplan.costmodel.evaluate import evaluate
+def bound_figures(problem, ev, progress=None) -> dict:
+    """``--bound``: the global lower bound (docs/costmodel.md section 8), the gap of the plan
+    evaluated as ``ev`` to it, and each layer's own bound (the per-node bound's terms) next to
+    its time in the plan."""
     from parplan.solvers.bound import global_bound
 
     if progress is not None:
         progress("global bound over the whole hierarchy")
     bound = global_bound(problem)
-    ev = evaluate(problem, plan)
     names = [n.name for n in problem.planning.nodes]
     return {"global_bound_s": bound.bound_s, "global_gap": max(0.0, ev.step_time_s / bound.bound_s - 1.0),
             "per_layer_bound_s": sum(bound.node_s),
@@ -140,10 +145,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
                      share_grid=args.share_grid, progress=progress_printer(args.verbose), polish=args.polish)
     wall = time.perf_counter() - start
-    figures = bound_figures(problem, plan, progress_printer(args.verbose)) if args.bound else None
-    report, ev = report_and_checks(problem, plan, wall, limit, args.format, extra_json=figures)
-    if figures is not None and args.format == "table":
-        print(bound_text(figures))
+    report, ev = report_and_checks(problem, plan, wall, limit, args.format, bound=args.bound,
+                                   progress=progress_printer(args.verbose))
     if plot:
         from parplan.reporting.plot import plot_plan
 
@@ -189,12 +192,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     problem = _problem_for(args, dict(saved.problem))
     where = f"plan file '{args.plan}'"
     check_plan_fits(problem, saved.nodes, saved.plan, where)
-    figures = bound_figures(problem, saved.plan) if args.bound else None
     report, ev = report_and_checks(problem, saved.plan, None, memory_limit(args.memory_limit), args.format,
                                    extra_json={"saved_evaluation": saved.evaluation,
-                                               "saved_certificate": saved.certificate, **(figures or {})})
-    if figures is not None and args.format == "table":
-        print(bound_text(figures))
+                                               "saved_certificate": saved.certificate}, bound=args.bound)
     before = (saved.evaluation or {}).get("step_time_s")
     if args.format == "table" and before is not None:
         change = (ev.step_time_s - before) / before if before else 0.0

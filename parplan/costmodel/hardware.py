@@ -100,6 +100,13 @@ class ArrayNode:
         return self.device is not None
 
     @cached_property
+    def interchangeable_halves(self) -> bool:
+        """Whether the two halves are interchangeable: the same devices in the same tree
+        (:func:`signature`) and the same link bandwidth each way (False on a leaf)."""
+        return (not self.is_leaf and signature(self.left) == signature(self.right)
+                and len(set(self.link.side_bytes_per_s)) == 1)
+
+    @cached_property
     def flops_per_s(self) -> float:
         """Summed peak throughput of the group's devices (FLOP/s)."""
         if self.is_leaf:

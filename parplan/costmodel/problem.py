@@ -152,3 +152,13 @@ class Plan:
         from parplan.costmodel.planio import read_plan_file
 
         return read_plan_file(path).plan
+
+
+def has_work(splits: Mapping[str, Split], path: str, v: int) -> bool:
+    """Whether node ``v`` reaches the group at ``path`` with work: every split above gives
+    the side towards it a share of the node (``splits``: a plan's splits by path)."""
+    for i, step in enumerate(path):
+        a = splits[path[:i]].shares[v]
+        if (a <= 0.0) if step == "L" else (a >= 1.0):
+            return False
+    return True

@@ -144,8 +144,7 @@ class _Bound:
         left, right = group.left, group.right
         same = self.same.get(id(group))
         if same is None:
-            same = self.same[id(group)] = (self.signature(left) == self.signature(right)
-                                           and len(set(group.link.side_bytes_per_s)) == 1)
+            same = self.same[id(group)] = group.interchangeable_halves
         # interchangeable halves do the same as each other: one side stands for both
         best = self.lb(left, dims, choices) if same else min(self.lb(left, dims, choices), self.lb(right, dims, choices))
         for c in choices:
@@ -245,7 +244,7 @@ class _Pair:
         from parplan.costmodel.layout import ports
 
         bw, bu = self.single
-        same = bw.signature(group.left) == bw.signature(group.right) and len(set(group.link.side_bytes_per_s)) == 1
+        same = group.interchangeable_halves
         best = math.inf
         for cw in self.choices[0]:
             for cu in self.choices[1]:

@@ -310,8 +310,8 @@ class Certification:
     #: Step-time objective only: a lower bound on every plan of the whole hierarchy, shares
     #: anywhere in [0, 1] (:func:`parplan.solvers.bound.global_bound`); None otherwise.
     global_bound_s: float | None = None
-    #: The best step time of the DP's, the polished DP's and the exact plan (seconds; None
-    #: without a bound).
+    #: The best step time of the DP's, the portfolio's, the polished and the exact plan
+    #: (seconds; None without a bound).
     best_s: float | None = None
     #: Step time of the better of the DP's and the portfolio's plans after
     #: :func:`parplan.solvers.polish.polish` (small problems, :func:`parplan.solvers.polish.auto_polish`;

@@ -49,7 +49,7 @@ from typing import Callable
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.layout import Choice, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode
-from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.costmodel.split import PlanOptions, all_choices
 from parplan.solvers.accpar_code import cpp_view, solve_split_cpp
@@ -252,26 +252,16 @@ def _both_sides(tables) -> list:
 def _one_sided(plan: Plan, paths: list[str], n: int) -> bool:
     """Whether ``plan`` gives some node, at one of the splits ``paths``, work on one side only
     (among the nodes that reach that split with work)."""
-    def has_work(path: str, v: int) -> bool:
-        for i, step in enumerate(path):
-            a = plan.splits[path[:i]].shares[v]
-            if (a <= 0.0) if step == "L" else (a >= 1.0):
-                return False
-        return True
-
-    return any(plan.splits[p].shares[v] in (0.0, 1.0) and has_work(p, v) for p in paths for v in range(n))
+    return any(plan.splits[p].shares[v] in (0.0, 1.0) and has_work(plan.splits, p, v) for p in paths for v in range(n))
 
 
 def spread_levels(problem: Problem) -> list[list[str]]:
     """The split paths, level by level from the top, of every split whose halves are
     interchangeable groups (same devices in the same tree, the same link each way): the splits
     where the ``spread-k`` criteria keep every layer on both halves."""
-    from parplan.costmodel.hardware import signature
-
     levels: dict[int, list[str]] = {}
     for path, g in problem.array.inner_nodes():
-        if (not g.left.is_leaf and not g.right.is_leaf and signature(g.left) == signature(g.right)
-                and len(set(g.link.side_bytes_per_s)) == 1):
+        if not g.left.is_leaf and g.interchangeable_halves:
             levels.setdefault(len(path), []).append(path)
     return [levels[d] for d in sorted(levels)]
 
@@ -376,4 +366,5 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
     return Plan(plan.splits, planner="accpar", info={**info, "selected": label})
 
 
-__all__ = ["LOOKAHEAD_GRID", "LOOKAHEAD_MAX_DEVICES", "PLANNERS", "SPREAD_MAX_LEVELS", "SPREAD_MAX_WORK", "spread_levels", "PlannerSpec", "make_plan", "only", "owt_rule", "planner_options", "Layout"]
+__all__ = ["LOOKAHEAD_GRID", "LOOKAHEAD_MAX_DEVICES", "PLANNERS", "SPREAD_MAX_LEVELS", "SPREAD_MAX_WORK", "PlannerSpec",
+           "make_plan", "only", "owt_rule", "planner_options", "spread_levels", "Layout"]

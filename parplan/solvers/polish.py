@@ -40,7 +40,7 @@ from typing import Callable
 
 from parplan.costmodel.evaluate import evaluate, node_times
 from parplan.costmodel.hardware import ArrayNode, signature
-from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.costmodel.cost import ShareMode
 from parplan.costmodel.split import PlanOptions
 
@@ -99,17 +99,10 @@ def polish(problem: Problem, plan: Plan, options: PlanOptions, max_rounds: int =
         """The node's one choice at this level, or None if it differs between the groups or
         the node has no work there (a split above gave their side none of it: no move there
         can change a time)."""
-        if not any(has_work(p, v) for p in sets[key]):
+        if not any(has_work(splits, p, v) for p in sets[key]):
             return None
         states = {splits[p].choices[v] for p in sets[key]}
         return states.pop() if len(states) == 1 else None
-
-    def has_work(path, v):
-        for i, side in enumerate(path):
-            a = splits[path[:i]].shares[v]
-            if (a <= 0.0) if side == "L" else (a >= 1.0):
-                return False
-        return True
 
     def share_of(key, v):
         shares = {splits[p].shares[v] for p in sets[key]}
