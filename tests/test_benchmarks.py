@@ -356,13 +356,16 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
 
     table = run(tmp_path, quick=True)
     dp = table[table.what.str.startswith("DP")]
-    assert len(dp) == 2 and (dp.ratio > 0).all()
+    assert len(dp) == 4 and (dp.ratio > 0).all()  # the planner's DP, and the C++'s DP loop alone
     assert all(math.isclose(r.ratio, r.parplan_ms / RECORDED_CPP_MS[(r.model, r.what.split("(")[1].split(",")[0])])
                for r in dp.itertuples())
+    assert sorted(table.what[table.what.str.startswith("DP loop only")]) == [
+        "DP loop only (accpar, 7 levels)", "DP loop only (hypar, 7 levels)"]
     rules = table[table.what.str.startswith("C++ rules")]
     assert len(rules) == 2 and (rules.ratio > 0).all()
     md = (tmp_path / "speed.md").read_text()
     assert md.startswith("# Planner speed") and "`C++ rules` does exactly the C++'s work" in md
+    assert "`DP loop only` times the C++'s DP recursion alone" in md
 
 
 def test_geomean_leaves_out_non_positive_values():

@@ -169,36 +169,43 @@ def _swap_index(table_to, table_from):
 
 def cpp_dp(intra, inter, shortcuts: dict[int, int], short: dict[int, np.ndarray]) -> tuple[list[int], float]:
     """(state per position, DP value): ``dp_on_one_hierarchy``'s recursion over state indices,
-    with its running minimum, back-pointer shortcut types and tie rules (module doc)."""
+    with its running minimum, back-pointer shortcut types and tie rules (module doc). Plain
+    Python lists: with 2 or 3 states per layer, numpy's per-call cost would dominate."""
     n = len(intra)
-    cost = [np.array(intra[0], dtype=float)]
-    track = [np.arange(len(intra[0]))]
+    inter = [None] + [np.asarray(inter[l], dtype=float).tolist() for l in range(1, n)]
+    short = {l: np.asarray(s, dtype=float).tolist() for l, s in short.items()}
+    cost = [[float(x) for x in intra[0]]]
+    track = [list(range(len(intra[0])))]
     for l in range(1, n):
-        here, back = np.empty(len(intra[l])), np.zeros(len(intra[l]), dtype=int)
-        for t in range(len(intra[l])):
-            best, arg = cost[l - 1][0] + inter[l][0, t], 0
-            for tp in range(len(intra[l - 1])):
-                c = cost[l - 1][tp] + inter[l][tp, t]
-                if l in short:
+        prev, edge, mine = cost[l - 1], inter[l], [float(x) for x in intra[l]]
+        cut = short.get(l)
+        here, back = [], []
+        for t in range(len(mine)):
+            best, arg = prev[0] + edge[0][t], 0
+            for tp in range(len(prev)):
+                c = prev[tp] + edge[tp][t]
+                if cut is not None:
                     ts = tp
                     for k in range(l - 1, shortcuts[l], -1):  # follow the back-pointers to the start
                         ts = track[k][ts]
-                    c += short[l][ts, t]
+                    c += cut[ts][t]
                 if c < best - REL_TOL * abs(best):
                     best, arg = c, tp
-            here[t], back[t] = intra[l][t] + best, arg
+            here.append(mine[t] + best)
+            back.append(arg)
         cost.append(here)
         track.append(back)
-    last = int(np.argmin(cost[-1]))
-    for t in range(len(cost[-1])):  # the lowest type among (numerically) equal costs
-        if cost[-1][t] <= cost[-1][last] + REL_TOL * abs(cost[-1][last]):
+    final = cost[-1]
+    last = min(range(len(final)), key=final.__getitem__)
+    for t in range(len(final)):  # the lowest type among (numerically) equal costs
+        if final[t] <= final[last] + REL_TOL * abs(final[last]):
             last = t
             break
     states = [0] * n
     states[-1] = last
     for l in range(n - 1, 0, -1):
-        states[l - 1] = int(track[l][states[l]])
-    return states, float(cost[-1][last])
+        states[l - 1] = track[l][states[l]]
+    return states, float(final[last])
 
 
 def solve_split_cpp(sp: SplitProblem, options: PlanOptions) -> tuple[Split, float]:
