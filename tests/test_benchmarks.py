@@ -438,6 +438,12 @@ def test_joint_quick(tmp_path):
     assert (table.joint_bound_s <= table.joint_step_s * (1 + 1e-9)).all()
     assert (table.global_bound_s <= table.joint_step_s * (1 + 1e-9)).all()
     assert "Which side of the gap is slack" in (tmp_path / "joint.md").read_text()
+    # the model's size by depth: the cells built, and fewer with equal frames shared
+    sizes = pd.read_csv(tmp_path / "joint_size.csv")
+    assert list(sizes.depth) == [0, 1, 2] and list(sizes.cells_built) == [9, 81, 729]
+    assert (sizes.frames_alternating <= sizes.cells_built).all()
+    assert (sizes.frames_leftmost <= sizes.frames_alternating).all()
+    assert "## Why the joint model stops at 8-16 devices (lenet, `h100:8`" in (tmp_path / "joint.md").read_text()
 
 
 def test_a_worker_killed_by_the_system_is_reported_plainly():

@@ -228,3 +228,26 @@ def test_cli_joint(capsys):
     assert main(["solve", *args, "--joint", "--write-lp", "x.lp"]) == 2
     assert main(["solve", *args, "--joint", "--backend", "cpsat"]) == 2
     assert "integers only" in capsys.readouterr().err
+
+
+def test_frame_counts_equal_the_frames_of_every_state_combination():
+    """``frame_counts`` (breadth first, one frame kept per translation key) against every state
+    combination above the group, enumerated whole; and a reduction once frames repeat."""
+    from parplan.formulation.joint import _Builder, _frames_at, _translation_key, frame_counts
+
+    p = Problem(get_model("lenet"), parse_array("h100:8"), batch=64)
+    opts = PlanOptions(shares=ShareMode.HALF)
+    b = _Builder(p, opts, True, None)
+    b.declare_states()
+    u = [n.name for n in p.planning.nodes].index("conv2")
+    scope = (u,) + tuple(sorted(set(p.planning.succs[u])))
+    for path in ("LL", "LR", "RR"):
+        counts = frame_counts(p, opts, path, u)
+        assert len(counts) == len(path) + 1
+        for depth, (built, framed) in enumerate(counts):
+            sub = path[:depth]
+            per = math.prod(len(b.states[b.classes[sub]][w]) for w in scope)
+            keys = {_translation_key(u, scope, frames)
+                    for _, frames in _frames_at(sub, scope, b.root, b.path_states(sub), b.collective)}
+            assert (built, framed) == (per ** (depth + 1), len(keys) * per)
+    assert frame_counts(p, opts, "LL", u)[2][1] < frame_counts(p, opts, "LL", u)[2][0]

@@ -408,6 +408,36 @@ class _Builder:
         return tuple(out)
 
 
+def frame_counts(problem: Problem, options: PlanOptions, path: str, u: int) -> list[tuple[int, int]]:
+    """Why the joint model stops at 8-16 devices (docs/costmodel.md section 8, "Joint model"):
+    for node ``u`` at each group along ``path`` (a string of ``L``/``R`` from the root), a pair
+    (cells the model builds for ``u``'s scope there, cells a model would need that shares them
+    between state combinations above with equal frames). The first is ``states ^ (scope x
+    (depth + 1))``; the second the distinct frames of the scope over every state combination
+    above, up to translation (the key of :func:`_translation_key`: all the node's terms read),
+    times the states at the group. States as the model's with symmetry (``options``' share
+    rule)."""
+    b = _Builder(problem, options, True, None)
+    b.declare_states()
+    scope = factor_scope(b.pg, u)
+    frames = {_translation_key(u, scope, b.root): b.root}
+    out = []
+    for depth in range(len(path) + 1):
+        here = b.states[b.classes[path[:depth]]]
+        per_level = math.prod(len(here[w]) for w in scope)
+        out.append((per_level ** (depth + 1), len(frames) * per_level))
+        if depth == len(path):
+            break
+        side = 0 if path[depth] == "L" else 1
+        below = {}
+        for fr in frames.values():
+            for combo in itertools.product(*(here[w] for w in scope)):
+                child = {w: fr[w].child(*state, side, b.collective) for w, state in zip(scope, combo)}
+                below.setdefault(_translation_key(u, scope, child), child)
+        frames = below
+    return out
+
+
 def build_joint(problem: Problem, options: PlanOptions | None = None, symmetric: bool = True,
                 capacity_bytes: Mapping[str, float] | None = None) -> tuple[MipModel, JointDecoder]:
     """The joint MIP of every split of ``problem`` and its decoder.
@@ -419,4 +449,5 @@ def build_joint(problem: Problem, options: PlanOptions | None = None, symmetric:
     return _Builder(problem, options, symmetric, capacity_bytes).build()
 
 
-__all__ = ["MAX_JOINT_CELLS", "JointDecoder", "NodeFrame", "build_joint", "groups_by_path", "state_classes"]
+__all__ = ["MAX_JOINT_CELLS", "JointDecoder", "NodeFrame", "build_joint", "frame_counts", "groups_by_path",
+           "state_classes"]
