@@ -8,10 +8,9 @@
 - **The C++ on the same work**: built from a checkout of github.com/linghaosong/AccPar when
   ``--accpar-source DIR`` is given and ``g++`` is present (a timing driver of ours is compiled
   against its ``src/``; nothing of it is copied here); otherwise the figures recorded below.
-- **CLI**: wall time of ``parplan --help`` and of the README's first plan, whole process.
-
 - **The DP recursion alone**: the C++'s DP (``cpp_dp``) over the same 7 levels with its tables
   built beforehand: the floor of any DP written in Python.
+- **CLI**: wall time of ``parplan --help`` and of the README's first plan, whole process.
 
 Ratios are parplan / C++ (how many times slower). Goals (issue 14): DP within 10x, the
 ``accpar`` plan within 50x, ``--help`` under 0.2 s, the first plan under 0.5 s.
@@ -107,18 +106,18 @@ def _dp_loop_seconds(problem, planner: str, repeats: int) -> float:
     """Best wall time of the C++'s DP recursion alone (:func:`parplan.solvers.accpar_code.cpp_dp`,
     pure Python) over the 7 levels of ``problem`` (compat ``accpar-code``), its tables built
     beforehand: what the DP costs in Python when pricing is free."""
-    from parplan.solvers.accpar_code import cpp_dp, cpp_tables, cpp_view
+    from parplan.solvers.accpar_code import cpp_dp, cpp_tables, cpp_view, solve_split_cpp
     from parplan.solvers.hierarchy import plan_top_down
-    from parplan.solvers.planners import _solver, planner_options
+    from parplan.solvers.planners import planner_options
 
     options = planner_options(planner, objective="communication", shares="half")
-    solve, work = _solver(options, []), []
+    work = []
 
     def record(sp):  # the splits the planner solves, and the C++'s tables of each
         view = cpp_view(sp.planning)
         _, intra, inter, short = cpp_tables(sp, view, options)
         work.append((intra, inter, view.shortcuts, short))
-        return solve(sp)
+        return solve_split_cpp(sp, options)[0]
 
     plan_top_down(problem, record, planner)
     times = []
