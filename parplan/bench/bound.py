@@ -45,7 +45,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
-    from parplan.solvers.bound import global_bound
+    from parplan.solvers.bound import global_bound, layer_excess
     from parplan.solvers.planners import make_plan, planner_options
     from parplan.solvers.polish import auto_polish, polish
 
@@ -66,7 +66,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     bound = whole.bound_s
     bound_wall = time.perf_counter() - t0
     # where the accpar plan sits furthest above the layers' own bounds (parplan plan --bound)
-    excess = [max(0.0, t - b) for t, b in zip(accpar_ev.node_time_s, whole.node_s)]
+    excess = layer_excess(accpar_ev.node_time_s, whole)
     top = max(range(len(excess)), key=excess.__getitem__)
     root = root_bound(p)["bound"]
     best = min(x for x in (accpar, data, polished) if x is not None)

@@ -94,7 +94,7 @@ def bound_figures(problem, ev, progress=None) -> dict:
     """``--bound``: the global lower bound (docs/costmodel.md section 8), the gap of the plan
     evaluated as ``ev`` to it, and each layer's own bound (the per-node bound's terms) next to
     its time in the plan."""
-    from parplan.solvers.bound import global_bound
+    from parplan.solvers.bound import global_bound, layer_excess
 
     if progress is not None:
         progress("global bound over the whole hierarchy")
@@ -102,8 +102,9 @@ def bound_figures(problem, ev, progress=None) -> dict:
     names = [n.name for n in problem.planning.nodes]
     return {"global_bound_s": bound.bound_s, "global_gap": max(0.0, ev.step_time_s / bound.bound_s - 1.0),
             "per_layer_bound_s": sum(bound.node_s),
-            "layer_bounds": [{"layer": name, "time_s": t, "bound_s": b, "excess_s": max(0.0, t - b)}
-                       for name, t, b in zip(names, ev.node_time_s, bound.node_s)]}
+            "layer_bounds": [{"layer": name, "time_s": t, "bound_s": b, "excess_s": x}
+                             for name, t, b, x in zip(names, ev.node_time_s, bound.node_s,
+                                                      layer_excess(ev.node_time_s, bound))]}
 
 
 def bound_text(figures: dict) -> str:

@@ -55,8 +55,8 @@ from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 
-__all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pair_bound", "global_bound", "raised_tables",
-           "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES", "PAIR_BUDGET"]
+__all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pair_bound", "global_bound", "layer_excess",
+           "raised_tables", "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES", "PAIR_BUDGET"]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
@@ -468,6 +468,12 @@ def pair_bound(problem: Problem, per_node: GlobalBound | None = None, solver: _B
     if problem.array.is_leaf:
         return per_node.bound_s
     return per_node.bound_s + matching_gain(pair_gains(problem, per_node.node_s, solver=solver, budget=budget))
+
+
+def layer_excess(node_time_s, bound: GlobalBound) -> list[float]:
+    """Per node, how far its time in a plan (``node_time_s``, the evaluator's) lies above its own
+    per-node bound (``bound.node_s``; 0 where it does not): where a plan's gap sits."""
+    return [max(0.0, t - b) for t, b in zip(node_time_s, bound.node_s)]
 
 
 def global_bound(problem: Problem) -> GlobalBound:
