@@ -94,10 +94,15 @@ def compute_s(d: dict, dev, bpe: float) -> float:
     return t
 
 
-def memory_b(d: dict, bpe: float, opt: float) -> float:
+def memory_b(d: dict, bpe: float, opt: float, zero: int = 0, rows: float = 1.0) -> float:
+    """Bytes a device keeps; ``rows``: the length of its box's row interval, i.e. the part of the
+    batch it holds, which is its share of a replicated weight's ZeRO shards (section 6.1)."""
     _, w, fin, fout = sizes(d)
     stored = (d["top"] * fin if d["k"] else 0.0) + fout * sum(o.stored for o in d["out_ops"]) + fin * sum(o.stored for o in d["in_ops"])
-    return w * (2 * bpe + opt) + stored * bpe
+    weights = bpe * (rows if zero == 3 else 1.0)
+    grads = bpe * (rows if zero >= 2 else 1.0)
+    state = opt * (rows if zero >= 1 else 1.0)
+    return w * (weights + grads + state) + stored * bpe
 
 
 def raw(node, batch) -> dict:
@@ -118,7 +123,7 @@ def group_device(group):
     return D
 
 
-def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None):
+def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0):
     """Per node, per side: (seconds of communication, elements received) at one split.
 
     ``boxes``: every node's box at this group; ``roots``: raw sizes at the root (tensor sizes);
@@ -149,6 +154,13 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None):
                 recv += {"W": w, "in": fin, "out": fout}[PARTIAL[cu]]
             if cu == "rows" and both:  # embedding tables' gradients, partial on both sides
                 recv += tables
+            if zero == 3 and both and cu in ("batch", "rows"):
+                # ZeRO-3: the replicated weights (a join's tables) are sharded by the shares; this
+                # side gathers the other side's shard in forward and again in backward, and the
+                # gradient's reduce-scatter brings it the other side's partial of its own shard:
+                # its share + 2 x the other's, i.e. the other's share more than the all-reduce
+                other = (1 - au) if i == 0 else au
+                recv += other * sizes(dims[u])[1]
             if PORTS[cu][1] == "cols" and both:  # layer norms' row statistics, columns on both sides
                 recv += stats
             if i == 1 and both:  # a total reduced above reaches side 1; side 2 gets it from there
@@ -201,11 +213,12 @@ def reference_evaluate(problem, plan):
     def rec(group, path, dims, boxes, above):
         if group.is_leaf:
             dev = group.device
-            memory[path] = sum(memory_b(d, bpe, opt) for d in dims)
+            memory[path] = sum(memory_b(d, bpe, opt, problem.zero_stage, b["rows"][1] - b["rows"][0] if b else 0.0)
+                               for d, b in zip(dims, boxes))
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf
-        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above)
+        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above, problem.zero_stage)
         below = []
         for (r, c), ch, a in zip(above, split.choices, split.shares):
             both = 0 < a < 1
@@ -229,7 +242,7 @@ def reference_split_time(problem, split):
     dims = [raw(node, problem.batch) for node in pg.nodes]
     a = problem.array
     comm = split_comm(pg, dims, dims, [dict(ROOT_BOX) for _ in pg.nodes], split, a.link, bpe,
-                      a.left.is_leaf and a.right.is_leaf)
+                      a.left.is_leaf and a.right.is_leaf, zero=problem.zero_stage)
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0
     for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares)):

@@ -95,7 +95,8 @@ def plan_cases(draw):
     text = ",".join(f"{k}:1" for k in kinds)
     array = parse_array(text, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
                         latency_s=draw(st.sampled_from([0.0, 1e-6])))
-    p = Problem(g, array, batch=draw(st.sampled_from([1, 8, 512])), bytes_per_element=draw(st.sampled_from([2.0, 4.0])))
+    p = Problem(g, array, batch=draw(st.sampled_from([1, 8, 512])), bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
+                zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])))
     return p, draw(plans(p))
 
 
@@ -115,7 +116,8 @@ def test_evaluator_agrees_with_the_independent_reference(case):
 @given(plan_cases())
 def test_dp_optimum_is_priced_the_same_by_the_reference(case):
     p, _ = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch)
+    root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch,
+                   zero_stage=p.zero_stage)
     value, split = frontier_dp(SplitProblem.root(root), PlanOptions(share_grid=4))
     assert math.isclose(value, reference_split_time(root, split), rel_tol=1e-9)
 
@@ -312,7 +314,7 @@ def test_scaled_dims_equal_constructed_ones():
 
     d = LayerDims(32.0, 64.0, 128.0, 49, 196, 9, 2, (ElementOp("gelu", 8.0, 2.0, 1.0),), (), 3.0, 4, 2)
     s = d.scaled(0.5, 0.25, 2.0)
-    want = dataclasses.replace(d, batch=16.0, in_features=16.0, out_features=256.0)
+    want = dataclasses.replace(d, batch=16.0, in_features=16.0, out_features=256.0, replica=0.5)
     assert s == want and hash(s) == hash(want) and vars(s) == vars(want)
     assert d.batch == 32.0 and d.in_features == 64.0 and d.out_features == 128.0
     with pytest.raises(dataclasses.FrozenInstanceError):

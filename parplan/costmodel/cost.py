@@ -104,6 +104,9 @@ class SideSpec:
     #: section 9): "hypar" prices an IN split's partial-sum reduction at the size the next layer
     #: reads (after pooling), as the HyPar paper does; None = parplan's own model.
     compat: str | None = None
+    #: ZeRO stage (docs/costmodel.md section 6.1): memory of replicated weights sharded; stage 3
+    #: also gathers the weights of a BATCH split in forward and backward.
+    zero_stage: int = 0
 
     @property
     def flops_per_s(self) -> tuple[float, float]:
@@ -285,12 +288,21 @@ class StateTable:
                     extra += dims.tables * dims.in_features
                 if split and above[1] and c in (PartitionType.IN, Layout.WHOLE):
                     extra += dims.row_exchange_elements
+                # ZeRO-3 (section 6.1): the weights a BATCH split replicates are sharded by the shares;
+                # each side gathers the other's shard in forward and again in backward, on top of the
+                # reduce-scatter + all-gather of the gradient (each side receives the other's shard once
+                # more than the all-reduce's |W|). Interval states: each side's smallest amount.
+                w = dims.weight_elements if c in (PartitionType.BATCH, Layout.ROWS) else 0.0
+                gather = ((1.0 - ss.hi) * w, ss.lo * w) if split and side.zero_stage >= 3 else (0.0, 0.0)
                 x = 0.0
                 if side.collective is not None and (c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)):
                     if split and not covered:
                         x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s),
                                                               side.latency_s)
+                        if side.zero_stage >= 3:  # two all-gathers: one more half all-reduce each
+                            x *= 1.5
                     size = 0.0
+                    gather = (0.0, 0.0)
                 low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
                 if k == 1:  # a point: each side's compute at its own share (the dims just built)
                     steps = [[low[i].compute_seconds(side.devices[i], bpe)] for i in (0, 1)]
@@ -300,8 +312,8 @@ class StateTable:
                               for g in grid] for i in (0, 1)]
                 rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
                              [steps[0][0], steps[1][-1]],
-                             [d.memory_bytes(bpe, side.optimizer_bytes_per_param) for d in low],
-                             [size, size + extra], x, steps))
+                             [d.memory_bytes(bpe, side.optimizer_bytes_per_param, side.zero_stage) for d in low],
+                             [size + gather[0], size + extra + gather[1]], x, steps))
         cols = list(zip(*rows))
         return cls(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
                    np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),

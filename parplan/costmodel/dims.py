@@ -94,6 +94,10 @@ class LayerDims:
     #: products and stored input count that many times; docs/costmodel.md section 1).
     experts: int = 1
     active: int = 1
+    #: The share of the global batch these sizes hold (1 at the root; every BATCH / ROWS cut
+    #: multiplies it by the side's share): the fraction of a replicated weight's ZeRO shards a
+    #: holder keeps (docs/costmodel.md section 6.1).
+    replica: float = 1.0
 
     @property
     def flops(self) -> float:
@@ -155,11 +159,18 @@ class LayerDims:
                     t += roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device)
         return t
 
-    def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float) -> float:
+    def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
         """Bytes a device holding these sizes keeps: weights and gradients (``bytes_per_element``
-        each), optimizer state, stored activations (docs/costmodel.md section 6)."""
+        each), optimizer state, stored activations (docs/costmodel.md section 6). With ZeRO
+        stage ``zero`` (section 6.1) the optimizer state (stage >= 1), the gradients (>= 2) and the
+        weights (3) of a weight replicated by BATCH splits are sharded over its replicas: a holder
+        keeps ``replica`` of them."""
         w = self.weight_elements
-        return w * (2.0 * bytes_per_element + optimizer_bytes_per_param) + self.stored_elements * bytes_per_element
+        shard = self.replica
+        per_param = (bytes_per_element * (shard if zero >= 3 else 1.0)
+                     + bytes_per_element * (shard if zero >= 2 else 1.0)
+                     + optimizer_bytes_per_param * (shard if zero >= 1 else 1.0))
+        return w * per_param + self.stored_elements * bytes_per_element
 
     def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
         """A copy with B, Di, Do multiplied by the given factors. (Built without the frozen
@@ -169,6 +180,7 @@ class LayerDims:
         fields = new.__dict__
         fields.update(self.__dict__)
         fields["batch"] = self.batch * batch
+        fields["replica"] = self.replica * batch
         fields["in_features"] = self.in_features * in_features
         fields["out_features"] = self.out_features * out_features
         return new

@@ -177,7 +177,7 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
                       for v, d in enumerate(dims)])
         np.maximum(leaf_compute, t, out=leaf_compute)
         if nodes is None:
-            memory[path] = sum(d.memory_bytes(bpe, problem.optimizer_bytes_per_param) for d in dims)
+            memory[path] = sum(d.memory_bytes(bpe, problem.optimizer_bytes_per_param, problem.zero_stage) for d in dims)
         return t
     if path not in plan.splits:
         raise ConfigError(

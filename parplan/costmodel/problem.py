@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -35,6 +36,8 @@ from parplan.errors import ConfigError
 
 #: Accepted values of ``Problem.compat``: parplan's own model, or a published rule.
 COMPAT_NAMES = (None, "hypar", "accpar-code")
+#: ZeRO stages (docs/costmodel.md section 6.1): 0 replicates everything a BATCH split replicates.
+ZERO_STAGES = (0, 1, 2, 3)
 #: Largest global batch (2^40): far beyond any training run, and sizes stay exact in float64.
 MAX_BATCH = 2**40
 
@@ -53,6 +56,10 @@ class Problem:
     #: None (parplan's cost model), "hypar" (HyPar's pricing of IN reductions) or
     #: "accpar-code" (every split in its own frame, as the published AccPar code; section 9).
     compat: str | None = None
+    #: ZeRO stage 0-3 (docs/costmodel.md section 6.1): what a weight replicated by BATCH splits
+    #: shards over its replicas (1: optimizer state, 2: and gradients, 3: and the weights, which
+    #: are then gathered in forward and again in backward).
+    zero_stage: int = 0
 
     def __post_init__(self):
         if self.compat not in COMPAT_NAMES:
@@ -75,6 +82,9 @@ class Problem:
             raise ConfigError(f"bytes_per_element must be > 0 (got {self.bytes_per_element!r})")
         if self.optimizer_bytes_per_param < 0:
             raise ConfigError(f"optimizer_bytes_per_param must be >= 0 (got {self.optimizer_bytes_per_param!r})")
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
+            raise ConfigError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {self.zero_stage!r})")
+        object.__setattr__(self, "zero_stage", int(self.zero_stage))
         self.graph.analyze()
 
     @property
@@ -86,7 +96,8 @@ class Problem:
         evaluator asks at every group)."""
         dims = self.__dict__.get("_root_dims")
         if dims is None:
-            dims = tuple(n.dims.scaled(batch=self.batch) for n in self.planning.nodes)
+            dims = tuple(dataclasses.replace(n.dims, batch=n.dims.batch * self.batch, replica=1.0)
+                         for n in self.planning.nodes)
             self.__dict__["_root_dims"] = dims  # a cache, not a field: equality and hashing ignore it
         return dims
 
@@ -101,6 +112,7 @@ class Problem:
             hosts=group.count,
             optimizer_bytes_per_param=self.optimizer_bytes_per_param,
             compat=self.compat,
+            zero_stage=self.zero_stage,
         )
 
 

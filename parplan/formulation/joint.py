@@ -346,7 +346,7 @@ class _Builder:
         compute, memory = np.zeros(shape), np.zeros(shape)
         for prefix, frames in _frames_at(path, (u,), self.root, self.path_states(path), self.collective):
             compute[prefix] = frames[u].dims.compute_seconds(device, bpe)
-            memory[prefix] = frames[u].dims.memory_bytes(bpe, self.p.optimizer_bytes_per_param)
+            memory[prefix] = frames[u].dims.memory_bytes(bpe, self.p.optimizer_bytes_per_param, self.p.zero_stage)
         return first, compute.ravel(), memory.ravel()
 
     def build(self) -> tuple[MipModel, JointDecoder]:

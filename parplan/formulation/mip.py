@@ -367,7 +367,7 @@ def plan_memory_bytes(sp, split: Split) -> tuple[float, float]:
     bpe, opt = sp.side.bytes_per_element, sp.side.optimizer_bytes_per_param
     for d, c, a in zip(sp.dims, split.choices, split.shares):
         for i, part in enumerate(scale_for_sides(d, c, a)):
-            out[i] += part.memory_bytes(bpe, opt)
+            out[i] += part.memory_bytes(bpe, opt, sp.side.zero_stage)
     return out[0], out[1]
 
 
