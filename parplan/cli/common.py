@@ -50,6 +50,10 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                              "each split in its own frame, as the published AccPar code)")
     parser.add_argument("--share-grid", type=int, default=16, metavar="G",
                         help="free shares are multiples of 1/G, plus the proportional share (default 16)")
+    parser.add_argument("--zero", default=None, choices=("auto", "0", "1", "2", "3"),
+                        help="ZeRO stage: shard the optimizer state (1), and gradients (2), and weights (3) of "
+                             "data-parallel layers over their replicas (docs/costmodel.md section 6.1). Default: "
+                             "'auto' where a command plans against memory (the least stage that fits), else 0")
 
 
 def problem_from_args(args: argparse.Namespace):
@@ -65,8 +69,28 @@ def problem_from_args(args: argparse.Namespace):
         latency_s=None if args.latency is None else args.latency * 1e-6,
         devices=load_devices(args.devices),
     )
+    zero = getattr(args, "zero", None)
     return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element,
-                   optimizer_bytes_per_param=args.optimizer_bytes, compat=getattr(args, "compat", None))
+                   optimizer_bytes_per_param=args.optimizer_bytes, compat=getattr(args, "compat", None),
+                   zero_stage=int(zero) if zero not in (None, "auto") else 0)
+
+
+def plans_against_memory(args: argparse.Namespace) -> bool:
+    """Whether a planning command plans against memory: by default yes; not with
+    ``--ignore-memory``, nor under a published planner's ``--compat`` rules unless a
+    ``--memory-limit`` asks for it (the papers' setting ignores memory)."""
+    if getattr(args, "ignore_memory", False):
+        return False
+    return getattr(args, "compat", None) is None or getattr(args, "memory_limit", None) is not None
+
+
+def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
+    """--memory-limit and --ignore-memory of the commands that plan against memory."""
+    parser.add_argument("--memory-limit", default=None, metavar="GiB",
+                        help="plan against this many GiB per device (default: each device's own memory)")
+    parser.add_argument("--ignore-memory", action="store_true",
+                        help="plan without memory limits, as the papers do (a plan over a device's memory is "
+                             "then only warned about)")
 
 
 def progress_printer(enabled: bool, after_s: float | None = None):

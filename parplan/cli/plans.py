@@ -27,8 +27,10 @@ import time
 
 from parplan.cli.common import (
     PLANNER_NAMES,
+    add_memory_arguments,
     add_problem_arguments,
     memory_limit,
+    plans_against_memory,
     output_path,
     problem_from_args,
     problem_source,
@@ -81,8 +83,8 @@ def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict |
         path, kind, need, cap = overruns[0]
         print(f"parplan: warning: {len(overruns)} of {problem.array.count} devices exceed {what}; worst: "
               f"device {path or 'root'} ({kind}) needs {format_bytes(need)} of {format_bytes(cap)}. "
-              "The planners do not plan against memory; 'parplan solve --memory-limit' finds plans that fit.",
-              file=sys.stderr)
+              "It was planned with --ignore-memory or a --compat profile; without them 'parplan plan' plans "
+              "against memory.", file=sys.stderr)
     return report, ev
 
 
@@ -143,8 +145,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   f"{len(problem.planning.nodes)} layers on {problem.array.count} devices it may take minutes "
                   f"(-v shows each pass)", file=sys.stderr)
     start = time.perf_counter()
-    plan = make_plan(problem, args.planner, objective=args.objective, shares=args.shares,
-                     share_grid=args.share_grid, progress=progress_printer(args.verbose), polish=args.polish)
+    kwargs = dict(objective=args.objective, shares=args.shares, share_grid=args.share_grid, polish=args.polish)
+    if plans_against_memory(args):
+        from parplan.solvers.fit import fit_plan
+
+        fit = fit_plan(problem, args.planner, None if limit in (None, "device") else limit, zero=args.zero or "auto",
+                       progress=progress_printer(args.verbose, after_s=5.0), plan_kwargs=kwargs)
+        problem, plan = fit.problem, fit.plan
+    else:
+        plan = make_plan(problem, args.planner, progress=progress_printer(args.verbose), **kwargs)
     wall = time.perf_counter() - start
     report, ev = report_and_checks(problem, plan, wall, limit, args.format, bound=args.bound,
                                    progress=progress_printer(args.verbose))
@@ -181,6 +190,7 @@ def _problem_for(args: argparse.Namespace, record: dict):
             "optimizer_bytes_per_param", 12.0),
         devices=args.devices or record.get("devices_file"),
         compat=args.compat if args.compat is not None else record.get("compat"),
+        zero=args.zero if args.zero is not None else str(record.get("zero_stage") or 0),
     )
     return problem_from_args(ns)
 
@@ -275,14 +285,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
     progress = progress_printer(args.verbose)
     base = evaluate(problem, make_plan(problem, "data")).step_time_s
     rows = []
+    limit = memory_limit(args.memory_limit)
+    fitting = plans_against_memory(args)
     for name in names:
         t0 = time.perf_counter()
-        plan = make_plan(problem, name, share_grid=args.share_grid, progress=progress)
+        if fitting:  # each planner's fastest plan that fits (docs/costmodel.md section 6.2)
+            from parplan.errors import InfeasibleError
+            from parplan.solvers.fit import fit_plan
+
+            try:
+                fit = fit_plan(problem, name, None if limit in (None, "device") else limit, zero=args.zero or "auto",
+                               progress=progress, plan_kwargs={"share_grid": args.share_grid})
+            except InfeasibleError as exc:
+                rows.append({"planner": name, "step_time_s": float("nan"), "speedup_over_data": float("nan"),
+                             "communication_bytes": float("nan"), "peak_memory_bytes": float("nan"),
+                             "planning_s": time.perf_counter() - t0, "zero_stage": None, "fits": False})
+                print(f"parplan: {name}: {exc}", file=sys.stderr)
+                continue
+            p, plan = fit.problem, fit.plan
+        else:
+            p, plan = problem, make_plan(problem, name, share_grid=args.share_grid, progress=progress)
         wall = time.perf_counter() - t0
-        ev = evaluate(problem, plan)
+        ev = evaluate(p, plan)
         rows.append({"planner": name, "step_time_s": ev.step_time_s, "speedup_over_data": base / ev.step_time_s,
                      "communication_bytes": ev.communication_bytes, "peak_memory_bytes": ev.peak_memory_bytes,
-                     "planning_s": wall})
+                     "planning_s": wall, "zero_stage": p.zero_stage, "fits": fitting or None})
         if progress:
             progress(f"{name}: {ev.step_time_s * 1e3:.4g} ms ({wall:.2f} s)")
     frame = pd.DataFrame(rows)
@@ -315,12 +342,17 @@ def compare_text(frame, meta: dict) -> str:
     pu, pf = time_unit(frame.planning_s.max())
     lines = [f"{meta['model']} on {meta['array']} ({meta['devices']} devices), batch {meta['batch']}", "",
              f"{'planner':<16} {'step ' + tu:>11} {'speedup':>8} {'comm ' + cu:>11} {'peak mem ' + mu:>12} "
-             f"{'planning ' + pu:>12}"]
+             f"{'planning ' + pu:>12} {'ZeRO':>5}"]
     for r in frame.itertuples():
+        if r.fits is False:
+            lines.append(f"{r.planner:<16} {'no plan found that fits the memory (see above)':>58}")
+            continue
         lines.append(f"{r.planner:<16} {r.step_time_s * tf:>11.3f} {r.speedup_over_data:>7.2f}x "
-                     f"{r.communication_bytes * cf:>11.2f} {r.peak_memory_bytes * mf:>12.2f} {r.planning_s * pf:>12.2f}")
+                     f"{r.communication_bytes * cf:>11.2f} {r.peak_memory_bytes * mf:>12.2f} {r.planning_s * pf:>12.2f} "
+                     f"{r.zero_stage:>5}")
     lines.append("")
-    lines.append("speedup: data parallelism's step time / the planner's; comm: bytes received per step over all levels")
+    lines.append("speedup: data parallelism's step time (memory ignored) / the planner's; comm: bytes received per "
+                 "step over all levels; ZeRO: the stage the plan needs to fit (docs/costmodel.md section 6.1)")
     return "\n".join(lines)
 
 
@@ -338,7 +370,7 @@ def add_plan_parsers(sub) -> None:
                    help="then improve the plan by multi-level moves priced by the evaluator (swap a layer's types "
                         "between levels, retype, reshare; slower: seconds on 16 devices)")
     _bound_argument(p)
-    _memory_argument(p)
+    add_memory_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     p.set_defaults(func=cmd_plan)
 
@@ -365,6 +397,7 @@ def add_plan_parsers(sub) -> None:
     c.add_argument("--format", default="table", choices=("table", "json", "csv"))
     c.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
     c.add_argument("--plot", default=None, metavar="PNG", help="also draw step time and speedup per planner")
+    add_memory_arguments(c)
     c.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     c.set_defaults(func=cmd_compare)
 
@@ -392,6 +425,7 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
                    help="optimizer bytes per parameter (default: the plan's)")
     p.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
     p.add_argument("--compat", default=None, choices=("hypar", "accpar-code"), help="price with HyPar's rule (default: the plan's)")
+    p.add_argument("--zero", default=None, choices=("0", "1", "2", "3"), help="ZeRO stage (default: the plan's)")
     p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
 
 

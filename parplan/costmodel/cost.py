@@ -107,6 +107,9 @@ class SideSpec:
     #: ZeRO stage (docs/costmodel.md section 6.1): memory of replicated weights sharded; stage 3
     #: also gathers the weights of a BATCH split in forward and backward.
     zero_stage: int = 0
+    #: Each side's memory, summed over its devices (bytes): what a memory price divides by
+    #: (:attr:`parplan.costmodel.split.PlanOptions.memory_price`; docs/costmodel.md section 6.2).
+    capacity_bytes: tuple[float, float] = (float("inf"), float("inf"))
 
     @property
     def flops_per_s(self) -> tuple[float, float]:

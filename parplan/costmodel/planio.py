@@ -41,7 +41,7 @@ SCHEMA_VERSION = 1
 #: Keys of the "problem" object; ``*_source`` are what the user typed (may be None).
 PROBLEM_KEYS = ("model", "model_source", "array", "array_source", "bandwidth_gb_per_s", "latency_us",
                 "devices_file", "devices", "batch", "bytes_per_element", "optimizer_bytes_per_param", "compat",
-                "nodes")
+                "zero_stage", "nodes")
 
 _CHOICES = {c.value: c for c in (*PartitionType, *Layout)}
 
@@ -108,6 +108,7 @@ def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = N
             "bytes_per_element": problem.bytes_per_element,
             "optimizer_bytes_per_param": problem.optimizer_bytes_per_param,
             "compat": problem.compat,
+            "zero_stage": problem.zero_stage,
             "nodes": nodes,
         },
         "planner": plan.planner,

@@ -113,6 +113,8 @@ class Problem:
             optimizer_bytes_per_param=self.optimizer_bytes_per_param,
             compat=self.compat,
             zero_stage=self.zero_stage,
+            capacity_bytes=(sum(d.memory_bytes for d in group.left.devices()),
+                            sum(d.memory_bytes for d in group.right.devices())),
         )
 
 

@@ -68,6 +68,10 @@ class PlanOptions:
     shares: ShareMode = ShareMode.FREE
     allowed: Callable[[PlanNode], tuple[Choice, ...]] = field(default=all_choices)
     share_grid: int = DEFAULT_SHARE_GRID
+    #: Seconds added per unit of memory a state keeps, as a fraction of its side's capacity
+    #: (summed over both sides; docs/costmodel.md section 6.2): the Lagrangian price with which
+    #: :mod:`parplan.solvers.fit` steers a planner towards plans that fit. 0: memory is free.
+    memory_price: float = 0.0
 
     def __post_init__(self):
         if self.objective is Objective.COMMUNICATION and self.shares is ShareMode.FREE:
@@ -78,6 +82,9 @@ class PlanOptions:
         g = self.share_grid
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= MAX_SHARE_GRID:
             raise ConfigError(f"share_grid must be an integer in [1, {MAX_SHARE_GRID}] (got {g!r})")
+        m = self.memory_price
+        if isinstance(m, bool) or not isinstance(m, (int, float, np.number)) or not 0.0 <= m < float("inf"):
+            raise ConfigError(f"memory_price must be a finite number >= 0 (got {m!r})")
 
     def choices(self, node: PlanNode) -> tuple[Choice, ...]:
         allowed = tuple(self.allowed(node))
@@ -215,7 +222,11 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
     else:
         raw = raw[0]
     if options.objective is Objective.TIME:
-        return scope, np.broadcast_to(floored_time(raw, sp.floor(u, options)), raw.shape)
+        raw = np.broadcast_to(floored_time(raw, sp.floor(u, options)), raw.shape)
+    if options.memory_price > 0.0:  # a unary term on u's own states (u is the scope's first axis)
+        t, cap = tables[u], sp.side.capacity_bytes
+        price = options.memory_price * (t.memory[0] / cap[0] + t.memory[1] / cap[1])
+        raw = raw + price.reshape((-1,) + (1,) * (k - 1))
     return scope, raw
 
 

@@ -165,8 +165,13 @@ def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = N
         idx = {w: np.asarray(state[w]) for w in scopes[u]}
         idx[v] = np.arange(tables[v].size)
         terms = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
-        return np.broadcast_to(np.asarray(node_value(terms, options.objective, sp.floor(u, options)), dtype=float),
-                               (tables[v].size,))
+        value = np.broadcast_to(np.asarray(node_value(terms, options.objective, sp.floor(u, options)), dtype=float),
+                                (tables[v].size,))
+        if options.memory_price > 0.0:  # the memory price is a term of u's own state (node_factor)
+            t, cap = tables[u], sp.side.capacity_bytes
+            price = options.memory_price * (t.memory[0] / cap[0] + t.memory[1] / cap[1])
+            value = value + (price if u == v else price[state[u]])
+        return value
 
     for _ in range(MAX_SWEEPS):
         changed = False
