@@ -143,14 +143,21 @@ def test_compare_all_prints_one_row_per_planner(tmp_path, capsys):
     assert code == 2 and "unknown planner(s) fast" in err
 
 
-def test_plan_warns_when_a_device_is_over_its_memory(capsys):
-    code, _, err = run(capsys, "plan", "--model", "vgg16", "--array", "v100:2", "--batch", "2048", "--planner", "data")
+def test_plan_warns_when_a_device_is_over_its_memory_only_when_memory_is_ignored(capsys):
+    code, _, err = run(capsys, "plan", "--model", "vgg16", "--array", "v100:2", "--batch", "2048", "--planner", "data",
+                       "--ignore-memory")
     assert code == 0
     assert "warning: 2 of 2 devices exceed their memory" in err and "GiB of 32.00 GiB" in err
-    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--memory-limit", "0.001")
+    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--memory-limit", "0.001",
+                       "--ignore-memory")
     assert code == 0 and "exceed the memory limit" in err
     code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2")
     assert "warning" not in err
+    # planned against memory (the default), neither fits: one error line, the least memory needed
+    code, _, err = run(capsys, "plan", "--model", "vgg16", "--array", "v100:2", "--batch", "2048", "--planner", "data")
+    assert code == 2 and "no plan fits: every plan keeps at least 111.99 GiB over the 2 devices" in err
+    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--memory-limit", "0.001")
+    assert code == 2 and "MiB per device on average" in err and len(err.strip().splitlines()) == 1
 
 
 def test_one_device_units_version_and_output_paths(tmp_path, capsys):

@@ -190,7 +190,7 @@ def _problem_for(args: argparse.Namespace, record: dict):
             "optimizer_bytes_per_param", 12.0),
         devices=args.devices or record.get("devices_file"),
         compat=args.compat if args.compat is not None else record.get("compat"),
-        zero=args.zero if args.zero is not None else str(record.get("zero_stage") or 0),
+        zero=getattr(args, "zero", None) if getattr(args, "zero", None) is not None else str(record.get("zero_stage") or 0),
     )
     return problem_from_args(ns)
 

@@ -27,9 +27,9 @@ Example:
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> p = Problem(get_model("vgg11"), parse_array("h100:2"), batch=64)
-    >>> fit = fit_plan(p, "accpar", limit_bytes=1.5 * 2**30)
+    >>> fit = fit_plan(p, "accpar", limit_bytes=2 * 2**30)
     >>> fit.problem.zero_stage, fit.peak_fraction <= 1.0
-    (2, True)
+    (1, True)
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from parplan.costmodel.evaluate import Evaluation, evaluate, memory_overruns
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
 from parplan.errors import ConfigError, InfeasibleError
 
-GIB = 2**30
 #: Memory prices tried, in units of the unpriced plan's step time (section 6.2).
 PRICE_LADDER = (1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0, 256.0)
 #: Bisection steps between the last price that did not fit and the first that did.
@@ -164,8 +163,35 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
             break
     if found:
         return min(found, key=lambda f: f.evaluation.step_time_s)
+    proven = False
+    if problem.array.depth == 1:
+        # one split: the exact MIP with a memory row per device is the whole problem
+        fit, proven = _exact_one_split(problem, stages, limit_bytes, options, candidate, say)
+        if fit is not None:
+            return fit
     closest = min(tried, key=lambda f: f.peak_fraction)
-    raise InfeasibleError(infeasible_message(problem, limits, closest))
+    raise InfeasibleError(infeasible_message(problem, limits, closest, proven))
+
+
+def _exact_one_split(problem: Problem, stages, limit_bytes, options, candidate, say) -> tuple[Fit | None, bool]:
+    """On a two-device array: the fastest fitting plan of the exact MIP over the allowed ZeRO
+    stages, or (None, whether every stage was proven infeasible)."""
+    from parplan.costmodel.split import SplitProblem
+    from parplan.solvers.exact import memory_limit_for, solve_split_exact
+
+    best, proven = None, True
+    for stage in stages:
+        p = replace(problem, zero_stage=stage)
+        say(f"memory: exact solve of the split at ZeRO stage {stage}")
+        split, cert = solve_split_exact(SplitProblem.root(p), "scip", options,
+                                        memory=memory_limit_for(p.array, "device" if limit_bytes is None else limit_bytes))
+        if split is not None and cert.status.value in ("optimal", "feasible"):
+            fit = candidate(p, Plan({"": split}, planner="exact", info={"certificate": cert.status.value}),
+                            f"exact MIP at zero-{stage} ({cert.status.value})")
+            if fit.fits and (best is None or fit.evaluation.step_time_s < best.evaluation.step_time_s):
+                best = fit
+        proven = proven and cert.status.value == "infeasible"
+    return best, proven
 
 
 def _priced_plan(problem: Problem, planner: str, options, price: float, progress) -> Plan:
@@ -175,19 +201,30 @@ def _priced_plan(problem: Problem, planner: str, options, price: float, progress
     return Plan(plan.splits, planner=planner, info={**plan.info, "memory_price_s": price})
 
 
-def infeasible_message(problem: Problem, limits: dict[str, float], closest: Fit) -> str:
+def _size(x: float) -> str:
+    """Bytes in GiB, MiB or KiB, whichever shows them with 3 significant digits."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if x >= 0.1 * scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x / 2**10:.2f} KiB"
+
+
+def infeasible_message(problem: Problem, limits: dict[str, float], closest: Fit, proven: bool = False) -> str:
     """One line: the least memory any plan needs and the plan that came closest."""
     need = memory_lower_bound(problem)
     total = sum(limits.values())
     n = len(limits)
     worst = max(limits, key=lambda path: closest.evaluation.device_memory_bytes.get(path, 0.0) / limits[path])
-    close = (f"the closest plan found ({closest.how}) needs {closest.evaluation.device_memory_bytes[worst] / GIB:.2f} "
-             f"GiB on device {worst or 'root'} of {limits[worst] / GIB:.2f} GiB")
+    close = (f"the closest plan found ({closest.how}) needs {_size(closest.evaluation.device_memory_bytes[worst])} "
+             f"on device {worst or 'root'} of {_size(limits[worst])}")
     if need > total:
-        return (f"no plan fits: every plan keeps at least {need / GIB:.2f} GiB over the {n} devices "
-                f"({need / n / GIB:.2f} GiB per device on average, {need / total:.2f}x their "
-                f"{total / GIB:.2f} GiB); {close}. Use more devices, a smaller batch or fewer optimizer bytes")
-    return (f"parplan found no plan that fits ({close}); every plan keeps at least {need / GIB:.2f} GiB over the "
+        return (f"no plan fits: every plan keeps at least {_size(need)} over the {n} devices "
+                f"({_size(need / n)} per device on average, {need / total:.2f}x their "
+                f"{_size(total)}); {close}. Use more devices, a smaller batch or fewer optimizer bytes")
+    if proven:
+        return (f"no plan fits: the exact solver proved that no plan on the share grid keeps every device within its "
+                f"limit ({close}; every plan keeps at least {_size(need)} over the {n} devices)")
+    return (f"parplan found no plan that fits ({close}); every plan keeps at least {_size(need)} over the "
             f"{n} devices ({need / total:.0%} of their memory), so a plan may exist that parplan's search missed: "
             f"try 'parplan solve --memory-limit', a smaller batch or more devices")
 

@@ -1,0 +1,153 @@
+"""Plans that fit (docs/costmodel.md section 6.2): every plan parplan returns as fitting fits by
+the independent evaluator, the memory lower bound is below every plan, "no plan fits" is never
+said where brute force finds one, and the Llama cases of issue 30 beat Megatron-style plans."""
+
+import math
+from dataclasses import replace
+from itertools import product
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.errors import ConfigError, InfeasibleError
+from parplan.models.zoo import get_model
+from parplan.solvers.fit import fit_plan, memory_lower_bound
+from parplan.solvers.megatron import megatron_plan
+from parplan.solvers.planners import make_plan
+from reference_model import reference_evaluate
+from test_brute import DEVICES, fast, graphs
+from test_costmodel import plans as random_plans
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
+
+
+@st.composite
+def fit_cases(draw, sizes=(2, 4)):
+    g = draw(graphs(max_weighted=3, max_joins=1))
+    kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from(sizes)))]
+    p = Problem(g, parse_array(",".join(f"{k}:1" for k in kinds), bandwidth_bytes_per_s=1e10),
+                batch=draw(st.sampled_from([1, 64])))
+    peak = evaluate(p, make_plan(p, "accpar", share_grid=4)).peak_memory_bytes
+    return p, max(peak, 1.0) * draw(st.sampled_from([0.2, 0.45, 0.7, 0.9, 1.0, 1.5]))
+
+
+def _grid_plans(p: Problem, shares=(0.0, 0.5, 1.0)):
+    """Every one-split plan of ``p`` with shares in ``shares`` (brute force)."""
+    nodes = p.planning.nodes
+    for cells in product(*[[(c, a) for c in n.choices for a in shares] for n in nodes]):
+        yield Plan({"": Split(tuple(c for c, _ in cells), tuple(a for _, a in cells))})
+
+
+def _check_fit_case(case):
+    p, limit = case
+    try:
+        fit = fit_plan(p, "accpar", limit_bytes=limit, plan_kwargs={"share_grid": 4})
+    except InfeasibleError as exc:
+        if "no plan fits" in str(exc):  # a proof: the lower bound, or the exact solver on one split
+            if memory_lower_bound(p) <= limit * p.array.count and p.array.count == 2:
+                # the exact solver said so: no brute-force plan on its grid fits at any stage
+                for stage in range(4):
+                    q = replace(p, zero_stage=stage)
+                    assert all(max(reference_evaluate(q, plan)[1].values()) > limit * (1 - 1e-9)
+                               for plan in _grid_plans(q, (0.0, 0.25, 0.5, 0.75, 1.0)))
+        return "none"
+    _, memory = reference_evaluate(fit.problem, fit.plan)
+    assert max(memory.values()) <= limit * (1 + 1e-9)
+    assert fit.fits and math.isclose(fit.peak_fraction, max(memory.values()) / limit, rel_tol=1e-9)
+    return "fit"
+
+
+@fast(60)
+@given(fit_cases())
+def test_a_fitting_plan_fits_by_the_reference_and_no_plan_fits_is_proven(case):
+    _check_fit_case(case)
+
+
+@pytest.mark.slow
+@fast(1000)
+@given(fit_cases())
+def test_a_fitting_plan_fits_1000_instances(case):
+    _check_fit_case(case)
+
+
+@fast(40)
+@given(st.data())
+def test_the_memory_lower_bound_is_below_every_plan(data):
+    """Every plan, at every ZeRO stage, keeps at least the bound summed over its devices."""
+    g = data.draw(graphs(max_weighted=4, max_joins=2))
+    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:1"]))),
+                batch=data.draw(st.sampled_from([1, 8, 64])), zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])))
+    plan = data.draw(random_plans(p))
+    _, memory = reference_evaluate(p, plan)
+    assert sum(memory.values()) >= memory_lower_bound(p) * (1 - 1e-12)
+
+
+def test_zero_stages_are_searched_least_first():
+    p = Problem(get_model("vgg11"), parse_array("h100:2"), batch=64)
+    free = fit_plan(p)
+    assert free.problem.zero_stage == 0 and free.how == "as planned"
+    need = free.evaluation.peak_memory_bytes
+    # just below the stage-0 need: stage 1 shards Adam's state over the replicas at the same step time
+    tight = fit_plan(p, limit_bytes=need * 0.999)
+    assert tight.problem.zero_stage == 1
+    assert math.isclose(tight.evaluation.step_time_s, free.evaluation.step_time_s, rel_tol=1e-12)
+    assert tight.evaluation.peak_memory_bytes <= need * 0.999
+
+
+def test_an_impossible_limit_is_one_error_with_the_least_memory_needed(capsys):
+    from parplan.cli import main
+
+    assert main(["plan", "--model", "vgg11", "--array", "h100:2", "--batch", "64", "--memory-limit", "0.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no plan fits" in err[0] and "per device on average" in err[0]
+    with pytest.raises(ConfigError):
+        fit_plan(Problem(get_model("lenet"), parse_array("h100:2"), batch=8), zero=5)
+
+
+def test_compat_profiles_ignore_memory_unless_asked():
+    from parplan.cli.common import plans_against_memory
+    from argparse import Namespace
+
+    assert plans_against_memory(Namespace(compat=None, memory_limit=None))
+    assert not plans_against_memory(Namespace(compat="hypar", memory_limit=None))
+    assert plans_against_memory(Namespace(compat="hypar", memory_limit="8"))
+    assert not plans_against_memory(Namespace(compat=None, memory_limit=None, ignore_memory=True))
+
+
+def test_megatron_plan_is_tensor_inside_data_across():
+    p = Problem(get_model("llama3-8b"), parse_array("h100:8"), batch=16)
+    plan = megatron_plan(p, 2)
+    names = [n.name for n in p.planning.nodes]
+    tensor = dict(zip(names, plan.splits["LR"].choices))
+    assert [tensor[f"layers.3.{x}"].value for x in ("qkv", "o", "add1", "gate_up", "down", "add2")] == [
+        "out", "in", "whole", "out", "in", "whole"]
+    assert tensor["lm_head"].value == "out"
+    assert {c.value for c in plan.splits[""].choices} == {"batch", "rows"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("array, batch, tensor_levels", [
+    ("h100:8", 16, 2),  # data 2 x tensor 4
+    (str(EXAMPLES / "two_h100_nodes.toml"), 32, 2),  # data 4 x tensor 4, two nodes at 50 GB/s
+])
+def test_llama3_8b_plans_fit_and_are_no_slower_than_megatron(tmp_path, capsys, array, batch, tensor_levels):
+    """Issue 30's must-show: ``parplan plan`` fits 80 GB and is no slower than the hand-written
+    Megatron-style plan, which is written as a plan file and priced by ``parplan evaluate``."""
+    import json
+
+    from parplan.cli import main
+
+    p = Problem(get_model("llama3-8b"), parse_array(array), batch=batch)
+    hand = tmp_path / "megatron.json"
+    megatron_plan(p, tensor_levels).save(hand, p)
+    assert main(["evaluate", "--plan", str(hand), "--model", "llama3-8b", "--array", array, "--format", "json"]) == 0
+    theirs = json.loads(capsys.readouterr().out)
+    assert main(["plan", "--model", "llama3-8b", "--array", array, "--batch", str(batch), "--format", "json"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    assert ours["memory_overruns"] == [] and ours["peak_device_memory_bytes"] <= 80 * 2**30
+    assert theirs["memory_overruns"] == []
+    assert ours["step_time_s"] <= theirs["step_time_s"]
