@@ -151,3 +151,13 @@ def test_llama3_8b_plans_fit_and_are_no_slower_than_megatron(tmp_path, capsys, a
     assert ours["memory_overruns"] == [] and ours["peak_device_memory_bytes"] <= 80 * 2**30
     assert theirs["memory_overruns"] == []
     assert ours["step_time_s"] <= theirs["step_time_s"]
+
+
+def test_certify_with_a_memory_limit_and_no_exact_plan_reports_instead_of_crashing(capsys):
+    """Issue 30: ``certify --memory-limit 3`` on VGG-16 ended in ``TypeError: 'float' object is
+    not iterable`` when the exact solver had no plan."""
+    from parplan.cli import main
+
+    code = main(["certify", "--model", "vgg16", "--array", "tpu-v2:1,tpu-v3:1", "--memory-limit", "3"])
+    out = capsys.readouterr().out
+    assert code == 1 and "infeasible" in out and "needs at least 4.924x the memory it has" in out

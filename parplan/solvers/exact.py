@@ -270,7 +270,9 @@ def solve_exact(
         if progress is not None:
             progress(f"solving a split of {sp.side.hosts} devices with {spec.name}")
         split, cert = solve_split_exact(sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes))
-        if split is None:
+        if split is None or cert.status == Status.ERROR:
+            # no plan, or one that failed the re-check (over its memory limit by the solver's
+            # tolerance): never handed on as a plan (issue 30)
             raise _Stop(cert)
         solved.append((split, cert))
         return split
@@ -403,7 +405,7 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
             [cert.objective] if cert.objective is not None else []) + [
             x for x in (polished, portfolio) if x is not None]
         best = min(found) if found else None
-        if min(dp_price, *found) < bound * (1 - 1e-9):
+        if min([dp_price, *found]) < bound * (1 - 1e-9):
             bad.append("a plan is faster than the global bound")
     return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad), bound, best, polished, portfolio,
                          selected)
