@@ -84,13 +84,19 @@ def sizes(d: dict) -> tuple[float, float, float, float]:
 def compute_s(d: dict, dev, bpe: float) -> float:
     flops, w, fin, fout = sizes(d)
     t = 0.0
-    if d["k"] and flops > 0:
+    if d["k"] and flops > 0:  # the weights are read once per micro-batch
         t = max(flops / (dev.efficiency * dev.flops_per_s),
-                3 * (d["top"] * (fin + fout) + w) * bpe / dev.memory_bytes_per_s)
+                3 * (d["top"] * (fin + fout) + d["mb"] * w) * bpe / dev.memory_bytes_per_s)
+        if d.get("rc"):  # recomputation: the forward product again, 2 of 6 FLOPs, F_in + W + F_out
+            t += max(flops / 3 / (dev.efficiency * dev.flops_per_s),
+                     (d["top"] * (fin + fout) + d["mb"] * w) * bpe / dev.memory_bytes_per_s)
     for n, ops in ((fout, d["out_ops"]), (fin, d["in_ops"])):
         if n > 0:
             for op in ops:
                 t += max(n * op.flops / (dev.efficiency * dev.flops_per_s), n * op.traffic * bpe / dev.memory_bytes_per_s)
+                if d.get("rc"):  # and each op's forward: a third of its FLOPs, half its traffic
+                    t += max(n * op.flops / 3 / (dev.efficiency * dev.flops_per_s),
+                             n * op.traffic / 2 * bpe / dev.memory_bytes_per_s)
     return t
 
 
@@ -99,15 +105,18 @@ def memory_b(d: dict, bpe: float, opt: float, zero: int = 0, rows: float = 1.0) 
     batch it holds, which is its share of a replicated weight's ZeRO shards (section 6.1)."""
     _, w, fin, fout = sizes(d)
     stored = (d["top"] * fin if d["k"] else 0.0) + fout * sum(o.stored for o in d["out_ops"]) + fin * sum(o.stored for o in d["in_ops"])
+    if d.get("rc"):  # recomputation keeps only the checkpoint: a product's input
+        stored = fin if d["k"] else 0.0
+    stored /= d["mb"]  # activations are held for one micro-batch at a time
     weights = bpe * (rows if zero == 3 else 1.0)
     grads = bpe * (rows if zero >= 2 else 1.0)
     state = opt * (rows if zero >= 1 else 1.0)
     return w * (weights + grads + state) + stored * bpe
 
 
-def raw(node, batch) -> dict:
+def raw(node, batch, recompute: bool = False, micro_batches: int = 1) -> dict:
     d = node.dims
-    return {"B": float(batch), "Di": d.in_features, "Do": d.out_features, "Si": d.in_spatial, "So": d.out_spatial,
+    return {"B": float(batch), "rc": recompute, "mb": micro_batches, "Di": d.in_features, "Do": d.out_features, "Si": d.in_spatial, "So": d.out_spatial,
             "k": d.kernel, "g": d.groups, "out_ops": d.out_ops, "in_ops": d.in_ops, "tables": d.tables,
             "rowx": sum(op.row_exchange for op in d.out_ops), "E": d.experts, "top": d.active}
 
@@ -123,7 +132,7 @@ def group_device(group):
     return D
 
 
-def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0):
+def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0, mb=1):
     """Per node, per side: (seconds of communication, elements received) at one split.
 
     ``boxes``: every node's box at this group; ``roots``: raw sizes at the root (tensor sizes);
@@ -146,26 +155,27 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
         per_side = []
         for i in (0, 1):
             recv = 0.0
+            wrecv = 0.0  # the weight-gradient exchange, once per step (section 6.4)
             both = 0 < au < 1
             tables = dims[u]["tables"] * dims[u]["Di"]
             stats = dims[u]["B"] * dims[u]["rowx"]
-            if cu in PARTIAL and both:
-                _, w, fin, fout = sizes(dims[u])
-                recv += {"W": w, "in": fin, "out": fout}[PARTIAL[cu]]
-            if cu == "rows" and both:  # embedding tables' gradients, partial on both sides
-                recv += tables
-            if zero == 3 and both and cu in ("batch", "rows"):
-                # ZeRO-3: the replicated weights (a join's tables) are sharded by the shares; this
-                # side gathers the other side's shard in forward and again in backward, and the
-                # gradient's reduce-scatter brings it the other side's partial of its own shard:
-                # its share + 2 x the other's, i.e. the other's share more than the all-reduce
-                other = (1 - au) if i == 0 else au
-                recv += other * sizes(dims[u])[1]
+            _, w, fin, fout = sizes(dims[u])
+            if cu in ("in", "out") and both:
+                recv += {"in": fout, "out": fin}[cu]
+            replicated = w if cu == "batch" else (tables if cu == "rows" else 0.0)
+            if both and replicated > 0:
+                # reduce-scatter (this side's share of the other's partial) and all-gather (the
+                # other's share) once per step; ZeRO-2: the reduce-scatter per micro-batch; ZeRO-3:
+                # per micro-batch a reduce-scatter and an all-gather before forward and backward
+                mine = au if i == 0 else 1 - au
+                other = 1 - mine
+                wrecv += {0: mine + other, 1: mine + other, 2: mb * mine + other,
+                          3: mb * (mine + 2 * other)}[zero] * replicated
             if PORTS[cu][1] == "cols" and both:  # layer norms' row statistics, columns on both sides
                 recv += stats
             if i == 1 and both:  # a total reduced above reaches side 1; side 2 gets it from there
                 if above[u][0] and cu in ("out", "whole"):
-                    recv += tables
+                    wrecv += tables
                 if above[u][1] and cu in ("in", "whole"):
                     recv += stats
             for size, consumers in tensors.values():
@@ -196,7 +206,11 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
                             bwd += area_where(lambda x: x[0] and not x[1] and (x[2] or x[3]),
                                               h[1], pq[1][j], m[j], h[0])
                 recv += size * (fwd + bwd)
-            lat = link.latency_s if recv > 1e-9 else 0.0
+            if mb == 1:
+                lat = link.latency_s if recv + wrecv > 1e-9 else 0.0
+            else:  # a latency per micro-batch; the per-step exchange rides on the last (ZeRO-2/3: its own)
+                lat = link.latency_s * max(mb if recv > 1e-9 else 0, (1 if zero < 2 else mb) if wrecv > 1e-9 else 0)
+            recv += wrecv
             per_side.append((lat + recv * bpe / link.side_bytes_per_s[i], recv))
         out.append(per_side)
     return out
@@ -208,7 +222,7 @@ def reference_evaluate(problem, plan):
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
-    roots = [raw(node, problem.batch) for node in pg.nodes]
+    roots = [raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes]
 
     def rec(group, path, dims, boxes, above):
         if group.is_leaf:
@@ -218,7 +232,8 @@ def reference_evaluate(problem, plan):
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf
-        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above, problem.zero_stage)
+        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above, problem.zero_stage,
+                          problem.micro_batches)
         below = []
         for (r, c), ch, a in zip(above, split.choices, split.shares):
             both = 0 < a < 1
@@ -239,10 +254,10 @@ def reference_split_time(problem, split):
     """Step time of a one-split plan with each side priced as one device (the planner's view)."""
     pg = problem.planning
     bpe = problem.bytes_per_element
-    dims = [raw(node, problem.batch) for node in pg.nodes]
+    dims = [raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes]
     a = problem.array
     comm = split_comm(pg, dims, dims, [dict(ROOT_BOX) for _ in pg.nodes], split, a.link, bpe,
-                      a.left.is_leaf and a.right.is_leaf, zero=problem.zero_stage)
+                      a.left.is_leaf and a.right.is_leaf, zero=problem.zero_stage, mb=problem.micro_batches)
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0
     for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares)):

@@ -95,8 +95,10 @@ def plan_cases(draw):
     text = ",".join(f"{k}:1" for k in kinds)
     array = parse_array(text, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
                         latency_s=draw(st.sampled_from([0.0, 1e-6])))
-    p = Problem(g, array, batch=draw(st.sampled_from([1, 8, 512])), bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
-                zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])))
+    batch = draw(st.sampled_from([1, 8, 512]))
+    p = Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
+                zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])), recompute=draw(st.booleans()),
+                micro_batches=draw(st.sampled_from([1, 1, 2, 4])) if batch > 1 else 1)
     return p, draw(plans(p))
 
 
@@ -117,7 +119,7 @@ def test_evaluator_agrees_with_the_independent_reference(case):
 def test_dp_optimum_is_priced_the_same_by_the_reference(case):
     p, _ = case
     root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch,
-                   zero_stage=p.zero_stage)
+                   zero_stage=p.zero_stage, recompute=p.recompute, micro_batches=p.micro_batches)
     value, split = frontier_dp(SplitProblem.root(root), PlanOptions(share_grid=4))
     assert math.isclose(value, reference_split_time(root, split), rel_tol=1e-9)
 
@@ -299,10 +301,15 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
 
     g = data.draw(st.sampled_from([gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
                                    bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]))
-    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"]))), batch=4)
+    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"]))), batch=4,
+                zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])), recompute=data.draw(st.booleans()),
+                micro_batches=data.draw(st.sampled_from([1, 2, 4])))
     plan = data.draw(executor_plans(p))
     step, memory = reference_evaluate(p, plan)
-    assert math.isclose(evaluate(p, plan).step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
+    ev = evaluate(p, plan)
+    assert math.isclose(ev.step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
+    for k, m in memory.items():
+        assert math.isclose(ev.device_memory_bytes[k], m, rel_tol=1e-9, abs_tol=1e-9)
 
 
 def test_scaled_dims_equal_constructed_ones():
@@ -319,3 +326,38 @@ def test_scaled_dims_equal_constructed_ones():
     assert d.batch == 32.0 and d.in_features == 64.0 and d.out_features == 128.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.batch = 1.0
+
+
+@pytest.mark.parametrize("zero, factors", [(0, (1.0, 1.0)), (1, (1.0, 1.0)), (2, (1.25, 1.75)), (3, (3.5, 2.5))])
+def test_hand_computed_gradient_exchange_with_zero_and_micro_batches(zero, factors):
+    """Two micro-batches, data parallel at share 1/4 (docs/costmodel.md sections 6.1 and 6.4):
+    side 1 receives a reduce-scatter of its quarter and an all-gather of the other three
+    quarters per step (|W| in all); ZeRO-2 reduce-scatters per micro-batch (2 x 1/4 + 3/4 on
+    side 1, 2 x 3/4 + 1/4 on side 2); ZeRO-3 also gathers the other side's shard twice per
+    micro-batch (2 x (1/4 + 2 x 3/4) and 2 x (3/4 + 2 x 1/4))."""
+    p = Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e9, latency_s=1e-6, devices=compute_bound_devices()),
+                batch=8, zero_stage=zero, micro_batches=2)
+    ev = evaluate(p, Plan({"": Split((B, B), (0.25, 0.25))}))
+    c = p.array.left.flops_per_s
+    for v, (w, f) in enumerate(((100 * 50, 6 * 8 * 100 * 50), (50 * 20, 6 * 8 * 50 * 20))):
+        # the gradient exchange pays one latency per step at stages 0-1, one per micro-batch at 2-3
+        lat = 1e-6 * (1 if zero < 2 else 2)
+        t = max(0.25 * f / c + lat + 2 * factors[0] * w / 1e9, 0.75 * f / c + lat + 2 * factors[1] * w / 1e9)
+        assert math.isclose(ev.node_time_s[v], t, rel_tol=1e-12)
+    # stored activations (each layer's input) for one micro-batch of 4 samples x 3/4 on side 2
+    shard = {0: (1, 1, 1), 1: (1, 1, 0.75), 2: (1, 0.75, 0.75), 3: (0.75, 0.75, 0.75)}[zero]
+    params = 100 * 50 + 50 * 20
+    want = params * (2 * shard[0] + 2 * shard[1] + 12 * shard[2]) + 2 * 0.75 * 8 / 2 * (100 + 50)
+    assert math.isclose(ev.device_memory_bytes["R"], want, rel_tol=1e-12)
+
+
+def test_recomputation_stores_the_checkpoint_and_pays_the_forward_again():
+    p = Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e9, latency_s=0.0, devices=compute_bound_devices()),
+                batch=8)
+    q = replace(p, recompute=True)
+    plan = Plan({"": Split((B, B), (0.5, 0.5))})
+    a, b = evaluate(p, plan), evaluate(q, plan)
+    flops = 6 * 8 * (100 * 50 + 50 * 20)
+    assert math.isclose(b.step_time_s - a.step_time_s, flops / 3 / 2 / p.array.left.flops_per_s, rel_tol=1e-9)
+    # an MLP's layers store only their inputs: recomputation keeps exactly that
+    assert b.device_memory_bytes == a.device_memory_bytes

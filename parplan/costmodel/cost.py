@@ -110,6 +110,8 @@ class SideSpec:
     #: Each side's memory, summed over its devices (bytes): what a memory price divides by
     #: (:attr:`parplan.costmodel.split.PlanOptions.memory_price`; docs/costmodel.md section 6.2).
     capacity_bytes: tuple[float, float] = (float("inf"), float("inf"))
+    #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4).
+    micro_batches: int = 1
 
     @property
     def flops_per_s(self) -> tuple[float, float]:
@@ -174,11 +176,46 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
-def receive_seconds(side: "SideSpec", i: int, elements):
+def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
     """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
     section 4): the link latency when it receives anything, plus the bytes at its receive
-    bandwidth. ``elements`` may be an array."""
-    return side.latency_s * (elements > RECEIVE_EPS) + elements * (side.bytes_per_element / side.bytes_per_s[i])
+    bandwidth. With micro-batches (section 6.4) what moves per micro-batch (``elements`` less
+    the per-step ``weight_elements``) pays the latency once per micro-batch, and the gradient
+    exchange travels with the last one (or pays its own latencies: ZeRO-2/3 reduce-scatter per
+    micro-batch). Arrays broadcast."""
+    transfer = elements * (side.bytes_per_element / side.bytes_per_s[i])
+    m = side.micro_batches
+    if m == 1:
+        return side.latency_s * (elements > RECEIVE_EPS) + transfer
+    per_step = 1 if side.zero_stage < 2 else m
+    count = np.maximum(m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS))
+    return side.latency_s * count + transfer
+
+
+def weight_exchange(size: float, ss: "ShareSet", zero_stage: int, micro_batches: int) -> tuple[float, float]:
+    """Elements each side receives per step for the gradient exchange of a weight of ``size``
+    elements that a BATCH split with work on both sides replicates (docs/costmodel.md sections
+    2, 6.1 and 6.4): a reduce-scatter (side 1 receives ``a size``) and an all-gather (``(1-a) size``)
+    once per step at stages 0-1; at stage 2 a reduce-scatter per micro-batch; at stage 3 a
+    reduce-scatter and two all-gathers of the weights per micro-batch. Interval states: each
+    side's smallest amount over ``[lo, hi]``."""
+    m = micro_batches
+    if zero_stage <= 1:
+        return size, size
+    if zero_stage == 2:  # side 1: m a + (1 - a), side 2: m (1 - a) + a
+        return size * (1.0 + (m - 1) * ss.lo), size * (1.0 + (m - 1) * (1.0 - ss.hi))
+    return size * m * (2.0 - ss.hi), size * m * (1.0 + ss.lo)  # m (a + 2 (1 - a)), m ((1 - a) + 2 a)
+
+
+def allreduce_factor(zero_stage: int, micro_batches: int) -> float:
+    """A BATCH split's gradient exchange on a collective array, in all-reduces (reduce-scatter
+    and all-gather each half of one): 1 at stages 0-1, ``(m + 1) / 2`` at stage 2, ``1.5 m`` at
+    stage 3 (the exchanges of :func:`weight_exchange`)."""
+    if zero_stage <= 1:
+        return 1.0
+    if zero_stage == 2:
+        return (micro_batches + 1) / 2.0
+    return 1.5 * micro_batches
 
 
 def intra_elements(dims: LayerDims, choice: Choice) -> float:
@@ -251,6 +288,10 @@ class StateTable:
     extra: np.ndarray  # (S,) seconds, on both sides
     #: (2, S, K): each side's compute at K shares evenly from lo to hi (K = 1 for points)
     steps: np.ndarray
+    #: (2, S) elements: the part of ``intra`` that is a per-step weight-gradient exchange (BATCH's
+    #: reduce-scatter and all-gather, ZeRO-3's gathers, tables' gradients); the rest moves once
+    #: per micro-batch (docs/costmodel.md section 6.4)
+    wintra: np.ndarray
 
     @property
     def size(self) -> int:
@@ -291,21 +332,22 @@ class StateTable:
                     extra += dims.tables * dims.in_features
                 if split and above[1] and c in (PartitionType.IN, Layout.WHOLE):
                     extra += dims.row_exchange_elements
-                # ZeRO-3 (section 6.1): the weights a BATCH split replicates are sharded by the shares;
-                # each side gathers the other's shard in forward and again in backward, on top of the
-                # reduce-scatter + all-gather of the gradient (each side receives the other's shard once
-                # more than the all-reduce's |W|). Interval states: each side's smallest amount.
-                w = dims.weight_elements if c in (PartitionType.BATCH, Layout.ROWS) else 0.0
-                gather = ((1.0 - ss.hi) * w, ss.lo * w) if split and side.zero_stage >= 3 else (0.0, 0.0)
+                # The gradient exchange of the weights a BATCH split replicates (a join's tables at
+                # ROWS) is per step; everything else a node receives is per micro-batch (section 6.4).
+                weighted = c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)
+                wsize = weight_exchange(size, ss, side.zero_stage, side.micro_batches) if weighted and split \
+                    else (0.0, 0.0)
+                asize = (0.0, 0.0) if weighted else (size, size)
                 x = 0.0
-                if side.collective is not None and (c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)):
+                if side.collective is not None and weighted:
                     if split and not covered:
                         x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s),
                                                               side.latency_s)
-                        if side.zero_stage >= 3:  # two all-gathers: one more half all-reduce each
-                            x *= 1.5
-                    size = 0.0
-                    gather = (0.0, 0.0)
+                        x *= allreduce_factor(side.zero_stage, side.micro_batches)
+                    wsize = (0.0, 0.0)
+                # a table's total forwarded by side 1 is a weight gradient; row statistics are activations
+                wextra = dims.tables * dims.in_features if split and above[0] and c in (PartitionType.OUT,
+                                                                                       Layout.WHOLE) else 0.0
                 low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
                 if k == 1:  # a point: each side's compute at its own share (the dims just built)
                     steps = [[low[i].compute_seconds(side.devices[i], bpe)] for i in (0, 1)]
@@ -316,13 +358,15 @@ class StateTable:
                 rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
                              [steps[0][0], steps[1][-1]],
                              [d.memory_bytes(bpe, side.optimizer_bytes_per_param, side.zero_stage) for d in low],
-                             [size + gather[0], size + extra + gather[1]], x, steps))
+                             [wsize[0] + asize[0], wsize[1] + asize[1] + extra], x, steps,
+                             [wsize[0], wsize[1] + wextra]))
         cols = list(zip(*rows))
         return cls(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
                    np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),
                    np.array(cols[6]).T.reshape(2, -1), np.array(cols[7]).T.reshape(2, -1),
                    np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
-                   np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k))
+                   np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
+                   np.array(cols[11]).T.reshape(2, -1))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -448,7 +492,7 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                         moved = moved + backward_area(wants, m[x], big[0][x], big[1][x], i)
             r = r + size * moved
         received.append(r)
-        comm.append(receive_seconds(side, i, r) + t.extra[iu])
+        comm.append(receive_seconds(side, i, r, t.wintra[i][iu]) + t.extra[iu])
     compute = (t.compute[0][iu], t.compute[1][iu])
     steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
     return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps)
@@ -496,6 +540,8 @@ __all__ = [
     "Objective",
     "REL_TOL",
     "ShareMode",
+    "allreduce_factor",
+    "weight_exchange",
     "SideSpec",
     "StateTable",
     "covered_below",

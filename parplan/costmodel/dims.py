@@ -36,6 +36,14 @@ from parplan.costmodel.graph import INPUT, Embedding, Graph, Norm
 WEIGHTED_TRAFFIC = 3.0
 
 
+#: The forward's part of a product's training FLOPs (forward, backward and gradient products
+#: are equal) and of an element-wise op's (an attention core's QK^T and AV; docs/costmodel.md
+#: section 6.3).
+FORWARD_FLOPS = 1.0 / 3.0
+#: The forward's part of an element-wise op's HBM traffic: it reads the inputs and writes the
+#: output, and backward moves as much again (section 1's traffic rule).
+FORWARD_OP_TRAFFIC = 0.5
+
 #: Row statistics a norm over the features exchanges per position when a split divides the
 #: columns (docs/costmodel.md section 2): layer norm sends mean and variance forward and two
 #: sums backward; RMS norm one sum of squares forward and one sum backward.
@@ -98,6 +106,12 @@ class LayerDims:
     #: multiplies it by the side's share): the fraction of a replicated weight's ZeRO shards a
     #: holder keeps (docs/costmodel.md section 6.1).
     replica: float = 1.0
+    #: Activation recomputation (docs/costmodel.md section 6.3): only the weighted product's input
+    #: is stored (the checkpoint), and the node's forward runs again in backward.
+    recompute: bool = False
+    #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4): activations
+    #: are held for one micro-batch at a time, and the weights are read once per micro-batch.
+    micro_batches: int = 1
 
     @property
     def flops(self) -> float:
@@ -142,21 +156,30 @@ class LayerDims:
     def stored_elements(self) -> float:
         """Activation elements kept for the backward pass: a weighted layer's input (the gradient
         product needs it) plus what the carried ops store."""
+        m = self.micro_batches
+        if self.recompute:  # the checkpoint: the product's input, before any dispatch to experts
+            return self.in_elements / m if self.kernel else 0.0
         own = self.active * self.in_elements if self.kernel else 0.0
         return (own + self.out_elements * sum(op.stored for op in self.out_ops)
-                + self.in_elements * sum(op.stored for op in self.in_ops))
+                + self.in_elements * sum(op.stored for op in self.in_ops)) / m
 
     def compute_seconds(self, device: Device, bytes_per_element: float) -> float:
         """Time of one training step of this node on ``device`` (docs/costmodel.md section 5):
         a roofline for the weighted product plus one per carried op."""
         t = 0.0
         if self.kernel and self.flops > 0:
-            traffic = WEIGHTED_TRAFFIC * (self.active * (self.in_elements + self.out_elements) + self.weight_elements)
-            t = roofline_seconds(self.flops, traffic * bytes_per_element, device)
+            # per micro-batch the weights are read again (docs/costmodel.md section 6.4)
+            once = self.active * (self.in_elements + self.out_elements) + self.micro_batches * self.weight_elements
+            t = roofline_seconds(self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device)
+            if self.recompute:  # forward again: 2 of the 6 FLOP units, 1 of the 3 traffic units
+                t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device)
         for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
             if size > 0:
                 for op in ops:
                     t += roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device)
+                    if self.recompute:  # an op's forward: a third of its FLOPs, half its traffic (section 6.3)
+                        t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
+                                              * bytes_per_element, device)
         return t
 
     def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:

@@ -60,6 +60,12 @@ class Problem:
     #: shards over its replicas (1: optimizer state, 2: and gradients, 3: and the weights, which
     #: are then gathered in forward and again in backward).
     zero_stage: int = 0
+    #: Activation recomputation (docs/costmodel.md section 6.3): every node stores only its
+    #: product's input and runs its forward again in backward.
+    recompute: bool = False
+    #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4); must
+    #: divide the batch.
+    micro_batches: int = 1
 
     def __post_init__(self):
         if self.compat not in COMPAT_NAMES:
@@ -85,6 +91,15 @@ class Problem:
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise ConfigError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {self.zero_stage!r})")
         object.__setattr__(self, "zero_stage", int(self.zero_stage))
+        if not isinstance(self.recompute, (bool, np.bool_)):
+            raise ConfigError(f"recompute must be True or False (got {self.recompute!r})")
+        object.__setattr__(self, "recompute", bool(self.recompute))
+        m = self.micro_batches
+        if isinstance(m, np.integer):
+            m = int(m)
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= self.batch or self.batch % m:
+            raise ConfigError(f"micro_batches must be an integer >= 1 that divides the batch {self.batch} (got {m!r})")
+        object.__setattr__(self, "micro_batches", m)
         self.graph.analyze()
 
     @property
@@ -96,7 +111,8 @@ class Problem:
         evaluator asks at every group)."""
         dims = self.__dict__.get("_root_dims")
         if dims is None:
-            dims = tuple(dataclasses.replace(n.dims, batch=n.dims.batch * self.batch, replica=1.0)
+            dims = tuple(dataclasses.replace(n.dims, batch=n.dims.batch * self.batch, replica=1.0,
+                                             recompute=self.recompute, micro_batches=self.micro_batches)
                          for n in self.planning.nodes)
             self.__dict__["_root_dims"] = dims  # a cache, not a field: equality and hashing ignore it
         return dims
@@ -113,6 +129,7 @@ class Problem:
             optimizer_bytes_per_param=self.optimizer_bytes_per_param,
             compat=self.compat,
             zero_stage=self.zero_stage,
+            micro_batches=self.micro_batches,
             capacity_bytes=(sum(d.memory_bytes for d in group.left.devices()),
                             sum(d.memory_bytes for d in group.right.devices())),
         )
