@@ -54,6 +54,13 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                         help="ZeRO stage: shard the optimizer state (1), and gradients (2), and weights (3) of "
                              "data-parallel layers over their replicas (docs/costmodel.md section 6.1). Default: "
                              "'auto' where a command plans against memory (the least stage that fits), else 0")
+    parser.add_argument("--recompute", default=None, choices=("auto", "yes", "no"),
+                        help="activation recomputation: store each layer's input only and run forward again in "
+                             "backward (docs/costmodel.md section 6.3). Default: 'auto' where a command plans "
+                             "against memory, else no")
+    parser.add_argument("--micro-batches", default=None, metavar="N|auto",
+                        help="micro-batches per step (gradient accumulation; docs/costmodel.md section 6.4). "
+                             "Default: 'auto' where a command plans against memory (powers of two up to 32), else 1")
 
 
 def problem_from_args(args: argparse.Namespace):
@@ -70,9 +77,38 @@ def problem_from_args(args: argparse.Namespace):
         devices=load_devices(args.devices),
     )
     zero = getattr(args, "zero", None)
+    recompute = getattr(args, "recompute", None)
+    micro = micro_batches_argument(getattr(args, "micro_batches", None))
     return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element,
                    optimizer_bytes_per_param=args.optimizer_bytes, compat=getattr(args, "compat", None),
-                   zero_stage=int(zero) if zero not in (None, "auto") else 0)
+                   zero_stage=int(zero) if zero not in (None, "auto") else 0, recompute=recompute == "yes",
+                   micro_batches=micro if isinstance(micro, int) else 1)
+
+
+def micro_batches_argument(text) -> int | str | None:
+    """``--micro-batches``: a positive integer, ``auto`` or None (not given)."""
+    if text is None or isinstance(text, int):
+        return text
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"--micro-batches must be a positive integer or 'auto' (got {text!r})") from None
+    if value < 1:
+        raise ConfigError(f"--micro-batches must be a positive integer or 'auto' (got {text!r})")
+    return value
+
+
+def technique_choices(args: argparse.Namespace) -> dict:
+    """The memory techniques a planning command searches (``auto``) or fixes, as
+    :func:`parplan.solvers.fit.fit_plan`'s keyword arguments."""
+    zero = getattr(args, "zero", None)
+    recompute = getattr(args, "recompute", None)
+    micro = micro_batches_argument(getattr(args, "micro_batches", None))
+    return {"zero": "auto" if zero in (None, "auto") else int(zero),
+            "recompute": "auto" if recompute in (None, "auto") else recompute == "yes",
+            "micro_batches": "auto" if micro in (None, "auto") else micro}
 
 
 def plans_against_memory(args: argparse.Namespace) -> bool:

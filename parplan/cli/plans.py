@@ -35,6 +35,7 @@ from parplan.cli.common import (
     problem_from_args,
     problem_source,
     progress_printer,
+    technique_choices,
 )
 from parplan.errors import ConfigError
 
@@ -149,8 +150,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plans_against_memory(args):
         from parplan.solvers.fit import fit_plan
 
-        fit = fit_plan(problem, args.planner, None if limit in (None, "device") else limit, zero=args.zero or "auto",
-                       progress=progress_printer(args.verbose, after_s=5.0), plan_kwargs=kwargs)
+        fit = fit_plan(problem, args.planner, None if limit in (None, "device") else limit,
+                       progress=progress_printer(args.verbose, after_s=5.0), plan_kwargs=kwargs,
+                       **technique_choices(args))
         problem, plan = fit.problem, fit.plan
     else:
         plan = make_plan(problem, args.planner, progress=progress_printer(args.verbose), **kwargs)
@@ -191,6 +193,8 @@ def _problem_for(args: argparse.Namespace, record: dict):
         devices=args.devices or record.get("devices_file"),
         compat=args.compat if args.compat is not None else record.get("compat"),
         zero=getattr(args, "zero", None) if getattr(args, "zero", None) is not None else str(record.get("zero_stage") or 0),
+        recompute=getattr(args, "recompute", None) or ("yes" if record.get("recompute") else "no"),
+        micro_batches=getattr(args, "micro_batches", None) or record.get("micro_batches") or 1,
     )
     return problem_from_args(ns)
 
@@ -294,12 +298,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             from parplan.solvers.fit import fit_plan
 
             try:
-                fit = fit_plan(problem, name, None if limit in (None, "device") else limit, zero=args.zero or "auto",
-                               progress=progress, plan_kwargs={"share_grid": args.share_grid})
+                fit = fit_plan(problem, name, None if limit in (None, "device") else limit,
+                               progress=progress, plan_kwargs={"share_grid": args.share_grid},
+                               **technique_choices(args))
             except InfeasibleError as exc:
                 rows.append({"planner": name, "step_time_s": float("nan"), "speedup_over_data": float("nan"),
                              "communication_bytes": float("nan"), "peak_memory_bytes": float("nan"),
-                             "planning_s": time.perf_counter() - t0, "zero_stage": None, "fits": False})
+                             "planning_s": time.perf_counter() - t0, "zero_stage": None, "recompute": None,
+                             "micro_batches": None, "fits": False})
                 print(f"parplan: {name}: {exc}", file=sys.stderr)
                 continue
             p, plan = fit.problem, fit.plan
@@ -309,7 +315,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         ev = evaluate(p, plan)
         rows.append({"planner": name, "step_time_s": ev.step_time_s, "speedup_over_data": base / ev.step_time_s,
                      "communication_bytes": ev.communication_bytes, "peak_memory_bytes": ev.peak_memory_bytes,
-                     "planning_s": wall, "zero_stage": p.zero_stage, "fits": fitting or None})
+                     "planning_s": wall, "zero_stage": p.zero_stage, "recompute": p.recompute,
+                     "micro_batches": p.micro_batches, "fits": fitting or None})
         if progress:
             progress(f"{name}: {ev.step_time_s * 1e3:.4g} ms ({wall:.2f} s)")
     frame = pd.DataFrame(rows)
@@ -342,17 +349,18 @@ def compare_text(frame, meta: dict) -> str:
     pu, pf = time_unit(frame.planning_s.max())
     lines = [f"{meta['model']} on {meta['array']} ({meta['devices']} devices), batch {meta['batch']}", "",
              f"{'planner':<16} {'step ' + tu:>11} {'speedup':>8} {'comm ' + cu:>11} {'peak mem ' + mu:>12} "
-             f"{'planning ' + pu:>12} {'ZeRO':>5}"]
+             f"{'planning ' + pu:>12} {'ZeRO':>5} {'recomp':>6} {'micro':>5}"]
     for r in frame.itertuples():
         if r.fits is False:
             lines.append(f"{r.planner:<16} {'no plan found that fits the memory (see above)':>58}")
             continue
         lines.append(f"{r.planner:<16} {r.step_time_s * tf:>11.3f} {r.speedup_over_data:>7.2f}x "
                      f"{r.communication_bytes * cf:>11.2f} {r.peak_memory_bytes * mf:>12.2f} {r.planning_s * pf:>12.2f} "
-                     f"{r.zero_stage:>5}")
+                     f"{r.zero_stage:>5} {'yes' if r.recompute else 'no':>6} {r.micro_batches:>5}")
     lines.append("")
     lines.append("speedup: data parallelism's step time (memory ignored) / the planner's; comm: bytes received per "
-                 "step over all levels; ZeRO: the stage the plan needs to fit (docs/costmodel.md section 6.1)")
+                 "step over all levels; ZeRO, recomp(utation), micro(-batches): what the plan needs to fit "
+                 "(docs/costmodel.md section 6)")
     return "\n".join(lines)
 
 
@@ -426,6 +434,8 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
     p.add_argument("--compat", default=None, choices=("hypar", "accpar-code"), help="price with HyPar's rule (default: the plan's)")
     p.add_argument("--zero", default=None, choices=("0", "1", "2", "3"), help="ZeRO stage (default: the plan's)")
+    p.add_argument("--recompute", default=None, choices=("yes", "no"), help="recomputation (default: the plan's)")
+    p.add_argument("--micro-batches", default=None, metavar="N", help="micro-batches per step (default: the plan's)")
     p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
 
 

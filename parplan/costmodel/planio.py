@@ -41,7 +41,7 @@ SCHEMA_VERSION = 1
 #: Keys of the "problem" object; ``*_source`` are what the user typed (may be None).
 PROBLEM_KEYS = ("model", "model_source", "array", "array_source", "bandwidth_gb_per_s", "latency_us",
                 "devices_file", "devices", "batch", "bytes_per_element", "optimizer_bytes_per_param", "compat",
-                "zero_stage", "nodes")
+                "zero_stage", "recompute", "micro_batches", "nodes")
 
 _CHOICES = {c.value: c for c in (*PartitionType, *Layout)}
 
@@ -109,6 +109,8 @@ def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = N
             "optimizer_bytes_per_param": problem.optimizer_bytes_per_param,
             "compat": problem.compat,
             "zero_stage": problem.zero_stage,
+            "recompute": problem.recompute,
+            "micro_batches": problem.micro_batches,
             "nodes": nodes,
         },
         "planner": plan.planner,

@@ -106,7 +106,8 @@ class PlanReport:
 
         p = self.problem
         return {"model": p.graph.name, "array": p.array.describe(), "devices": p.array.count, "batch": p.batch,
-                "planner": self.plan.planner, "zero_stage": p.zero_stage, "parplan_version": parplan_version()}
+                "planner": self.plan.planner, "zero_stage": p.zero_stage, "recompute": p.recompute,
+                "micro_batches": p.micro_batches, "parplan_version": parplan_version()}
 
     def to_dict(self) -> dict:
         p, ev = self.problem, self.evaluation
@@ -119,6 +120,8 @@ class PlanReport:
             "bytes_per_element": p.bytes_per_element,
             "optimizer_bytes_per_param": p.optimizer_bytes_per_param,
             "zero_stage": p.zero_stage,
+            "recompute": p.recompute,
+            "micro_batches": p.micro_batches,
             "planner": self.plan.planner,
             "options": dict(self.plan.info),
             "step_time_s": ev.step_time_s,
@@ -166,7 +169,10 @@ class PlanReport:
             f"data parallelism     {format_time(self.baseline.step_time_s)}  -> speedup {self.speedup:.2f}x",
             f"communication        {format_bytes(ev.communication_bytes)} per step (all levels)",
             f"peak device memory   {format_bytes(ev.peak_memory_bytes)} (weights, gradients, optimizer state, activations"
-            + (f"; ZeRO stage {p.zero_stage})" if p.zero_stage else ")"),
+            + "".join(f"; {x}" for x in (f"ZeRO stage {p.zero_stage}" if p.zero_stage else "",
+                                             "recomputation" if p.recompute else "",
+                                             f"{p.micro_batches} micro-batches" if p.micro_batches > 1 else "") if x)
+            + ")",
         ]
         if self.wall_s is not None:
             lines.append(f"planning time        {format_time(self.wall_s)}")

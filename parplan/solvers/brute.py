@@ -34,8 +34,11 @@ from parplan.solvers.hierarchy import plan_top_down
 MAX_CELLS = 2 * 10**7
 
 
-def brute_force_split(sp: SplitProblem, options: PlanOptions) -> tuple[float, Split]:
-    """(optimal objective, split) of one split by enumeration of the joint table."""
+def brute_force_split(sp: SplitProblem, options: PlanOptions,
+                      capacity_bytes: tuple[float, float] | None = None) -> tuple[float, Split | None]:
+    """(optimal objective, split) of one split by enumeration of the joint table. With
+    ``capacity_bytes`` only assignments whose memory on each side (summed over the nodes'
+    states) is within it count; ``(inf, None)`` when none is."""
     n = len(sp.planning.nodes)
     tables = split_tables(sp, options)
     shape = tuple(t.size for t in tables)
@@ -47,8 +50,16 @@ def brute_force_split(sp: SplitProblem, options: PlanOptions) -> tuple[float, Sp
     for u in range(n):
         scope, table = node_factor(sp, tables, u, options)
         total = total + table.reshape([shape[w] if w in scope else 1 for w in range(n)])
+    if capacity_bytes is not None:
+        for i, cap in enumerate(capacity_bytes):
+            used = np.zeros(shape)
+            for v, t in enumerate(tables):
+                used = used + t.memory[i].reshape([shape[v] if w == v else 1 for w in range(n)])
+            total = np.where(used <= cap * (1 + 1e-12), total, np.inf)
     flat = total.ravel()
     best = flat.min()
+    if not np.isfinite(best):
+        return float("inf"), None
     cell = int(np.argmax(flat <= best + REL_TOL * abs(best)))
     state = np.unravel_index(cell, shape)
     choices = tuple(tables[v].choices[state[v]] for v in range(n))

@@ -45,6 +45,12 @@ from parplan.errors import ConfigError, InfeasibleError
 PRICE_LADDER = (1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0, 256.0)
 #: Bisection steps between the last price that did not fit and the first that did.
 PRICE_BISECTIONS = 2
+#: Most micro-batches the search tries (powers of two that divide the batch).
+MAX_MICRO_BATCHES = 32
+#: Settings re-planned after the planner's own plan fitted with them (the fastest first).
+REPLANNED = 2
+#: Largest model (planning nodes) whose one-split fit is decided by the exact MIPs.
+EXACT_MAX_NODES = 64
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,9 @@ class Fit:
     plan: Plan
     evaluation: Evaluation
     peak_fraction: float
-    how: str  # "as planned", "zero-2", "memory price 4 T at zero-3", ...
+    how: str  # "as planned", "zero-2", "zero-3, recompute, memory price 4 T", ...
+    #: proven the fastest fitting plan of the search space (one split: the exact MIPs)
+    exact: bool = False
 
     @property
     def fits(self) -> bool:
@@ -92,23 +100,63 @@ def memory_lower_bound(problem: Problem) -> float:
     return sum(d.memory_bytes(bpe, opt, 3) for d in problem.root_dims())
 
 
-def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | None = None,
-             zero: int | str = "auto", progress: Callable[[str], None] | None = None,
-             plan_kwargs: dict | None = None) -> Fit:
-    """The fastest plan parplan finds for ``problem`` that fits every device's memory
-    (``limit_bytes`` per device, or each device's own), searching ZeRO stages (``zero="auto"``,
-    least first; an int fixes the stage) and then memory prices (module docstring). Raises
-    :class:`InfeasibleError` when none fits."""
-    from parplan.solvers.planners import make_plan, planner_options
+@dataclass(frozen=True, order=True)
+class Technique:
+    """One setting of the memory techniques: ZeRO stage, recomputation, micro-batches."""
 
+    zero_stage: int = 0
+    recompute: bool = False
+    micro_batches: int = 1
+
+    def apply(self, problem: Problem) -> Problem:
+        return replace(problem, zero_stage=self.zero_stage, recompute=self.recompute,
+                       micro_batches=self.micro_batches)
+
+    def label(self) -> str:
+        parts = [f"zero-{self.zero_stage}"] + (["recompute"] if self.recompute else []) + (
+            [f"{self.micro_batches} micro-batches"] if self.micro_batches > 1 else [])
+        return ", ".join(parts)
+
+
+def techniques(problem: Problem, zero: int | str = "auto", recompute: bool | str = "auto",
+               micro_batches: int | str = "auto") -> list[Technique]:
+    """The settings a search may use ("auto": every value at least the problem's own; micro-batches
+    powers of two that divide the batch, up to :data:`MAX_MICRO_BATCHES`)."""
     if zero != "auto" and (isinstance(zero, bool) or zero not in ZERO_STAGES):
         raise ConfigError(f"zero must be 'auto' or one of {', '.join(map(str, ZERO_STAGES))} (got {zero!r})")
+    if recompute != "auto" and not isinstance(recompute, bool):
+        raise ConfigError(f"recompute must be 'auto', True or False (got {recompute!r})")
+    if micro_batches != "auto" and (isinstance(micro_batches, bool) or not isinstance(micro_batches, int)
+                                    or micro_batches < 1 or problem.batch % micro_batches):
+        raise ConfigError(f"micro_batches must be 'auto' or an integer that divides the batch {problem.batch} "
+                          f"(got {micro_batches!r})")
+    zs = [z for z in ZERO_STAGES if z >= problem.zero_stage] if zero == "auto" else [int(zero)]
+    rs = sorted({problem.recompute, True}) if recompute == "auto" else [recompute]
+    if micro_batches == "auto":
+        ms = [m for m in (2 ** k for k in range(12)) if problem.micro_batches <= m <= MAX_MICRO_BATCHES
+              and problem.batch % m == 0]
+        ms = ms or [problem.micro_batches]
+    else:
+        ms = [micro_batches]
+    return [Technique(z, r, m) for z in zs for r in rs for m in ms]
+
+
+def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | None = None,
+             zero: int | str = "auto", progress: Callable[[str], None] | None = None,
+             plan_kwargs: dict | None = None, recompute: bool | str = "auto",
+             micro_batches: int | str = "auto") -> Fit:
+    """The fastest plan parplan finds for ``problem`` that fits every device's memory
+    (``limit_bytes`` per device, or each device's own), over the memory techniques
+    (``zero``, ``recompute``, ``micro_batches``: "auto" searches them, a value fixes one) and
+    memory prices (module docstring). Raises :class:`InfeasibleError` when none fits."""
+    from parplan.solvers.planners import make_plan, planner_options
+
     if limit_bytes is not None and not 0.0 < float(limit_bytes) < float("inf"):
         raise ConfigError(f"memory limit must be a finite number of bytes > 0 (got {limit_bytes!r})")
+    settings = techniques(problem, zero, recompute, micro_batches)
     kwargs = dict(plan_kwargs or {})
     limits = device_limits(problem, limit_bytes)
     say = progress or (lambda msg: None)
-    stages = [s for s in ZERO_STAGES if s >= problem.zero_stage] if zero == "auto" else [int(zero)]
     tried: list[Fit] = []
 
     def candidate(p: Problem, plan: Plan, how: str) -> Fit:
@@ -117,80 +165,102 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
         tried.append(fit)
         return fit
 
-    if memory_lower_bound(problem) > sum(limits.values()):
-        # proven: no plan fits; one plan at the most sharding stage allowed shows how close one comes
-        p = replace(problem, zero_stage=stages[-1])
-        say(f"memory: no plan can fit; planning at ZeRO stage {stages[-1]} to show the closest")
-        raise InfeasibleError(infeasible_message(problem, limits, candidate(p, make_plan(p, planner, **kwargs),
-                                                                             f"zero-{stages[-1]}")))
-    # 1. the planner's own plan, at the least ZeRO stage that fits (0-2 share one plan)
-    plan = None
-    for stage in stages:
-        p = replace(problem, zero_stage=stage)
-        if plan is None or stage == 3:
-            say(f"memory: planning at ZeRO stage {stage}")
-            plan = make_plan(p, planner, progress=progress, **kwargs)
-        fit = candidate(p, plan, "as planned" if stage == 0 else f"zero-{stage}")
-        if fit.fits:
+    lightest = max(settings, key=lambda t: (t.zero_stage, t.recompute, t.micro_batches))
+    if memory_lower_bound(lightest.apply(problem)) > sum(limits.values()):
+        # proven: no plan fits; one plan with the most memory-saving setting shows how close one comes
+        p = lightest.apply(problem)
+        say(f"memory: no plan can fit; planning with {lightest.label()} to show the closest")
+        raise InfeasibleError(infeasible_message(p, limits, candidate(p, make_plan(p, planner, **kwargs),
+                                                                             lightest.label())))
+    # 1. the planner's own plan, priced with every setting: the least ZeRO stage that fits at the
+    # plain setting's time (stages 0-2 cost the same) is the answer when there is one
+    plain = [t for t in settings if not t.recompute and t.micro_batches == problem.micro_batches]
+    first = (plain or settings)[0]
+    say(f"memory: planning with {first.label()}")
+    base = make_plan(first.apply(problem), planner, progress=progress, **kwargs)
+    for t in settings:
+        fit = candidate(t.apply(problem), base, "as planned" if t == Technique() else t.label())
+        if fit.fits and t in plain and t.zero_stage <= 2:
             return fit
-    # 2. memory prices, on the highest stage allowed below 3 first, then 3
+    # 2. the settings that make the planner's plan fit, re-planned with each (the fastest first)
+    fitting = sorted((f for f in tried if f.fits), key=lambda f: f.evaluation.step_time_s)
+    found = list(fitting)
+    for fit in fitting[:REPLANNED]:
+        t = Technique(fit.problem.zero_stage, fit.problem.recompute, fit.problem.micro_batches)
+        say(f"memory: planning with {t.label()}")
+        found.append(candidate(fit.problem, make_plan(fit.problem, planner, progress=progress, **kwargs),
+                               t.label() + ", re-planned"))
+    found = [f for f in found if f.fits]
+    # 3. memory prices, with the settings that save the most memory at ZeRO stages 2 and 3
     options = planner_options(planner, kwargs.get("objective"), kwargs.get("shares"), kwargs.get("share_grid"))
-    base = min(tried, key=lambda f: f.evaluation.step_time_s).evaluation.step_time_s
-    found: list[Fit] = []
-    lower = [s for s in stages if s < 3]
-    for stage in ([max(lower)] if lower else []) + ([3] if 3 in stages else []):
-        p = replace(problem, zero_stage=stage)
-        below = 0.0
-        for k in PRICE_LADDER:
-            say(f"memory: planning at ZeRO stage {stage} with a memory price of {k:g} x the step time")
-            fit = candidate(p, _priced_plan(p, planner, options, k * base, progress),
-                            f"memory price {k:g} T at zero-{stage}")
-            if fit.fits:
-                found.append(fit)
-                lo, hi = below, k
-                for _ in range(PRICE_BISECTIONS):
-                    mid = (lo * hi) ** 0.5 if lo > 0 else hi / 4
-                    fit = candidate(p, _priced_plan(p, planner, options, mid * base, progress),
-                                    f"memory price {mid:.3g} T at zero-{stage}")
-                    if fit.fits:
-                        found.append(fit)
-                        hi = mid
-                    else:
-                        lo = mid
+    if not found:
+        step = min(f.evaluation.step_time_s for f in tried)
+        for stage in sorted({min(2, lightest.zero_stage), lightest.zero_stage}):
+            t = replace(lightest, zero_stage=stage)
+            found += _price_search(t.apply(problem), planner, options, step, t.label(), candidate, say, progress)
+            if found:
                 break
-            below = k
-        if found:
-            break
+    exact = False
+    if problem.array.depth == 1 and len(problem.planning.nodes) <= EXACT_MAX_NODES and (
+            not found or min(found, key=lambda f: f.evaluation.step_time_s).how != "as planned"):
+        # one split: the MIP with a memory row per device is the whole problem, setting by setting
+        best, proven = _exact_one_split(problem, settings, limit_bytes, options, candidate, say)
+        if best is not None:
+            found.append(best)
+        exact = proven
+        if best is None and proven:
+            raise InfeasibleError(infeasible_message(lightest.apply(problem), limits,
+                                                     min(tried, key=lambda f: f.peak_fraction),
+                                                     True))
     if found:
-        return min(found, key=lambda f: f.evaluation.step_time_s)
-    proven = False
-    if problem.array.depth == 1:
-        # one split: the exact MIP with a memory row per device is the whole problem
-        fit, proven = _exact_one_split(problem, stages, limit_bytes, options, candidate, say)
-        if fit is not None:
-            return fit
+        best = min(found, key=lambda f: (f.evaluation.step_time_s, f.peak_fraction))
+        return replace(best, exact=exact)
     closest = min(tried, key=lambda f: f.peak_fraction)
-    raise InfeasibleError(infeasible_message(problem, limits, closest, proven))
+    raise InfeasibleError(infeasible_message(lightest.apply(problem), limits, closest))
 
 
-def _exact_one_split(problem: Problem, stages, limit_bytes, options, candidate, say) -> tuple[Fit | None, bool]:
-    """On a two-device array: the fastest fitting plan of the exact MIP over the allowed ZeRO
-    stages, or (None, whether every stage was proven infeasible)."""
+def _price_search(p: Problem, planner, options, step: float, label: str, candidate, say, progress) -> list[Fit]:
+    """Plans under a climbing memory price until one fits, then a bisection for a faster one."""
+    found: list[Fit] = []
+    below = 0.0
+    for k in PRICE_LADDER:
+        say(f"memory: planning with {label} and a memory price of {k:g} x the step time")
+        fit = candidate(p, _priced_plan(p, planner, options, k * step, progress), f"{label}, memory price {k:g} T")
+        if fit.fits:
+            found.append(fit)
+            lo, hi = below, k
+            for _ in range(PRICE_BISECTIONS):
+                mid = (lo * hi) ** 0.5 if lo > 0 else hi / 4
+                fit = candidate(p, _priced_plan(p, planner, options, mid * step, progress),
+                                f"{label}, memory price {mid:.3g} T")
+                if fit.fits:
+                    found.append(fit)
+                    hi = mid
+                else:
+                    lo = mid
+            break
+        below = k
+    return found
+
+
+def _exact_one_split(problem: Problem, settings, limit_bytes, options, candidate, say) -> tuple[Fit | None, bool]:
+    """On a two-device array: the fastest fitting plan of the exact MIPs over ``settings`` (one
+    per setting), and whether every setting was solved to a proof (optimal or infeasible)."""
     from parplan.costmodel.split import SplitProblem
     from parplan.solvers.exact import memory_limit_for, solve_split_exact
 
     best, proven = None, True
-    for stage in stages:
-        p = replace(problem, zero_stage=stage)
-        say(f"memory: exact solve of the split at ZeRO stage {stage}")
+    for t in settings:
+        p = t.apply(problem)
+        say(f"memory: exact solve of the split with {t.label()}")
         split, cert = solve_split_exact(SplitProblem.root(p), "scip", options,
                                         memory=memory_limit_for(p.array, "device" if limit_bytes is None else limit_bytes))
         if split is not None and cert.status.value in ("optimal", "feasible"):
             fit = candidate(p, Plan({"": split}, planner="exact", info={"certificate": cert.status.value}),
-                            f"exact MIP at zero-{stage} ({cert.status.value})")
+                            f"{t.label()}, exact MIP ({cert.status.value})")
             if fit.fits and (best is None or fit.evaluation.step_time_s < best.evaluation.step_time_s):
                 best = fit
-        proven = proven and cert.status.value == "infeasible"
+        proven = proven and cert.status.value in ("optimal", "infeasible")
     return best, proven
 
 
@@ -210,7 +280,8 @@ def _size(x: float) -> str:
 
 
 def infeasible_message(problem: Problem, limits: dict[str, float], closest: Fit, proven: bool = False) -> str:
-    """One line: the least memory any plan needs and the plan that came closest."""
+    """One line: the least memory any plan needs and the plan that came closest (``problem``
+    with the most memory-saving setting searched, which the bound is computed for)."""
     need = memory_lower_bound(problem)
     total = sum(limits.values())
     n = len(limits)
