@@ -77,8 +77,12 @@ def problems(draw, chain=False, max_weighted=4):
     array = parse_array(f"{left}:1,{right}:1",
                         bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e10, 1e11, 1e12])),
                         latency_s=draw(st.sampled_from([0.0, 1e-6, 1e-5])))
-    return Problem(g, array, batch=draw(st.sampled_from([1, 8, 64, 512])),
-                   bytes_per_element=draw(st.sampled_from([2.0, 4.0])))
+    batch = draw(st.sampled_from([1, 8, 64, 512]))
+    # the memory techniques change what a split costs (ZeRO-3's gathers, recomputation's forward,
+    # micro-batches' latencies and weight reads): every solver must agree on them too
+    return Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
+                   zero_stage=draw(st.sampled_from([0, 0, 2, 3])), recompute=draw(st.booleans()),
+                   micro_batches=draw(st.sampled_from([1, 1, 4])) if batch > 1 else 1)
 
 
 #: Free shares on a coarse grid keep brute force (states ^ nodes) small.

@@ -166,3 +166,27 @@ def test_certify_with_a_memory_limit_and_no_exact_plan_reports_instead_of_crashi
     code = main(["certify", "--model", "vgg16", "--array", "tpu-v2:1,tpu-v3:1", "--memory-limit", "3"])
     out = capsys.readouterr().out
     assert code == 1 and "infeasible" in out and "needs at least 4.924x the memory it has" in out
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.8])
+def test_certify_with_a_memory_limit_works_on_every_backend(fraction):
+    """``certify --memory-limit`` on every backend: the exact plan fits and equals brute force
+    over the plans that fit (one split, per-device memory rows)."""
+    from parplan.solvers.backends import available_backends
+    from parplan.solvers.exact import certify
+
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64, zero_stage=1, micro_batches=2)
+    options = PlanOptions(share_grid=2)
+    need = max(evaluate(p, make_plan(p, "accpar", share_grid=2)).device_memory_bytes.values())
+    limit = need * fraction
+    want, _ = brute_force_split(SplitProblem.root(p), options, (limit, limit))
+    for backend in available_backends():
+        c = certify(p, "accpar", backend, options, memory_limit_bytes=limit)
+        cert = c.exact.certificate
+        assert not c.contradictions, (backend, c.contradictions)
+        if want == float("inf"):
+            assert cert.status == "infeasible", backend
+        else:
+            assert cert.status == "optimal", (backend, cert.status, cert.message)
+            assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
+            assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)

@@ -26,6 +26,7 @@ from parplan.cli.common import (
     PLANNER_NAMES,
     add_problem_arguments,
     memory_limit,
+    plans_against_memory,
     problem_from_args,
     problem_source,
     output_path,
@@ -52,7 +53,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"time limit per MIP solve in seconds (default {DEFAULT_TIME_LIMIT_S:g}; the certificate "
                         "reports the incumbent and its bound when it is reached)")
     p.add_argument("--memory-limit", default=None, metavar="GiB",
-                   help="memory per device in GiB, or 'device' for each device's own memory (default: none)")
+                   help="memory per device in GiB, or 'device' for each device's own memory (the default)")
+    p.add_argument("--ignore-memory", action="store_true",
+                   help="solve without memory limits, as the papers do (the default under --compat)")
     p.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
     p.add_argument("--joint", action="store_true",
@@ -106,6 +109,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if value}
     problem, options, so, progress = _setup(args)
     memory = memory_limit(args.memory_limit)
+    if memory is None and plans_against_memory(args):
+        memory = "device"  # each device's own memory, by default (docs/costmodel.md section 6.2)
     if args.write_lp and args.joint or args.write_mps and args.joint:
         raise ConfigError("--write-lp/--write-mps write the root split's model; not with --joint")
     if args.write_lp or args.write_mps:
@@ -182,6 +187,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
     save = output_path(args.save, "--save") if args.save else None
     problem, options, so, progress = _setup(args)
     memory = memory_limit(args.memory_limit)
+    if memory is None and plans_against_memory(args):
+        memory = "device"  # each device's own memory, by default (docs/costmodel.md section 6.2)
     c = certify(problem, args.planner, args.backend, options, memory_limit_bytes=memory, solve_options=so,
                 progress=progress, joint=args.joint, symmetric=not args.no_symmetry)
     result, cert = c.exact, c.exact.certificate

@@ -44,7 +44,7 @@ from typing import Callable
 
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.split import price_split
-from parplan.costmodel.evaluate import evaluate, price_of
+from parplan.costmodel.evaluate import evaluate, memory_overruns, price_of
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError, TableTooLarge
@@ -372,12 +372,22 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     exact_s = time.perf_counter() - t0
     cert = result.certificate
     bad = []
+
+    def fits(plan: Plan) -> bool:
+        """Whether every device keeps ``plan`` within the memory limit (always without one)."""
+        if memory_limit_bytes is None:
+            return True
+        limit = None if memory_limit_bytes == "device" else device_limit_bytes(None, memory_limit_bytes)
+        return not memory_overruns(problem, evaluate(problem, plan), limit)
+
+    # the DP plans without memory: its plan is a competitor only where it fits
+    dp_fits = fits(dp_plan)
     # a symmetric joint bound holds for symmetric plans only; the DP's need not be one
     bound_covers_dp = not (joint and symmetric)
-    if cert.bound is not None and dp_price < cert.bound * (1 - 1e-6) and memory_limit_bytes is None and bound_covers_dp:
+    if cert.bound is not None and dp_price < cert.bound * (1 - 1e-6) and dp_fits and bound_covers_dp:
         bad.append("the DP plan is cheaper than the exact solver's proven bound")
     if (cert.is_optimal and problem.array.depth == 1 and cert.objective is not None
-            and dp_price < cert.objective * (1 - 1e-6) and memory_limit_bytes is None):
+            and dp_price < cert.objective * (1 - 1e-6) and dp_fits):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
     bound = best = polished = portfolio = selected = None
     if options.objective is Objective.TIME and problem.compat is None:
@@ -386,26 +396,28 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
 
         start = dp_plan
         same = dict(shares=options.shares.value, share_grid=options.share_grid)
-        if (planner.strip().lower() == "accpar" and memory_limit_bytes is None and problem.array.depth > 1
+        if (planner.strip().lower() == "accpar" and problem.array.depth > 1
                 and options == planner_options("accpar", **same)):
             if progress is not None:
                 progress("the accpar portfolio (every level criterion)")
             plan = make_plan(problem, "accpar", **same)
-            portfolio, selected = evaluate(problem, plan).step_time_s, plan.info["selected"]
-            start = plan if portfolio < dp_price else dp_plan
+            if fits(plan):
+                portfolio, selected = evaluate(problem, plan).step_time_s, plan.info["selected"]
+                start = plan if portfolio < dp_price or not dp_fits else dp_plan
         if progress is not None:
             progress("global bound over the whole hierarchy")
         bound = global_bound(problem).bound_s
-        if memory_limit_bytes is None and auto_polish(problem):
+        if fits(start) and auto_polish(problem):
             if progress is not None:
                 progress("polishing the best plan so far (multi-level moves)")
-            polished = evaluate(problem, polish(problem, start, options)[0]).step_time_s
-        # with a memory limit only the exact plan is known to fit
-        found = ([dp_price] if memory_limit_bytes is None else []) + (
+            moved = polish(problem, start, options)[0]
+            polished = evaluate(problem, moved).step_time_s if fits(moved) else None
+        # only plans that fit the memory limit count
+        found = ([dp_price] if dp_fits else []) + (
             [cert.objective] if cert.objective is not None else []) + [
             x for x in (polished, portfolio) if x is not None]
         best = min(found) if found else None
-        if min([dp_price, *found]) < bound * (1 - 1e-9):
+        if min([dp_price, *found]) < bound * (1 - 1e-9):  # the global bound drops memory: every plan
             bad.append("a plan is faster than the global bound")
     return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad), bound, best, polished, portfolio,
                          selected)
