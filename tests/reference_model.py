@@ -162,6 +162,8 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
             _, w, fin, fout = sizes(dims[u])
             if cu in ("in", "out") and both:
                 recv += {"in": fout, "out": fin}[cu]
+            if cu == "in" and both and dims[u]["rc"]:  # recomputation reduces the forward partial again
+                recv += fout
             replicated = w if cu == "batch" else (tables if cu == "rows" else 0.0)
             if both and replicated > 0:
                 # reduce-scatter (this side's share of the other's partial) and all-gather (the
@@ -171,13 +173,14 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
                 other = 1 - mine
                 wrecv += {0: mine + other, 1: mine + other, 2: mb * mine + other,
                           3: mb * (mine + 2 * other)}[zero] * replicated
+            again = 1.5 if dims[u]["rc"] else 1.0  # recomputation: the forward half once more
             if PORTS[cu][1] == "cols" and both:  # layer norms' row statistics, columns on both sides
-                recv += stats
+                recv += stats * again
             if i == 1 and both:  # a total reduced above reaches side 1; side 2 gets it from there
                 if above[u][0] and cu in ("out", "whole"):
                     wrecv += tables
                 if above[u][1] and cu in ("in", "whole"):
-                    recv += stats
+                    recv += stats * again
             for size, consumers in tensors.values():
                 vs = sorted(consumers)
                 m = [port(boxes[v], "in") for v in vs]

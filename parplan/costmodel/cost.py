@@ -338,6 +338,15 @@ class StateTable:
                 wsize = weight_exchange(size, ss, side.zero_stage, side.micro_batches) if weighted and split \
                     else (0.0, 0.0)
                 asize = (0.0, 0.0) if weighted else (size, size)
+                if dims.recompute and split and not weighted:
+                    # recomputation runs the forward again, with its exchanges inside the node: an IN
+                    # split's partial-sum reduction, and the forward half of the row statistics
+                    # (those this split divides, and those side 1 forwards; section 6.3)
+                    again = (size if c is PartitionType.IN else 0.0) + 0.5 * (
+                        dims.row_exchange_elements if p.give_out is Layout.COLS else 0.0)
+                    forwarded = 0.5 * dims.row_exchange_elements if above[1] and c in (PartitionType.IN,
+                                                                                         Layout.WHOLE) else 0.0
+                    asize = (size + again, size + again + forwarded)
                 x = 0.0
                 if side.collective is not None and weighted:
                     if split and not covered:
