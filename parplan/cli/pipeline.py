@@ -81,7 +81,10 @@ def add_pipeline_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help="override every link's bandwidth")
     p.add_argument("--latency", type=float, default=None, metavar="us", help="override every link's latency")
     p.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
-                   help="per-device limit on stashed weights + activations (default: none)")
+                   help="per-device limit on stashed weights + activations (default: the smallest device's "
+                        "memory; none with --ignore-memory or --cost-model pipedream-code)")
+    p.add_argument("--ignore-memory", action="store_true",
+                   help="plan without a memory limit, as the PipeDream paper does")
     p.add_argument("--no-replication", action="store_true", help="straight pipeline: one device per stage")
     p.add_argument("--allow-idle", action="store_true", help="allow devices to stay unused")
     p.add_argument("--sync", choices=["ring", "pipedream"], default="ring",
@@ -128,8 +131,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
             raise ConfigError(f"--batch must be > 0 (got {args.batch})")
         profile = profile_from_graph(load_model(args.model), args.batch, machine.device or machine.device_flops_per_s,
                                      args.bytes_per_element)
+    limit = None if args.memory_limit is None else args.memory_limit * GIB
+    if limit is None and not args.ignore_memory and args.cost_model != "pipedream-code":
+        limit = array.min_memory_bytes  # each device's memory, by default (docs/pipeline.md)
     options = PipelineOptions(
-        memory_limit_bytes=None if args.memory_limit is None else args.memory_limit * GIB,
+        memory_limit_bytes=limit,
         replication=not args.no_replication,
         allow_idle=args.allow_idle,
         sync=SyncModel(args.sync),
@@ -150,7 +156,7 @@ def _run_pipedream_code(args, profile, machine, options) -> int:
     """``--cost-model pipedream-code``: the released optimizer's plan next to parplan's."""
     from parplan.pipeline.pipedream_code import side_by_side, side_by_side_table
 
-    if args.memory_limit is not None or args.no_replication or args.allow_idle:
+    if args.memory_limit is not None or args.no_replication or args.allow_idle:  # (--ignore-memory: its default)
         raise ConfigError("--cost-model pipedream-code reproduces the optimizer's defaults: no memory limit, "
                           "replication on, every machine used (drop --memory-limit, --no-replication, --allow-idle)")
     sbs = side_by_side(profile, machine, args.compression, options)
