@@ -266,3 +266,24 @@ def test_lp_and_mps_files_round_trip(tmp_path):
     assert len(values) == 2, out.stdout
     for value in values:
         assert math.isclose(float(value), direct.objective, rel_tol=1e-6), (value, direct.objective)
+
+
+def test_a_solver_child_past_its_time_limit_is_a_time_limit_not_an_error(monkeypatch):
+    """Issue 30: under load HiGHS's child process outlived its limit and parplan raised
+    SolverError; it is a time limit without a plan, and the certificate says so."""
+    import subprocess
+
+    from parplan.solvers.backends.base import SolveOptions, Termination, solve_in_subprocess
+    from parplan.solvers.certificate import Status
+    from parplan.solvers.exact import _default_message
+
+    def late(*args, **kwargs):
+        raise subprocess.TimeoutExpired("child", 1)
+
+    monkeypatch.setattr(subprocess, "run", late)
+    raw = solve_in_subprocess("parplan.solvers.backends.highs", None, SolveOptions(time_limit_s=2.0))
+    assert raw.termination is Termination.TIME_LIMIT and not raw.has_solution
+    assert "time limit 2 s" in raw.message
+    no_words = raw.__class__(Termination.ERROR, False, None, None, None, "CP-SAT", "9", 0.5, "UNKNOWN")
+    assert "UNKNOWN" in _default_message(Status.ERROR, no_words, SolveOptions())
+    assert "before finding a plan" in _default_message(Status.TIME_LIMIT, no_words, SolveOptions(time_limit_s=3))

@@ -53,7 +53,7 @@ from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.dims import ElementOp, LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
-from parplan.errors import ConfigError
+from parplan.errors import ConfigError, TableTooLarge
 
 __all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pair_bound", "global_bound", "layer_excess",
            "raised_tables", "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES", "PAIR_BUDGET"]
@@ -418,7 +418,10 @@ def _both(problem: Problem, share_grid: int = 16, solver: _Bound | None = None) 
     nodes: list[float] = []
     tables = raised_tables(problem, sp, options, relaxed=True, per_node=nodes, solver=solver)
     per_node = GlobalBound(math.fsum(nodes), tuple(nodes), DEFAULT_BOUND_GRID)
-    return per_node, frontier_dp(sp, options, relaxed=True, tables=tables)[0]
+    try:
+        return per_node, frontier_dp(sp, options, relaxed=True, tables=tables)[0]
+    except TableTooLarge:  # a node read by many consumers: the per-node bound alone is still a bound
+        return per_node, per_node.bound_s
 
 
 def _check(problem: Problem) -> None:

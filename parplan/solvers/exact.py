@@ -133,12 +133,24 @@ def solve_split_exact(
         scope="split",
         path=sp.path,
         failed_family=failed,
-        message=message or raw.message,
+        message=message or raw.message or _default_message(status, raw, solve_options),
         notes=tuple(notes),
         model_size=model.describe(),
         continuous_bound=continuous,
     )
     return split, cert
+
+
+def _default_message(status, raw, solve_options: SolveOptions) -> str:
+    """What a certificate says when the solver said nothing: never an empty "error"."""
+    if status == Status.TIME_LIMIT:
+        limit = "" if solve_options.time_limit_s is None else f" of {solve_options.time_limit_s:g} s"
+        found = "with a plan (its gap is reported)" if raw.has_solution else "before finding a plan"
+        return f"the solver stopped at its time limit{limit} {found}"
+    if status == Status.ERROR:
+        return (f"the solver stopped without a proof or a plan (its status: {raw.native_status or 'none'}, "
+                f"after {raw.wall_s:.3g} s)")
+    return ""
 
 
 def _fallback(sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None,

@@ -91,7 +91,10 @@ def solve_here(model, options: SolveOptions) -> RawResult:
     term = STATUS_MAP.get(native, Termination.ERROR)
     has = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     if term is Termination.TIME_LIMIT and not stopped_by_time(wall, options):
-        term = Termination.ERROR
+        # UNKNOWN under a time limit is CP-SAT stopping at it (its own clock may read the limit
+        # differently from ours on a loaded machine); without a limit it is a failure
+        term = Termination.TIME_LIMIT if native == "UNKNOWN" and options.time_limit_s is not None \
+            else Termination.ERROR
     return RawResult(
         termination=term,
         has_solution=has,
