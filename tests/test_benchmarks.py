@@ -458,3 +458,16 @@ def test_a_worker_killed_by_the_system_is_reported_plainly():
         run_tasks("t", [Task("dies", os.abort), Task("also dies", os.abort)], ExecutorSpec("local", workers=2),
                   log=None)
     assert isinstance(info.value, ParplanError)
+
+
+def test_memory_quick(tmp_path):
+    from parplan.bench import memory
+
+    table = memory.run(tmp_path, quick=True, executor=SERIAL)
+    assert {"free_step_s", "fit_step_s", "fit_peak_gib", "zero_stage", "megatron_step_s"} <= set(table.columns)
+    vgg = table[table.model == "vgg16"].iloc[0]
+    # VGG-16 at batch 2048 does not fit two 32 GiB V100s with memory ignored; the default plan fits
+    assert not vgg.free_fits and vgg.fit_peak_gib <= vgg.device_memory_gib
+    assert vgg.fit_step_s >= vgg.free_step_s * (1 - 1e-12)  # fitting never comes for free here
+    assert (tmp_path / "memory.md").read_text().startswith("# Plans that fit")
+    assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.png").exists()

@@ -19,6 +19,7 @@ speed           planner time against the published AccPar C++; the CLI's start-u
 pipeline        PipeDream's released optimizer vs parplan's pipeline plans, priced by both
 bound           the global lower bound and gap of the accpar plans on the zoo's CNNs
 joint           the joint optimum on small arrays: accpar's loss to it, its gap to the bound
+memory          plans that fit: parplan plan's default vs memory ignored vs Megatron-style plans
 ==============  ==========================================================================
 """
 
@@ -34,4 +35,5 @@ BENCHMARKS = {
     "pipeline": "parplan.bench.pipeline",
     "bound": "parplan.bench.bound",
     "joint": "parplan.bench.joint",
+    "memory": "parplan.bench.memory",
 }

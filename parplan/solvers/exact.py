@@ -68,8 +68,10 @@ def solve_split_exact(
     solve_options: SolveOptions | None = None,
     memory: MemoryLimit | None = None,
     gap_tol: float = GAP_TOL,
+    diagnose: bool = True,
 ) -> tuple[Split | None, Certificate]:
-    """Solve one split exactly: (split or None, certificate).
+    """Solve one split exactly: (split or None, certificate). ``diagnose``: when infeasible,
+    solve once more for how much memory is missing (the certificate's message).
 
     The decoded split is re-checked by the cost model, not the solver: its price is
     :func:`~parplan.costmodel.split.price_split` and its memory
@@ -115,7 +117,7 @@ def solve_split_exact(
             notes.append(f"with continuous shares this split costs at least {continuous * 1e3:.6g} ms (interval "
                          "relaxation)")
     failed = None
-    if status == "infeasible":
+    if status == "infeasible" and diagnose:
         failed, message = _diagnose(sp, model, solver, solve_options, memory)
     cert = Certificate(
         status=status,

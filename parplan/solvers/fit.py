@@ -204,7 +204,8 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     if problem.array.depth == 1 and len(problem.planning.nodes) <= EXACT_MAX_NODES and (
             not found or min(found, key=lambda f: f.evaluation.step_time_s).how != "as planned"):
         # one split: the MIP with a memory row per device is the whole problem, setting by setting
-        best, proven = _exact_one_split(problem, settings, limit_bytes, options, candidate, say)
+        so_far = min(found, key=lambda f: f.evaluation.step_time_s) if found else None
+        best, proven = _exact_one_split(problem, settings, limit_bytes, options, candidate, say, so_far)
         if best is not None:
             found.append(best)
         exact = proven
@@ -243,24 +244,43 @@ def _price_search(p: Problem, planner, options, step: float, label: str, candida
     return found
 
 
-def _exact_one_split(problem: Problem, settings, limit_bytes, options, candidate, say) -> tuple[Fit | None, bool]:
-    """On a two-device array: the fastest fitting plan of the exact MIPs over ``settings`` (one
-    per setting), and whether every setting was solved to a proof (optimal or infeasible)."""
+def _exact_one_split(problem: Problem, settings, limit_bytes, options, candidate, say,
+                     best: Fit | None = None) -> tuple[Fit | None, bool]:
+    """On a two-device array: the fastest fitting plan over ``settings``, and whether that is
+    proven (every setting decided). Per setting the DP's unconstrained optimum is a lower bound
+    on its fitting plans, and the optimum itself where it fits; settings are taken in the order
+    of that bound, and the MIP with a memory row per device (exact) runs only where the DP's
+    plan does not fit and the bound is below the best fitting plan so far."""
     from parplan.costmodel.split import SplitProblem
+    from parplan.solvers.dp import frontier_dp
     from parplan.solvers.exact import memory_limit_for, solve_split_exact
 
-    best, proven = None, True
+    capacity = sum(device_limits(problem, limit_bytes).values())
+    bounds = []
     for t in settings:
         p = t.apply(problem)
-        say(f"memory: exact solve of the split with {t.label()}")
-        split, cert = solve_split_exact(SplitProblem.root(p), "scip", options,
-                                        memory=memory_limit_for(p.array, "device" if limit_bytes is None else limit_bytes))
-        if split is not None and cert.status.value in ("optimal", "feasible"):
+        value, split = frontier_dp(SplitProblem.root(p), options)
+        bounds.append((value, t, p, split))
+    bounds.sort(key=lambda row: row[0])
+    proven = True
+    for value, t, p, split in bounds:
+        if best is not None and value >= best.evaluation.step_time_s * (1 - 1e-12):
+            break  # this setting and every later one cost at least the best fitting plan
+        fit = candidate(p, Plan({"": split}, planner="accpar"), f"{t.label()}, DP optimum")
+        if not fit.fits:
+            if memory_lower_bound(p) > capacity:
+                continue  # proven: no plan with this setting fits
+            say(f"memory: exact solve of the split with {t.label()}")
+            split, cert = solve_split_exact(SplitProblem.root(p), "scip", options,
+                                            memory=memory_limit_for(p.array, "device" if limit_bytes is None
+                                                                    else limit_bytes), diagnose=False)
+            proven = proven and cert.status.value in ("optimal", "infeasible")
+            if split is None or cert.status.value not in ("optimal", "feasible"):
+                continue
             fit = candidate(p, Plan({"": split}, planner="exact", info={"certificate": cert.status.value}),
                             f"{t.label()}, exact MIP ({cert.status.value})")
-            if fit.fits and (best is None or fit.evaluation.step_time_s < best.evaluation.step_time_s):
-                best = fit
-        proven = proven and cert.status.value in ("optimal", "infeasible")
+        if fit.fits and (best is None or fit.evaluation.step_time_s < best.evaluation.step_time_s):
+            best = fit
     return best, proven
 
 
