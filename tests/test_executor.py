@@ -263,3 +263,33 @@ def test_runs_that_would_not_fit_are_refused_before_starting():
         check_runnable(Problem(get_model("vgg16"), parse_array("cpu:4"), batch=8))
     with pytest.raises(ConfigError, match="at most 16"):
         check_runnable(Problem(get_model("lenet"), parse_array("cpu:20"), batch=8))
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("family", ["dags", "llama", "gpt-bert"])
+def test_recomputation_and_zero_stages_run_and_count_as_priced(clusters, family, devices):
+    """Issue 30: with recomputation each node runs its forward again in backward, with its
+    IN reduction and its norms' forward statistics (docs/costmodel.md section 6.3); ZeRO-1/2
+    move the bytes of stage 0 (section 6.1). Numerics equal the reference and every element
+    received equals the model's, on random plans."""
+    @seed({"dags": 11, "llama": 21, "gpt-bert": 31}[family] + devices)
+    @settings(max_examples=3, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data())
+    def prop(data):
+        graph = data.draw(dags()) if family == "dags" else data.draw(st.sampled_from(transformer_graphs(family)))
+        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=BATCH if family == "dags" else 4,
+                          recompute=True, zero_stage=data.draw(st.sampled_from([0, 1, 2])))
+        _check(run_plan(problem, data.draw(plans(problem)), cluster=clusters(devices)))
+
+    prop()
+
+
+def test_micro_batches_and_zero_3_are_refused_clearly():
+    from parplan.executor.launch import check_runnable
+
+    g = Graph("one", Shape(4), (Linear("a", ("input",), out_features=4, bias=False),))
+    with pytest.raises(ConfigError, match="micro-batches"):
+        check_runnable(Problem(g, parse_array("cpu:2"), batch=4, micro_batches=2))
+    with pytest.raises(ConfigError, match="ZeRO stage 3"):
+        check_runnable(Problem(g, parse_array("cpu:2"), batch=4, zero_stage=3))

@@ -62,6 +62,12 @@ def check_runnable(problem: Problem) -> None:
     """Raise :class:`ConfigError` if the run would start too many processes or need too much
     memory per process."""
     n = problem.array.count
+    if problem.micro_batches > 1:
+        raise ConfigError(f"run: {problem.micro_batches} micro-batches are priced by the model but not executed by the "
+                          "reference executor yet; run the plan with one micro-batch (--micro-batches 1)")
+    if problem.zero_stage == 3:
+        raise ConfigError("run: ZeRO stage 3's weight gathers are priced by the model but not executed by the "
+                          "reference executor yet; stages 0-2 move the same elements as stage 0 and run")
     if n > MAX_PROCESSES:
         raise ConfigError(f"run: {n} devices; the executor starts one process per device, at most {MAX_PROCESSES}")
     need = process_bytes(problem)

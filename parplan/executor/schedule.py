@@ -164,6 +164,10 @@ class Schedule:
                 yield from self.ops_fwd.get(layer, ())
             yield from self.transitions_fwd[n]
         for n in reversed(nodes):
+            if self.problem.recompute:  # the node's forward again, with its exchanges inside it
+                yield from self.forward[n]
+                for layer in self.chain(n):
+                    yield from self.ops_fwd.get(layer, ())
             yield from self.transitions_bwd[n]
             for layer in reversed(self.chain(n)):
                 yield from self.ops_bwd.get(layer, ())

@@ -504,10 +504,28 @@ class DeviceStep:
         own = self._t(self.s.owners["loss"][box.r0:box.r1][:, mine] == self.rank)
         return float(0.5 * ((y - t) ** 2)[own].sum())
 
+    def _recompute(self, node) -> None:
+        """Activation recomputation (docs/costmodel.md section 6.3): the node's forward again
+        from its checkpoint (its input, still held), with the forward's exchanges inside the node:
+        an IN split's partial-sum reduction and the norms' forward statistics. Re-layouts between
+        nodes are not repeated. The products and ops saved for backward are the recomputed ones;
+        the executor keeps its activation buffers (it checks numerics and bytes, not memory), so
+        the output points a device received from others stay where backward reads them."""
+        box = self.boxes[node.name]
+        layer = self.p.graph.layer(node.name)
+        if node.is_join:
+            self._join(node.name, layer, box)
+        else:
+            self._product(node.name, layer, box)
+            self.exchange(self.s.forward[node.name])
+        self._ops(node.name, box)
+
     def backward(self) -> None:
         graph = self.p.graph
         for node in reversed(self.p.planning.nodes):
             box = self.boxes[node.name]
+            if self.p.recompute:
+                self._recompute(node)
             tensors = [t for t in (node.name, *self.s.chain(node.name)) if t in self.readers]
             for tensor in tensors:
                 self._own_contributions(tensor)
