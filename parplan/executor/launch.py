@@ -30,6 +30,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
+from parplan.costmodel.graph import Embedding
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError, ParplanError
@@ -65,9 +66,9 @@ def check_runnable(problem: Problem) -> None:
     if problem.micro_batches > 1:
         raise ConfigError(f"run: {problem.micro_batches} micro-batches are priced by the model but not executed by the "
                           "reference executor yet; run the plan with one micro-batch (--micro-batches 1)")
-    if problem.zero_stage == 3:
-        raise ConfigError("run: ZeRO stage 3's weight gathers are priced by the model but not executed by the "
-                          "reference executor yet; stages 0-2 move the same elements as stage 0 and run")
+    if problem.zero_stage == 3 and any(isinstance(layer, Embedding) for layer in problem.graph.layers):
+        raise ConfigError("run: ZeRO stage 3 is executed for weighted layers; the gathers of embedding tables are "
+                          "priced by the model but not executed yet (run this model at stages 0-2)")
     if n > MAX_PROCESSES:
         raise ConfigError(f"run: {n} devices; the executor starts one process per device, at most {MAX_PROCESSES}")
     need = process_bytes(problem)

@@ -41,7 +41,7 @@ Example (two devices, data parallelism: each side receives the other side's dW o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace, dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -145,6 +145,9 @@ class Schedule:
     owners: dict[str, np.ndarray] = field(default_factory=dict)  # loss tensor: owner rank per point
     ops_fwd: dict[str, list[Message]] = field(default_factory=dict)  # layer norm -> its statistics
     ops_bwd: dict[str, list[Message]] = field(default_factory=dict)
+    #: ZeRO-3: node -> the all-gather of its weights from their shards' owners (``owners[node/w]``),
+    #: exchanged before its forward product and again before its backward
+    gathers: dict[str, list[Message]] = field(default_factory=dict)
 
     @cached_property
     def origin(self) -> dict[str, str]:
@@ -159,11 +162,13 @@ class Schedule:
         """Every message of one step, in execution order."""
         nodes = [n.name for n in self.problem.planning.nodes]
         for n in nodes:
+            yield from self.gathers.get(n, ())
             yield from self.forward[n]
             for layer in self.chain(n):
                 yield from self.ops_fwd.get(layer, ())
             yield from self.transitions_fwd[n]
         for n in reversed(nodes):
+            yield from self.gathers.get(n, ())
             if self.problem.recompute:  # the node's forward again, with its exchanges inside it
                 yield from self.forward[n]
                 for layer in self.chain(n):
@@ -570,11 +575,14 @@ def _layer_order(problem: Problem) -> list[str]:
     return [INPUT, *problem.graph.analyze().order]
 
 
-def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, shape, cell, tensor, replicating=()):
+def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, shape, cell, tensor, replicating=(),
+               owners_out: dict | None = None):
     """Hierarchical reduce-scatter and all-gather of a partial sum: ``region(box)`` is a leaf's
     (rows, cols) mask of the reduced tensor, ``reduced`` the choices that leave partials on
     both sides. Where a split in ``replicating`` gives both sides the same part after a split
-    above has reduced it, the total reaches side 1 and side 1 forwards it to side 2."""
+    above has reduced it, the total reaches side 1 and side 1 forwards it to side 2.
+    ``owners_out``: receives the rank that holds each point's total after the reduce-scatter
+    (key ``tensor``; -1 where no device needs the point)."""
     rank = {p: i for i, p in enumerate(leaves)}
     rs: list[Message] = []
     ag: list[Message] = []
@@ -613,7 +621,9 @@ def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, 
             _pairs(ag, m2, b, a, "ag", tensor, cell, leaves, name)
         return own, [gather] + steps1 + steps2
 
-    _, steps = owners(problem.array, "", False)
+    own, steps = owners(problem.array, "", False)
+    if owners_out is not None:
+        owners_out[tensor] = own
     for step in steps:  # parent splits before their children: pre-order
         step()
     return rs + ag
@@ -647,6 +657,8 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
     fwd_t, bwd_t = _transitions(problem, list(leaves), boxes, frames, readers, origin)
     forward: dict[str, list[Message]] = {}
     backward: dict[str, list[Message]] = {}
+    gathers: dict[str, list[Message]] = {}
+    shards: dict[str, np.ndarray] = {}
     graph = problem.graph
     for v, node in enumerate(problem.planning.nodes):
         forward[node.name], backward[node.name] = [], []
@@ -664,14 +676,24 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
             lambda b: b.mask(rows, fin.cols, "in"), (rows, fin.cols), fin.cell, f"{node.name}/ein")
         dw = _reduction(
             problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.BATCH,),
-            lambda b: _weight_mask(b, fin.cols, fout.cols), (fin.cols, fout.cols), wcell, f"{node.name}/dw")
+            lambda b: _weight_mask(b, fin.cols, fout.cols), (fin.cols, fout.cols), wcell, f"{node.name}/dw",
+            owners_out=shards)
+        if problem.zero_stage >= 3:
+            # ZeRO-3 (docs/costmodel.md section 6.1): each device keeps the shard of the weights whose
+            # gradient total the reduce-scatter leaves it, and updates only that; the all-gather
+            # carries the weights instead, before forward and again before backward
+            gathers[node.name] = [replace(m, tensor=f"{node.name}/w") for m in dw if m.kind == "ag"]
+            dw = [m for m in dw if m.kind == "rs"]
         backward[node.name] = ein + dw
     ops_fwd, ops_bwd = _norm_statistics(problem, exec_plan, list(leaves), boxes, frames, origin)
     for v, node in enumerate(problem.planning.nodes):
         backward[node.name] += _table_gradients(problem, exec_plan, list(leaves), boxes, frames, origin, v)
     last = graph.analyze().order[-1]
     return Schedule(problem, plan, leaves, frames, boxes, forward, fwd_t, bwd_t, backward, executed, inexact,
-                    {"loss": _loss_owners(problem, boxes, leaves, frames, origin[last], last)}, ops_fwd, ops_bwd)
+                    {"loss": _loss_owners(problem, boxes, leaves, frames, origin[last], last),
+                     **{f"{name}/w": own for name, own in
+                        ((t.rsplit("/", 1)[0], o) for t, o in shards.items())}},
+                    ops_fwd, ops_bwd, gathers)
 
 
 def weight_cell(layer, fin: Frame) -> int:

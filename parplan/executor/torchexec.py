@@ -211,6 +211,15 @@ def weight_grid(layer, w: torch.Tensor, in_cell: int) -> torch.Tensor:
     return w.reshape(w.shape[0], -1, in_cell).permute(1, 0, 2)
 
 
+def grid_weight(layer, grid: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`weight_grid`: a weight shaped like ``like`` from its grid."""
+    if isinstance(layer, Conv2d):
+        return grid.reshape(like.shape[1], like.shape[0], *like.shape[2:]).permute(1, 0, 2, 3)
+    if layer.per_position:
+        return grid[:, :, 0].permute(1, 0)
+    return grid.permute(1, 0, 2).reshape(like.shape)
+
+
 class DeviceStep:
     """One device's training step: buffers, local products, message handling."""
 
@@ -236,6 +245,7 @@ class DeviceStep:
         self.seconds: dict[str, float] = {}
         self.readers = readers_of(self.p, schedule.frames)
         self.F[INPUT] = inp.reshape(self.p.batch, inp.shape[1], -1)
+        self.gathered: dict[str, torch.Tensor] = {}  # ZeRO-3: each node's weights as gathered here
 
     # ---------------------------------------------------------------- buffers
     def _zeros(self, rows, cols, cell):
@@ -341,6 +351,8 @@ class DeviceStep:
             box = self.boxes[node.name]
             layer = graph.layer(node.name)
             if not node.is_join:
+                if self.p.zero_stage >= 3:
+                    self._gather(node.name, layer)
                 self._product(node.name, layer, box)
             t1 = self._clock()
             if not node.is_join:
@@ -354,6 +366,20 @@ class DeviceStep:
             self.seconds[node.name] = (t1 - t0) + (t3 - t2)
             self.exchange(self.s.transitions_fwd[node.name])
 
+    def _owned(self, name: str) -> torch.Tensor:
+        """ZeRO-3: the (in, out) grid points of ``name``'s weights whose shard this device keeps."""
+        return self._t(self.s.owners[f"{name}/w"] == self.rank)
+
+    def _gather(self, name: str, layer) -> None:
+        """ZeRO-3 (docs/costmodel.md section 6.1): this device starts from its shard alone (every
+        other point zero) and receives the rest of what it needs from the shards' owners."""
+        fin = self.s.frames[layer.inputs[0]]
+        grid = weight_grid(layer, self.weights[name], fin.cell).clone()
+        grid[~self._owned(name)] = 0.0
+        self.bufs[f"{name}/w"] = grid
+        self.exchange(self.s.gathers[name])
+        self.gathered[name] = grid_weight(layer, grid, self.weights[name])
+
     def _product(self, name, layer, box) -> None:
         fin = self.s.frames[layer.inputs[0]]
         fout = self.s.frames[name]
@@ -366,7 +392,7 @@ class DeviceStep:
         ins, outs = self._t(box.ins), self._t(box.outs)
         n = box.r1 - box.r0
         x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, ins].clone().requires_grad_()
-        wfull = self.weights[name]
+        wfull = self.gathered[name] if self.p.zero_stage >= 3 else self.weights[name]
         if isinstance(layer, Conv2d):
             s = self.info.in_shapes[name][0]
             w = wfull[outs][:, ins].clone().requires_grad_()
@@ -524,6 +550,12 @@ class DeviceStep:
         graph = self.p.graph
         for node in reversed(self.p.planning.nodes):
             box = self.boxes[node.name]
+            if self.p.zero_stage >= 3 and not node.is_join:
+                forward = self.gathered[node.name]
+                self._gather(node.name, graph.layer(node.name))  # the weights were freed after forward
+                if not box.empty and not torch.equal(self._region(node.name, box, forward),
+                                                     self._region(node.name, box, self.gathered[node.name])):
+                    raise RuntimeError(f"{node.name}: the backward gather brought other weights than forward's")
             if self.p.recompute:
                 self._recompute(node)
             tensors = [t for t in (node.name, *self.s.chain(node.name)) if t in self.readers]
@@ -609,6 +641,12 @@ class DeviceStep:
         if tensor in self.arrived:
             e[hold] += self.arrived[tensor][hold]
 
+    def _region(self, name: str, box, w: torch.Tensor) -> torch.Tensor:
+        """The part of a weight (or gathered weight) that ``box`` computes with, as a grid."""
+        layer = self.p.graph.layer(name)
+        grid = weight_grid(layer, w, self.s.frames[layer.inputs[0]].cell)
+        return grid[self._t(box.ins)[:, None], self._t(box.outs)[None, :]]
+
     def weight_gradients(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per weighted node: (dW grid as numpy, mask of the grid points this device holds)."""
         out = {}
@@ -618,7 +656,9 @@ class DeviceStep:
             box = self.boxes[node.name]
             dw = self.bufs[f"{node.name}/dw"]
             mask = np.zeros(dw.shape[:2], dtype=bool)
-            if not box.empty:
+            if self.p.zero_stage >= 3:  # the reduce-scatter leaves the total on this device's shard
+                mask = self.s.owners[f"{node.name}/w"] == self.rank
+            elif not box.empty:
                 mask[np.ix_(box.ins, box.outs)] = True
             out[node.name] = (dw.cpu().numpy().copy(), mask)
         for node in self.p.planning.nodes:
@@ -635,9 +675,16 @@ class DeviceStep:
         """SGD on the weight region this device holds (its reduced dW there is the total)."""
         for node in self.p.planning.nodes:
             box = self.boxes[node.name]
-            if node.is_join or box.empty:
+            if node.is_join or box.empty and self.p.zero_stage < 3:
                 continue
             layer = self.p.graph.layer(node.name)
+            if self.p.zero_stage >= 3:  # only this device's shard: the next forward gathers the rest
+                fin = self.s.frames[layer.inputs[0]]
+                grid = weight_grid(layer, self.weights[node.name], fin.cell).clone()
+                own = self._owned(node.name)
+                grid[own] -= lr * self.bufs[f"{node.name}/dw"][own]
+                self.weights[node.name].copy_(grid_weight(layer, grid, self.weights[node.name]))
+                continue
             ins, outs = self._t(box.ins), self._t(box.outs)
             g = self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]].permute(1, 0, 2)  # (out, in, cell)
             w = self.weights[node.name]
