@@ -190,3 +190,18 @@ def test_certify_with_a_memory_limit_works_on_every_backend(fraction):
             assert cert.status == "optimal", (backend, cert.status, cert.message)
             assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
             assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)
+
+
+def test_precision_sets_element_and_optimizer_bytes_unless_given():
+    import argparse
+
+    from parplan.cli.common import add_problem_arguments, problem_from_args
+
+    parser = argparse.ArgumentParser()
+    add_problem_arguments(parser)
+    base = ["--model", "lenet", "--array", "h100:2"]
+    for extra, want in (([], (2.0, 12.0)), (["--precision", "fp32"], (4.0, 8.0)),
+                        (["--precision", "fp16"], (2.0, 12.0)),
+                        (["--precision", "fp32", "--optimizer-bytes", "4"], (4.0, 4.0))):
+        p = problem_from_args(parser.parse_args(base + extra))
+        assert (p.bytes_per_element, p.optimizer_bytes_per_param) == want, extra

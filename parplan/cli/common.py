@@ -20,6 +20,9 @@ from parplan.errors import ConfigError
 
 GB = 1e9
 GIB = 2**30
+#: ``--precision`` -> (bytes per element, optimizer bytes per parameter), docs/costmodel.md
+#: section 6: mixed precision keeps an fp32 master copy and Adam's two fp32 moments.
+PRECISIONS = {"bf16": (2.0, 12.0), "fp16": (2.0, 12.0), "fp32": (4.0, 8.0)}
 #: The planners' names for help texts, without importing the planners (the CLI's --help stays
 #: fast); tests/test_cli.py checks it equals parplan.solvers.planners.PLANNERS.
 PLANNER_NAMES = ("accpar", "accpar-topdown", "hypar", "owt", "data", "data-half", "model")
@@ -38,12 +41,17 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                         help="override every link's per-direction bandwidth (GB/s; default: device data)")
     parser.add_argument("--latency", type=float, default=None, metavar="us",
                         help="override every link's latency (microseconds)")
-    parser.add_argument("--bytes-per-element", type=float, default=2.0,
-                        help="bytes per tensor element (default 2, bf16)")
+    parser.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
+                        help="training precision: bf16 / fp16 (2-byte weights, gradients, activations; fp32 master "
+                             "weights and Adam moments: 12 optimizer bytes per parameter) or fp32 (4 bytes; Adam's "
+                             "two moments: 8). Default bf16 (docs/costmodel.md section 6)")
+    parser.add_argument("--bytes-per-element", type=float, default=None,
+                        help="bytes per tensor element (default: the precision's, 2 for bf16)")
     parser.add_argument("--devices", default=None, metavar="FILE",
                         help="extra device kinds (TOML, same shape as the built-in devices.toml)")
-    parser.add_argument("--optimizer-bytes", type=float, default=12.0, metavar="B",
-                        help="optimizer state per parameter in bytes (default 12: Adam with an fp32 master copy)")
+    parser.add_argument("--optimizer-bytes", type=float, default=None, metavar="B",
+                        help="optimizer state per parameter in bytes (default: the precision's, 12 for bf16: Adam "
+                             "with an fp32 master copy)")
     parser.add_argument("--compat", default=None, choices=("hypar", "accpar-code"),
                         help="price with a published planner's rule where it differs from parplan's "
                              "(hypar: IN reductions at the pooled size, as the HyPar paper; accpar-code: "
@@ -79,8 +87,11 @@ def problem_from_args(args: argparse.Namespace):
     zero = getattr(args, "zero", None)
     recompute = getattr(args, "recompute", None)
     micro = micro_batches_argument(getattr(args, "micro_batches", None))
-    return Problem(graph, array, batch=args.batch, bytes_per_element=args.bytes_per_element,
-                   optimizer_bytes_per_param=args.optimizer_bytes, compat=getattr(args, "compat", None),
+    bpe, opt = PRECISIONS[getattr(args, "precision", None) or "bf16"]
+    return Problem(graph, array, batch=args.batch,
+                   bytes_per_element=bpe if args.bytes_per_element is None else args.bytes_per_element,
+                   optimizer_bytes_per_param=opt if args.optimizer_bytes is None else args.optimizer_bytes,
+                   compat=getattr(args, "compat", None),
                    zero_stage=int(zero) if zero not in (None, "auto") else 0, recompute=recompute == "yes",
                    micro_batches=micro if isinstance(micro, int) else 1)
 

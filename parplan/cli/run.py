@@ -38,9 +38,7 @@ def _problem_and_plan(args: argparse.Namespace):
         raise ConfigError("run: give --model and --array (and optionally --planner), or --plan FILE")
     if args.batch is None:
         args.batch = RUN_BATCH
-    ns = argparse.Namespace(**{**vars(args), "bytes_per_element": args.bytes_per_element or 2.0,
-                               "optimizer_bytes": args.optimizer_bytes or 12.0})
-    problem = problem_from_args(ns)
+    problem = problem_from_args(args)  # element and optimizer sizes: the precision's unless given
     plan = make_plan(problem, args.planner, share_grid=args.share_grid)
     return problem, plan, f"planner {args.planner}"
 
