@@ -316,9 +316,12 @@ def test_zero_3_shards_gathers_and_updates_as_priced(clusters, devices):
 
 
 @pytest.mark.parametrize("devices", [2, 4])
-def test_zero_3_counts_equal_the_model_where_shards_are_whole(clusters, devices):
-    """With every share at 1/2 (and whole shards), ZeRO-3's elements equal the model's exactly."""
-    @seed(43 + devices)
+@pytest.mark.parametrize("zero, micro", [(3, 1), (2, 2), (3, 2), (1, 4)])
+def test_sharded_and_micro_batched_counts_equal_the_model_where_shards_are_whole(clusters, devices, zero, micro):
+    """With every share at 1/2 (whole shards), the elements of ZeRO-2/3 with micro-batches equal
+    the model's exactly: a reduce-scatter per micro-batch at stages 2-3, two gathers per
+    micro-batch at stage 3, one exchange per step below (docs/costmodel.md sections 6.1, 6.4)."""
+    @seed(43 + devices + 10 * zero + micro)
     @settings(max_examples=3, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
@@ -326,8 +329,8 @@ def test_zero_3_counts_equal_the_model_where_shards_are_whole(clusters, devices)
         graph = Graph("even", Shape(4), (Linear("a", ("input",), out_features=8, bias=False),
                                          Activation("r", ("a",), function="relu"),
                                          Linear("b", ("r",), out_features=4, bias=False)))
-        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=BATCH, zero_stage=3)
-        choices = [PartitionType.BATCH, PartitionType.IN, PartitionType.OUT]
+        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=BATCH, zero_stage=zero, micro_batches=micro)
+        choices = [PartitionType.BATCH, PartitionType.BATCH, PartitionType.IN, PartitionType.OUT]
         plan = Plan({path: Split(tuple(data.draw(st.sampled_from(choices)) for _ in range(2)), (0.5, 0.5))
                      for path, _ in problem.array.inner_nodes()})
         _check(run_plan(problem, plan, steps=2, cluster=clusters(devices)))
@@ -335,12 +338,42 @@ def test_zero_3_counts_equal_the_model_where_shards_are_whole(clusters, devices)
     prop()
 
 
-def test_micro_batches_and_zero_3_tables_are_refused_clearly():
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("family", ["dags", "llama"])
+def test_micro_batches_run_and_count_as_priced(clusters, family, devices):
+    """Micro-batches run one after the other (docs/costmodel.md section 6.4): every transfer over
+    rows is cut to the micro-batch's, weight gradients accumulate and are exchanged once (at
+    ZeRO-2/3 reduce-scattered after every micro-batch, ZeRO-3 gathering the weights in each);
+    two steps match the reference and every element received equals the model's."""
+    @seed({"dags": 61, "llama": 71}[family] + devices)
+    @settings(max_examples=4, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(data=st.data())
+    def prop(data):
+        if family == "dags":
+            graph, batch, stages = data.draw(dags()), BATCH, [0, 1, 2, 3]
+        else:
+            graph, batch, stages = data.draw(st.sampled_from(transformer_graphs(family))), 4, [0, 1]
+        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=batch,
+                          micro_batches=data.draw(st.sampled_from([2, 4])), zero_stage=data.draw(st.sampled_from(stages)),
+                          recompute=data.draw(st.booleans()))
+        report = run_plan(problem, data.draw(plans(problem)), steps=2, cluster=clusters(devices))
+        assert report.numerics_equal, (report.losses, report.reference_losses, report.max_grad_rel_error)
+        diff = report.differences()
+        if problem.zero_stage < 3:
+            assert diff.empty, diff.to_string()
+        else:  # a shard's boundary rounded to whole weight points (test_zero_3_shards_...)
+            assert (diff.phase == "intra").all(), diff.to_string()
+
+    prop()
+
+
+def test_zero_3_and_zero_2_micro_batches_on_tables_are_refused_clearly():
     from parplan.executor.launch import check_runnable
     from parplan.models.transformers import gpt_config
 
-    g = Graph("one", Shape(4), (Linear("a", ("input",), out_features=4, bias=False),))
-    with pytest.raises(ConfigError, match="micro-batches"):
-        check_runnable(Problem(g, parse_array("cpu:2"), batch=4, micro_batches=2))
+    g = gpt_config(1, 16, 2, 4, vocab=32)
     with pytest.raises(ConfigError, match="ZeRO stage 3"):
-        check_runnable(Problem(gpt_config(1, 16, 2, 4, vocab=32), parse_array("cpu:2"), batch=4, zero_stage=3))
+        check_runnable(Problem(g, parse_array("cpu:2"), batch=4, zero_stage=3))
+    with pytest.raises(ConfigError, match="ZeRO-2 with micro-batches"):
+        check_runnable(Problem(g, parse_array("cpu:2"), batch=4, zero_stage=2, micro_batches=2))

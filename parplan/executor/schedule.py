@@ -148,6 +148,20 @@ class Schedule:
     #: ZeRO-3: node -> the all-gather of its weights from their shards' owners (``owners[node/w]``),
     #: exchanged before its forward product and again before its backward
     gathers: dict[str, list[Message]] = field(default_factory=dict)
+    #: rows [lo, hi) of the micro-batch this schedule runs, and whether it is the step's last
+    #: (None: the whole step; see :meth:`micro_batches`)
+    window: tuple[int, int, bool] | None = None
+
+    def micro_batches(self) -> list["Schedule"]:
+        """The step as ``problem.micro_batches`` schedules run one after the other (docs/costmodel.md
+        section 6.4): each computes the rows of its micro-batch, with every message over rows cut
+        to them; the weight gradients accumulate, and their exchange runs once, after the last
+        (at ZeRO stage 2 and 3 the reduce-scatter runs after every micro-batch)."""
+        m = self.problem.micro_batches
+        if m == 1 or self.window is not None:
+            return [self]
+        size = self.problem.batch // m
+        return [_window(self, j * size, (j + 1) * size, j == m - 1) for j in range(m)]
 
     @cached_property
     def origin(self) -> dict[str, str]:
@@ -179,16 +193,60 @@ class Schedule:
             yield from self.backward[n]
 
     def received(self) -> dict[tuple[str, str, int, str], int]:
-        """Elements received per (split path, node, side, phase), from the messages."""
+        """Elements received per (split path, node, side, phase), from the messages of every
+        micro-batch."""
         out: dict[tuple[str, str, int, str], int] = {}
-        for m in self.messages():
-            key = (m.split, m.node, m.side, m.phase)
-            out[key] = out.get(key, 0) + m.elements
+        for part in self.micro_batches():
+            for m in part.messages():
+                key = (m.split, m.node, m.side, m.phase)
+                out[key] = out.get(key, 0) + m.elements
         return out
 
     @cached_property
     def rank(self) -> dict[str, int]:
         return {p: i for i, p in enumerate(self.leaves)}
+
+
+#: Buffers whose grid is not over the batch's rows: weight gradients, tables, gathered weights.
+_WEIGHT_BUFFERS = ("/dw", "/table", "/w")
+
+
+def _window(schedule: Schedule, lo: int, hi: int, last: bool) -> Schedule:
+    """One micro-batch of ``schedule``: rows [lo, hi) (see :meth:`Schedule.micro_batches`)."""
+    def rows(msgs):
+        out = []
+        for m in msgs:
+            if m.tensor.endswith(_WEIGHT_BUFFERS):
+                out.append(m)
+                continue
+            keep = np.zeros(m.mask.shape, dtype=bool)
+            keep[lo:hi] = True
+            mask = m.mask & keep
+            if mask.any():
+                out.append(replace(m, mask=mask, parts=tuple((r, p & keep) for r, p in m.parts)))
+        return out
+
+    def weights(msgs):
+        """A node's reductions after its backward: rows cut; weight exchanges once per step, after
+        the last micro-batch, except the reduce-scatter at ZeRO-2/3, after every one."""
+        out = []
+        for m in rows(msgs):
+            if not m.tensor.endswith(_WEIGHT_BUFFERS) or last or (
+                    m.kind == "rs" and m.tensor.endswith("/dw") and schedule.problem.zero_stage >= 2):
+                out.append(m)
+        return out
+
+    boxes = {leaf: {name: Box(max(b.r0, lo), min(b.r1, hi), b.ins, b.outs) if b.r0 < hi and b.r1 > lo
+                    else Box(lo, lo, b.ins, b.outs) for name, b in group.items()}
+             for leaf, group in schedule.boxes.items()}
+    return replace(
+        schedule, boxes=boxes, window=(lo, hi, last),
+        forward={k: rows(v) for k, v in schedule.forward.items()},
+        transitions_fwd={k: rows(v) for k, v in schedule.transitions_fwd.items()},
+        transitions_bwd={k: rows(v) for k, v in schedule.transitions_bwd.items()},
+        backward={k: weights(v) for k, v in schedule.backward.items()},
+        ops_fwd={k: rows(v) for k, v in schedule.ops_fwd.items()},
+        ops_bwd={k: rows(v) for k, v in schedule.ops_bwd.items()})
 
 
 # ------------------------------------------------------------------------------------ frames

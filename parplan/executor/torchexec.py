@@ -363,8 +363,13 @@ class DeviceStep:
                 self._join(node.name, layer, box)
             self._ops(node.name, box)
             t3 = self._clock()
-            self.seconds[node.name] = (t1 - t0) + (t3 - t2)
+            self.seconds[node.name] = self.seconds.get(node.name, 0.0) + (t1 - t0) + (t3 - t2)
             self.exchange(self.s.transitions_fwd[node.name])
+
+    def use(self, schedule: Schedule) -> None:
+        """Run the rows of ``schedule`` (one micro-batch of the step, or the whole step) next."""
+        self.s = schedule
+        self.boxes = schedule.boxes[self.leaf]
 
     def _owned(self, name: str) -> torch.Tensor:
         """ZeRO-3: the (in, out) grid points of ``name``'s weights whose shard this device keeps."""
@@ -386,7 +391,8 @@ class DeviceStep:
         self.bufs[f"{name}/out"] = self._zeros(self.p.batch, fout.cols, fout.cell)
         wcell = weight_cell(layer, fin)
         self.bufs[f"{name}/ein"] = self._zeros(self.p.batch, fin.cols, fin.cell)
-        self.bufs[f"{name}/dw"] = self._zeros(fin.cols, fout.cols, wcell)
+        if f"{name}/dw" not in self.bufs:  # accumulated over the step's micro-batches
+            self.bufs[f"{name}/dw"] = self._zeros(fin.cols, fout.cols, wcell)
         if box.empty:
             return
         ins, outs = self._t(box.ins), self._t(box.outs)
@@ -593,10 +599,14 @@ class DeviceStep:
                     grid = gw.permute(1, 0)[:, :, None]
                 else:
                     grid = gw.permute(1, 0, 2)
-                self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]] = grid
+                self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]] += grid
             self._table_gradients(node.name, box)
             self.seconds[node.name] = self.seconds.get(node.name, 0.0) + self._clock() - t0
             self.exchange(self.s.backward[node.name])
+            window = self.s.window
+            if window is not None and not window[2] and self.p.zero_stage >= 2 and not node.is_join:
+                # ZeRO-2/3 reduce-scatter each micro-batch's gradient: what was sent is not kept
+                self.bufs[f"{node.name}/dw"][~self._owned(node.name)] = 0.0
 
     def _embeddings(self, node: str):
         graph = self.p.graph
@@ -609,8 +619,9 @@ class DeviceStep:
         of the lookup's output, on what it holds, added at the looked-up entries."""
         for src, layer in self._embeddings(node):
             fr = self.s.frames[src]
-            buf = self._zeros(layer.num, fr.cols, 1)
-            self.bufs[f"{src}/table"] = buf
+            if f"{src}/table" not in self.bufs:  # accumulated over the step's micro-batches
+                self.bufs[f"{src}/table"] = self._zeros(layer.num, fr.cols, 1)
+            buf = self.bufs[f"{src}/table"]
             r = next(x for x in self.readers[src] if x.node == node)
             m = need_mask(box, r, self.p.batch, fr)
             if not m.any():
@@ -714,9 +725,14 @@ def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: f
     step = None
     for k in range(steps):
         step = DeviceStep(schedule, rank, weights, inp, target, comm, device)
-        step.forward()
-        losses.append(step.loss())
-        step.backward()
+        loss = 0.0
+        for part in schedule.micro_batches():  # docs/costmodel.md section 6.4: one after the other
+            step.use(part)
+            step.forward()
+            loss += step.loss()
+            step.backward()
+        step.use(schedule)  # the weights' region of the whole step: its gradients and update
+        losses.append(loss)
         received.append(dict(step.received))
         seconds.append(dict(step.seconds))
         if k + 1 < steps:
