@@ -372,3 +372,35 @@ def test_recomputation_stores_the_checkpoint_and_pays_the_forward_again():
     assert math.isclose(b.step_time_s - a.step_time_s, flops / 3 / 2 / p.array.left.flops_per_s, rel_tol=1e-9)
     # an MLP's layers store only their inputs: recomputation keeps exactly that
     assert b.device_memory_bytes == a.device_memory_bytes
+
+
+def _check_backends_with_memory(case):
+    """Every exact backend under a memory limit equals brute force over the plans that fit."""
+    from parplan.solvers.backends import available_backends
+    from parplan.solvers.brute import brute_force_split
+
+    sp, limit = case
+    options = PlanOptions(share_grid=2)
+    want, _ = brute_force_split(sp, options, limit.capacity_bytes)
+    for backend in available_backends():
+        split, cert = solve_split_exact(sp, backend, options, memory=limit)
+        if want == math.inf:
+            assert cert.status in ("infeasible", "error"), (backend, cert.status)
+        elif cert.status == "optimal":
+            tol = 1e-5 if backend == "cpsat" else 1e-7  # CP-SAT: integer-scaled costs (section 8)
+            assert math.isclose(cert.objective, want, rel_tol=tol), (backend, cert.objective, want)
+        else:  # a plan within the solver's tolerance over a limit fails the re-check: never "optimal"
+            assert cert.status == "error" and cert.message, (backend, cert.status)
+
+
+@fast(6)
+@given(memory_cases())
+def test_every_backend_with_a_memory_limit_equals_brute_force(case):
+    _check_backends_with_memory(case)
+
+
+@pytest.mark.slow
+@fast(200)
+@given(memory_cases())
+def test_every_backend_with_a_memory_limit_equals_brute_force_200_instances(case):
+    _check_backends_with_memory(case)

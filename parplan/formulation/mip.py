@@ -26,8 +26,10 @@ Formulation (node ``v``, state ``s`` = choice and grid share):
 The model is exact for the share grid (its optimum is the DP's). ``discrete=True`` builds
 the integer model for CP-SAT: the same model with ``z`` integer and objective coefficients
 rounded to integers at a scale where the total is about 1e9 units (error <= 0.5 unit per
-node, stated in :attr:`MipModel.objective_error`); memory coefficients rounded up and
-capacities down at 1e-6 of the capacity (conservative: a plan it accepts fits).
+node, stated in :attr:`MipModel.objective_error`); memory coefficients and capacities rounded
+down at 1e-6 of the capacity: a relaxation, so an "infeasible" answer is a proof, and a plan it
+accepts is re-checked (one that the rounding let over its limit is reported as an error; an
+earlier version rounded coefficients up, which made plans that fit look infeasible).
 
 Times are in model units (``objective_scale`` units per second, chosen so the ideal compute
 time of the split is about 1000 units) to keep solver tolerances meaningful.
@@ -340,8 +342,8 @@ def build_mip(sp, options: PlanOptions | None = None, memory: MemoryLimit | None
             for v, t in enumerate(tables):
                 for s in range(t.size):
                     coef = t.memory[i][s] / cap
-                    if discrete:
-                        coef = math.ceil(coef / MEMORY_RESOLUTION - 1e-9)
+                    if discrete:  # rounded down: a relaxation, so "infeasible" stays a proof
+                        coef = math.floor(coef / MEMORY_RESOLUTION)
                     if coef:
                         terms.append((ys[v][s], float(coef)))
             rhs = 1.0 if not discrete else math.floor(1.0 / MEMORY_RESOLUTION)
@@ -350,7 +352,9 @@ def build_mip(sp, options: PlanOptions | None = None, memory: MemoryLimit | None
             notes.append("side capacity = sum of its devices' memory (a necessary condition above the last level)")
     if discrete:
         notes.append(f"integer model: costs rounded to 1/{scale:.3g} of the objective unit (error <= 0.5 unit "
-                     "per node)" + ("; memory coefficients rounded up, capacities down" if memory is not None else ""))
+                     "per node)" + ("; memory coefficients and capacities rounded down to 1e-6 of the capacity (a "
+                                       "relaxation: its plan is re-checked, and fails where the rounding let it "
+                                       "over)" if memory is not None else ""))
     model = b.build(
         objective_unit="s" if time_obj else "elements",
         objective_scale=scale,
