@@ -84,16 +84,15 @@ def problem_from_args(args: argparse.Namespace):
         latency_s=None if args.latency is None else args.latency * 1e-6,
         devices=load_devices(args.devices),
     )
-    zero = getattr(args, "zero", None)
-    recompute = getattr(args, "recompute", None)
-    micro = micro_batches_argument(getattr(args, "micro_batches", None))
+    chosen = technique_choices(args)  # "auto" (searched by the planning commands): the plain setting
     bpe, opt = PRECISIONS[getattr(args, "precision", None) or "bf16"]
     return Problem(graph, array, batch=args.batch,
                    bytes_per_element=bpe if args.bytes_per_element is None else args.bytes_per_element,
                    optimizer_bytes_per_param=opt if args.optimizer_bytes is None else args.optimizer_bytes,
                    compat=getattr(args, "compat", None),
-                   zero_stage=int(zero) if zero not in (None, "auto") else 0, recompute=recompute == "yes",
-                   micro_batches=micro if isinstance(micro, int) else 1)
+                   zero_stage=0 if chosen["zero"] == "auto" else chosen["zero"],
+                   recompute=chosen["recompute"] is True,
+                   micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"])
 
 
 def micro_batches_argument(text) -> int | str | None:

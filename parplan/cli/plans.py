@@ -299,7 +299,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
             try:
                 fit = fit_plan(problem, name, None if limit in (None, "device") else limit,
-                               progress=progress, plan_kwargs={"share_grid": args.share_grid},
+                               progress=progress or progress_printer(False, after_s=5.0),
+                               plan_kwargs={"share_grid": args.share_grid},
                                **technique_choices(args))
             except InfeasibleError as exc:
                 rows.append({"planner": name, "step_time_s": float("nan"), "speedup_over_data": float("nan"),

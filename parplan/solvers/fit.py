@@ -2,25 +2,29 @@
 
 A planner minimises the step time; :func:`fit_plan` makes every device's memory a constraint of
 it. It never returns a plan over its limit as a fit: each candidate is priced by the evaluator
-and re-checked device by device (:func:`parplan.costmodel.evaluate.memory_overruns`), code that
-is not the planner's. In order:
+and its every device re-checked against its limit (:func:`peak_fraction`), code that is not the
+planner's. It searches *settings* of the memory techniques (:class:`Technique`: ZeRO stage x
+recomputation x micro-batches), in order:
 
-1. **ZeRO stages** (section 6.1), least first. Stages 1 and 2 move exactly the bytes of stage 0
-   (the reduce-scatter + all-gather of the gradient), so one plan serves stages 0-2 and only its
-   memory is re-checked; stage 3 gathers weights again and is planned on its own.
-2. **A memory price** (a Lagrangian term): each state of each split pays ``mu`` seconds per unit
-   of the memory it keeps, as a fraction of its side's capacity
+1. The planner's own plan, priced with every setting: if it fits at ZeRO stage 0-2 without
+   recomputation or more micro-batches (which cost exactly its unconstrained time), the least
+   such stage is the answer.
+2. Otherwise the settings under which it fits, fastest first: the :data:`REPLANNED` fastest are
+   planned again with the setting in force.
+3. If none fits, a **memory price** (a Lagrangian term): each state of each split pays ``mu``
+   seconds per unit of the memory it keeps, as a fraction of its side's capacity
    (:attr:`~parplan.costmodel.split.PlanOptions.memory_price`). ``mu`` climbs a ladder from
-   ``T / 64`` to ``256 T`` (``T``: the unpriced plan's step time) until a plan fits, then two
-   bisection steps look for a faster one below. Each price is one top-down recursion.
-3. Otherwise :class:`~parplan.errors.InfeasibleError`, with the least memory any plan needs
+   ``T / 64`` to ``256 T`` until a plan fits, then two bisection steps look for a faster one.
+4. On one split (two devices): exact over every setting (the DP's optimum bounds a setting;
+   the MIP with a memory row per device decides where the DP's plan does not fit).
+5. Otherwise :class:`~parplan.errors.InfeasibleError`, with the least memory any plan needs
    (:func:`memory_lower_bound`) and the plan that came closest.
 
 What is proven and what is not: the global time bound (:func:`parplan.solvers.bound.global_bound`)
 drops memory, so it is still a lower bound on every plan that fits, and ``plan --bound`` reports
-the gap of the fitting plan to it. The memory lower bound is a proof that *no* plan fits when it
-exceeds the capacity; between the two, a failure to find a fitting plan is parplan's, and the
-error says so.
+the gap of the fitting plan to it. The memory lower bound (or, on one split, the exact MIPs) is a
+proof that *no* plan fits; otherwise a failure to find a fitting plan is parplan's, and the error
+says so (docs/costmodel.md section 6.2).
 
 Example:
     >>> from parplan.models.zoo import get_model
@@ -37,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from parplan.costmodel.evaluate import Evaluation, evaluate, memory_overruns
+from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
 from parplan.errors import ConfigError, InfeasibleError
 
@@ -73,17 +77,9 @@ class Fit:
 
 def device_limits(problem: Problem, limit_bytes: float | None) -> dict[str, float]:
     """Each device's limit by leaf path: ``limit_bytes``, or its own memory (None)."""
-    out = {}
+    from parplan.solvers.joint import device_capacity
 
-    def walk(group, path):
-        if group.is_leaf:
-            out[path] = group.device.memory_bytes if limit_bytes is None else float(limit_bytes)
-        else:
-            walk(group.left, path + "L")
-            walk(group.right, path + "R")
-
-    walk(problem.array, "")
-    return out
+    return device_capacity(problem, "device" if limit_bytes is None else limit_bytes)
 
 
 def peak_fraction(evaluation: Evaluation, limits: dict[str, float]) -> float:
