@@ -81,22 +81,37 @@ def sizes(d: dict) -> tuple[float, float, float, float]:
     return 6 * d["top"] * d["B"] * d["Do"] * d["So"] * d["Di"] * d["k"] / d["g"], w, fin, fout
 
 
+def _eff(dev, kind: str) -> float:
+    """Section 5's achieved fraction of peak for FLOPs of ``kind``."""
+    own = {"conv": getattr(dev, "conv_efficiency", None), "attention": getattr(dev, "attention_efficiency", None)}
+    return own.get(kind) if own.get(kind) is not None else dev.efficiency
+
+
+def _roof(flops: float, traffic: float, dev, kind: str, kernels: int) -> float:
+    """Section 5: the roofline of one op, plus its kernels' fixed time when it does anything."""
+    hbm = getattr(dev, "memory_efficiency", 1.0) * dev.memory_bytes_per_s
+    t = max(flops / (_eff(dev, kind) * dev.flops_per_s), traffic / hbm)
+    busy = flops > 0 or traffic > 0
+    return t + (kernels * getattr(dev, "kernel_overhead_s", 0.0) if busy else 0.0)
+
+
 def compute_s(d: dict, dev, bpe: float) -> float:
     flops, w, fin, fout = sizes(d)
+    mb = d["mb"]
     t = 0.0
     if d["k"] and flops > 0:  # the weights are read once per micro-batch
-        t = max(flops / (dev.efficiency * dev.flops_per_s),
-                3 * (d["top"] * (fin + fout) + d["mb"] * w) * bpe / dev.memory_bytes_per_s)
+        kind = "conv" if d["k"] > 1 else "gemm"
+        moved = (d["top"] * (fin + fout) + mb * w) * bpe
+        t = _roof(flops, 3 * moved, dev, kind, 3 * mb)
         if d.get("rc"):  # recomputation: the forward product again, 2 of 6 FLOPs, F_in + W + F_out
-            t += max(flops / 3 / (dev.efficiency * dev.flops_per_s),
-                     (d["top"] * (fin + fout) + d["mb"] * w) * bpe / dev.memory_bytes_per_s)
+            t += _roof(flops / 3, moved, dev, kind, mb)
     for n, ops in ((fout, d["out_ops"]), (fin, d["in_ops"])):
         if n > 0:
             for op in ops:
-                t += max(n * op.flops / (dev.efficiency * dev.flops_per_s), n * op.traffic * bpe / dev.memory_bytes_per_s)
+                kind = "attention" if op.kind == "attention" else "gemm"
+                t += _roof(n * op.flops, n * op.traffic * bpe, dev, kind, 2 * mb)
                 if d.get("rc"):  # and each op's forward: a third of its FLOPs, half its traffic
-                    t += max(n * op.flops / 3 / (dev.efficiency * dev.flops_per_s),
-                             n * op.traffic / 2 * bpe / dev.memory_bytes_per_s)
+                    t += _roof(n * op.flops / 3, n * op.traffic / 2 * bpe, dev, kind, mb)
     return t
 
 
@@ -122,13 +137,19 @@ def raw(node, batch, recompute: bool = False, micro_batches: int = 1) -> dict:
 
 
 def group_device(group):
-    """A group as one device: summed achieved FLOP/s, summed HBM bandwidth."""
+    """A group as one device (sections 5 and 7): summed achieved FLOP/s of each kind, summed
+    achieved HBM bandwidth, the largest per-kernel overhead."""
     devs = group.devices()
+    gemm = sum(x.flops_per_s * _eff(x, "gemm") for x in devs)
 
     class D:
-        flops_per_s = sum(x.flops_per_s * x.efficiency for x in devs)
-        memory_bytes_per_s = sum(x.memory_bytes_per_s for x in devs)
+        flops_per_s = gemm
+        memory_bytes_per_s = sum(x.memory_bytes_per_s * x.memory_efficiency for x in devs)
         efficiency = 1.0
+        conv_efficiency = sum(x.flops_per_s * _eff(x, "conv") for x in devs) / gemm
+        attention_efficiency = sum(x.flops_per_s * _eff(x, "attention") for x in devs) / gemm
+        memory_efficiency = 1.0
+        kernel_overhead_s = max(x.kernel_overhead_s for x in devs)
     return D
 
 

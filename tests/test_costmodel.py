@@ -89,12 +89,31 @@ def plans(draw, problem):
 
 
 @st.composite
+def device_kinds(draw):
+    """The built-in kinds, or with section 5's measured figures drawn per kind (efficiencies by
+    op, HBM efficiency, per-kernel overhead), as ``parplan calibrate`` writes them."""
+    kinds = load_devices()
+    if not draw(st.booleans()):
+        return kinds
+    fraction = st.sampled_from([0.3, 0.55, 0.8, 1.0])
+    return {k: replace(d, efficiency=draw(fraction), conv_efficiency=draw(st.sampled_from([None, 0.4, 0.9])),
+                       attention_efficiency=draw(st.sampled_from([None, 0.35])), memory_efficiency=draw(fraction),
+                       kernel_overhead_s=draw(st.sampled_from([0.0, 5e-6, 1e-3])))
+            for k, d in kinds.items()}
+
+
+def kinds_of(problem):
+    """The built-in kinds, with the (possibly calibrated) figures of those ``problem`` uses."""
+    return load_devices() | {d.name: d for d in problem.array.devices()}
+
+
+@st.composite
 def plan_cases(draw):
     g = draw(graphs(max_weighted=4, max_joins=2))
     kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from([2, 4])))]
     text = ",".join(f"{k}:1" for k in kinds)
     array = parse_array(text, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
-                        latency_s=draw(st.sampled_from([0.0, 1e-6])))
+                        latency_s=draw(st.sampled_from([0.0, 1e-6])), devices=draw(device_kinds()))
     batch = draw(st.sampled_from([1, 8, 512]))
     p = Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
                 zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])), recompute=draw(st.booleans()),
@@ -118,8 +137,9 @@ def test_evaluator_agrees_with_the_independent_reference(case):
 @given(plan_cases())
 def test_dp_optimum_is_priced_the_same_by_the_reference(case):
     p, _ = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch,
-                   zero_stage=p.zero_stage, recompute=p.recompute, micro_batches=p.micro_batches)
+    root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
+                                        devices=kinds_of(p)),
+                   batch=p.batch, zero_stage=p.zero_stage, recompute=p.recompute, micro_batches=p.micro_batches)
     value, split = frontier_dp(SplitProblem.root(root), PlanOptions(share_grid=4))
     assert math.isclose(value, reference_split_time(root, split), rel_tol=1e-9)
 
@@ -261,13 +281,35 @@ def test_device_efficiency_scales_compute():
     assert math.isclose(t[1], 2 * t[0], rel_tol=1e-9)
 
 
+def test_calibrated_figures_hand_computed():
+    """Section 5: a linear layer at efficiency 0.5 with a 1 ms kernel overhead: 3 kernels per
+    busy side and micro-batch; a side with share 0 pays none; conv_efficiency does not apply
+    to a 1x1 product; HBM at memory_efficiency."""
+    kinds = {k: replace(d, efficiency=0.5, conv_efficiency=0.1, kernel_overhead_s=1e-3) for k, d in
+             compute_bound_devices().items()}
+    g = Graph("one", Shape(100), (Linear("fc", ("input",), out_features=50, bias=False),))
+    arr = parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=kinds)
+    c = arr.left.flops_per_s
+    f = 6 * 8 * 100 * 50
+    for shares, mb, want in (((0.5,), 1, 0.5 * f / (0.5 * c) + 3e-3), ((0.0,), 1, f / (0.5 * c) + 3e-3),
+                             ((0.5,), 2, 0.5 * f / (0.5 * c) + 6e-3)):
+        ev = evaluate(Problem(g, arr, batch=8, micro_batches=mb), Plan({"": Split((B,), shares)}))
+        assert math.isclose(ev.node_time_s[0], want, rel_tol=1e-12), (shares, mb)
+    slow = {k: replace(d, memory_bytes_per_s=1e9, memory_efficiency=0.25, efficiency=1.0) for k, d in kinds.items()}
+    p = Problem(g, parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=slow), batch=8)
+    ev = evaluate(p, Plan({"": Split((B,), (0.5,))}))
+    moved = 3 * (4 * 100 + 100 * 50 + 4 * 50) * 2  # 3 (|F_in| + |W| + |F_out|) bf16 bytes
+    assert math.isclose(ev.node_time_s[0], moved / 0.25e9 + 3e-3, rel_tol=1e-12)
+
+
 @fast(60)
 @given(plan_cases(), st.sampled_from([2, 4]))
 def test_continuous_bound_is_below_every_plan_with_any_shares(case, grid):
     """The interval relaxation bounds plans whose shares lie anywhere in [0, 1]: finer grids,
     and random off-grid shares, never price below it."""
     p, plan = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch)
+    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
+                                        devices=kinds_of(p)), batch=p.batch)
     sp = SplitProblem.root(root)
     bound = continuous_bound(sp, PlanOptions(share_grid=grid))
     for finer in (grid, 5):
@@ -288,7 +330,8 @@ def test_continuous_bound_holds_at_lower_splits(case, grid, leaf_pair):
     from parplan.solvers.hierarchy import child_dims
 
     p, plan = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6), batch=p.batch)
+    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
+                                        devices=kinds_of(p)), batch=p.batch)
     top = SplitProblem.root(root)
     left, _ = child_dims(top.dims, plan.root)
     regions, _ = top.child_regions(plan.root)
@@ -312,7 +355,8 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
 
     g = data.draw(st.sampled_from([gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
                                    bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]))
-    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"]))), batch=4,
+    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"])),
+                               devices=data.draw(device_kinds())), batch=4,
                 zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])), recompute=data.draw(st.booleans()),
                 micro_batches=data.draw(st.sampled_from([1, 2, 4])))
     plan = data.draw(executor_plans(p))

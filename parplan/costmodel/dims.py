@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parplan.costmodel.graph import INPUT, Embedding, Graph, Norm
+from parplan.costmodel.graph import INPUT, Attention, Embedding, Graph, Norm
 
 #: HBM traffic of one training step of a weighted layer, in units of (|F_in| + |W| + |F_out|):
 #: forward reads F_in and W and writes F_out; backward reads E_out and W and writes E_in;
@@ -62,20 +62,43 @@ class ElementOp:
     #: Elements per sample (row) exchanged with the other side when a split divides the
     #: tensor's columns: a layer norm's row statistics, 2 forward and 2 backward per position.
     row_exchange: float = 0.0
+    #: Which efficiency its FLOPs run at (docs/costmodel.md section 5): "attention" for an
+    #: attention core's products, "" for every other op.
+    kind: str = ""
 
 
 @dataclass(frozen=True)
 class Device:
-    """What the time formula needs of a device (or of a group priced as one device)."""
+    """What the time formula needs of a device (or of a group priced as one device); the
+    efficiencies and the per-kernel overhead are docs/costmodel.md section 5's, measured by
+    ``parplan calibrate`` (defaults: the papers' peak roofline)."""
 
     flops_per_s: float  # peak FLOP/s
     memory_bytes_per_s: float  # HBM bandwidth
     efficiency: float = 1.0  # achieved fraction of peak FLOP/s for matrix products
+    #: Achieved fraction of peak on convolutions with a spatial kernel (kh * kw > 1) and on
+    #: attention cores; None: ``efficiency``.
+    conv_efficiency: float | None = None
+    attention_efficiency: float | None = None
+    memory_efficiency: float = 1.0  # achieved fraction of HBM bandwidth
+    kernel_overhead_s: float = 0.0  # fixed time of every kernel a device runs (launch, tail)
+
+    def efficiency_of(self, kind: str) -> float:
+        """The achieved fraction of peak for FLOPs of ``kind`` ("gemm", "conv", "attention")."""
+        if kind == "conv" and self.conv_efficiency is not None:
+            return self.conv_efficiency
+        if kind == "attention" and self.attention_efficiency is not None:
+            return self.attention_efficiency
+        return self.efficiency
 
 
-def roofline_seconds(flops: float, traffic_bytes: float, device: Device) -> float:
-    """max(FLOPs / (efficiency * peak), bytes / HBM bandwidth) (docs/costmodel.md section 5)."""
-    return max(flops / (device.efficiency * device.flops_per_s), traffic_bytes / device.memory_bytes_per_s)
+def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: str = "gemm",
+                     kernels: int = 0) -> float:
+    """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth)) + kernels * overhead
+    (docs/costmodel.md section 5)."""
+    t = max(flops / (device.efficiency_of(kind) * device.flops_per_s),
+            traffic_bytes / (device.memory_efficiency * device.memory_bytes_per_s))
+    return t + kernels * device.kernel_overhead_s if kernels and (flops > 0 or traffic_bytes > 0) else t
 
 
 @dataclass(frozen=True)
@@ -167,19 +190,23 @@ class LayerDims:
         """Time of one training step of this node on ``device`` (docs/costmodel.md section 5):
         a roofline for the weighted product plus one per carried op."""
         t = 0.0
+        m = self.micro_batches
         if self.kernel and self.flops > 0:
             # per micro-batch the weights are read again (docs/costmodel.md section 6.4)
-            once = self.active * (self.in_elements + self.out_elements) + self.micro_batches * self.weight_elements
-            t = roofline_seconds(self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device)
+            once = self.active * (self.in_elements + self.out_elements) + m * self.weight_elements
+            kind = "conv" if self.kernel > 1 else "gemm"
+            # forward, backward and gradient products: 3 kernels per micro-batch (section 5)
+            t = roofline_seconds(self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device, kind, 3 * m)
             if self.recompute:  # forward again: 2 of the 6 FLOP units, 1 of the 3 traffic units
-                t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device)
+                t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device, kind, m)
         for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
             if size > 0:
-                for op in ops:
-                    t += roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device)
+                for op in ops:  # forward and backward: 2 kernels per micro-batch
+                    kind = op.kind or "gemm"
+                    t += roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * m)
                     if self.recompute:  # an op's forward: a third of its FLOPs, half its traffic (section 6.3)
                         t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
-                                              * bytes_per_element, device)
+                                              * bytes_per_element, device, kind, m)
         return t
 
     def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
@@ -228,7 +255,8 @@ def element_op(graph: Graph, name: str) -> ElementOp:
     layer = graph.layer(name)
     flops, traffic, stored = layer.training_cost(list(info.in_shapes[name]), info.out_shape[name])
     exchange = ROW_STATISTICS.get(layer.kind, 0.0) * info.out_shape[name].spatial if isinstance(layer, Norm) else 0.0
-    return ElementOp(name, float(flops), float(traffic), float(stored), exchange)
+    kind = "attention" if isinstance(layer, Attention) else ""
+    return ElementOp(name, float(flops), float(traffic), float(stored), exchange, kind)
 
 
 def lookups_read(graph: Graph, name: str) -> tuple[str, ...]:

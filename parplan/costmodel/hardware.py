@@ -34,8 +34,10 @@ from parplan.errors import ConfigError, HardwareError
 from parplan.readers import parse_json, parse_toml, read_text
 
 _FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
-#: Optional keys of a device kind (with their defaults).
-_OPTIONAL = {"efficiency": 1.0}
+#: Optional keys of a device kind that are fractions in (0, 1] (with their defaults; None: as
+#: ``efficiency``), and the per-kernel overhead (seconds >= 0); docs/costmodel.md section 5.
+_OPTIONAL = {"efficiency": 1.0, "conv_efficiency": None, "attention_efficiency": None, "memory_efficiency": 1.0}
+_OVERHEAD = "kernel_overhead_s"
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,17 @@ class DeviceKind:
     link_latency_s: float
     description: str = ""
     #: Achieved fraction of peak FLOP/s on matrix products (docs/costmodel.md section 5);
-    #: 1.0, the papers' setting, by default.
+    #: 1.0, the papers' setting, by default. The others as :class:`~parplan.costmodel.dims.Device`'s
+    #: (``parplan calibrate`` measures them all).
     efficiency: float = 1.0
+    conv_efficiency: float | None = None
+    attention_efficiency: float | None = None
+    memory_efficiency: float = 1.0
+    kernel_overhead_s: float = 0.0
 
     def as_device(self) -> Device:
-        return Device(self.flops_per_s, self.memory_bytes_per_s, self.efficiency)
+        return Device(self.flops_per_s, self.memory_bytes_per_s, self.efficiency, self.conv_efficiency,
+                      self.attention_efficiency, self.memory_efficiency, self.kernel_overhead_s)
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,7 @@ class ArrayNode:
         summed achieved FLOP/s and summed HBM bandwidth."""
         if self.is_leaf:
             return self.device.as_device()
-        a, b = self.left.as_device, self.right.as_device
-        return Device(a.flops_per_s * a.efficiency + b.flops_per_s * b.efficiency,
-                      a.memory_bytes_per_s + b.memory_bytes_per_s, 1.0)
+        return group_device((self.left.as_device, self.right.as_device))
 
     @cached_property
     def count(self) -> int:
@@ -184,33 +190,55 @@ def signature(group: ArrayNode) -> tuple:
 def _check_kind(name: str, entry: Mapping) -> DeviceKind:
     if not isinstance(entry, Mapping):
         raise HardwareError(f"device '{name}': expected a table of figures (got {entry!r})")
-    unknown = set(entry) - set(_FIELDS) - set(_OPTIONAL) - {"description"}
+    unknown = set(entry) - set(_FIELDS) - set(_OPTIONAL) - {_OVERHEAD, "description"}
     if unknown:
-        raise HardwareError(f"device '{name}': unknown keys {sorted(unknown)}; valid keys: {list(_FIELDS)}")
+        raise HardwareError(f"device '{name}': unknown keys {sorted(unknown)}; valid keys: "
+                            f"{list(_FIELDS) + list(_OPTIONAL) + [_OVERHEAD, 'description']}")
     missing = [f for f in _FIELDS if f not in entry]
     if missing:
         raise HardwareError(f"device '{name}': missing {missing}")
     values = {}
     for f in _FIELDS:
-        try:
-            values[f] = float(entry[f])
-        except (TypeError, ValueError):
-            raise HardwareError(f"device '{name}': {f} must be a number (got {entry[f]!r})") from None
+        values[f] = _number(name, f, entry[f])
         if f == "link_latency_s":
             if values[f] < 0:
                 raise HardwareError(f"device '{name}': {f} must be >= 0 (got {entry[f]})")
         elif not values[f] > 0:
             raise HardwareError(f"device '{name}': {f} must be > 0 (got {entry[f]})")
-        if not math.isfinite(values[f]):
-            raise HardwareError(f"device '{name}': {f} must be finite (got {entry[f]})")
     for f, default in _OPTIONAL.items():
-        try:
-            values[f] = float(entry.get(f, default))
-        except (TypeError, ValueError):
-            raise HardwareError(f"device '{name}': {f} must be a number (got {entry[f]!r})") from None
-        if not (math.isfinite(values[f]) and 0 < values[f] <= 1):
+        if f not in entry:
+            values[f] = default
+            continue
+        values[f] = _number(name, f, entry[f])
+        if not 0 < values[f] <= 1:
             raise HardwareError(f"device '{name}': {f} must lie in (0, 1] (got {entry[f]})")
-    return DeviceKind(name=name, description=str(entry.get("description", "")), **values)
+    if _OVERHEAD in entry:
+        values[_OVERHEAD] = _number(name, _OVERHEAD, entry[_OVERHEAD])
+        if not values[_OVERHEAD] >= 0:
+            raise HardwareError(f"device '{name}': {_OVERHEAD} must be >= 0 seconds (got {entry[_OVERHEAD]})")
+    description = entry.get("description", "")
+    if not isinstance(description, str):
+        raise HardwareError(f"device '{name}': description must be a string (got {description!r})")
+    return DeviceKind(name=name, description=description, **values)
+
+
+def _number(name: str, key: str, value) -> float:
+    """A finite number (TOML's booleans are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise HardwareError(f"device '{name}': {key} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def group_device(devices) -> Device:
+    """Devices working as one (docs/costmodel.md section 7): summed achieved FLOP/s of each kind,
+    summed achieved HBM bandwidth, the largest per-kernel overhead (kernels run side by side)."""
+    gemm = sum(d.flops_per_s * d.efficiency for d in devices)
+    conv = sum(d.flops_per_s * d.efficiency_of("conv") for d in devices)
+    attention = sum(d.flops_per_s * d.efficiency_of("attention") for d in devices)
+    same = all(d.conv_efficiency is None and d.attention_efficiency is None for d in devices)
+    return Device(gemm, sum(d.memory_bytes_per_s * d.memory_efficiency for d in devices), 1.0,
+                  None if same else conv / gemm, None if same else attention / gemm, 1.0,
+                  max(d.kernel_overhead_s for d in devices))
 
 
 def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
