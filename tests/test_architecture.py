@@ -17,7 +17,7 @@ LAYERS = {
     "costmodel": 2,
     "formulation": 3,
     "solvers": 4,
-    "models": 5, "pipeline": 5, "executor": 5,
+    "models": 5, "pipeline": 5, "executor": 5, "calibration": 5,
     "reporting": 6, "bench": 6,
     "cli": 7,
 }

@@ -1,5 +1,5 @@
 """Command-line interface: ``parplan plan | evaluate | diff | compare | run | models | devices | solve |
-certify | pipeline | allreduce | bench`` (docs/cli.md).
+certify | pipeline | allreduce | calibrate | bench`` (docs/cli.md).
 
 User mistakes (unknown model, bad array, bad option) print one clear line on stderr and exit
 with status 2; they never show a traceback.
@@ -12,6 +12,7 @@ import os
 import sys
 
 from parplan.cli.bench import add_bench_parser
+from parplan.cli.calibrate import add_calibrate_parser
 from parplan.cli.common import GB, GIB
 from parplan.cli.exact import add_exact_parsers
 from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
@@ -53,6 +54,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     add_plan_parsers(sub)
     add_run_parser(sub)
+    add_calibrate_parser(sub)
 
     m = sub.add_parser("models", help="list the built-in models")
     m.set_defaults(func=_cmd_models)

@@ -1,0 +1,150 @@
+"""Whole training steps measured on the local device, to set against the cost model's
+prediction (docs/calibration.md, "Checking the model on whole steps").
+
+Each case is a model spec as ``--model`` takes it and a batch. A step here is the forward and
+backward pass (what docs/costmodel.md section 5 prices on one device), timed apart from the
+optimizer's update (which the model does not price), in bf16 on the GPU with
+``torch.autograd`` (gradients set to None between steps: no accumulation kernels). The
+predicted side, :func:`predict_step_seconds`, sums the section 5 compute time of every node
+on one device of a device file (one device: no communication).
+
+Run on a GPU: ``python -m parplan.calibration.steps --out steps.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+import time
+
+from parplan.errors import ConfigError
+
+#: (model spec, batch): Llama-class decoders of several widths, GPT-2, BERT, ResNet-50.
+STEP_CASES = (
+    ("hf:llama,hidden_size=1024,intermediate_size=2816,num_attention_heads=8,num_key_value_heads=8,"
+     "num_hidden_layers=8,seq=1024", 8),
+    ("hf:llama,hidden_size=2048,intermediate_size=5632,num_attention_heads=16,num_key_value_heads=16,"
+     "num_hidden_layers=8,seq=2048", 4),
+    ("hf:llama,hidden_size=4096,intermediate_size=14336,num_attention_heads=32,num_key_value_heads=8,"
+     "num_hidden_layers=4,seq=4096", 2),
+    ("hf:llama,hidden_size=4096,intermediate_size=14336,num_attention_heads=32,num_key_value_heads=8,"
+     "num_hidden_layers=4,seq=1024", 8),
+    ("hf:gpt2,seq=1024", 16),
+    ("hf:bert,seq=512", 32),
+    ("tv:resnet50", 128),
+    ("tv:resnet50", 32),
+)
+
+
+def _parse(spec: str):
+    """(source, name, overrides, seq) of an ``hf:`` or ``tv:`` spec."""
+    source, _, rest = spec.partition(":")
+    name, *pairs = rest.split(",")
+    overrides, seq = {}, None
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == "seq":
+            seq = int(value)
+        else:
+            overrides[key] = int(value) if value.lstrip("-").isdigit() else value
+    return source, name, overrides, seq
+
+
+def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, steps: int = 10) -> dict:
+    """Median forward + backward and optimizer-update seconds of ``spec`` at ``batch``."""
+    import torch
+
+    source, name, overrides, seq = _parse(spec)
+    dtype = torch.bfloat16 if device != "cpu" else torch.float32
+    if source == "hf":
+        from parplan.models.importers.hub import hf_model
+
+        model, seq = hf_model(name, overrides, seq, device="cpu")
+        x = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+    elif source == "tv":
+        from parplan.models.importers.hub import import_torchvision
+
+        model = import_torchvision().models.get_model(name, weights=None)
+        x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
+    else:
+        raise ConfigError(f"step cases take hf: or tv: specs (got {spec!r})")
+    model = model.to(device=device, dtype=dtype).train()
+    if source == "tv" and device != "cpu":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5, fused=device != "cpu")
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+
+    def output():
+        out = model(x)
+        return out if torch.is_tensor(out) else out[0]
+
+    grad = torch.randn_like(output()).detach()
+    fwd_bwd, update = [], []
+    for i in range(warmup + steps):
+        for p in params:
+            p.grad = None
+        sync()
+        t = time.perf_counter()
+        output().backward(grad)
+        sync()
+        t1 = time.perf_counter()
+        opt.step()
+        sync()
+        if i >= warmup:
+            fwd_bwd.append(t1 - t)
+            update.append(time.perf_counter() - t1)
+    out = {"model": spec, "batch": batch, "params": sum(p.numel() for p in params), "dtype": str(dtype).split(".")[-1],
+           "fwd_bwd_ms": statistics.median(fwd_bwd) * 1e3, "optimizer_ms": statistics.median(update) * 1e3,
+           "device": torch.cuda.get_device_name() if device != "cpu" else "cpu", "torch": torch.__version__}
+    del model, opt, params, x, grad
+    if device != "cpu":
+        torch.cuda.empty_cache()
+    return out
+
+
+def predict_step_seconds(spec: str, batch: int, device_kind: str, devices_file=None,
+                         bytes_per_element: float = 2.0) -> float:
+    """Section 5's compute time of one training step of ``spec`` at ``batch`` on one device of
+    kind ``device_kind`` (its every node whole: no split, no communication)."""
+    from parplan.costmodel.hardware import load_devices
+    from parplan.costmodel.problem import Problem
+    from parplan.costmodel.hardware import parse_array
+    from parplan.models.modelfile import load_model
+
+    kinds = load_devices(devices_file)
+    if device_kind.lower() not in kinds:
+        raise ConfigError(f"unknown device '{device_kind}'")
+    problem = Problem(load_model(spec), parse_array(f"{device_kind}:2", devices=kinds), batch=batch,
+                      bytes_per_element=bytes_per_element)
+    device = kinds[device_kind.lower()].as_device()
+    return sum(d.compute_seconds(device, bytes_per_element) for d in problem.root_dims())
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="measure whole training steps of STEP_CASES on this device")
+    parser.add_argument("--out", required=True, help="CSV to write")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--cases", default=None, help="comma-separated case numbers (default: all)")
+    args = parser.parse_args(argv)
+    cases = STEP_CASES if args.cases is None else [STEP_CASES[int(i)] for i in args.cases.split(",")]
+    rows = []
+    for spec, batch in cases:
+        try:
+            rows.append(measure_step(spec, batch, args.device))
+            print(f"{spec} b{batch}: {rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, {rows[-1]['optimizer_ms']:.2f} ms update",
+                  file=sys.stderr, flush=True)
+        except Exception as e:  # one case failing leaves the others measured
+            print(f"{spec} b{batch}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["model"])
+        w.writeheader()
+        w.writerows(rows)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

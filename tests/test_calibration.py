@@ -1,0 +1,155 @@
+"""``parplan calibrate`` (docs/calibration.md): the fit recovers known figures from times made
+by the independent reference's section 5 formula; the device file it writes loads and prices;
+the torch measurements run on CPU; bad input ends in one line."""
+
+import math
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parplan.calibration.fit import Measurement, device_file_text, fit_device, fit_link
+from parplan.costmodel.hardware import load_devices, parse_array
+from parplan.errors import ConfigError
+from reference_model import _roof
+
+torch_missing = False
+try:
+    import torch  # noqa: F401
+except ImportError:  # the README's plain environment: the measuring tests skip
+    torch_missing = True
+needs_torch = pytest.mark.skipif(torch_missing, reason="needs torch")
+
+PEAK, HBM = 1e15, 3e12
+KINDS = {"linear": "gemm", "conv": "conv", "attention": "attention", "memory": "gemm"}
+
+
+class _Dev:
+    """A device with known section 5 figures, for the reference's roofline."""
+
+    def __init__(self, e, e_conv, e_att, m, t0):
+        self.flops_per_s, self.memory_bytes_per_s = PEAK, HBM
+        self.efficiency, self.conv_efficiency, self.attention_efficiency = e, e_conv, e_att
+        self.memory_efficiency, self.kernel_overhead_s = m, t0
+
+
+def _synthetic(dev, sizes):
+    """Measurements timed by the reference formula: products of n^3, convolutions and
+    attention cores of comparable work, streaming ops over n^2 elements."""
+    ms = []
+    for n in sizes:
+        for op, flops, bytes_, kernels in (("linear", 6.0 * n**3, 6.0 * n * n, 3), ("conv", 54.0 * n**3, 8.0 * n * n, 3),
+                                           ("attention", 12.0 * n**3, 8.0 * n * n, 2), ("memory", 0.0, 64.0 * n * n, 2)):
+            ms.append(Measurement(op, str(n), flops, bytes_, kernels, _roof(flops, bytes_, dev, KINDS[op], kernels)))
+    return ms
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(st.floats(0.2, 0.95), st.floats(0.1, 0.9), st.floats(0.1, 0.9), st.floats(0.3, 0.95),
+       st.sampled_from([0.0, 2e-6, 1e-5, 4e-5]))
+def test_fit_recovers_the_figures_that_made_the_times(e, e_conv, e_att, m, t0):
+    dev = _Dev(e, e_conv, e_att, m, t0)
+    fit = fit_device(_synthetic(dev, [64, 256, 1024, 4096, 8192]), PEAK, HBM)
+    for got, want in ((fit.efficiency, e), (fit.conv_efficiency, e_conv), (fit.attention_efficiency, e_att),
+                      (fit.memory_efficiency, m)):
+        assert math.isclose(got, want, rel_tol=0.01), (got, want)
+    assert math.isclose(fit.kernel_overhead_s, t0, rel_tol=0.02, abs_tol=1e-8)
+    assert all(err < 0.01 for err in fit.errors.values()), fit.errors
+
+
+def test_fit_without_a_datasheet_takes_the_best_measured_rates_as_peaks():
+    fit = fit_device(_synthetic(_Dev(0.5, None, None, 0.8, 0.0), [256, 4096]))
+    assert math.isclose(fit.efficiency, 1.0, rel_tol=1e-3)
+    assert math.isclose(fit.flops_per_s, 0.5 * PEAK, rel_tol=1e-9)
+    assert math.isclose(fit.memory_bytes_per_s, 0.8 * HBM, rel_tol=1e-9) and fit.clamped == ()
+
+
+def test_a_device_faster_than_its_datasheet_is_clamped_and_said():
+    fit = fit_device(_synthetic(_Dev(0.9, None, None, 0.8, 0.0), [1024, 4096]), PEAK / 2, HBM)
+    assert fit.efficiency == 1.0 and "efficiency" in fit.clamped
+
+
+def test_fit_link_recovers_a_ring_all_reduce():
+    n, bw, lat = 4, 40e9, 3e-6
+    ms = [Measurement("allreduce", str(b), 0.0, float(b), 6, 6 * (lat + b / (n * bw))) for b in (1e3, 1e6, 1e8, 1e9)]
+    got_bw, got_lat = fit_link(ms, n)
+    assert math.isclose(got_bw, bw, rel_tol=1e-6) and math.isclose(got_lat, lat, rel_tol=1e-6)
+    with pytest.raises(ConfigError, match="at least 2 sizes"):
+        fit_link(ms[:1], n)
+
+
+def test_bad_measurements_are_refused():
+    with pytest.raises(ConfigError, match="needs matrix-product"):
+        fit_device([Measurement("memory", "1", 0.0, 1e6, 2, 1e-3)])
+    with pytest.raises(ConfigError, match="seconds must be a finite number > 0"):
+        fit_device([Measurement("linear", "1", 1e9, 1e6, 3, 0.0)])
+    with pytest.raises(ConfigError, match="unknown op class"):
+        fit_device([Measurement("gemv", "1", 1e9, 1e6, 3, 1e-3)])
+
+
+def test_the_device_file_loads_and_prices_with_the_fitted_figures(tmp_path):
+    dev = _Dev(0.6, 0.4, 0.3, 0.9, 1e-5)
+    fit = fit_device(_synthetic(dev, [256, 1024, 4096]), PEAK, HBM)
+    text = device_file_text("gpu-measured", fit, 80e9, 450e9, 2e-6, 'a "quoted" GPU', ["measured here", "fit: fine"])
+    path = tmp_path / "gpu.toml"
+    path.write_text(text)
+    kind = load_devices(path)["gpu-measured"]
+    assert kind.description == 'a "quoted" GPU'
+    assert math.isclose(kind.efficiency, fit.efficiency, rel_tol=1e-3)
+    assert math.isclose(kind.conv_efficiency, fit.conv_efficiency, rel_tol=1e-3)
+    assert math.isclose(kind.kernel_overhead_s, fit.kernel_overhead_s, rel_tol=1e-3)
+    # the array's device prices one measurement as the fit predicted it
+    device = parse_array("gpu-measured:2", devices=load_devices(path)).left.as_device
+    m = Measurement("linear", "4096", 6.0 * 4096**3, 6.0 * 4096**2, 3, 1.0)
+    assert math.isclose(_roof(m.flops, m.bytes_, device, "gemm", 3), fit.predict(m), rel_tol=1e-3)
+    with pytest.raises(ConfigError, match="device name"):
+        device_file_text("a b", fit, 1, 1, 0, "", [])
+
+
+@needs_torch
+def test_calibrate_on_this_cpu_writes_a_usable_device_file(tmp_path):
+    from parplan.calibration import calibrate
+    from parplan.costmodel.problem import Problem
+    from parplan.models.zoo import get_model
+    from parplan.solvers.planners import make_plan
+    from parplan.costmodel.evaluate import evaluate
+
+    c = calibrate(device="cpu", scope="quick", name="here")
+    ops = {m.op for m in c.measurements}
+    assert ops == {"linear", "conv", "attention", "memory"}
+    assert all(m.seconds > 0 for m in c.measurements)
+    assert 0 < c.fit.efficiency <= 1 and 0 < c.fit.memory_efficiency <= 1 and c.fit.kernel_overhead_s >= 0
+    table = c.table()
+    assert len(table) == len(c.measurements) and (table.predicted_ms > 0).all()
+    path = tmp_path / "here.toml"
+    path.write_text(c.text)
+    kinds = load_devices(path)
+    p = Problem(get_model("lenet"), parse_array("here:2", devices=kinds), batch=8)
+    assert evaluate(p, make_plan(p, "accpar")).step_time_s > 0
+
+
+@needs_torch
+def test_collectives_are_measured_over_local_processes():
+    from parplan.calibration.measure import measure_allreduce
+
+    ms = measure_allreduce(2, "cpu", "quick")
+    assert [m.bytes_ for m in ms] == sorted(m.bytes_ for m in ms) and all(m.seconds > 0 for m in ms)
+    bw, lat = fit_link(ms, 2)
+    assert bw > 0 and lat >= 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ops", "linear,gemv"], "--ops: unknown op class 'gemv'"),
+    (["--ops", "conv"], "--ops must include linear"),
+    (["--dtype", "int8"], "--dtype must be one of"),
+    (["--device", "tpu"], "--device must be auto, cpu, cuda"),
+    (["--like", "nope"], "--like: unknown device 'nope'"),
+])
+def test_bad_calibrate_input_is_one_line(args, message, capsys):
+    from parplan.cli import main
+
+    if torch_missing and args[0] != "--ops":
+        pytest.skip("needs torch")
+    device = [] if "--device" in args else ["--device", "cpu"]
+    assert main(["calibrate", "--quick", *device, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
