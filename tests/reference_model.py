@@ -88,11 +88,11 @@ def _eff(dev, kind: str) -> float:
 
 
 def _roof(flops: float, traffic: float, dev, kind: str, kernels: int) -> float:
-    """Section 5: the roofline of one op, plus its kernels' fixed time when it does anything."""
+    """Section 5: the roofline of one op with its launch roof (its kernels cannot be issued
+    faster than one per t0) when it does anything."""
     hbm = getattr(dev, "memory_efficiency", 1.0) * dev.memory_bytes_per_s
-    t = max(flops / (_eff(dev, kind) * dev.flops_per_s), traffic / hbm)
-    busy = flops > 0 or traffic > 0
-    return t + (kernels * getattr(dev, "kernel_overhead_s", 0.0) if busy else 0.0)
+    launch = kernels * getattr(dev, "kernel_overhead_s", 0.0) if flops > 0 or traffic > 0 else 0.0
+    return max(flops / (_eff(dev, kind) * dev.flops_per_s), traffic / hbm, launch)
 
 
 def compute_s(d: dict, dev, bpe: float) -> float:
@@ -138,7 +138,7 @@ def raw(node, batch, recompute: bool = False, micro_batches: int = 1) -> dict:
 
 def group_device(group):
     """A group as one device (sections 5 and 7): summed achieved FLOP/s of each kind, summed
-    achieved HBM bandwidth, the largest per-kernel overhead."""
+    achieved HBM bandwidth, the smallest launch time."""
     devs = group.devices()
     gemm = sum(x.flops_per_s * _eff(x, "gemm") for x in devs)
 
@@ -149,7 +149,7 @@ def group_device(group):
         conv_efficiency = sum(x.flops_per_s * _eff(x, "conv") for x in devs) / gemm
         attention_efficiency = sum(x.flops_per_s * _eff(x, "attention") for x in devs) / gemm
         memory_efficiency = 1.0
-        kernel_overhead_s = max(x.kernel_overhead_s for x in devs)
+        kernel_overhead_s = min(x.kernel_overhead_s for x in devs)
     return D
 
 

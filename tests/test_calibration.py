@@ -48,11 +48,13 @@ def _synthetic(dev, sizes):
        st.sampled_from([0.0, 2e-6, 1e-5, 4e-5]))
 def test_fit_recovers_the_figures_that_made_the_times(e, e_conv, e_att, m, t0):
     dev = _Dev(e, e_conv, e_att, m, t0)
-    fit = fit_device(_synthetic(dev, [64, 256, 1024, 4096, 8192]), PEAK, HBM)
+    ms = _synthetic(dev, [16, 64, 256, 1024, 4096, 8192, 16384])
+    fit = fit_device(ms, PEAK, HBM)
     for got, want in ((fit.efficiency, e), (fit.conv_efficiency, e_conv), (fit.attention_efficiency, e_att),
                       (fit.memory_efficiency, m)):
         assert math.isclose(got, want, rel_tol=0.01), (got, want)
-    assert math.isclose(fit.kernel_overhead_s, t0, rel_tol=0.02, abs_tol=1e-8)
+    if any(_roof(m.flops, m.bytes_, dev, KINDS[m.op], m.kernels) == m.kernels * t0 > 0 for m in ms):
+        assert math.isclose(fit.kernel_overhead_s, t0, rel_tol=0.02)  # a measurement sat on the launch roof
     assert all(err < 0.01 for err in fit.errors.values()), fit.errors
 
 

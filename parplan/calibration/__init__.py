@@ -37,9 +37,9 @@ class Calibration:
         """Per measurement: op, shape, measured and predicted ms, ratio (a pandas DataFrame)."""
         import pandas as pd
 
-        rows = [(m.op, m.shape, m.flops, m.bytes_, m.seconds * 1e3,
+        rows = [(m.op, m.shape, m.flops, m.bytes_, m.kernels, m.seconds * 1e3,
                  self.fit.predict(m) * 1e3 if m.op != "allreduce" else float("nan")) for m in self.measurements]
-        df = pd.DataFrame(rows, columns=["op", "shape", "flops", "bytes", "measured_ms", "predicted_ms"])
+        df = pd.DataFrame(rows, columns=["op", "shape", "flops", "bytes", "kernels", "measured_ms", "predicted_ms"])
         df["ratio"] = df["predicted_ms"] / df["measured_ms"]
         return df
 

@@ -5,17 +5,16 @@ Every measurement is one training step of one op: its model FLOPs and HBM bytes 
 the cost model's own rules, the kernels it runs, and the measured seconds. The model of its
 time is section 5's roofline
 
-    t = max(FLOPs / (e_kind * C), bytes / (m * H)) + kernels * t0
+    t = max(FLOPs / (e_kind * C), bytes / (m * H), kernels * t0)
 
-with the peak ``C`` and HBM bandwidth ``H`` of a datasheet (or the best measured, when the
-device has none). :func:`fit_device` fits ``m`` on the streaming ops, ``e`` and ``t0`` on the
-matrix products (minimising the squared *relative* error, so small and large products count
-alike), then ``e_conv`` and ``e_att`` with that ``t0``.
+(the roofline with its launch roof) with the peak ``C`` and HBM bandwidth ``H`` of a datasheet
+(or the best measured, when the device has none). :func:`fit_device` minimises the summed
+squared *relative* error, so small and large ops count alike.
 
 Example (synthetic measurements from known figures are recovered):
-    >>> ms = [Measurement("linear", f"{n}", 6.0 * n**3, 6.0 * n * n, 3, 6.0 * n**3 / (0.5 * 1e12) + 3e-5)
+    >>> ms = [Measurement("linear", f"{n}", 6.0 * n**3, 6.0 * n * n, 3, max(6.0 * n**3 / (0.5 * 1e12), 3e-5))
     ...       for n in (64, 256, 1024, 4096)]
-    >>> ms += [Measurement("memory", f"{n}", 0.0, 8.0 * n, 2, 8.0 * n / (0.8 * 1e11) + 2e-5) for n in (2**16, 2**24)]
+    >>> ms += [Measurement("memory", f"{n}", 0.0, 8.0 * n, 2, max(8.0 * n / (0.8 * 1e11), 2e-5)) for n in (2**12, 2**24)]
     >>> f = fit_device(ms, peak_flops_per_s=1e12, peak_memory_bytes_per_s=1e11)
     >>> round(f.efficiency, 3), round(f.memory_efficiency, 3), round(f.kernel_overhead_s * 1e6, 2)
     (0.5, 0.8, 10.0)
@@ -35,6 +34,8 @@ from parplan.errors import ConfigError
 OP_FIGURE = {"linear": "efficiency", "conv": "conv_efficiency", "attention": "attention_efficiency"}
 #: Efficiencies tried by the one-dimensional searches (then refined around the best).
 _GRID = np.geomspace(1e-4, 1.0, 2001)
+#: Launch times tried (seconds).
+_LAUNCH_GRID = np.concatenate([[0.0], np.geomspace(1e-8, 1e-2, 2001)])
 
 
 @dataclass(frozen=True)
@@ -75,17 +76,10 @@ class DeviceFit:
         return roofline_seconds(m.flops, m.bytes_, self.device(), kind, m.kernels)
 
 
-def _overhead(base: np.ndarray, kernels: np.ndarray, seconds: np.ndarray) -> float:
-    """The t0 >= 0 minimising sum(((base + kernels t0) / seconds - 1)^2)."""
-    a = kernels / seconds
-    den = float(a @ a)
-    return max(0.0, float(a @ (1.0 - base / seconds)) / den) if den > 0 else 0.0
-
-
-def _search(loss, hi: float = 1.0) -> float:
-    """argmin over (0, hi] of a one-dimensional ``loss`` that takes an array of candidates and
-    returns their losses: a log grid, then a finer one around the best."""
-    grid = np.minimum(_GRID, hi)
+def _search(loss, grid: np.ndarray = _GRID, hi: float = 1.0) -> float:
+    """argmin over ``grid`` (capped at ``hi``) of a one-dimensional ``loss`` that takes an array
+    of candidates and returns their losses, refined on a finer grid around the best."""
+    grid = np.minimum(grid, hi)
     best = grid[int(np.argmin(loss(grid)))]
     fine = np.linspace(best * 0.99, min(hi, best * 1.01), 201)
     return float(fine[int(np.argmin(loss(fine)))])
@@ -101,10 +95,10 @@ def fit_device(measurements: list[Measurement], peak_flops_per_s: float | None =
     """Section 5's figures from measured ops (see the module docstring). Without a datasheet
     peak, the best achieved rate measured stands in for it (its efficiency is then 1).
 
-    One overhead ``t0`` serves every op, as in the model: starting from none, each round fits
-    the HBM efficiency on the streaming ops, each op class's efficiency with ``t0`` fixed, then
-    ``t0`` over all measurements in closed form (each step lowers the summed squared relative
-    error, so the rounds converge)."""
+    One launch time ``t0`` serves every op, as in the model. Coordinate descent from the
+    shortest time per kernel measured: each round fits the HBM efficiency on the streaming
+    ops, each op class's efficiency, then ``t0`` over all measurements, each with the others
+    fixed (each step lowers the summed squared relative error, so the rounds converge)."""
     by_op: dict[str, list[Measurement]] = {}
     for m in measurements:
         if not (m.seconds > 0 and math.isfinite(m.seconds)):
@@ -120,27 +114,30 @@ def fit_device(measurements: list[Measurement], peak_flops_per_s: float | None =
     hbm = peak_memory_bytes_per_s or max(m.bytes_ / m.seconds for m in (streams or compute))
     data = {op: _arrays(ms) for op, ms in by_op.items()}
 
-    def base(op, eff, mem):
-        """Roofline seconds of ``op``'s measurements (columns) at each efficiency (rows)."""
-        f, b, _, _ = data[op]
-        eff, mem = np.atleast_1d(eff)[:, None], np.atleast_1d(mem)[:, None]
-        return np.maximum(f / (eff * peak) if op != "memory" else 0.0, b / (mem * hbm))
+    def roof(op, eff, mem, t0):
+        """Modelled seconds of ``op``'s measurements (columns) at each candidate (rows)."""
+        f, b, k, _ = data[op]
+        eff, mem, t0 = (np.atleast_1d(v)[:, None] for v in (eff, mem, t0))
+        return np.maximum(np.maximum(f / (eff * peak) if op != "memory" else 0.0, b / (mem * hbm)), k * t0)
 
-    def loss(op, eff, mem, t0):
-        _, _, k, s = data[op]
-        return np.sum(((base(op, eff, mem) + k * t0) / s - 1.0) ** 2, axis=1)
+    def loss(ops, eff, mem, t0):
+        return sum(np.sum((roof(op, eff if op != "memory" else 1.0, mem, t0) / data[op][3] - 1.0) ** 2, axis=1)
+                   for op in ops)
 
     figures = {op: 1.0 for op in data}
-    t0 = 0.0
+    t0 = min(float(np.min(s / k)) for _, _, k, s in data.values())
     for _ in range(rounds):
         if streams:
-            figures["memory"] = _search(lambda x: loss("memory", 1.0, x, t0))
+            figures["memory"] = _search(lambda x: loss(["memory"], 1.0, x, t0))
         mem = figures.get("memory", 1.0)
         for op in OP_FIGURE:
             if op in data:
-                figures[op] = _search(lambda x: loss(op, x, mem, t0))
-        bases = np.concatenate([base(op, figures[op], mem)[0] for op in data])
-        t0 = _overhead(bases, np.concatenate([data[op][2] for op in data]), np.concatenate([data[op][3] for op in data]))
+                figures[op] = _search(lambda x: loss([op], x, mem, t0))
+
+        def all_ops(x):
+            return sum(np.sum((roof(op, figures[op] if op != "memory" else 1.0, mem, x) / data[op][3] - 1.0) ** 2,
+                              axis=1) for op in data)
+        t0 = _search(all_ops, _LAUNCH_GRID, hi=1.0)
     mem = figures.get("memory", 1.0)
     clamped = tuple(OP_FIGURE.get(op, "memory_efficiency") for op, value in figures.items()
                     if value > 1.0 - 1e-6 and (peak_memory_bytes_per_s if op == "memory" else peak_flops_per_s))

@@ -29,7 +29,8 @@ SHAPES = {
     "full": {
         "linear": [(m, k, n) for m in (256, 1024, 4096, 16384)
                    for k, n in ((256, 256), (1024, 1024), (4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192))],
-        "conv": [(32, 64, 56), (32, 128, 28), (32, 256, 14), (32, 512, 7), (128, 64, 56), (128, 256, 14), (8, 32, 112)],
+        "conv": [(32, 64, 56), (256, 64, 56), (256, 128, 28), (256, 256, 14), (256, 512, 7), (512, 256, 28),
+                 (128, 128, 56), (64, 512, 14)],
         "attention": [(8, 512, 16, 64), (4, 1024, 32, 128), (2, 2048, 32, 128), (1, 4096, 32, 128), (1, 8192, 32, 128),
                       (16, 256, 12, 64)],
         "memory": [2**k for k in range(16, 29, 2)],
@@ -173,7 +174,7 @@ def measure_ops(h: Host, scope: str = "full", ops=OPS, progress=None) -> list[Me
     torch = require_torch()
     if h.device.startswith("cuda"):
         torch.backends.cudnn.benchmark = True
-        torch.cuda.set_device(torch.device(h.device))
+        torch.cuda.set_device(torch.device(h.device).index or 0)
         sync = torch.cuda.synchronize
     else:
         def sync():

@@ -81,7 +81,7 @@ class Device:
     conv_efficiency: float | None = None
     attention_efficiency: float | None = None
     memory_efficiency: float = 1.0  # achieved fraction of HBM bandwidth
-    kernel_overhead_s: float = 0.0  # fixed time of every kernel a device runs (launch, tail)
+    kernel_overhead_s: float = 0.0  # shortest time of a kernel: the host's issue time (launch roof)
 
     def efficiency_of(self, kind: str) -> float:
         """The achieved fraction of peak for FLOPs of ``kind`` ("gemm", "conv", "attention")."""
@@ -94,11 +94,11 @@ class Device:
 
 def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: str = "gemm",
                      kernels: int = 0) -> float:
-    """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth)) + kernels * overhead
-    (docs/costmodel.md section 5)."""
+    """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth), kernels * t0): the roofline
+    with a launch roof (docs/costmodel.md section 5)."""
     t = max(flops / (device.efficiency_of(kind) * device.flops_per_s),
             traffic_bytes / (device.memory_efficiency * device.memory_bytes_per_s))
-    return t + kernels * device.kernel_overhead_s if kernels and (flops > 0 or traffic_bytes > 0) else t
+    return max(t, kernels * device.kernel_overhead_s) if kernels and (flops > 0 or traffic_bytes > 0) else t
 
 
 @dataclass(frozen=True)

@@ -230,15 +230,16 @@ def _number(name: str, key: str, value) -> float:
 
 
 def group_device(devices) -> Device:
-    """Devices working as one (docs/costmodel.md section 7): summed achieved FLOP/s of each kind,
-    summed achieved HBM bandwidth, the largest per-kernel overhead (kernels run side by side)."""
+    """Devices working as one (docs/costmodel.md sections 5 and 7): summed achieved FLOP/s of
+    each kind, summed achieved HBM bandwidth, the smallest launch time (the group is no slower
+    than its fastest device could be alone: the group's time stays a lower bound)."""
     gemm = sum(d.flops_per_s * d.efficiency for d in devices)
     conv = sum(d.flops_per_s * d.efficiency_of("conv") for d in devices)
     attention = sum(d.flops_per_s * d.efficiency_of("attention") for d in devices)
     same = all(d.conv_efficiency is None and d.attention_efficiency is None for d in devices)
     return Device(gemm, sum(d.memory_bytes_per_s * d.memory_efficiency for d in devices), 1.0,
                   None if same else conv / gemm, None if same else attention / gemm, 1.0,
-                  max(d.kernel_overhead_s for d in devices))
+                  min(d.kernel_overhead_s for d in devices))
 
 
 def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
