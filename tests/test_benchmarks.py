@@ -471,3 +471,26 @@ def test_memory_quick(tmp_path):
     assert vgg.fit_step_s >= vgg.free_step_s * (1 - 1e-12)  # fitting never comes for free here
     assert (tmp_path / "memory.md").read_text().startswith("# Plans that fit")
     assert (tmp_path / "memory.csv").exists() and (tmp_path / "memory.png").exists()
+
+
+def test_calibration_quick(tmp_path):
+    """The recorded H200 run: the calibrated kind predicts ResNet-50's measured step closer than
+    the datasheet peak does."""
+    pytest.importorskip("torch")
+    from parplan.bench import calibration
+
+    table = calibration.run(tmp_path, quick=True, executor=SERIAL)
+    row = table.iloc[0]
+    assert row.model == "tv:resnet50" and row.measured_ms > 0
+    assert abs(row.calibrated_ratio - 1) < abs(row.datasheet_ratio - 1)
+    assert math.isclose(row.calibrated_ms / row.datasheet_ms, row.calibrated_ratio / row.datasheet_ratio, rel_tol=1e-9)
+    md = (tmp_path / "calibration.md").read_text()
+    assert md.startswith("# Calibrated devices") and "| linear | 24 |" in md
+
+
+def test_calibration_bench_refuses_a_folder_without_measurements(tmp_path):
+    from parplan.bench import calibration
+
+    with pytest.raises(ConfigError, match="needs calibration.csv, steps.csv and one device file"):
+        calibration.run(tmp_path, quick=True, executor=SERIAL, measured=str(tmp_path))
+

@@ -155,3 +155,19 @@ def test_bad_calibrate_input_is_one_line(args, message, capsys):
     assert main(["calibrate", "--quick", *device, *args]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_the_recorded_h200_file_is_the_fit_of_its_recorded_measurements():
+    """parplan/data/calibration: refitting the recorded op times gives the recorded figures."""
+    from importlib import resources
+
+    import pandas as pd
+
+    folder = resources.files("parplan").joinpath("data/calibration")
+    ops = pd.read_csv(str(folder.joinpath("calibration.csv")))
+    kind = load_devices(str(folder.joinpath("h200-measured.toml")))["h200-measured"]
+    ms = [Measurement(r.op, r.shape, r.flops, r.bytes, int(r.kernels), r.measured_ms / 1e3) for r in ops.itertuples()]
+    fit = fit_device(ms, kind.flops_per_s, kind.memory_bytes_per_s)
+    for key in ("efficiency", "conv_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead_s"):
+        assert math.isclose(getattr(fit, key), getattr(kind, key), rel_tol=1e-3), key
+

@@ -44,7 +44,7 @@ def test_plan_csv(capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["plan", "--model", "resnet51", "--array", "h100:2"], "unknown model 'resnet51'"),
-    (["plan", "--model", "vgg16", "--array", "h200:2"], "unknown device 'h200'; valid devices: a100, cpu, h100"),
+    (["plan", "--model", "vgg16", "--array", "b200:2"], "unknown device 'b200'; valid devices: a100, cpu, h100, h200"),
     (["plan", "--model", "vgg16", "--array", "h100:x"], "count must be an integer"),
     (["plan", "--model", "vgg16", "--array", "h100:2", "--planner", "foo"], "unknown planner 'foo'"),
     (["plan", "--model", "vgg16", "--array", "h100:2", "--batch", "0"], "batch must be an integer in [1, "),

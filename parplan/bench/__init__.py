@@ -20,6 +20,7 @@ pipeline        PipeDream's released optimizer vs parplan's pipeline plans, pric
 bound           the global lower bound and gap of the accpar plans on the zoo's CNNs
 joint           the joint optimum on small arrays: accpar's loss to it, its gap to the bound
 memory          plans that fit: parplan plan's default vs memory ignored vs Megatron-style plans
+calibration     a calibrated GPU's predicted whole training steps against the measured ones
 ==============  ==========================================================================
 """
 
@@ -36,4 +37,5 @@ BENCHMARKS = {
     "bound": "parplan.bench.bound",
     "joint": "parplan.bench.joint",
     "memory": "parplan.bench.memory",
+    "calibration": "parplan.bench.calibration",
 }

@@ -40,6 +40,7 @@ BENCH_HELP = {
     "bound": "the global lower bound over the whole hierarchy and the accpar plans' gap to it (zoo CNNs)",
     "joint": "the joint optimum on small arrays: what accpar loses to it, what is left to the global bound",
     "memory": "plans that fit each device's memory (parplan plan's default) vs memory ignored vs Megatron-style",
+    "calibration": "a calibrated GPU (parplan calibrate) against measured whole training steps",
 }
 
 
