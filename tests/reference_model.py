@@ -235,7 +235,10 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
             else:  # a latency per micro-batch; the per-step exchange rides on the last (ZeRO-2/3: its own)
                 lat = link.latency_s * max(mb if recv > 1e-9 else 0, (1 if zero < 2 else mb) if wrecv > 1e-9 else 0)
             recv += wrecv
-            per_side.append((lat + recv * bpe / link.side_bytes_per_s[i], recv))
+            # section 4: a side receives at its direction's bandwidth through every port of the
+            # link (a switched fabric gives each device of the smaller half its own)
+            one_port = link.bytes_per_s if i == 0 or link.right_bytes_per_s is None else link.right_bytes_per_s
+            per_side.append((lat + recv * bpe / (link.ports * one_port), recv))
         out.append(per_side)
     return out
 

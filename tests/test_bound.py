@@ -101,12 +101,12 @@ def test_bound_is_close_on_homogeneous_arrays(model, array, most):
 
 @pytest.mark.parametrize("model", ["lenet", "lenet-c"])
 def test_pair_bound_prices_re_layouts_the_per_node_bound_drops(model):
-    """On 16 H100s the best LeNet plans run conv1 on 4 devices, conv2 on 2 and the rest on one:
+    """On 16 H100s (one link per split) the best LeNet plans run conv1 on 4 devices, conv2 on 2 and the rest on one:
     each hand-over gathers activations, which the per-node bound does not charge. The pair
     bound charges conv2's hand-over (its only real gain), and closes more than a quarter of the gap."""
     from parplan.solvers.bound import pair_gains
 
-    p = Problem(get_model(model), parse_array("h100:16"), batch=512)
+    p = Problem(get_model(model), parse_array("h100:16", fabric="papers"), batch=512)
     plan_s = evaluate(p, make_plan(p, "accpar")).step_time_s
     per_node = hierarchy_bound(p)
     pair = pair_bound(p, per_node)
@@ -306,14 +306,14 @@ def test_spread_levels_are_the_splits_with_interchangeable_group_halves():
 
 
 def test_spread_keeps_the_classifier_on_both_halves_and_beats_the_look_ahead():
-    """AlexNet on 32 H100s: the look-ahead at every level still funnels the classifier into one
+    """AlexNet on 32 H100s (one link per split): the look-ahead at every level still funnels the classifier into one
     half, then one quarter; keeping every layer on both halves at the top levels is faster (by
     1.1%), so the portfolio selects a spread criterion. Its plan gives every layer work on both
     halves at each spread split, and stays above the global bound."""
     from parplan.solvers import planners
     from parplan.solvers.hierarchy import plan_top_down
 
-    p = Problem(get_model("alexnet"), parse_array("h100:32"), batch=512)
+    p = Problem(get_model("alexnet"), parse_array("h100:32", fabric="papers"), batch=512)
     options = planners.planner_options("accpar")
     looked = plan_top_down(p, planners._lookahead_levels(p, options, planners._solver(options, [])), "probe")
     assert planners._one_sided(looked, planners.spread_levels(p)[0], len(p.planning.nodes))

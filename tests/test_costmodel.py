@@ -62,20 +62,25 @@ def test_hand_computed_two_layer_plan():
 
 
 def test_data_parallel_closed_form_on_a_homogeneous_hierarchy():
-    p = Problem(get_model("vgg11"), parse_array("h100:4", bandwidth_bytes_per_s=50e9, latency_s=1e-6,
-                                                devices=compute_bound_devices()), batch=64,
-                optimizer_bytes_per_param=12.0)
-    plan = Plan({k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes)) for k in ("", "L", "R")})
-    ev = evaluate(p, plan)
-    c = p.array.left.left.flops_per_s
-    ops = sum(d.op_flops for d in p.root_dims())
-    assert ops == 0.0  # VGG's element-wise layers cost HBM time only, which is free on these devices
-    expected = sum(d.flops / (4 * c) + 2 * (1e-6 + 2 * d.weight_elements / 50e9) for d in p.root_dims())
-    assert math.isclose(ev.step_time_s, expected, rel_tol=1e-12)
-    # every device keeps all weights, gradients and Adam state and a quarter of the activations
-    mem = sum(d.weight_elements * (2 * 2 + 12) + 2 * d.stored_elements / 4 for d in p.root_dims())
-    assert set(ev.device_memory_bytes) == {"LL", "LR", "RL", "RR"}
-    assert all(math.isclose(m, mem, rel_tol=1e-12) for m in ev.device_memory_bytes.values())
+    """Four H100s on one NVSwitch (section 4): the root split's halves exchange over 2 ports, the
+    pairs over 1, so a layer's gradient costs 2 |W| / (2 BW) + 2 |W| / BW: a ring all-reduce's
+    2 (n - 1) / n |W| / BW, n = 4; with one link per split (the papers') 2 |W| / BW at each level."""
+    for fabric, ports in (("devices", (2, 1)), ("papers", (1, 1))):
+        p = Problem(get_model("vgg11"), parse_array("h100:4", bandwidth_bytes_per_s=50e9, latency_s=1e-6,
+                                                    devices=compute_bound_devices(), fabric=fabric), batch=64,
+                    optimizer_bytes_per_param=12.0)
+        plan = Plan({k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes)) for k in ("", "L", "R")})
+        ev = evaluate(p, plan)
+        c = p.array.left.left.flops_per_s
+        ops = sum(d.op_flops for d in p.root_dims())
+        assert ops == 0.0  # VGG's element-wise layers cost HBM time only, which is free on these devices
+        expected = sum(d.flops / (4 * c) + sum(1e-6 + 2 * d.weight_elements / (k * 50e9) for k in ports)
+                       for d in p.root_dims())
+        assert math.isclose(ev.step_time_s, expected, rel_tol=1e-12), fabric
+        # every device keeps all weights, gradients and Adam state and a quarter of the activations
+        mem = sum(d.weight_elements * (2 * 2 + 12) + 2 * d.stored_elements / 4 for d in p.root_dims())
+        assert set(ev.device_memory_bytes) == {"LL", "LR", "RL", "RR"}
+        assert all(math.isclose(m, mem, rel_tol=1e-12) for m in ev.device_memory_bytes.values())
 
 
 @st.composite
@@ -112,6 +117,8 @@ def plan_cases(draw):
     g = draw(graphs(max_weighted=4, max_joins=2))
     kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from([2, 4])))]
     text = ",".join(f"{k}:1" for k in kinds)
+    if draw(st.integers(0, 3)) == 0:  # a switched node: links of 2 ports at the root (section 4.1)
+        text = draw(st.sampled_from(["h100:4", "a100:2,a100:2", "h100:3"]))
     array = parse_array(text, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
                         latency_s=draw(st.sampled_from([0.0, 1e-6])), devices=draw(device_kinds()))
     batch = draw(st.sampled_from([1, 8, 512]))

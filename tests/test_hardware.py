@@ -80,3 +80,54 @@ def test_interchangeable_halves(tmp_path):
     tree = tmp_path / "asym.json"
     tree.write_text('{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}')
     assert not parse_array(str(tree)).interchangeable_halves  # a link faster one way
+
+
+def _links(spec, **kw):
+    """Per split path: (one port's GB/s, ports, latency us) of parse_array(spec)."""
+    return {p: (n.link.bytes_per_s / 1e9, n.link.ports, round(n.link.latency_s * 1e6, 3))
+            for p, n in parse_array(spec, **kw).inner_nodes()}
+
+
+def test_switched_nodes_and_network_rails_give_a_port_per_device():
+    """docs/costmodel.md section 4.1, written out: inside an H100 node every split has a port per
+    device of the smaller half at 450 GB/s; between nodes, a 50 GB/s rail per GPU of the smaller
+    half; TPUs and mixed kinds one link; ``fabric="papers"`` one link everywhere."""
+    one = _links("h100:8")
+    assert one[""] == (450.0, 4, 2.0) and one["L"] == (450.0, 2, 2.0) and one["LL"] == (450.0, 1, 2.0)
+    two = _links("h100:16")
+    assert two[""] == (50.0, 8, 5.0) and two["L"] == (450.0, 4, 2.0) and two["RRR"] == (450.0, 1, 2.0)
+    three = _links("h100:24")  # nodes split 2 | 1: the one node's 8 rails
+    assert three[""] == (50.0, 8, 5.0) and three["L"] == (50.0, 8, 5.0) and three["R"] == (450.0, 4, 2.0)
+    assert _links("h100:8,h100:8") == two  # two parts of one switched kind: two nodes
+    assert _links("a100:16")[""] == (25.0, 8, 5.0)
+    assert _links("h100:6")[""] == (450.0, 3, 2.0) and _links("h100:6")["L"] == (450.0, 1, 2.0)
+    assert set(_links("tpu-v2:4").values()) == {(62.5, 1, 1.0)}
+    assert _links("h100:4,a100:4")[""] == (300.0, 1, 2.0)  # different kinds: one link
+    assert set(_links("h100:16", fabric="papers").values()) == {(450.0, 1, 2.0)}
+    over = _links("h100:16", bandwidth_bytes_per_s=10e9, latency_s=1e-6)  # overrides set one port
+    assert over[""] == (10.0, 8, 1.0) and over["L"] == (10.0, 4, 1.0)
+    assert parse_array("h100:16").link.side_bytes_per_s == (400e9, 400e9)
+    with pytest.raises(HardwareError, match="fabric must be one of devices, papers"):
+        parse_array("h100:2", fabric="nvlink")
+
+
+def test_tree_files_take_ports_and_device_files_take_a_fabric(tmp_path):
+    tree = tmp_path / "t.toml"
+    tree.write_text('gb_per_s = 50\nports = 4\n[left]\ndevices = "h100:4"\n[right]\ndevices = "h100:4"\n')
+    assert _links(str(tree))[""] == (50.0, 4, 2.0)
+    tree.write_text('gb_per_s = 50\nports = 5\n[left]\ndevices = "h100:4"\n[right]\ndevices = "h100:4"\n')
+    with pytest.raises(HardwareError, match="'ports' must be an integer from 1 to the smaller half's 4 devices"):
+        parse_array(str(tree))
+    dev = tmp_path / "d.toml"
+    base = ("[x]\nflops_per_s = 1e12\nmemory_bytes = 1e9\nmemory_bytes_per_s = 1e9\nlink_bytes_per_s = 1e9\n"
+            "link_latency_s = 0\n")
+    dev.write_text(base + "switch_devices = 2\nnic_bytes_per_s = 1e8\n")
+    links = _links("x:4", devices=load_devices(dev))
+    assert links[""] == (0.1, 2, 0.0) and links["L"] == (1.0, 1, 0.0)  # no nic latency: the link's
+    for bad, message in (("switch_devices = 1.5", "switch_devices must be an integer >= 0"),
+                         ("switch_devices = true", "switch_devices must be an integer >= 0"),
+                         ("nic_bytes_per_s = 0", "nic_bytes_per_s must be > 0"),
+                         ("nic_latency_s = -1", "nic_latency_s must be >= 0")):
+        dev.write_text(base + bad + "\n")
+        with pytest.raises(HardwareError, match=message):
+            load_devices(dev)

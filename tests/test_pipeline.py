@@ -193,9 +193,11 @@ def test_profile_on_a_device_is_the_cost_models_compute_time():
 
 
 def test_machine_levels_from_arrays():
-    m = machine_from_array(parse_array("a100:16"))
+    m = machine_from_array(parse_array("a100:16", fabric="papers"))
     assert [(lvl.machines, lvl.bytes_per_s) for lvl in m.levels] == [(16, 300e9)]
     assert any("merged" in n for n in m.notes)
+    nodes = machine_from_array(parse_array("a100:16"))  # two DGX A100s: NVSwitch inside, a 25 GB/s rail each
+    assert [(lvl.machines, lvl.bytes_per_s, lvl.latency_s) for lvl in nodes.levels] == [(8, 300e9, 2e-6), (2, 25e9, 5e-6)]
     unmerged = machine_from_array(parse_array("a100:16"), merge_equal_levels=False)
     assert [lvl.machines for lvl in unmerged.levels] == [2, 2, 2, 2] and unmerged.devices == 16
     het = machine_from_array(parse_array("tpu-v2:4,tpu-v3:4"))

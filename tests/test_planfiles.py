@@ -63,6 +63,25 @@ def test_save_then_evaluate_prints_the_same_step_time(tmp_path, capsys):
     assert doc["saved_evaluation"]["step_time_s"] == pytest.approx(doc["step_time_s"], rel=1e-12)
 
 
+def test_a_plan_file_keeps_its_fabric(tmp_path, capsys):
+    """A plan made with one link per split re-prices the same without --fabric; on the devices'
+    fabric (NVSwitch ports) the same plan is faster; a file without the key predates fabrics."""
+    path = tmp_path / "p.json"
+    code, out, err = run(capsys, "plan", "--model", "vgg11", "--array", "h100:4", "--batch", "64", "--fabric",
+                         "papers", "--ignore-memory", "--save", str(path))
+    assert code == 0, err
+    assert json.loads(path.read_text())["problem"]["fabric"] == "papers"
+    code, out2, err = run(capsys, "evaluate", "--plan", str(path))
+    assert code == 0 and "(re-priced: the same)" in out2, err
+    code, out3, err = run(capsys, "evaluate", "--plan", str(path), "--fabric", "devices")
+    assert code == 0 and _step_ms(out3) < _step_ms(out), err
+    doc = json.loads(path.read_text())
+    del doc["problem"]["fabric"]
+    path.write_text(json.dumps(doc))
+    code, out4, err = run(capsys, "evaluate", "--plan", str(path))
+    assert code == 0 and _step_ms(out4) == _step_ms(out), err
+
+
 def test_evaluate_refuses_other_layers_and_other_trees_with_one_line(tmp_path, capsys):
     path = tmp_path / "p.json"
     assert run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--save", str(path))[0] == 0

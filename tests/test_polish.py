@@ -5,7 +5,8 @@
   producers, so this must hold to the last bit.
 - A polished plan is never slower than its start, the evaluator agrees with the polish's own
   running total, and on tiny instances it never beats the global optimum (brute force).
-- Where the certificate showed the top-down DP losing (LeNet-C on h100:8, shares 1/2: 0.70%
+- Where the certificate showed the top-down DP losing (LeNet-C on h100:8 with one link per
+  split, shares 1/2: 0.70%
   above the joint optimum), the polish reaches the joint optimum.
 """
 
@@ -68,7 +69,7 @@ def test_polish_reaches_the_joint_optimum_the_recursion_misses():
     """The recursion splits LeNet-C's ip1 IN at level 2 and OUT at level 3; the joint optimum
     (SCIP, proven) does the opposite. One swap between the levels closes the 0.70%. (The
     ``accpar`` portfolio's look-ahead at every level finds the optimum by itself.)"""
-    p = Problem(get_model("lenet-c"), parse_array("h100:8"), batch=512)
+    p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     options = planner_options("accpar", shares="half")
     dp = make_plan(p, "accpar-topdown", shares="half")
     polished = make_plan(p, "accpar-topdown", shares="half", polish=True)
@@ -98,14 +99,15 @@ def test_certify_reports_the_portfolio_and_the_polished_plan(capsys):
     polish of the better plan; other planners have no portfolio."""
     import json
 
-    p = Problem(get_model("lenet-c"), parse_array("h100:8"), batch=512)
+    p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     c = certify(p, "accpar", "highs", planner_options("accpar", shares="half"))
     assert c.portfolio_selected == "lookahead-levels"
     assert c.portfolio_s == pytest.approx(evaluate(p, make_plan(p, "accpar", shares="half")).step_time_s, rel=1e-12)
     assert c.portfolio_s < c.dp_objective
     assert c.polished_s is not None and c.polished_s <= c.portfolio_s
     assert c.best_s == min(c.polished_s, c.portfolio_s) and not c.contradictions
-    argv = ["certify", "--model", "lenet-c", "--array", "h100:8", "--shares", "half", "--backend", "highs"]
+    argv = ["certify", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--shares", "half",
+            "--backend", "highs"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"polished DP {c.polished_s * 1e3:.9f} ms" in out and "lookahead-levels selected" in out
@@ -118,11 +120,11 @@ def test_certify_reports_the_portfolio_and_the_polished_plan(capsys):
 def test_plan_polish_flag(capsys):
     import json
 
-    p = Problem(get_model("lenet-c"), parse_array("h100:8"), batch=512)
+    p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     expected = evaluate(p, make_plan(p, "accpar-topdown", shares="half", polish=True)).step_time_s
     assert expected < evaluate(p, make_plan(p, "accpar-topdown", shares="half")).step_time_s
-    assert main(["plan", "--model", "lenet-c", "--array", "h100:8", "--planner", "accpar-topdown", "--shares",
-                 "half", "--polish", "--format", "json"]) == 0
+    assert main(["plan", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--planner",
+                 "accpar-topdown", "--shares", "half", "--polish", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(expected, rel=1e-12)
     assert main(["plan", "--model", "lenet", "--array", "h100:2", "--planner", "hypar", "--polish"]) == 2
     assert "does not apply to the communication objective" in capsys.readouterr().err

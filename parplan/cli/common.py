@@ -41,6 +41,11 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                         help="override every link's per-direction bandwidth (GB/s; default: device data)")
     parser.add_argument("--latency", type=float, default=None, metavar="us",
                         help="override every link's latency (microseconds)")
+    parser.add_argument("--fabric", default=None, choices=("devices", "papers"),
+                        help="links between groups: 'devices' (default) as the device kinds' fabric gives them "
+                             "(a node's NVSwitch: a port per device; InfiniBand rails between nodes), 'papers' one "
+                             "link per split as AccPar and HyPar price it (the default under --compat; "
+                             "docs/costmodel.md section 4)")
     parser.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
                         help="training precision: bf16 / fp16 (2-byte weights, gradients, activations; fp32 master "
                              "weights and Adam moments: 12 optimizer bytes per parameter) or fp32 (4 bytes; Adam's "
@@ -83,6 +88,7 @@ def problem_from_args(args: argparse.Namespace):
         bandwidth_bytes_per_s=None if args.bandwidth is None else args.bandwidth * GB,
         latency_s=None if args.latency is None else args.latency * 1e-6,
         devices=load_devices(args.devices),
+        fabric=fabric_of(args),
     )
     chosen = technique_choices(args)  # "auto" (searched by the planning commands): the plain setting
     bpe, opt = PRECISIONS[getattr(args, "precision", None) or "bf16"]
@@ -93,6 +99,12 @@ def problem_from_args(args: argparse.Namespace):
                    zero_stage=0 if chosen["zero"] == "auto" else chosen["zero"],
                    recompute=chosen["recompute"] is True,
                    micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"])
+
+
+def fabric_of(args: argparse.Namespace) -> str:
+    """``--fabric``, or its default: the papers' one link per split under ``--compat``."""
+    fabric = getattr(args, "fabric", None)
+    return fabric or ("papers" if getattr(args, "compat", None) else "devices")
 
 
 def micro_batches_argument(text) -> int | str | None:
@@ -166,7 +178,7 @@ def problem_source(args: argparse.Namespace):
     from parplan.costmodel.planio import ProblemSource
 
     return ProblemSource(model=args.model, array=args.array, bandwidth_gb_per_s=args.bandwidth,
-                         latency_us=args.latency, devices_file=args.devices)
+                         latency_us=args.latency, devices_file=args.devices, fabric=fabric_of(args))
 
 
 def memory_limit(text: str | None) -> float | str | None:

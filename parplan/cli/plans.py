@@ -186,6 +186,7 @@ def _problem_for(args: argparse.Namespace, record: dict):
         bandwidth=args.bandwidth if args.bandwidth is not None else (
             None if args.array else record.get("bandwidth_gb_per_s")),
         latency=args.latency if args.latency is not None else (None if args.array else record.get("latency_us")),
+        fabric=getattr(args, "fabric", None) or record.get("fabric", "papers"),  # files from before the fabric used one link
         bytes_per_element=args.bytes_per_element if args.bytes_per_element is not None else record.get(
             "bytes_per_element", 2.0),
         optimizer_bytes=args.optimizer_bytes if args.optimizer_bytes is not None else record.get(
@@ -429,6 +430,8 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=None, help="global batch (default: the plan's)")
     p.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help="override every link's bandwidth")
     p.add_argument("--latency", type=float, default=None, metavar="us", help="override every link's latency")
+    p.add_argument("--fabric", default=None, choices=("devices", "papers"),
+                   help="links as the device kinds' fabric gives them or one per split (default: the plan's)")
     p.add_argument("--bytes-per-element", type=float, default=None, help="bytes per element (default: the plan's)")
     p.add_argument("--optimizer-bytes", type=float, default=None, metavar="B",
                    help="optimizer bytes per parameter (default: the plan's)")

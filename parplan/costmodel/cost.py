@@ -112,6 +112,9 @@ class SideSpec:
     capacity_bytes: tuple[float, float] = (float("inf"), float("inf"))
     #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4).
     micro_batches: int = 1
+    #: Ports of the link between the sides (``bytes_per_s`` counts them all; docs/costmodel.md
+    #: section 4): an all-reduce's topology is built of single ports.
+    ports: int = 1
 
     @property
     def flops_per_s(self) -> tuple[float, float]:
@@ -350,7 +353,7 @@ class StateTable:
                 x = 0.0
                 if side.collective is not None and weighted:
                     if split and not covered:
-                        x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s),
+                        x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s) / side.ports,
                                                               side.latency_s)
                         x *= allreduce_factor(side.zero_stage, side.micro_batches)
                     wsize = (0.0, 0.0)

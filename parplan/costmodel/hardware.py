@@ -38,6 +38,8 @@ _FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_
 #: ``efficiency``), and the per-kernel overhead (seconds >= 0); docs/costmodel.md section 5.
 _OPTIONAL = {"efficiency": 1.0, "conv_efficiency": None, "attention_efficiency": None, "memory_efficiency": 1.0}
 _OVERHEAD = "kernel_overhead_s"
+#: Optional keys describing how devices of a kind are connected (docs/costmodel.md section 4).
+_FABRIC = ("switch_devices", "nic_bytes_per_s", "nic_latency_s")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,14 @@ class DeviceKind:
     attention_efficiency: float | None = None
     memory_efficiency: float = 1.0
     kernel_overhead_s: float = 0.0
+    #: Fabric (docs/costmodel.md section 4): devices of this kind form switched domains (one
+    #: node's NVSwitch) of up to this many, each device with its own ``link_bytes_per_s`` port;
+    #: 0, the papers' setting, joins every two groups by one link.
+    switch_devices: int = 0
+    #: Each device's network port between domains (InfiniBand rail) and its latency; None: the
+    #: domains are joined by one link of ``link_bytes_per_s``.
+    nic_bytes_per_s: float | None = None
+    nic_latency_s: float | None = None
 
     def as_device(self) -> Device:
         return Device(self.flops_per_s, self.memory_bytes_per_s, self.efficiency, self.conv_efficiency,
@@ -77,6 +87,10 @@ class Link:
     bytes_per_s: float
     latency_s: float = 0.0
     right_bytes_per_s: float | None = None
+    #: Parallel ports between the halves, each at ``bytes_per_s`` (docs/costmodel.md section 4):
+    #: on a switched fabric every device of the smaller half has its own, so a half's part of
+    #: a tensor, spread over its devices, crosses at ``ports`` times one port's bandwidth.
+    ports: int = 1
 
     def __post_init__(self):
         for bw in (self.bytes_per_s, self.right_bytes_per_s if self.right_bytes_per_s is not None else 1.0):
@@ -84,12 +98,14 @@ class Link:
                 raise HardwareError(f"link bandwidth must be a finite number > 0 bytes/s (got {bw})")
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
             raise HardwareError(f"link latency must be a finite number >= 0 s (got {self.latency_s})")
+        if isinstance(self.ports, bool) or not isinstance(self.ports, int) or self.ports < 1:
+            raise HardwareError(f"link ports must be an integer >= 1 (got {self.ports!r})")
 
     @property
     def side_bytes_per_s(self) -> tuple[float, float]:
-        """(left, right) receive bandwidths."""
+        """(left, right) receive bandwidths, all ports together."""
         right = self.bytes_per_s if self.right_bytes_per_s is None else self.right_bytes_per_s
-        return self.bytes_per_s, right
+        return self.bytes_per_s * self.ports, right * self.ports
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,10 +206,10 @@ def signature(group: ArrayNode) -> tuple:
 def _check_kind(name: str, entry: Mapping) -> DeviceKind:
     if not isinstance(entry, Mapping):
         raise HardwareError(f"device '{name}': expected a table of figures (got {entry!r})")
-    unknown = set(entry) - set(_FIELDS) - set(_OPTIONAL) - {_OVERHEAD, "description"}
+    unknown = set(entry) - set(_FIELDS) - set(_OPTIONAL) - set(_FABRIC) - {_OVERHEAD, "description"}
     if unknown:
         raise HardwareError(f"device '{name}': unknown keys {sorted(unknown)}; valid keys: "
-                            f"{list(_FIELDS) + list(_OPTIONAL) + [_OVERHEAD, 'description']}")
+                            f"{list(_FIELDS) + list(_OPTIONAL) + [_OVERHEAD] + list(_FABRIC) + ['description']}")
     missing = [f for f in _FIELDS if f not in entry]
     if missing:
         raise HardwareError(f"device '{name}': missing {missing}")
@@ -212,10 +228,20 @@ def _check_kind(name: str, entry: Mapping) -> DeviceKind:
         values[f] = _number(name, f, entry[f])
         if not 0 < values[f] <= 1:
             raise HardwareError(f"device '{name}': {f} must lie in (0, 1] (got {entry[f]})")
-    if _OVERHEAD in entry:
-        values[_OVERHEAD] = _number(name, _OVERHEAD, entry[_OVERHEAD])
-        if not values[_OVERHEAD] >= 0:
-            raise HardwareError(f"device '{name}': {_OVERHEAD} must be >= 0 seconds (got {entry[_OVERHEAD]})")
+    for key in (_OVERHEAD, "nic_latency_s"):
+        if key in entry:
+            values[key] = _number(name, key, entry[key])
+            if not values[key] >= 0:
+                raise HardwareError(f"device '{name}': {key} must be >= 0 seconds (got {entry[key]})")
+    if "nic_bytes_per_s" in entry:
+        values["nic_bytes_per_s"] = _number(name, "nic_bytes_per_s", entry["nic_bytes_per_s"])
+        if not values["nic_bytes_per_s"] > 0:
+            raise HardwareError(f"device '{name}': nic_bytes_per_s must be > 0 (got {entry['nic_bytes_per_s']})")
+    if "switch_devices" in entry:
+        count = entry["switch_devices"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise HardwareError(f"device '{name}': switch_devices must be an integer >= 0 (got {count!r})")
+        values["switch_devices"] = count
     description = entry.get("description", "")
     if not isinstance(description, str):
         raise HardwareError(f"device '{name}': description must be a string (got {description!r})")
@@ -262,20 +288,56 @@ def _kind(name: str, kinds: Mapping[str, DeviceKind]) -> DeviceKind:
     return kinds[key]
 
 
-def _join(left: ArrayNode, right: ArrayNode, bandwidth: float | None, latency: float | None) -> ArrayNode:
+def _join(left: ArrayNode, right: ArrayNode, bandwidth: float | None, latency: float | None,
+          domain: bool = False) -> ArrayNode:
+    """Two groups joined by the link their fabric gives (docs/costmodel.md section 4).
+
+    Devices of one kind with a switch: inside one switched domain (``domain``), every device
+    of the smaller half has its own port at ``link_bytes_per_s``; between domains, its own
+    network port at ``nic_bytes_per_s`` (when the kind has one). Otherwise (the papers'
+    setting, different kinds, no network figures) one link at the smallest link bandwidth and
+    the largest latency of the devices. ``bandwidth`` / ``latency`` override one port's."""
     devs = left.devices() + right.devices()
+    kind = devs[0]
+    if kind.switch_devices and all(d == kind for d in devs) and (domain or kind.nic_bytes_per_s is not None):
+        ports = min(left.count, right.count)
+        bw, lat = ((kind.link_bytes_per_s, kind.link_latency_s) if domain else
+                   (kind.nic_bytes_per_s, kind.link_latency_s if kind.nic_latency_s is None else kind.nic_latency_s))
+        return ArrayNode(left=left, right=right, link=Link(bw if bandwidth is None else bandwidth,
+                                                           lat if latency is None else latency, ports=ports))
     bw = bandwidth if bandwidth is not None else min(d.link_bytes_per_s for d in devs)
     lat = latency if latency is not None else max(d.link_latency_s for d in devs)
     return ArrayNode(left=left, right=right, link=Link(bw, lat))
 
 
-def balanced(nodes: list[ArrayNode], bandwidth: float | None = None, latency: float | None = None) -> ArrayNode:
-    """A balanced binary tree over ``nodes`` (left half gets the extra one when odd)."""
+def balanced(nodes: list[ArrayNode], bandwidth: float | None = None, latency: float | None = None,
+             domain: bool = False) -> ArrayNode:
+    """A balanced binary tree over ``nodes`` (left half gets the extra one when odd); ``domain``:
+    all of them in one switched domain (:func:`_join`)."""
     if len(nodes) == 1:
         return nodes[0]
     mid = (len(nodes) + 1) // 2
-    return _join(balanced(nodes[:mid], bandwidth, latency), balanced(nodes[mid:], bandwidth, latency),
-                 bandwidth, latency)
+    return _join(balanced(nodes[:mid], bandwidth, latency, domain), balanced(nodes[mid:], bandwidth, latency, domain),
+                 bandwidth, latency, domain)
+
+
+#: How links between groups are priced (docs/costmodel.md section 4): "devices" by the device
+#: kinds' fabric (switched domains and network ports), "papers" by one link per split, as the
+#: AccPar and HyPar papers do.
+FABRICS = ("devices", "papers")
+
+
+def devices_of(kind: DeviceKind, n: int, bandwidth: float | None = None, latency: float | None = None,
+               fabric: str = "devices") -> ArrayNode:
+    """``n`` devices of ``kind``: a balanced tree, or, on a switched kind, balanced trees of
+    whole switched domains (nodes of ``switch_devices``) joined by a balanced tree of the
+    network (docs/costmodel.md section 4). ``fabric="papers"`` ignores the kind's fabric."""
+    if fabric == "papers" and kind.switch_devices:
+        kind = replace(kind, switch_devices=0)
+    size = kind.switch_devices or n
+    domains = [balanced([ArrayNode(device=kind) for _ in range(min(size, n - i))], bandwidth, latency, True)
+               for i in range(0, n, size)]
+    return balanced(domains, bandwidth, latency)
 
 
 def parse_array(
@@ -283,12 +345,17 @@ def parse_array(
     bandwidth_bytes_per_s: float | None = None,
     latency_s: float | None = None,
     devices: Mapping[str, DeviceKind] | None = None,
+    fabric: str = "devices",
 ) -> ArrayNode:
     """Array from a short form (``"h100:8"``, ``"tpu-v2:128,tpu-v3:128"``) or a JSON/TOML tree file.
 
-    ``bandwidth_bytes_per_s`` / ``latency_s`` override every link; by default a link between
-    two groups takes the smallest link bandwidth and largest latency of the devices in them.
+    ``bandwidth_bytes_per_s`` / ``latency_s`` override every link (one port's bandwidth); by
+    default links follow the device kinds' fabric (``fabric="devices"``: switched domains and
+    network ports, docs/costmodel.md section 4), or take, as the papers do (``"papers"``), one
+    link at the smallest link bandwidth and largest latency of the devices in the two groups.
     """
+    if fabric not in FABRICS:
+        raise HardwareError(f"fabric must be one of {', '.join(FABRICS)} (got {fabric!r})")
     if not isinstance(spec, (str, Path)):
         raise HardwareError(f"array must be a string like 'h100:8' or a tree file's path (got {type(spec).__name__})")
     for what, value in (("bandwidth", bandwidth_bytes_per_s), ("latency", latency_s)):
@@ -296,7 +363,7 @@ def parse_array(
             raise HardwareError(f"{what} must be a number or None (got {type(value).__name__} {value!r:.40})")
     if isinstance(spec, str) and "@" in spec:
         base, _, coll = spec.partition("@")
-        root = parse_array(base, bandwidth_bytes_per_s, latency_s, devices)
+        root = parse_array(base, bandwidth_bytes_per_s, latency_s, devices, fabric)
         from parplan.collectives.allreduce import MAX_SCHEDULE_HOSTS
 
         if root.count > MAX_SCHEDULE_HOSTS:
@@ -311,7 +378,7 @@ def parse_array(
         raise HardwareError(f"latency must be >= 0 s (got {latency_s})")
     path = Path(spec)
     if path.suffix.lower() in (".json", ".toml"):
-        return _load_array_file(path, kinds, bandwidth_bytes_per_s, latency_s)
+        return _load_array_file(path, kinds, bandwidth_bytes_per_s, latency_s, fabric)
     if not isinstance(spec, str) or not spec.strip():
         raise HardwareError("array must be a string like 'h100:8' or 'tpu-v2:4,tpu-v3:4' (got an empty value)")
     groups = []
@@ -331,8 +398,7 @@ def parse_array(
             raise HardwareError(
                 f"array '{spec}' has at least {total:,} devices; parplan plans arrays of at most {MAX_DEVICES:,} "
                 f"(planning time grows with the device count: about 8 s per 1,000 devices for a small model)")
-        kind = _kind(name, kinds)
-        groups.append(balanced([ArrayNode(device=kind) for _ in range(n)], bandwidth_bytes_per_s, latency_s))
+        groups.append(devices_of(_kind(name, kinds), n, bandwidth_bytes_per_s, latency_s, fabric))
     return balanced(groups, bandwidth_bytes_per_s, latency_s)
 
 
@@ -342,7 +408,7 @@ MAX_TREE_DEPTH = 64
 MAX_DEVICES = 65536
 
 
-def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
+def _load_array_file(path: Path, kinds, bandwidth, latency, fabric: str = "devices") -> ArrayNode:
     """A tree file (docs/formats.md): ``{"devices": "tpu-v3:4"}`` or ``{"device": "h100"}``
     leaves, and inner nodes ``{"left": ..., "right": ..., "gb_per_s": 100, "latency_us": 1}``
     (optionally ``gb_per_s_left`` / ``gb_per_s_right``: what each side receives at)."""
@@ -390,7 +456,7 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
         if "devices" in node:
             if not isinstance(node["devices"], str):
                 raise HardwareError(f"{where_file} at {where or 'root'}: 'devices' must be a string like 'h100:4'")
-            return leaf(parse_array(node["devices"], bandwidth, latency, kinds))
+            return leaf(parse_array(node["devices"], bandwidth, latency, kinds, fabric))
         if "left" not in node or "right" not in node:
             raise HardwareError(
                 f"{where_file} at {where or 'root'}: a node needs 'device', 'devices' or 'left' and 'right'"
@@ -404,7 +470,11 @@ def _load_array_file(path: Path, kinds, bandwidth, latency) -> ArrayNode:
             lat = latency if latency is not None else max(d.link_latency_s for d in left.devices() + right.devices())
         bw_left = number(node, "gb_per_s_left", where, 1e9)
         bw_right = number(node, "gb_per_s_right", where, 1e9)
-        return ArrayNode(left=left, right=right, link=Link(bw if bw_left is None else bw_left, lat, bw_right))
+        ports = node.get("ports", 1)
+        if isinstance(ports, bool) or not isinstance(ports, int) or not 1 <= ports <= min(left.count, right.count):
+            raise HardwareError(f"{where_file} at {where or 'root'}: 'ports' must be an integer from 1 to the smaller "
+                                f"half's {min(left.count, right.count)} devices (got {ports!r})")
+        return ArrayNode(left=left, right=right, link=Link(bw if bw_left is None else bw_left, lat, bw_right, ports))
 
     try:
         root = build(data, "")

@@ -39,7 +39,7 @@ from parplan.readers import parse_json, read_text
 FORMAT = "parplan-plan"
 SCHEMA_VERSION = 1
 #: Keys of the "problem" object; ``*_source`` are what the user typed (may be None).
-PROBLEM_KEYS = ("model", "model_source", "array", "array_source", "bandwidth_gb_per_s", "latency_us",
+PROBLEM_KEYS = ("model", "model_source", "array", "array_source", "bandwidth_gb_per_s", "latency_us", "fabric",
                 "devices_file", "devices", "batch", "bytes_per_element", "optimizer_bytes_per_param", "compat",
                 "zero_stage", "recompute", "micro_batches", "nodes")
 
@@ -62,6 +62,8 @@ class ProblemSource:
     bandwidth_gb_per_s: float | None = None
     latency_us: float | None = None
     devices_file: str | None = None
+    #: ``parse_array``'s fabric (docs/costmodel.md section 4).
+    fabric: str = "devices"
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = N
             "array_source": source.array,
             "bandwidth_gb_per_s": source.bandwidth_gb_per_s,
             "latency_us": source.latency_us,
+            "fabric": source.fabric,
             "devices_file": source.devices_file,
             "devices": problem.array.count,
             "batch": problem.batch,

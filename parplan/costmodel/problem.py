@@ -130,6 +130,7 @@ class Problem:
             compat=self.compat,
             zero_stage=self.zero_stage,
             micro_batches=self.micro_batches,
+            ports=group.link.ports,
             capacity_bytes=(sum(d.memory_bytes for d in group.left.devices()),
                             sum(d.memory_bytes for d in group.right.devices())),
         )

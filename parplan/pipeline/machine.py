@@ -120,11 +120,14 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
     not all at one depth becomes one level at its slowest link. Compute uses the slowest
     device; the notes say so when the array is heterogeneous.
 
+    A level's bandwidth is one port's: what each device sends at (on a switched node every
+    device has its own port; docs/costmodel.md section 4).
+
     Example:
         >>> from parplan.costmodel.hardware import parse_array
-        >>> m = machine_from_array(parse_array("a100:16"))
-        >>> [(lvl.machines, lvl.bytes_per_s) for lvl in m.levels]
-        [(16, 300000000000.0)]
+        >>> m = machine_from_array(parse_array("a100:16"))  # two DGX A100 nodes
+        >>> [(lvl.machines, lvl.bytes_per_s / 1e9) for lvl in m.levels]
+        [(8, 300.0), (2, 25.0)]
         >>> [lvl.machines for lvl in machine_from_array(parse_array("a100:16"), merge_equal_levels=False).levels]
         [2, 2, 2, 2]
     """

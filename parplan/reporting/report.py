@@ -95,8 +95,9 @@ class PlanReport:
             for v in range(len(pg.nodes)):
                 seen = {self.plan.splits[p].choices[v] for p in paths}
                 letters.append(_LETTER[seen.pop()] if len(seen) == 1 else "*")
-            links = sorted({groups[p].link.bytes_per_s for p in paths if p in groups})
-            link = "/".join(f"{bw / 1e9:g}" for bw in links) + " GB/s"
+            links = sorted({(groups[p].link.ports, groups[p].link.bytes_per_s) for p in paths if p in groups})
+            # a switched fabric's link: ports x one port's bandwidth (docs/costmodel.md section 4.1)
+            link = "/".join(f"{n} x {bw / 1e9:g}" if n > 1 else f"{bw / 1e9:g}" for n, bw in links) + " GB/s"
             out.append((depth, len(paths), "".join(letters), link))
         return out
 

@@ -3,7 +3,7 @@
 
 The top-down recursion fixes a split before planning below it, pricing each half as one
 device. So it cannot trade a choice at one level against the next: on LeNet-C on ``h100:8``
-(shares 1/2) it splits ``ip1`` by IN at level 2 and OUT at level 3, 0.70% above the joint
+with one link per split (``fabric="papers"``; shares 1/2) it splits ``ip1`` by IN at level 2 and OUT at level 3, 0.70% above the joint
 optimum (``parplan certify --joint``), which splits it OUT then IN. The polish takes a plan and
 repeatedly tries, for each node,
 
@@ -26,7 +26,7 @@ Example:
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.costmodel.evaluate import evaluate
     >>> from parplan.solvers.planners import make_plan, planner_options
-    >>> p = Problem(get_model("lenet-c"), parse_array("h100:8"), batch=512)
+    >>> p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     >>> opts = planner_options("accpar", shares="half")
     >>> start = make_plan(p, "accpar-topdown", shares="half")
     >>> better, moves = polish(p, start, opts)
