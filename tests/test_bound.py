@@ -67,7 +67,7 @@ def random_plans(draw):
     return p, Plan(splits, planner="random")
 
 
-@fast(100)
+@fast(40)
 @given(random_plans())
 def test_no_plan_beats_the_global_bound(case):
     p, plan = case
@@ -77,7 +77,7 @@ def test_no_plan_beats_the_global_bound(case):
     assert pair_bound(p) <= step * (1 + 1e-9)
 
 
-@fast(12)
+@fast(6)
 @given(random_plans())
 def test_planned_plans_do_not_beat_it_either(case):
     p, _ = case
@@ -230,6 +230,7 @@ def tiny(draw):
     return p
 
 
+@pytest.mark.slow  # about 5-10 s; the default run keeps the cheaper cross-checks
 @fast(3)
 @given(tiny())
 def test_global_optimum_lies_between_the_bound_and_the_planners(p):
@@ -250,6 +251,7 @@ def test_global_optimum_lies_between_the_bound_and_the_planners(p):
     assert best.step_time_s <= top_down * (1 + 1e-9)
 
 
+@pytest.mark.slow  # about 5-10 s; the default run keeps the cheaper cross-checks
 def test_lookahead_finds_the_global_optimum_the_recursion_misses():
     """AccPar's recursion prices the a100:2 half as one device of twice an A100's throughput and
     sends both layers there; at 1 GB/s the half cannot split them profitably, so one A100 runs

@@ -70,7 +70,7 @@ def priced_plans(draw):
     return p, options, symmetric, random_plan(draw, p, options, True if symmetric else None)
 
 
-@fast(40)
+@fast(25)
 @given(priced_plans())
 def test_the_model_prices_every_plan_as_the_evaluator(case):
     """Written as a solution, a plan satisfies every row (node times from the evaluator, cells the
@@ -122,7 +122,7 @@ def tiny(draw):
     return p, options
 
 
-@fast(8)
+@fast(5)
 @given(tiny())
 def test_joint_equals_brute_force_over_whole_hierarchy_plans(case):
     """The full model's proven optimum is brute force's over every plan of every split; the
@@ -186,7 +186,8 @@ def test_copying_a_translated_half_slows_no_node(case):
     assert all(a <= b * (1 + 1e-12) for a, b in zip(after, before))
 
 
-def test_warm_start_memory_and_errors():
+@pytest.mark.slow  # about 5-10 s; the default run keeps the cheaper cross-checks
+def test_warm_start_and_memory():
     p = Problem(get_model("alexnet"), parse_array("h100:8"), batch=256)
     half = PlanOptions(shares=ShareMode.HALF)
     r = solve_joint(p, "scip", half)
@@ -203,8 +204,12 @@ def test_warm_start_memory_and_errors():
     assert tight.certificate.objective > r.certificate.objective * (1 + 1e-3)
     none = solve_joint(p, "highs", half, memory_limit_bytes=0.8 * need)
     assert none.certificate.status == "infeasible" and none.plan is None
+
+
+def test_joint_refuses_what_it_cannot_solve():
+    half = PlanOptions(shares=ShareMode.HALF)
     with pytest.raises(ConfigError, match="integers only"):
-        solve_joint(p, "cpsat", half)
+        solve_joint(Problem(get_model("alexnet"), parse_array("h100:8"), batch=256), "cpsat", half)
     with pytest.raises(ConfigError, match="cell variables"):
         solve_joint(Problem(get_model("vgg16"), parse_array("h100:64"), batch=256), "scip", PlanOptions())
     with pytest.raises(ConfigError, match="compat"):

@@ -28,7 +28,8 @@ try:
 except ModuleNotFoundError:
     transformers = None
 
-VISION = ["resnet50", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "vit_b_16", "swin_t", "densenet121"]
+VISION = ["resnet50", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "vit_b_16",
+          pytest.param("swin_t", marks=pytest.mark.slow), pytest.param("densenet121", marks=pytest.mark.slow)]
 SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=1000)
 HF = {
     "gpt2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128),
