@@ -42,6 +42,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     """The accpar plan, data parallelism, the polished accpar plan (small problems, as
     ``certify``: :func:`parplan.solvers.polish.auto_polish`) and the bounds for one model and array."""
     from parplan.costmodel.evaluate import evaluate
+    from parplan.bench.common import BENCH_FABRIC
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
@@ -49,7 +50,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     from parplan.solvers.planners import make_plan, planner_options
     from parplan.solvers.polish import auto_polish, polish
 
-    p = Problem(get_model(model), parse_array(array), batch=batch)
+    p = Problem(get_model(model), parse_array(array, fabric=BENCH_FABRIC), batch=batch)
     t0 = time.perf_counter()
     plan = make_plan(p, "accpar")
     plan_wall = time.perf_counter() - t0

@@ -204,13 +204,24 @@ def scale_links(node: ArrayNode, factor: float) -> ArrayNode:
         return node
     return ArrayNode(left=scale_links(node.left, factor), right=scale_links(node.right, factor),
                      link=Link(node.link.bytes_per_s * factor, node.link.latency_s,
-                               None if node.link.right_bytes_per_s is None else node.link.right_bytes_per_s * factor))
+                               None if node.link.right_bytes_per_s is None else node.link.right_bytes_per_s * factor,
+                               node.link.ports))
 
 
-def make_array(spec: str, bandwidth_gbps: float | None = None, scale: float = 1.0) -> ArrayNode:
+#: The fabric of the benchmarks that study planners (accpar, hypar, ablations, dp-vs-exact,
+#: scaling, speed, bound, joint): one link per split, the papers' setting, so that their
+#: recorded figures and the papers' stay comparable (docs/costmodel.md section 4.1). The
+#: memory and calibration benchmarks price the devices' own fabric.
+BENCH_FABRIC = "papers"
+
+
+def make_array(spec: str, bandwidth_gbps: float | None = None, scale: float = 1.0,
+               fabric: str = BENCH_FABRIC) -> ArrayNode:
     """``parse_array(spec)`` with every link at ``bandwidth_gbps`` GB/s (None: the devices'
-    default links), then every link's bandwidth multiplied by ``scale``."""
-    array = parse_array(spec, bandwidth_bytes_per_s=None if bandwidth_gbps is None else bandwidth_gbps * GB)
+    default links), then every link's bandwidth multiplied by ``scale``; ``fabric`` as
+    :func:`~parplan.costmodel.hardware.parse_array`'s (default :data:`BENCH_FABRIC`)."""
+    array = parse_array(spec, bandwidth_bytes_per_s=None if bandwidth_gbps is None else bandwidth_gbps * GB,
+                        fabric=fabric)
     return array if scale == 1.0 else scale_links(array, scale)
 
 
@@ -612,7 +623,7 @@ __all__ = [
     "csv_floats", "csv_ints", "csv_names", "run_kwargs",
     "exact_top_down", "executor_from_args", "fit_exponent", "fmt", "geomean", "grouped_bars", "loglog_lines",
     "model_traits", "plan_stats",
-    "make_array", "md_table", "out_dir_path", "root_bound", "run_tasks", "scale_links",
+    "make_array", "BENCH_FABRIC", "md_table", "out_dir_path", "root_bound", "run_tasks", "scale_links",
     "solve_options", "with_progress_header", "write_outputs",
 ]
 

@@ -55,13 +55,14 @@ def size_rows(model: str, array: str, node: str, batch: int) -> list[dict]:
     ``node``'s scope at one group, and what a model sharing cells between equal frames would
     need there (distinct frames x states; half shares)."""
     from parplan.costmodel.cost import ShareMode
+    from parplan.bench.common import BENCH_FABRIC
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.costmodel.split import PlanOptions
     from parplan.formulation.joint import frame_counts
     from parplan.models.zoo import get_model
 
-    p = Problem(get_model(model), parse_array(array), batch=batch)
+    p = Problem(get_model(model), parse_array(array, fabric=BENCH_FABRIC), batch=batch)
     u = [n.name for n in p.planning.nodes].index(node)
     depth = p.array.depth - 1  # the deepest groups that split
     left = frame_counts(p, PlanOptions(shares=ShareMode.HALF), "L" * depth, u)
@@ -75,6 +76,7 @@ def joint_task(model: str, array: str, shares: str, batch: int, time_limit_s: fl
     """The accpar plan, the joint optimum and the global bound for one model and array."""
     from parplan.costmodel.cost import ShareMode
     from parplan.costmodel.evaluate import evaluate
+    from parplan.bench.common import BENCH_FABRIC
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.costmodel.split import PlanOptions
@@ -85,7 +87,7 @@ def joint_task(model: str, array: str, shares: str, batch: int, time_limit_s: fl
     from parplan.solvers.planners import make_plan
     from parplan.solvers.polish import polish
 
-    p = Problem(get_model(model), parse_array(array), batch=batch)
+    p = Problem(get_model(model), parse_array(array, fabric=BENCH_FABRIC), batch=batch)
     options = PlanOptions(shares=ShareMode(shares))
     t0 = time.perf_counter()
     plan = make_plan(p, "accpar", options=options)

@@ -143,6 +143,7 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
     """Time the planners and the CLI; write speed.csv / .png / .md (``executor`` is unused: timings
     run serially in this process). Columns: what, model,
     parplan_ms, cpp_ms, ratio, goal."""
+    from parplan.bench.common import BENCH_FABRIC
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.modelfile import load_layer_table
@@ -153,7 +154,7 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
     cpp, source = cpp_times(Path(accpar_source) if accpar_source else None, reps=200 if quick else 20000)
     rows = []
     for model in MODELS[:1] if quick else MODELS:
-        problem = Problem(load_layer_table(DATA / f"{model}.csv"), parse_array("h100:128"), batch=512)
+        problem = Problem(load_layer_table(DATA / f"{model}.csv"), parse_array("h100:128", fabric=BENCH_FABRIC), batch=512)
         compat = replace(problem, compat="accpar-code")
         for planner, key in (("hypar", "hypar"), ("accpar-topdown", "accpar")):
             s = _best(lambda: make_plan(problem, planner, objective="communication", shares="half"), repeats)
