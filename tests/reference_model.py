@@ -153,8 +153,9 @@ def group_device(group):
     return D
 
 
-def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0, mb=1):
-    """Per node, per side: (seconds of communication, elements received) at one split.
+def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0, mb=1, overlap=False):
+    """Per node, per side: (seconds of communication, elements received, seconds of it that
+    overlap the side's work) at one split.
 
     ``boxes``: every node's box at this group; ``roots``: raw sizes at the root (tensor sizes);
     ``above``: per node, whether a split above cut its rows / output columns (both sides
@@ -230,17 +231,32 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
                             bwd += area_where(lambda x: x[0] and not x[1] and (x[2] or x[3]),
                                               h[1], pq[1][j], m[j], h[0])
                 recv += size * (fwd + bwd)
+            # section 4: a side receives at its direction's bandwidth through every port of the
+            # link (a switched fabric gives each device of the smaller half its own)
+            one_port = link.bytes_per_s if i == 0 or link.right_bytes_per_s is None else link.right_bytes_per_s
+            bw = link.ports * one_port
+            if overlap:  # section 4.2: the weight exchange is its own message, beside the work
+                w_lat = link.latency_s * ((1 if zero < 2 else mb) if wrecv > 1e-9 else 0)
+                r_lat = link.latency_s * (mb if recv > 1e-9 else 0)
+                wsec = w_lat + wrecv * bpe / bw
+                per_side.append((r_lat + recv * bpe / bw + wsec, recv + wrecv, wsec))
+                continue
             if mb == 1:
                 lat = link.latency_s if recv + wrecv > 1e-9 else 0.0
             else:  # a latency per micro-batch; the per-step exchange rides on the last (ZeRO-2/3: its own)
                 lat = link.latency_s * max(mb if recv > 1e-9 else 0, (1 if zero < 2 else mb) if wrecv > 1e-9 else 0)
             recv += wrecv
-            # section 4: a side receives at its direction's bandwidth through every port of the
-            # link (a switched fabric gives each device of the smaller half its own)
-            one_port = link.bytes_per_s if i == 0 or link.right_bytes_per_s is None else link.right_bytes_per_s
-            per_side.append((lat + recv * bpe / (link.ports * one_port), recv))
+            per_side.append((lat + recv * bpe / bw, recv, 0.0))
         out.append(per_side)
     return out
+
+
+def side_time(work: float, comm) -> float:
+    """Section 4.2: a side's time for a node: its work, then all it receives, less the part of
+    its weight exchange that ran during the work's backward (2 of its 3 parts; without overlap
+    the weight part is 0)."""
+    seconds, _, weight = comm
+    return work + seconds - min(weight, 2.0 / 3.0 * work)
 
 
 def reference_evaluate(problem, plan):
@@ -260,7 +276,7 @@ def reference_evaluate(problem, plan):
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf
         comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above, problem.zero_stage,
-                          problem.micro_batches)
+                          problem.micro_batches, problem.overlap)
         below = []
         for (r, c), ch, a in zip(above, split.choices, split.shares):
             both = 0 < a < 1
@@ -271,7 +287,7 @@ def reference_evaluate(problem, plan):
         lb = [child_box(b, c.value, a, 0) for b, c, a in zip(boxes, split.choices, split.shares)]
         rb = [child_box(b, c.value, a, 1) for b, c, a in zip(boxes, split.choices, split.shares)]
         tl, tr = rec(group.left, path + "L", left, lb, below), rec(group.right, path + "R", right, rb, below)
-        return [max(tl[v] + comm[v][0][0], tr[v] + comm[v][1][0]) for v in range(len(dims))]
+        return [max(side_time(tl[v], comm[v][0]), side_time(tr[v], comm[v][1])) for v in range(len(dims))]
 
     times = rec(problem.array, "", roots, [dict(ROOT_BOX) for _ in pg.nodes], [(False, False)] * len(pg.nodes))
     return sum(times), memory
@@ -284,10 +300,11 @@ def reference_split_time(problem, split):
     dims = [raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes]
     a = problem.array
     comm = split_comm(pg, dims, dims, [dict(ROOT_BOX) for _ in pg.nodes], split, a.link, bpe,
-                      a.left.is_leaf and a.right.is_leaf, zero=problem.zero_stage, mb=problem.micro_batches)
+                      a.left.is_leaf and a.right.is_leaf, zero=problem.zero_stage, mb=problem.micro_batches,
+                      overlap=problem.overlap)
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0
     for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares)):
         sides = (scaled(d, c.value, a), scaled(d, c.value, 1 - a))
-        total += max(compute_s(sides[i], devs[i], bpe) + comm[v][i][0] for i in (0, 1))
+        total += max(side_time(compute_s(sides[i], devs[i], bpe), comm[v][i]) for i in (0, 1))
     return total

@@ -82,7 +82,7 @@ def problems(draw, chain=False, max_weighted=4):
     # micro-batches' latencies and weight reads): every solver must agree on them too
     return Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
                    zero_stage=draw(st.sampled_from([0, 0, 2, 3])), recompute=draw(st.booleans()),
-                   micro_batches=draw(st.sampled_from([1, 1, 4])) if batch > 1 else 1)
+                   micro_batches=draw(st.sampled_from([1, 1, 4])) if batch > 1 else 1, overlap=draw(st.booleans()))
 
 
 #: Free shares on a coarse grid keep brute force (states ^ nodes) small.

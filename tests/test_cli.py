@@ -132,7 +132,8 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     import parplan
     from parplan.solvers.bound import global_bound
 
-    p = parplan.Problem(parplan.load_model("lenet"), parplan.parse_array("h100:4"), batch=512)
+    p = parplan.Problem(parplan.load_model("lenet"), parplan.parse_array("h100:4"), batch=512,
+                        overlap=True)  # the CLI's default (docs/costmodel.md section 4.2)
     bound = global_bound(p)
     ev = parplan.evaluate(p, parplan.plan(p, "accpar"))
     saved = tmp_path / "p.json"

@@ -124,7 +124,7 @@ def plan_cases(draw):
     batch = draw(st.sampled_from([1, 8, 512]))
     p = Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
                 zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])), recompute=draw(st.booleans()),
-                micro_batches=draw(st.sampled_from([1, 1, 2, 4])) if batch > 1 else 1)
+                micro_batches=draw(st.sampled_from([1, 1, 2, 4])) if batch > 1 else 1, overlap=draw(st.booleans()))
     return p, draw(plans(p))
 
 
@@ -146,7 +146,8 @@ def test_dp_optimum_is_priced_the_same_by_the_reference(case):
     p, _ = case
     root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
                                         devices=kinds_of(p)),
-                   batch=p.batch, zero_stage=p.zero_stage, recompute=p.recompute, micro_batches=p.micro_batches)
+                   batch=p.batch, zero_stage=p.zero_stage, recompute=p.recompute, micro_batches=p.micro_batches,
+                   overlap=p.overlap)
     value, split = frontier_dp(SplitProblem.root(root), PlanOptions(share_grid=4))
     assert math.isclose(value, reference_split_time(root, split), rel_tol=1e-9)
 
@@ -223,7 +224,7 @@ def memory_cases(draw):
     batch = draw(st.sampled_from([1, 64]))
     p = Problem(g, parse_array(f"{kinds[0]}:1,{kinds[1]}:1", bandwidth_bytes_per_s=1e10), batch=batch,
                 zero_stage=draw(st.sampled_from([0, 1, 2, 3])), recompute=draw(st.booleans()),
-                micro_batches=draw(st.sampled_from([1, 4])) if batch > 1 else 1)
+                micro_batches=draw(st.sampled_from([1, 4])) if batch > 1 else 1, overlap=draw(st.booleans()))
     sp = SplitProblem.root(p)
     _, dp_split = frontier_dp(sp, PlanOptions(share_grid=2))
     need = plan_memory_bytes(sp, dp_split)
@@ -366,7 +367,7 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
     p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"])),
                                devices=data.draw(device_kinds())), batch=4,
                 zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])), recompute=data.draw(st.booleans()),
-                micro_batches=data.draw(st.sampled_from([1, 2, 4])))
+                micro_batches=data.draw(st.sampled_from([1, 2, 4])), overlap=data.draw(st.booleans()))
     plan = data.draw(executor_plans(p))
     step, memory = reference_evaluate(p, plan)
     ev = evaluate(p, plan)
@@ -456,3 +457,19 @@ def test_every_backend_with_a_memory_limit_equals_brute_force(case):
 @given(memory_cases())
 def test_every_backend_with_a_memory_limit_equals_brute_force_200_instances(case):
     _check_backends_with_memory(case)
+
+
+def test_overlap_time_hand_computed_and_its_inverse():
+    """Section 4.2: up to 2/3 of the work hides the weight traffic; the planners' floors invert it."""
+    import numpy as np
+
+    from parplan.costmodel.cost import overlap_time
+    from parplan.solvers.hierarchy import _child_floor
+
+    assert overlap_time(3.0, 5.0, 1.0) == 7.0  # the whole second of weight traffic hides
+    assert overlap_time(3.0, 5.0, 4.0) == 6.0  # 2 of its 4 seconds hide behind the backward
+    assert overlap_time(3.0, 5.0, 0.0) == 8.0  # nothing to hide: compute, then traffic
+    rng = np.random.default_rng(7)
+    work, weight = rng.uniform(0, 10, 500), rng.uniform(0, 5, 500)
+    comm = weight + rng.uniform(0, 5, 500)
+    assert np.allclose(_child_floor(overlap_time(work, comm, weight), comm, weight), work, rtol=1e-12, atol=1e-12)

@@ -205,3 +205,22 @@ def test_precision_sets_element_and_optimizer_bytes_unless_given():
                         (["--precision", "fp32", "--optimizer-bytes", "4"], (4.0, 4.0))):
         p = problem_from_args(parser.parse_args(base + extra))
         assert (p.bytes_per_element, p.optimizer_bytes_per_param) == want, extra
+
+
+@pytest.mark.slow
+def test_overlap_keeps_the_lm_head_on_both_nodes():
+    """Issue 31: on two H100 nodes joined at 50 GB/s, without overlap the fitting plan leaves the
+    LM head to one node (share 0) to dodge its gradient exchange; with it (section 4.2) the head
+    is split like the rest and the step is faster."""
+    from parplan.costmodel.hardware import parse_array
+    from parplan.costmodel.problem import Problem
+    from parplan.models.zoo import get_model
+
+    times, shares = {}, {}
+    for overlap in (False, True):
+        p = Problem(get_model("llama3-8b"), parse_array("examples/two_h100_nodes.toml"), batch=32, overlap=overlap)
+        fit = fit_plan(p, "accpar")
+        head = p.planning.index("lm_head")
+        times[overlap], shares[overlap] = fit.evaluation.step_time_s, fit.plan.splits[""].shares[head]
+    assert shares[False] in (0.0, 1.0) and 0.0 < shares[True] < 1.0
+    assert times[True] < times[False]

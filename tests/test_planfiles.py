@@ -132,7 +132,7 @@ def test_diff_lists_each_differing_cell_and_its_cost(tmp_path, capsys):
     code, out, err = run(capsys, "diff", str(a), str(b))
     assert code == 0, err
     fa, fb = read_plan_file(a), read_plan_file(b)
-    p = Problem(get_model("vgg11"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
+    p = Problem(get_model("vgg11"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64, overlap=True)  # the CLI's default
     differing = [v for v in range(len(fa.nodes))
                  if (fa.plan.root.choices[v], fa.plan.root.shares[v]) != (fb.plan.root.choices[v], fb.plan.root.shares[v])]
     assert f"{len(differing)} cell" in out
@@ -217,3 +217,16 @@ def test_check_plan_fits_names_the_first_difference():
     with pytest.raises(ConfigError, match="order differs at position 1"):
         check_plan_fits(p, swapped, plan, "plan")
     assert read_plan_document(doc, "doc").plan == plan
+
+
+def test_overlap_is_the_cli_default_recorded_and_off_under_compat(tmp_path, capsys):
+    """docs/costmodel.md section 4.2: plan overlaps weight traffic unless told not to or under a
+    published planner's rules; the file records it and evaluate re-prices with it."""
+    path = tmp_path / "p.json"
+    common = ("--model", "vgg11", "--array", "h100:4", "--batch", "64", "--ignore-memory")
+    code, out, err = run(capsys, "plan", *common, "--save", str(path))
+    assert code == 0 and json.loads(path.read_text())["problem"]["overlap"] is True, err
+    code, out2, err = run(capsys, "evaluate", "--plan", str(path), "--overlap", "no")
+    assert code == 0 and _step_ms(out2) > _step_ms(out), err
+    code, _, err = run(capsys, "plan", *common, "--compat", "hypar", "--save", str(path))
+    assert code == 0 and json.loads(path.read_text())["problem"]["overlap"] is False, err

@@ -106,8 +106,8 @@ def test_certify_reports_the_portfolio_and_the_polished_plan(capsys):
     assert c.portfolio_s < c.dp_objective
     assert c.polished_s is not None and c.polished_s <= c.portfolio_s
     assert c.best_s == min(c.polished_s, c.portfolio_s) and not c.contradictions
-    argv = ["certify", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--shares", "half",
-            "--backend", "highs"]
+    argv = ["certify", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--overlap", "no",
+            "--shares", "half", "--backend", "highs"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"polished DP {c.polished_s * 1e3:.9f} ms" in out and "lookahead-levels selected" in out
@@ -123,8 +123,8 @@ def test_plan_polish_flag(capsys):
     p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     expected = evaluate(p, make_plan(p, "accpar-topdown", shares="half", polish=True)).step_time_s
     assert expected < evaluate(p, make_plan(p, "accpar-topdown", shares="half")).step_time_s
-    assert main(["plan", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--planner",
-                 "accpar-topdown", "--shares", "half", "--polish", "--format", "json"]) == 0
+    assert main(["plan", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--overlap", "no",
+                 "--planner", "accpar-topdown", "--shares", "half", "--polish", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(expected, rel=1e-12)
     assert main(["plan", "--model", "lenet", "--array", "h100:2", "--planner", "hypar", "--polish"]) == 2
     assert "does not apply to the communication objective" in capsys.readouterr().err

@@ -56,7 +56,7 @@ def memory_task(model: str, array: str, batch: int, tensor_levels: int | None, t
     from parplan.solvers.megatron import megatron_plan
     from parplan.solvers.planners import make_plan
 
-    p = Problem(get_model(model), parse_array(tree_file or array), batch=batch)
+    p = Problem(get_model(model), parse_array(tree_file or array), batch=batch, overlap=True)  # plan's default
     limits = device_limits(p, None)
     t0 = time.perf_counter()
     free = evaluate(p, make_plan(p, "accpar"))

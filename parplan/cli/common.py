@@ -46,6 +46,9 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
                              "(a node's NVSwitch: a port per device; InfiniBand rails between nodes), 'papers' one "
                              "link per split as AccPar and HyPar price it (the default under --compat; "
                              "docs/costmodel.md section 4)")
+    parser.add_argument("--overlap", default=None, choices=("yes", "no"),
+                        help="weight traffic (gradient exchange, ZeRO-3 gathers) runs alongside compute, as DDP and "
+                             "FSDP run it (docs/costmodel.md section 4.2). Default yes; no under --compat (the papers)")
     parser.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
                         help="training precision: bf16 / fp16 (2-byte weights, gradients, activations; fp32 master "
                              "weights and Adam moments: 12 optimizer bytes per parameter) or fp32 (4 bytes; Adam's "
@@ -98,7 +101,17 @@ def problem_from_args(args: argparse.Namespace):
                    compat=getattr(args, "compat", None),
                    zero_stage=0 if chosen["zero"] == "auto" else chosen["zero"],
                    recompute=chosen["recompute"] is True,
-                   micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"])
+                   micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"],
+                   overlap=overlap_of(args))
+
+
+def overlap_of(args: argparse.Namespace) -> bool:
+    """``--overlap``, or its default: on, except under ``--compat`` (the papers price traffic
+    after compute)."""
+    overlap = getattr(args, "overlap", None)
+    if overlap is None:
+        return getattr(args, "compat", None) is None
+    return overlap in ("yes", True)
 
 
 def fabric_of(args: argparse.Namespace) -> str:

@@ -196,6 +196,8 @@ def _problem_for(args: argparse.Namespace, record: dict):
         zero=getattr(args, "zero", None) if getattr(args, "zero", None) is not None else str(record.get("zero_stage") or 0),
         recompute=getattr(args, "recompute", None) or ("yes" if record.get("recompute") else "no"),
         micro_batches=getattr(args, "micro_batches", None) or record.get("micro_batches") or 1,
+        # files from before overlap priced traffic after compute
+        overlap=getattr(args, "overlap", None) or ("yes" if record.get("overlap", False) else "no"),
     )
     return problem_from_args(ns)
 
@@ -440,6 +442,8 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero", default=None, choices=("0", "1", "2", "3"), help="ZeRO stage (default: the plan's)")
     p.add_argument("--recompute", default=None, choices=("yes", "no"), help="recomputation (default: the plan's)")
     p.add_argument("--micro-batches", default=None, metavar="N", help="micro-batches per step (default: the plan's)")
+    p.add_argument("--overlap", default=None, choices=("yes", "no"),
+                   help="weight traffic alongside compute (default: the plan's)")
     p.add_argument("--share-grid", type=int, default=16, help=argparse.SUPPRESS)
 
 

@@ -115,6 +115,9 @@ class SideSpec:
     #: Ports of the link between the sides (``bytes_per_s`` counts them all; docs/costmodel.md
     #: section 4): an all-reduce's topology is built of single ports.
     ports: int = 1
+    #: Weight traffic (gradient exchange, ZeRO-3 gathers) runs while the side computes
+    #: (docs/costmodel.md section 4.2); False: after it, the papers' setting.
+    overlap: bool = False
 
     @property
     def flops_per_s(self) -> tuple[float, float]:
@@ -410,9 +413,27 @@ class NodeTerms:
     received: tuple[np.ndarray, np.ndarray]  # elements per side
     intra: tuple[np.ndarray, np.ndarray]  # elements per side, part of received
     steps: tuple[np.ndarray, np.ndarray] | None = None  # compute at sub-shares (relaxation only)
+    #: seconds per side: the part of ``comm`` that overlaps the side's work (section 4.2); 0
+    #: without overlap
+    weight: tuple[np.ndarray, np.ndarray] | tuple[float, float] = (0.0, 0.0)
 
     def times(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.compute[0] + self.comm[0], self.compute[1] + self.comm[1]
+        return (overlap_time(self.compute[0], self.comm[0], self.weight[0]),
+                overlap_time(self.compute[1], self.comm[1], self.weight[1]))
+
+
+#: The part of a node's work its weight traffic can hide behind (docs/costmodel.md section
+#: 4.2): the backward, whose backward and gradient products are 4 of a training step's 6 FLOP
+#: units; gradients exist only once it has started.
+OVERLAP_WINDOW = 2.0 / 3.0
+
+
+def overlap_time(work, comm, weight):
+    """A side's time for a node (docs/costmodel.md section 4.2): its work (compute, or the time
+    of the group below), then what it receives, except that up to ``weight`` seconds of that
+    run during the backward part of the work: ``work + comm - min(weight, OVERLAP_WINDOW *
+    work)``. Nondecreasing in ``work``, so a lower bound on the work gives one on the time."""
+    return work + comm - np.minimum(weight, OVERLAP_WINDOW * work)
 
 
 def output_groups(planning, dims: tuple[LayerDims, ...], u: int) -> list[tuple[float, tuple[int, ...]]]:
@@ -473,7 +494,7 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
     if rects:
         hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
         wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
-    received, intra, comm = [], [], []
+    received, intra, comm, weight = [], [], [], []
     for i in (0, 1):
         r = t.intra[i][iu]
         intra.append(r)
@@ -504,10 +525,16 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                         moved = moved + backward_area(wants, m[x], big[0][x], big[1][x], i)
             r = r + size * moved
         received.append(r)
-        comm.append(receive_seconds(side, i, r, t.wintra[i][iu]) + t.extra[iu])
+        if side.overlap:  # the weight traffic is its own message, run alongside the work (section 4.2)
+            w = t.wintra[i][iu]
+            weight.append(receive_seconds(side, i, w, w) + t.extra[iu])
+            comm.append(receive_seconds(side, i, np.maximum(r - w, 0.0)) + weight[i])
+        else:
+            comm.append(receive_seconds(side, i, r, t.wintra[i][iu]) + t.extra[iu])
     compute = (t.compute[0][iu], t.compute[1][iu])
     steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
-    return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps)
+    return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps,
+                     (weight[0], weight[1]) if weight else (0.0, 0.0))
 
 
 def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
@@ -520,7 +547,8 @@ def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
         # each sub-interval max(T_1, T_2) >= max(T_1 at its start, T_2 at its end)
         s1, s2 = terms.steps
         c1, c2 = np.asarray(terms.comm[0])[..., None], np.asarray(terms.comm[1])[..., None]
-        t = np.maximum(s1[..., :-1] + c1, s2[..., 1:] + c2).min(axis=-1)
+        w1, w2 = np.asarray(terms.weight[0])[..., None], np.asarray(terms.weight[1])[..., None]
+        t = np.maximum(overlap_time(s1[..., :-1], c1, w1), overlap_time(s2[..., 1:], c2, w2)).min(axis=-1)
         return floored_time(t, floor)
     t1, t2 = terms.times()
     return floored_time(np.maximum(t1, t2), floor)
@@ -561,6 +589,8 @@ __all__ = [
     "floored_time",
     "intra_elements",
     "receive_seconds",
+    "overlap_time",
+    "OVERLAP_WINDOW",
     "ShareSet",
     "side_dims",
     "share_intervals",

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from parplan.costmodel.cost import Objective, covered_below, scale_for_sides
+from parplan.costmodel.cost import Objective, covered_below, overlap_time, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
@@ -206,7 +206,8 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         s1, s2 = float(tm.comm[0]), float(tm.comm[1])
         i1, i2 = float(tm.intra[0]), float(tm.intra[1])
         r1, r2 = float(tm.received[0]), float(tm.received[1])
-        out[v] = max(t_left[v] + s1, t_right[v] + s2)
+        w1, w2 = float(tm.weight[0]), float(tm.weight[1])
+        out[v] = max(overlap_time(t_left[v], s1, w1), overlap_time(t_right[v], s2, w2))
         rows.append((path, depth, node.name, split.choices[v].value, split.shares[v], t_left[v], t_right[v],
                      i1, i2, r1 - i1, r2 - i2, s1, s2, out[v]))
     return out

@@ -41,7 +41,7 @@ SCHEMA_VERSION = 1
 #: Keys of the "problem" object; ``*_source`` are what the user typed (may be None).
 PROBLEM_KEYS = ("model", "model_source", "array", "array_source", "bandwidth_gb_per_s", "latency_us", "fabric",
                 "devices_file", "devices", "batch", "bytes_per_element", "optimizer_bytes_per_param", "compat",
-                "zero_stage", "recompute", "micro_batches", "nodes")
+                "zero_stage", "recompute", "micro_batches", "overlap", "nodes")
 
 _CHOICES = {c.value: c for c in (*PartitionType, *Layout)}
 
@@ -114,6 +114,7 @@ def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = N
             "zero_stage": problem.zero_stage,
             "recompute": problem.recompute,
             "micro_batches": problem.micro_batches,
+            "overlap": problem.overlap,
             "nodes": nodes,
         },
         "planner": plan.planner,

@@ -66,6 +66,9 @@ class Problem:
     #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4); must
     #: divide the batch.
     micro_batches: int = 1
+    #: Weight traffic (gradient exchange, ZeRO-3 gathers) overlaps compute, as DDP and FSDP run
+    #: it (docs/costmodel.md section 4.2); False (the papers' setting): it follows compute.
+    overlap: bool = False
 
     def __post_init__(self):
         if self.compat not in COMPAT_NAMES:
@@ -91,9 +94,10 @@ class Problem:
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
             raise ConfigError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {self.zero_stage!r})")
         object.__setattr__(self, "zero_stage", int(self.zero_stage))
-        if not isinstance(self.recompute, (bool, np.bool_)):
-            raise ConfigError(f"recompute must be True or False (got {self.recompute!r})")
-        object.__setattr__(self, "recompute", bool(self.recompute))
+        for what in ("recompute", "overlap"):
+            if not isinstance(getattr(self, what), (bool, np.bool_)):
+                raise ConfigError(f"{what} must be True or False (got {getattr(self, what)!r})")
+            object.__setattr__(self, what, bool(getattr(self, what)))
         m = self.micro_batches
         if isinstance(m, np.integer):
             m = int(m)
@@ -131,6 +135,7 @@ class Problem:
             zero_stage=self.zero_stage,
             micro_batches=self.micro_batches,
             ports=group.link.ports,
+            overlap=self.overlap,
             capacity_bytes=(sum(d.memory_bytes for d in group.left.devices()),
                             sum(d.memory_bytes for d in group.right.devices())),
         )

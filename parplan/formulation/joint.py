@@ -51,7 +51,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from parplan.costmodel.cost import (Objective, StateTable, covered_below, cuts_below, node_terms, output_groups,
+from parplan.costmodel.cost import (OVERLAP_WINDOW, Objective, StateTable, covered_below, cuts_below, node_terms, output_groups,
                                     scale_for_sides, share_points)
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.evaluate import evaluate, price_of
@@ -302,8 +302,9 @@ class _Builder:
         return [self.states[self.classes[path[:j]]] for j in range(len(path))]
 
     def comm_costs(self, path: str, u: int) -> tuple[tuple[int, ...], list[np.ndarray]]:
-        """Node ``u``'s cost at group ``path`` over its cells: per side seconds (time) or one
-        array of elements received by both sides (communication)."""
+        """Node ``u``'s cost at group ``path`` over its cells: per side seconds, then per side the
+        seconds of them that overlap work (time), or one array of elements received by both
+        sides (communication)."""
         group = self.groups[path]
         scope = factor_scope(self.pg, u)
         side = self.p.side_spec(group)
@@ -312,7 +313,7 @@ class _Builder:
         leaf_pair = bool(group.left.is_leaf and group.right.is_leaf)
         first, shape = self.cell_set(path, scope)
         k = len(scope)
-        out = [np.zeros(shape) for _ in range(2 if self.time_obj else 1)]
+        out = [np.zeros(shape) for _ in range(4 if self.time_obj else 1)]
         idx = {w: np.arange(len(here[w])).reshape([-1 if j == i else 1 for j in range(k)]) for i, w in enumerate(scope)}
         group_key = (u, self.group_id(group), leaf_pair, tuple(self.axes[w, here_key] for w in scope))
         for prefix, frames in _frames_at(path, scope, self.root, self.path_states(path), self.collective):
@@ -322,9 +323,9 @@ class _Builder:
                                               frames[w].cut) for w in scope}
                 regions = {w: frames[w].region for w in scope}
                 terms = node_terms(tables, side, self.out_groups[u], u, idx, regions, leaf_pair)
-                if self.time_obj:
-                    self.memo[key] = [np.broadcast_to(np.asarray(terms.comm[i], dtype=float), shape[len(prefix):])
-                                      for i in (0, 1)]
+                if self.time_obj:  # each side's comm, then the part of it that overlaps work (section 4.2)
+                    self.memo[key] = [np.broadcast_to(np.asarray(x, dtype=float), shape[len(prefix):])
+                                      for x in (*terms.comm, *terms.weight)]
                 else:
                     both = np.asarray(terms.received[0], dtype=float) + np.asarray(terms.received[1], dtype=float)
                     self.memo[key] = [np.broadcast_to(both, shape[len(prefix):])]
@@ -394,8 +395,16 @@ class _Builder:
                 below = [(j, -c) for j, c in leaf_terms[child, u]]
             else:
                 below = [(self.time_var(child, u), -1.0)]
-            comm = [(first + j, -float(c) * self.scale) for j, c in enumerate(costs[i].ravel()) if c]
-            self.b.constraint("node_time", f"time_{path or 'root'}_{u}_{i}", [(t, 1.0)] + below + comm, ">=", 0.0)
+            # t >= below + comm - min(weight, W below) (docs/costmodel.md section 4.2): two rows,
+            # t >= below + (comm - weight) and t >= (1 - W) below + comm
+            comm, weight = costs[i].ravel(), costs[2 + i].ravel()
+            rest = [(first + j, -float(c - w) * self.scale) for j, (c, w) in enumerate(zip(comm, weight)) if c - w]
+            self.b.constraint("node_time", f"time_{path or 'root'}_{u}_{i}", [(t, 1.0)] + below + rest, ">=", 0.0)
+            if weight.any():
+                whole = [(first + j, -float(c) * self.scale) for j, c in enumerate(comm) if c]
+                part = [(var, a * (1.0 - OVERLAP_WINDOW)) for var, a in below]
+                self.b.constraint("node_time", f"time_{path or 'root'}_{u}_{i}_overlap", [(t, 1.0)] + part + whole,
+                                  ">=", 0.0)
         if path == "":
             self.b.objective(t, 1.0)
 

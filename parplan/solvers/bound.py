@@ -124,11 +124,13 @@ class _Bound:
     def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
         """Each side's seconds for the node's own reduction when both sides have work."""
         size = intra_elements(dims, choice)
-        if self.collective and choice in (PartitionType.BATCH, Layout.ROWS):
-            size = 0.0  # an enclosing split may have paid the all-reduce (covered)
         side = self.sides.get(id(group))
         if side is None:
             side = self.sides[id(group)] = self.problem.side_spec(group)
+        if (self.collective or side.overlap) and choice in (PartitionType.BATCH, Layout.ROWS):
+            # an enclosing split may have paid the all-reduce (covered); with overlap a weight
+            # exchange may hide behind the work below it (section 4.2): 0 stays a bound
+            size = 0.0
         first = receive_seconds(side, 0, size)
         return first, (first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size))
 

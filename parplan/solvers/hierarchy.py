@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from parplan.costmodel.cost import covered_below, scale_for_sides
+from parplan.costmodel.cost import OVERLAP_WINDOW, covered_below, overlap_time, scale_for_sides
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -40,6 +40,15 @@ def child_dims(dims: tuple[LayerDims, ...], split: Split) -> tuple[tuple[LayerDi
     """The dims left to each side by a split."""
     pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+def _child_floor(floor, comm, weight):
+    """The time a half's node may take without its side's time exceeding ``floor``: the
+    inverse of :func:`~parplan.costmodel.cost.overlap_time` (0 where the side's own traffic
+    already reaches ``floor``)."""
+    past_window = floor - comm + weight  # work beyond weight / OVERLAP_WINDOW: all the weight hidden
+    inside = (floor - comm) / (1.0 - OVERLAP_WINDOW)  # work within it: a part of the weight hidden
+    return np.where(floor < comm, 0.0, np.where(past_window * OVERLAP_WINDOW >= weight, past_window, inside))
 
 
 def plan_top_down(
@@ -93,30 +102,34 @@ def plan_top_down(
         cuts = sp.child_cuts(split)
         terms = split_terms(sp, split.choices, split.shares)
         comm = np.array([[float(t.comm[0]), float(t.comm[1])] for t in terms]).reshape(len(dims), 2)
+        weight = np.array([[float(t.weight[0]), float(t.weight[1])] for t in terms]).reshape(len(dims), 2)
         est = [np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
                for h, ds in ((group.left, left), (group.right, right))]
         halves = [(group.left, left, "L", reg_left), (group.right, right, "R", reg_right)]
         out: dict[str, Split] = {"": split}
         same_frames = problem.compat == "accpar-code" or translates(pg.succs, reg_left, reg_right)
         if sig(group.left) == sig(group.right) and left == right and same_frames:
-            f = np.maximum(floor - comm[:, 0], 0.0) if use_floors else floor * 0
+            f = _child_floor(floor, comm[:, 0], weight[:, 0]) if use_floors else floor * 0
             t, sub = rec(group.left, left, f, below, path + "L", reg_left, cuts)
             for key in ("L", "R"):
                 out.update({key + k: v for k, v in sub.items()})
-            times = t + comm.max(axis=1)
+            times = np.maximum(overlap_time(t, comm[:, 0], weight[:, 0]), overlap_time(t, comm[:, 1], weight[:, 1]))
             return np.maximum(times, floor) if use_floors else times, out
         # plan the half expected to be slower first
-        first = 0 if (est[0] + comm[:, 0]).sum() >= (est[1] + comm[:, 1]).sum() else 1
+        first = 0 if overlap_time(est[0], comm[:, 0], weight[:, 0]).sum() >= overlap_time(
+            est[1], comm[:, 1], weight[:, 1]).sum() else 1
         second = 1 - first
         actual: list[np.ndarray | None] = [None, None]
         for i, other_time in ((first, est[second]), (second, None)):
             j = 1 - i
             sibling = other_time if other_time is not None else actual[j]
-            f = np.maximum(np.maximum(floor, sibling + comm[:, j]) - comm[:, i], 0.0) if use_floors else floor * 0
+            f = _child_floor(np.maximum(floor, overlap_time(sibling, comm[:, j], weight[:, j])), comm[:, i],
+                             weight[:, i]) if use_floors else floor * 0
             h, ds, key, regs = halves[i]
             actual[i], sub = rec(h, ds, f, below, path + key, regs, cuts)
             out.update({key + k: v for k, v in sub.items()})
-        times = np.maximum(actual[0] + comm[:, 0], actual[1] + comm[:, 1])
+        times = np.maximum(overlap_time(actual[0], comm[:, 0], weight[:, 0]),
+                           overlap_time(actual[1], comm[:, 1], weight[:, 1]))
         return times, out
 
     _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes), "", None)
