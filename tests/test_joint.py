@@ -164,16 +164,6 @@ def interchangeable(draw):
     return p, Plan(splits, planner="random")
 
 
-def _mlp(widths):
-    from parplan.costmodel.graph import Graph, Linear, Shape
-
-    layers, src = [], "input"
-    for i, w in enumerate(widths[1:]):
-        layers.append(Linear(f"fc{i}", (src,), out_features=w, bias=False))
-        src = f"fc{i}"
-    return Graph("mlp", Shape(widths[0]), tuple(layers))
-
-
 @pytest.mark.parametrize("widths, array, batch", [((1024, 4096, 512), "h100:4", 64),
                                                   ((256, 2048, 2048, 64), "h100:1,a100:2", 512),
                                                   ((4096, 4096), "h100:2", 8)])
@@ -181,7 +171,9 @@ def test_joint_with_overlap_equals_brute_force_and_prices_every_plan(widths, arr
     """Section 4.2 in the joint MIP: each side's time is two rows (t >= below + rest, t >= all
     its traffic); its optimum is brute force's over every plan, priced by the evaluator, and
     the evaluator's times of any plan satisfy every row."""
-    p = Problem(_mlp(widths), parse_array(array, bandwidth_bytes_per_s=10e9, latency_s=1e-6), batch=batch,
+    from test_costmodel import _chain
+
+    p = Problem(_chain(widths), parse_array(array, bandwidth_bytes_per_s=10e9, latency_s=1e-6), batch=batch,
                 overlap=True)
     options = PlanOptions(shares=ShareMode.HALF)
     _, best = brute_force_global(p, options)
