@@ -104,6 +104,10 @@ def test_edge_list_file(tmp_path):
     bad.write_text("0 1\n1 2 fast\n")
     with pytest.raises(ConfigError, match=r"topology file '.*bad.txt' line 2: bandwidth and latency must be numbers"):
         from_edge_list(bad)
+    for line in ("0 1 10 nan", "0 1 inf", "0 1 0"):
+        bad.write_text(line + "\n")
+        with pytest.raises(ConfigError, match="need a finite GB/s > 0 and a finite latency_us >= 0"):
+            from_edge_list(bad)
     apart = tmp_path / "apart.txt"
     apart.write_text("0 1\n2 3\n")
     with pytest.raises(ConfigError, match="the network is not connected"):

@@ -131,3 +131,16 @@ def test_tree_files_take_ports_and_device_files_take_a_fabric(tmp_path):
         dev.write_text(base + bad + "\n")
         with pytest.raises(HardwareError, match=message):
             load_devices(dev)
+
+
+def test_bad_device_names_and_collectives_are_one_clear_error(tmp_path):
+    from parplan.costmodel.collective import parse_collective
+
+    figures = "flops_per_s=1e12\nmemory_bytes=1e9\nmemory_bytes_per_s=1e9\nlink_bytes_per_s=1e9\nlink_latency_s=0\n"
+    for name in ('""', '"a b"', '"x:2"'):
+        path = tmp_path / "d.toml"
+        path.write_text(f"[{name}]\n{figures}")
+        with pytest.raises(HardwareError, match="must be non-empty, without spaces"):
+            load_devices(path)
+    with pytest.raises(HardwareError, match="collective must be a string"):
+        parse_collective(None)

@@ -338,8 +338,9 @@ def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, l
             raise ConfigError(
                 f"topology file '{path}' line {lineno}: bandwidth and latency must be numbers (got {line!r})"
             ) from None
-        if not bw > 0 or lat < 0:
-            raise ConfigError(f"topology file '{path}' line {lineno}: need GB/s > 0 and latency_us >= 0 (got {line!r})")
+        if not (math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0):  # NaN fails every comparison
+            raise ConfigError(f"topology file '{path}' line {lineno}: need a finite GB/s > 0 and a finite "
+                              f"latency_us >= 0 (got {line!r})")
         if parts[0] == parts[1]:
             raise ConfigError(f"topology file '{path}' line {lineno}: self-loop {parts[0]} -- {parts[1]}")
         edges.append((parts[0], parts[1], bw, lat))

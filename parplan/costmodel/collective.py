@@ -48,6 +48,8 @@ def parse_collective(text: str) -> Collective:
     """``ALGORITHM:TOPOLOGY[:PORTS]``, e.g. ``multitree:torus``, ``ring:ring``, ``multitree:torus:4``."""
     from parplan.collectives.allreduce import Algorithm
 
+    if not isinstance(text, str):
+        raise HardwareError(f"collective must be a string like 'multitree:torus' (got {text!r})")
     parts = [p.strip().lower() for p in text.split(":")]
     if len(parts) not in (2, 3):
         raise HardwareError(

@@ -277,6 +277,10 @@ def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
         for name, entry in user.items():
             if not isinstance(entry, dict):
                 raise HardwareError(f"device file '{path}': '{name}' must be a table of figures ([{name}] ...)")
+        for name in user:
+            if not name.strip() or any(c in name for c in ":,@ \t"):
+                raise HardwareError(f"device file '{path}': device name {name!r} must be non-empty, without spaces "
+                                    "or any of ':,@' (it is written in arrays as NAME:COUNT)")
         kinds.update({name.lower(): _check_kind(name.lower(), e) for name, e in user.items()})
     return kinds
 
