@@ -52,8 +52,10 @@ def _parse(spec: str):
     return source, name, overrides, seq
 
 
-def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, steps: int = 10) -> dict:
-    """Median forward + backward and optimizer-update seconds of ``spec`` at ``batch``."""
+def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, steps: int = 10,
+                 compile: bool = False) -> dict:
+    """Median forward + backward and optimizer-update seconds of ``spec`` at ``batch``;
+    ``compile``: through ``torch.compile`` (fused element-wise ops), else eager."""
     import torch
 
     source, name, overrides, seq = _parse(spec)
@@ -76,6 +78,8 @@ def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, s
         x = x.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5, fused=device != "cpu")
+    if compile:
+        model = torch.compile(model)
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
 
     def output():
@@ -98,6 +102,7 @@ def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, s
             fwd_bwd.append(t1 - t)
             update.append(time.perf_counter() - t1)
     out = {"model": spec, "batch": batch, "params": sum(p.numel() for p in params), "dtype": str(dtype).split(".")[-1],
+           "mode": "compiled" if compile else "eager",
            "fwd_bwd_ms": statistics.median(fwd_bwd) * 1e3, "optimizer_ms": statistics.median(update) * 1e3,
            "device": torch.cuda.get_device_name() if device != "cpu" else "cpu", "torch": torch.__version__}
     del model, opt, params, x, grad
@@ -129,20 +134,21 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="CSV to write")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--cases", default=None, help="comma-separated case numbers (default: all)")
+    parser.add_argument("--compile", action="store_true", help="run the models through torch.compile")
     args = parser.parse_args(argv)
     cases = STEP_CASES if args.cases is None else [STEP_CASES[int(i)] for i in args.cases.split(",")]
     rows = []
     for spec, batch in cases:
         try:
-            rows.append(measure_step(spec, batch, args.device))
+            rows.append(measure_step(spec, batch, args.device, compile=args.compile))
             print(f"{spec} b{batch}: {rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, {rows[-1]['optimizer_ms']:.2f} ms update",
                   file=sys.stderr, flush=True)
         except Exception as e:  # one case failing leaves the others measured
             print(f"{spec} b{batch}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["model"])
-        w.writeheader()
-        w.writerows(rows)
+        with open(args.out, "w", newline="") as f:  # after every case: a run cut short keeps what it measured
+            w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["model"])
+            w.writeheader()
+            w.writerows(rows)
     return 0 if rows else 1
 
 
