@@ -1018,11 +1018,17 @@ def load_external(spec) -> Graph | None:
 
     module_spec = importlib.util.spec_from_file_location(f"parplan_user_model_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)  # the user's own file, named on the command line
+    try:
+        module_spec.loader.exec_module(module)  # the user's own file, named on the command line
+    except Exception as exc:  # the user's code: one line saying what and where, no traceback
+        raise ConfigError(f"model '{text}': importing '{path}' failed: {_user_error(exc)}") from None
     build = getattr(module, factory, None)
     if not callable(build):
         raise ConfigError(f"model '{text}': '{path}' has no function '{factory}'")
-    result = build()
+    try:
+        result = build()
+    except Exception as exc:
+        raise ConfigError(f"model '{text}': {factory}() raised {_user_error(exc)}") from None
     if isinstance(result, Graph):
         return result
     if isinstance(result, tuple) and len(result) == 2:
@@ -1032,6 +1038,20 @@ def load_external(spec) -> Graph | None:
         f"model '{text}': {factory}() must return a parplan Graph or an (nn.Module, input_shape) pair "
         f"(got {type(result).__name__})"
     )
+
+
+def _user_error(exc: BaseException) -> str:
+    """One line for an error raised by a user's model file: its type, message and line."""
+    import traceback
+
+    if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("torch", "torchvision", "transformers"):
+        return f"it imports {exc.name}, which is not installed (pip install -e \".[torch]\")"
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError at line {exc.lineno}: {exc.msg}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (line {frames[-1].lineno} of {frames[-1].filename})" if frames else ""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}{where}"
 
 
 def from_torch(model, input_shape=None, name=None, *, integer_input=None, capture="auto", kwargs=None):

@@ -45,6 +45,12 @@ def load_hub(spec: str) -> Graph | None:
     if prefix not in HUB_PREFIXES:
         return None
     name, options = _parse(text[3:], text)
+    try:
+        import torch  # noqa: F401  (the libraries build their models with it)
+    except ImportError:
+        extra = "hf" if prefix == "hf:" else "vision"
+        raise ConfigError(f"model '{text}' is built with torch, which is not installed: "
+                          f'pip install -e ".[{extra}]"') from None
     from parplan.models.importers import from_torch
 
     if prefix == "hf:":
