@@ -473,3 +473,14 @@ def test_overlap_time_hand_computed_and_its_inverse():
     work, weight = rng.uniform(0, 10, 500), rng.uniform(0, 5, 500)
     comm = weight + rng.uniform(0, 5, 500)
     assert np.allclose(_child_floor(overlap_time(work, comm, weight), comm, weight), work, rtol=1e-12, atol=1e-12)
+
+
+def test_problems_and_evaluations_have_one_line_reprs():
+    """Issue 36: a Problem's dataclass repr listed every layer and device (6,244 characters)."""
+    p = Problem(get_model("vgg16"), parse_array("tpu-v2:2,tpu-v3:2"), batch=512, zero_stage=1, overlap=True)
+    text = repr(p)
+    assert text.startswith("Problem('vgg16': ") and "zero_stage=1" in text and "overlap=True" in text
+    assert "micro_batches" not in text and len(text) < 300 and "\n" not in text
+    ev = evaluate(p, Plan({k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes))
+                           for k in ("", "L", "R")}))
+    assert repr(ev).startswith("Evaluation(step_time_s=") and len(repr(ev)) < 300

@@ -59,6 +59,12 @@ class Evaluation:
     leaf_compute_s: tuple[float, ...]  # per node: the slowest device's compute time
     device_memory_bytes: Mapping[str, float]
 
+    def __repr__(self) -> str:
+        """One line; ``rows`` and ``breakdown`` hold the details."""
+        return (f"Evaluation(step_time_s={self.step_time_s:.6g}, nodes={len(self.node_time_s)}, "
+                f"communication_bytes={self.communication_bytes:.6g}, devices={len(self.device_memory_bytes)}, "
+                f"peak_memory_bytes={self.peak_memory_bytes:.6g})")
+
     @cached_property
     def breakdown(self) -> pd.DataFrame:
         """One row per (split, node): shares, child times, elements received, times (a pandas

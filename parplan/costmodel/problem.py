@@ -70,6 +70,17 @@ class Problem:
     #: it (docs/costmodel.md section 4.2); False (the papers' setting): it follows compute.
     overlap: bool = False
 
+    def __repr__(self) -> str:
+        """One line (the full dataclass repr lists every layer and device: thousands of characters)."""
+        settings = [f"bytes_per_element={self.bytes_per_element:g}",
+                    f"optimizer_bytes_per_param={self.optimizer_bytes_per_param:g}"]
+        for name, default in (("compat", None), ("zero_stage", 0), ("recompute", False), ("micro_batches", 1),
+                              ("overlap", False)):
+            if getattr(self, name) != default:
+                settings.append(f"{name}={getattr(self, name)!r}")
+        return (f"Problem({self.graph.name!r}: {len(self.graph.layers)} layers, array {self.array.describe()!r}: "
+                f"{self.array.count} devices, batch={self.batch}, {', '.join(settings)})")
+
     def __post_init__(self):
         if self.compat not in COMPAT_NAMES:
             raise ConfigError(f"compat must be one of {', '.join(repr(c) for c in COMPAT_NAMES)} (got {self.compat!r})")
