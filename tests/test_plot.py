@@ -79,3 +79,25 @@ def test_cli_plan_gpt2_medium_with_plot(tmp_path, monkeypatch, capsys):
     assert out.startswith("gpt2-medium on a100:2,h100:2 (4 devices, 2 levels), batch 8, planner accpar")
     assert f"wrote {png}" in err
     assert png.read_bytes().startswith(PNG)
+
+
+def test_the_table_says_which_half_takes_a_layer_left_whole():
+    """Issue 36: a BATCH split at share 0 read as a batch split; the column is the left half's
+    share, a layer left to one half says which, and long layer names are not cut at 24."""
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.costmodel.graph import Graph, Linear, Shape
+    from parplan.costmodel.hardware import parse_array
+    from parplan.costmodel.layout import PartitionType
+    from parplan.costmodel.problem import Plan, Problem, Split
+    from parplan.reporting.report import plan_report
+
+    long = "transformer.h.11.attn.c_proj_with_a_long_name"
+    g = Graph("three", Shape(64), (Linear("fc0", ("input",), out_features=64), Linear(long, ("fc0",), out_features=64),
+                                   Linear("fc2", (long,), out_features=8)))
+    p = Problem(g, parse_array("h100:2"), batch=16)
+    b = PartitionType.BATCH
+    plan = Plan({"": Split((b, b, b), (0.0, 1.0, 0.5))})
+    text = plan_report(p, plan, evaluate(p, plan), evaluate(p, plan)).text()
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("fc", "transformer"))}
+    assert rows["fc0"][2] == "right" and rows[long][2] == "left" and rows["fc2"][2] == "batch"
+    assert any(line.split()[:4] == ["layer", "kind", "type", "left"] for line in text.splitlines())

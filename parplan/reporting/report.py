@@ -150,17 +150,24 @@ class PlanReport:
         tu, tf = time_unit(max(max(r["time_s"], r["compute_s"]) for r in frame))
         bu, bf = byte_unit(max(max(r["intra_bytes"], r["transition_bytes"]) for r in frame))
         levels = p.array.depth
+        width = max(24, min(64, max((len(r["layer"]) for r in frame), default=0)))  # whole names, up to 64
+
+        def kind_of(r) -> str:
+            # a split that leaves a layer to one half is not a batch (or any) split of it
+            if r["type"] == "-":  # one device: no split
+                return "-"
+            return "right" if r["share"] == 0.0 else "left" if r["share"] == 1.0 else r["type"]
         lines = [
             f"{p.graph.name} on {p.array.describe()} ({p.array.count} device{'s' * (p.array.count != 1)}, "
             f"{levels} level{'s' * (levels != 1)}), batch {p.batch}, planner {self.plan.planner}"
             + (f" ({opts})" if opts else ""),
             "",
-            f"{'layer':<24} {'kind':<4} {'type':<6} {'share':>6} {'compute ' + tu:>11} {'comm ' + tu:>9} "
+            f"{'layer':<{width}} {'kind':<4} {'type':<6} {'left':>6} {'compute ' + tu:>11} {'comm ' + tu:>9} "
             f"{'intra ' + bu:>10} {'trans ' + bu:>10} {'time ' + tu:>9}",
         ]
         for r in frame:
             lines.append(
-                f"{r['layer'][:24]:<24} {r['kind']:<4} {r['type']:<6} {r['share']:>6.3f} {r['compute_s'] * tf:>11.3f} "
+                f"{r['layer'][:width]:<{width}} {r['kind']:<4} {kind_of(r):<6} {r['share']:>6.3f} {r['compute_s'] * tf:>11.3f} "
                 f"{r['communication_s'] * tf:>9.3f} {r['intra_bytes'] * bf:>10.2f} {r['transition_bytes'] * bf:>10.2f} "
                 f"{r['time_s'] * tf:>9.3f}"
             )
