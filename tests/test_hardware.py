@@ -144,3 +144,10 @@ def test_bad_device_names_and_collectives_are_one_clear_error(tmp_path):
             load_devices(path)
     with pytest.raises(HardwareError, match="collective must be a string"):
         parse_collective(None)
+
+
+def test_machine_names_count_nodes():
+    """``dgx-h100:N`` is N nodes of 8 H100s (issue 31's built-in machines)."""
+    assert _links("dgx-h100:2") == _links("h100:16")
+    assert parse_array("dgx-a100:3").count == 24 and parse_array("hgx-h200:1").describe() == "h200:8"
+    assert parse_array("DGX-H100:1,tpu-v3:8").count == 16

@@ -397,6 +397,7 @@ def parse_array(
             raise HardwareError(f"array part '{part.strip()}': count must be an integer, as in 'h100:8'") from None
         if n <= 0:
             raise HardwareError(f"array part '{part.strip()}': count must be > 0 (got {n})")
+        name, n = _machine(name.strip().lower(), n, kinds, part.strip())
         total += n
         if total > MAX_DEVICES:
             raise HardwareError(
@@ -404,6 +405,21 @@ def parse_array(
                 f"(planning time grows with the device count: about 8 s per 1,000 devices for a small model)")
         groups.append(devices_of(_kind(name, kinds), n, bandwidth_bytes_per_s, latency_s, fabric))
     return balanced(groups, bandwidth_bytes_per_s, latency_s)
+
+
+#: Machines by name (``dgx-h100:4`` = 4 nodes): a device kind with switched nodes, counted in
+#: nodes of its ``switch_devices`` (docs/formats.md).
+MACHINES = {"dgx-a100": "a100", "dgx-h100": "h100", "hgx-h200": "h200"}
+
+
+def _machine(name: str, count: int, kinds, part: str) -> tuple[str, int]:
+    """(device kind, devices) of an array part: a machine name counts nodes, a kind devices."""
+    if name not in MACHINES:
+        return name, count
+    kind = _kind(MACHINES[name], kinds)
+    if not kind.switch_devices:
+        raise HardwareError(f"array part '{part}': '{kind.name}' has no switched nodes (switch_devices) to count")
+    return kind.name, count * kind.switch_devices
 
 
 #: Deepest array tree a file may describe.
