@@ -53,8 +53,11 @@ def test_fit_recovers_the_figures_that_made_the_times(e, e_conv, e_att, m, t0):
     for got, want in ((fit.efficiency, e), (fit.conv_efficiency, e_conv), (fit.attention_efficiency, e_att),
                       (fit.memory_efficiency, m)):
         assert math.isclose(got, want, rel_tol=0.01), (got, want)
-    if any(_roof(m.flops, m.bytes_, dev, KINDS[m.op], m.kernels) == m.kernels * t0 > 0 for m in ms):
-        assert math.isclose(fit.kernel_overhead_s, t0, rel_tol=0.02)  # a measurement sat on the launch roof
+    if t0 > 0:  # the 16-wide ops sit on the launch roof: it is measured, and recovered
+        assert any(_roof(m.flops, m.bytes_, dev, KINDS[m.op], m.kernels) == m.kernels * t0 for m in ms)
+        assert math.isclose(fit.kernel_overhead_s, t0, rel_tol=0.02)
+    else:  # no roof in the times: any t0 under every op's own time fits them, none above
+        assert all(m.kernels * fit.kernel_overhead_s <= m.seconds * 1.01 for m in ms)
     assert all(err < 0.01 for err in fit.errors.values()), fit.errors
 
 

@@ -80,7 +80,7 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
         measured: str | None = None) -> pd.DataFrame:
     """Run the benchmark; write calibration.csv / .png / .md. Columns: model, batch, measured_ms,
     datasheet_ms / datasheet_ratio (the built-in kind), calibrated_ms / calibrated_ratio."""
-    from parplan.calibration.fit import Measurement, fit_device
+    from parplan.calibration.fit import Measurement, predict_seconds
 
     out = out_dir_path(out_dir)
     src = _measured_dir(measured)
@@ -99,8 +99,8 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
     k = load_devices(device_file)[kind]
     ms = [Measurement(r.op, r.shape, r.flops, r.bytes, int(r.kernels), r.measured_ms / 1e3)
           for r in ops.itertuples() if r.op != "allreduce"]
-    refit = fit_device(ms, k.flops_per_s, k.memory_bytes_per_s)
-    ops = ops[ops.op != "allreduce"].assign(ratio=[refit.predict(m) / m.seconds for m in ms])
+    device = k.as_device()  # the recorded device file's figures, as --devices prices them
+    ops = ops[ops.op != "allreduce"].assign(ratio=[predict_seconds(m, device) / m.seconds for m in ms])
     per_op = ops.assign(err=(ops.ratio - 1).abs()).groupby("op", sort=False).err.agg(["median", "max", "count"])
     tasks = [Task(f"{r.model} b{r.batch} ({r.mode})", step_task,
                   dict(model=r.model, batch=int(r.batch), measured_ms=float(r.fwd_bwd_ms), device_file=str(device_file),

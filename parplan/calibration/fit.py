@@ -72,8 +72,13 @@ class DeviceFit:
 
     def predict(self, m: Measurement) -> float:
         """Section 5's time of measurement ``m`` on the fitted device."""
-        kind = {"conv": "conv", "attention": "attention"}.get(m.op, "gemm")
-        return roofline_seconds(m.flops, m.bytes_, self.device(), kind, m.kernels)
+        return predict_seconds(m, self.device())
+
+
+def predict_seconds(m: Measurement, device: Device) -> float:
+    """Section 5's time of measurement ``m`` on ``device`` (the product's roofline)."""
+    kind = {"conv": "conv", "attention": "attention"}.get(m.op, "gemm")
+    return roofline_seconds(m.flops, m.bytes_, device, kind, m.kernels)
 
 
 def _search(loss, grid: np.ndarray = _GRID, hi: float = 1.0) -> float:
@@ -186,4 +191,4 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-__all__ = ["Measurement", "DeviceFit", "fit_device", "fit_link", "device_file_text", "OP_FIGURE"]
+__all__ = ["Measurement", "DeviceFit", "fit_device", "predict_seconds", "fit_link", "device_file_text", "OP_FIGURE"]

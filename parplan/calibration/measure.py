@@ -12,13 +12,13 @@ accumulation kernel). A time is the median of 5 trials, each long enough to hide
 from __future__ import annotations
 
 import platform
-import socket
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
 from parplan.calibration.fit import Measurement
+from parplan.costmodel.dims import WEIGHTED_TRAFFIC, LayerDims
+from parplan.costmodel.graph import Activation, Attention, Shape
 from parplan.errors import ConfigError
 
 #: Shapes measured per op class: (M, K, N) products, (batch, channels, height = width)
@@ -132,8 +132,15 @@ def time_step(step, sync, min_seconds: float, trials: int = 5) -> float:
     return statistics.median(samples)
 
 
+def _weighted(dims: LayerDims, bpe: int) -> tuple[float, float]:
+    """(FLOPs, HBM bytes) of one training step of a weighted layer, by the cost model's rules
+    (:attr:`LayerDims.flops`, section 5's ``3 (|F_in| + |W| + |F_out|)``)."""
+    return dims.flops, WEIGHTED_TRAFFIC * (dims.in_elements + dims.weight_elements + dims.out_elements) * bpe
+
+
 def _steps(torch, op: str, shape: tuple, h: Host):
-    """(training step of ``op`` at ``shape``, model FLOPs, model bytes, kernels)."""
+    """(training step of ``op`` at ``shape``, model FLOPs, model bytes, kernels): the counts are
+    the cost model's own (:class:`LayerDims`, the graph layers' ``training_cost``)."""
     import torch.nn.functional as F
 
     dev, dt, bpe = torch.device(h.device), _dtype(torch, h.dtype), h.bytes_per_element
@@ -144,27 +151,29 @@ def _steps(torch, op: str, shape: tuple, h: Host):
     if op == "linear":
         m, k, n = shape
         x, w, g = rand(m, k), rand(n, k), rand(m, n, grad=False)
-        return (lambda: torch.autograd.grad(F.linear(x, w), (x, w), g)), 6.0 * m * k * n, 3.0 * (m * k + k * n + m * n) * bpe, 3
+        flops, bytes_ = _weighted(LayerDims(m, k, n, 1, 1, 1), bpe)
+        return (lambda: torch.autograd.grad(F.linear(x, w), (x, w), g)), flops, bytes_, 3
     if op == "conv":
         b, c, hw = shape
         fmt = torch.channels_last if h.device != "cpu" else torch.contiguous_format
         x = torch.randn(b, c, hw, hw, device=dev, dtype=dt).to(memory_format=fmt).requires_grad_(True)
         w = torch.randn(c, c, 3, 3, device=dev, dtype=dt).to(memory_format=fmt).requires_grad_(True)
         g = torch.randn(b, c, hw, hw, device=dev, dtype=dt).to(memory_format=fmt)
-        act = b * c * hw * hw
-        return ((lambda: torch.autograd.grad(F.conv2d(x, w, padding=1), (x, w), g)), 6.0 * act * c * 9,
-                3.0 * (2 * act + 9 * c * c) * bpe, 3)
+        flops, bytes_ = _weighted(LayerDims(b, c, c, hw * hw, hw * hw, 9), bpe)
+        return (lambda: torch.autograd.grad(F.conv2d(x, w, padding=1), (x, w), g)), flops, bytes_, 3
     if op == "attention":
         b, s, heads, d = shape
         q, k, v, g = rand(b, heads, s, d), rand(b, heads, s, d), rand(b, heads, s, d), rand(b, heads, s, d, grad=False)
-        # graph.Attention's rules: 12 B S^2 h d FLOPs; 2 (Q + K + V + O) elements moved
+        core = Attention("core", ("input",), heads=heads)
+        flops, traffic, _ = core.training_cost([Shape(3 * heads * d, s)], Shape(heads * d, s))
         return ((lambda: torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), g)),
-                12.0 * b * s * s * heads * d, 2.0 * 4 * b * s * heads * d * bpe, 2)
+                b * flops, b * traffic * bpe, 2)
     if op == "memory":
         (n,) = shape
         x, g = rand(n), rand(n, grad=False)
-        # forward reads x and writes y, backward reads dy and writes dx: 2 (in + out) elements
-        return (lambda: torch.autograd.grad(x * 1.5, (x,), g)), 0.0, 4.0 * n * bpe, 2
+        # an element-wise layer's rule: forward reads x and writes y, backward reads dy and writes dx
+        flops, traffic, _ = Activation("scale", ("input",), "relu").training_cost([Shape(n)], Shape(n))
+        return (lambda: torch.autograd.grad(x * 1.5, (x,), g)), flops, traffic * bpe, 2
     raise ConfigError(f"unknown op class {op!r}; valid: {', '.join(OPS)}")
 
 
@@ -199,12 +208,6 @@ def measure_ops(h: Host, scope: str = "full", ops=OPS, progress=None) -> list[Me
                     torch.cuda.empty_cache()
             out.append(Measurement(op, "x".join(map(str, shape)), flops, bytes_, kernels, seconds))
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _allreduce_worker(rank: int, world: int, port: int, backend: str, sizes: list[int], min_seconds: float,
@@ -265,7 +268,9 @@ def measure_allreduce(processes: int, device: str, scope: str = "full", progress
         progress(f"allreduce: {len(sizes)} sizes over {processes} processes ({backend})")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    args = (processes, _free_port(), backend, sizes, 0.05 if scope == "full" else 0.005, results)
+    from parplan.executor.launch import free_port
+
+    args = (processes, free_port(), backend, sizes, 0.05 if scope == "full" else 0.005, results)
     procs = [ctx.Process(target=_allreduce_worker, args=(r, *args), daemon=True) for r in range(processes)]
     for p in procs:
         p.start()
@@ -282,9 +287,5 @@ def measure_allreduce(processes: int, device: str, scope: str = "full", progress
     return [Measurement("allreduce", f"{n}", 0.0, float(n), 2 * (processes - 1), t) for n, t in zip(sizes, value)]
 
 
-def python_info() -> str:
-    return f"Python {sys.version.split()[0]}"
-
-
 __all__ = ["Host", "host", "measure_ops", "measure_allreduce", "time_step", "SHAPES", "OPS", "DTYPES",
-           "require_torch", "python_info"]
+           "require_torch"]

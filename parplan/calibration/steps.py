@@ -38,42 +38,29 @@ STEP_CASES = (
 )
 
 
-def _parse(spec: str):
-    """(source, name, overrides, seq) of an ``hf:`` or ``tv:`` spec."""
-    source, _, rest = spec.partition(":")
-    name, *pairs = rest.split(",")
-    overrides, seq = {}, None
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        if key == "seq":
-            seq = int(value)
-        else:
-            overrides[key] = int(value) if value.lstrip("-").isdigit() else value
-    return source, name, overrides, seq
-
-
 def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, steps: int = 10,
                  compile: bool = False) -> dict:
     """Median forward + backward and optimizer-update seconds of ``spec`` at ``batch``;
     ``compile``: through ``torch.compile`` (fused element-wise ops), else eager."""
     import torch
 
-    source, name, overrides, seq = _parse(spec)
+    from parplan.models.importers.hub import parse_spec
+
+    source, name, overrides = parse_spec(spec)  # hf: or tv: (anything else is refused there)
+    seq = overrides.pop("seq", None)
     dtype = torch.bfloat16 if device != "cpu" else torch.float32
-    if source == "hf":
+    if source == "hf:":
         from parplan.models.importers.hub import hf_model
 
         model, seq = hf_model(name, overrides, seq, device="cpu")
         x = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
-    elif source == "tv":
+    else:
         from parplan.models.importers.hub import import_torchvision
 
         model = import_torchvision().models.get_model(name, weights=None)
         x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
-    else:
-        raise ConfigError(f"step cases take hf: or tv: specs (got {spec!r})")
     model = model.to(device=device, dtype=dtype).train()
-    if source == "tv" and device != "cpu":
+    if source == "tv:" and device != "cpu":
         model = model.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
     params = [p for p in model.parameters() if p.requires_grad]

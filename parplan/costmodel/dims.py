@@ -101,6 +101,20 @@ def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: s
     return max(t, kernels * device.kernel_overhead_s) if kernels and (flops > 0 or traffic_bytes > 0) else t
 
 
+def op_seconds(op: ElementOp, size: float, device: Device, bytes_per_element: float, micro_batches: int = 1,
+               recompute: bool = False) -> float:
+    """Training time of element-wise op ``op`` on ``size`` units of what it is counted per
+    (docs/costmodel.md section 5): its roofline with a forward and a backward kernel per
+    micro-batch, and its forward again under recomputation (a third of its FLOPs, half its
+    traffic, one kernel per micro-batch; section 6.3)."""
+    kind = op.kind or "gemm"
+    t = roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * micro_batches)
+    if recompute:
+        t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
+                              * bytes_per_element, device, kind, micro_batches)
+    return t
+
+
 @dataclass(frozen=True)
 class LayerDims:
     """Sizes of one layer (or one join) at one level of the hierarchy; floats because shares scale them.
@@ -201,12 +215,8 @@ class LayerDims:
                 t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device, kind, m)
         for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
             if size > 0:
-                for op in ops:  # forward and backward: 2 kernels per micro-batch
-                    kind = op.kind or "gemm"
-                    t += roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * m)
-                    if self.recompute:  # an op's forward: a third of its FLOPs, half its traffic (section 6.3)
-                        t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
-                                              * bytes_per_element, device, kind, m)
+                for op in ops:
+                    t += op_seconds(op, size, device, bytes_per_element, m, self.recompute)
         return t
 
     def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
@@ -318,4 +328,4 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
 
 
 __all__ = ["Device", "ElementOp", "INPUT", "LayerDims", "LayerProfile", "WEIGHTED_TRAFFIC", "element_op", "lookups_read",
-           "layer_dims", "layer_profiles", "roofline_seconds"]
+           "layer_dims", "layer_profiles", "roofline_seconds", "op_seconds"]

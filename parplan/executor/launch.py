@@ -78,7 +78,8 @@ def check_runnable(problem: Problem) -> None:
                           f"of every tensor; limit {MAX_PROCESS_BYTES / 2**30:.0f} GiB); use a smaller --batch or model")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on this host (torch.distributed's rendezvous)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -143,7 +144,7 @@ class Cluster:
             raise ConfigError(f"run: {world} devices; the executor starts one process per device, at most "
                               f"{MAX_PROCESSES}")
         ctx = mp.get_context("spawn")
-        port = _free_port()
+        port = free_port()
         self.world = world
         self.results = ctx.Queue()
         self.jobs = [ctx.Queue() for _ in range(world)]

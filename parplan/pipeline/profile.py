@@ -34,7 +34,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from parplan.costmodel.dims import Device, layer_dims, layer_profiles, roofline_seconds
+from parplan.costmodel.dims import Device, element_op, layer_dims, layer_profiles, op_seconds
 from parplan.costmodel.graph import INPUT, Graph
 from parplan.errors import ConfigError, GraphError
 from parplan.readers import read_text
@@ -281,8 +281,8 @@ def profile_from_graph(
     bandwidth, efficiency; ``Machine.device`` of an array), or a plain peak FLOP/s figure.
     Per layer, compute seconds are the cost model's own roofline
     (:meth:`~parplan.costmodel.dims.LayerDims.compute_seconds` for a weighted layer,
-    :func:`~parplan.costmodel.dims.roofline_seconds` of a layer without weights: its traffic
-    over the HBM bandwidth), split 1/3 forward (one of the three products) and 2/3 backward;
+    :func:`~parplan.costmodel.dims.op_seconds` of a layer without weights, its roofline with its
+    kernels' launch roof), split 1/3 forward (one of the three products) and 2/3 backward;
     with a plain FLOP/s figure, FLOPs over it (layers without weights then cost nothing but
     attention's products). Activation bytes = output elements x ``bytes_per_element``;
     parameter bytes = weight elements x ``bytes_per_element``.
@@ -303,15 +303,13 @@ def profile_from_graph(
         device = Device(float(device), math.inf)
     if not bytes_per_element > 0:
         raise ConfigError(f"bytes_per_element must be > 0 (got {bytes_per_element})")
-    info = graph.analyze()
     layers = []
     for prof in layer_profiles(graph, batch):
         layer = graph.layer(prof.name)
         if layer.weighted:
             seconds = layer_dims(graph, prof.name, batch).compute_seconds(device, bytes_per_element)
-        else:
-            flops, traffic, _ = layer.training_cost(list(info.in_shapes[prof.name]), info.out_shape[prof.name])
-            seconds = roofline_seconds(batch * flops, batch * traffic * bytes_per_element, device)
+        else:  # the op as section 5 prices it where it rides with a planning node, per sample x batch
+            seconds = op_seconds(element_op(graph, prof.name), batch, device, bytes_per_element)
         layers.append(
             ProfiledLayer(
                 name=prof.name,

@@ -63,6 +63,16 @@ def load_hub(spec: str) -> Graph | None:
     return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
 
 
+def parse_spec(spec: str) -> tuple[str, str, dict]:
+    """(``"hf:"`` or ``"tv:"``, name, options) of a hub spec such as ``hf:llama,hidden_size=64,seq=128``
+    (option values as numbers or booleans where they read as such)."""
+    text = str(spec).strip()
+    prefix = text[:3].lower()
+    if prefix not in HUB_PREFIXES:
+        raise ConfigError(f"model '{text}': expected hf:<model type> or tv:<name>")
+    return (prefix, *_parse(text[3:], text))
+
+
 def _parse(body: str, text: str) -> tuple[str, dict]:
     parts = [p.strip() for p in body.split(",") if p.strip()]
     if not parts:
