@@ -5,10 +5,8 @@ import math
 
 import pytest
 
-from parplan.costmodel.layout import (
-    Layout, PartitionType, backward_received, forward_received, hold_extent, intersect_holds, need_extent,
-    transition_table, union_needs,
-)
+from parplan.costmodel.layout import Layout, PartitionType, transition_table
+from pricing_oracle import backward_received, forward_received, hold_extent, intersect_holds, need_extent, union_needs
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 

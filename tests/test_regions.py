@@ -1,4 +1,5 @@
-"""The box formulas of parplan/costmodel/regions.py against exact areas by coordinate
+"""The box formulas of the pricing oracle (tests/pricing_oracle.py, which the compiled core is
+checked against bit for bit) against exact areas by coordinate
 compression (tests/reference_model.py's ``area_where``) on random rectangles."""
 
 import math
@@ -6,7 +7,9 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan.costmodel.regions import backward_presummed, backward_received, forward_received, union_area
+from pricing_oracle import backward_area as backward_received
+from pricing_oracle import backward_presummed, union_area
+from pricing_oracle import forward_area as forward_received
 from reference_model import area_where
 
 coord = st.sampled_from([0.0, 0.125, 0.25, 0.375, 0.5, 0.75, 1.0])

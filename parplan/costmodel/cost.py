@@ -40,13 +40,9 @@ import numpy as np
 
 from parplan.costmodel.collective import Collective
 from parplan.costmodel.dims import Device, LayerDims
-from parplan.costmodel.layout import (LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor,
-                                     hold_extent, intersect_holds, need_extent, ports, union_needs)
-from parplan.costmodel.layout import backward_received as backward_extent
-from parplan.costmodel.layout import forward_received as forward_extent
-from parplan.costmodel.regions import ROOT, local_frame, area, backward_presummed, child_rect
-from parplan.costmodel.regions import backward_received as backward_area
-from parplan.costmodel.regions import forward_received as forward_area
+from parplan.costmodel import _pricing
+from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor, ports
+from parplan.costmodel.regions import local_frame, rect_area
 
 #: Relative tolerance used to compare times (ties).
 REL_TOL = 1e-12
@@ -182,20 +178,14 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
-def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
+def receive_seconds(side: "SideSpec", i: int, elements: float, weight_elements: float = 0.0) -> float:
     """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
     section 4): the link latency when it receives anything, plus the bytes at its receive
     bandwidth. With micro-batches (section 6.4) what moves per micro-batch (``elements`` less
     the per-step ``weight_elements``) pays the latency once per micro-batch, and the gradient
     exchange travels with the last one (or pays its own latencies: ZeRO-2/3 reduce-scatter per
-    micro-batch). Arrays broadcast."""
-    transfer = elements * (side.bytes_per_element / side.bytes_per_s[i])
-    m = side.micro_batches
-    if m == 1:
-        return side.latency_s * (elements > RECEIVE_EPS) + transfer
-    per_step = 1 if side.zero_stage < 2 else m
-    count = np.maximum(m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS))
-    return side.latency_s * count + transfer
+    micro-batch). Priced by the compiled core (the rule :func:`node_terms` applies per cell)."""
+    return _pricing.receive(_side_tuple(side, True), i, float(elements), float(weight_elements))
 
 
 def weight_exchange(size: float, ss: "ShareSet", zero_stage: int, micro_batches: int) -> tuple[float, float]:
@@ -302,6 +292,14 @@ class StateTable:
     @property
     def size(self) -> int:
         return len(self.choices)
+
+    @functools.cached_property
+    def packed(self) -> np.ndarray:
+        """The fields the compiled core reads, float64 ``(NF, S)`` (``_pricing.c``'s ``F_*``): lo,
+        hi, work flags, give and need layouts, intra and per-step intra elements, extra seconds."""
+        return np.ascontiguousarray(np.vstack([self.lo, self.hi, self.has[0], self.has[1], self.give, self.need,
+                                               self.intra[0], self.intra[1], self.wintra[0], self.wintra[1],
+                                               self.extra]), dtype=float)
 
     @property
     def shares(self) -> np.ndarray:
@@ -453,88 +451,78 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
     (integer arrays that broadcast; ``tables[v]`` the :class:`StateTable` of node ``v``;
     ``groups`` from :func:`output_groups` at the root's sizes; ``regions`` every node's
     :class:`~parplan.costmodel.regions.Region` at this group, None at the root; ``leaf_pair``:
-    both sides are single devices, which pre-sum gradients). docs/costmodel.md sections 3-5."""
+    both sides are single devices, which pre-sum gradients). docs/costmodel.md sections 3-5.
+
+    The amounts and seconds are priced by the compiled core (``_pricing.relayout``, the one
+    implementation of sections 3, 4, 4.2 and 6.4's receive terms); this function lays the data
+    out for it. Each region takes the end of its share interval that makes the amount
+    smallest (section 8), so interval states give lower bounds."""
     t = tables[u]
+    args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair)
+    out = np.empty((6, int(np.prod(shape)) if shape else 1))
+    _pricing.relayout(*args, out)
+    out = out.reshape((6, *shape))
     iu = idx[u]
-    # every region in the node's local frame: translates price alike, to the last bit
-    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
-    reg = local_frame(regions, u, consumers) if regions is not None else dict.fromkeys((u, *consumers), ROOT)
-
-    def ends(tab, i, side_):
-        big, small = (tab.hi[i], tab.lo[i]) if side_ == 0 else (1.0 - tab.lo[i], 1.0 - tab.hi[i])
-        return big, small
-
-    # Each region takes the end of its share interval that makes the amount smallest (for a
-    # point both ends coincide): held regions large and needed ones small forward; the
-    # producer's need small and the consumers' holdings large backward (docs/costmodel.md
-    # section 8). Side 2's formulas also read side 1's regions at their small ends.
-    g = reg[u].rect("out")
-    tensors = []
-    for size, consumers in groups:
-        m = [reg[v].rect("in") for v in consumers]
-        if all(mv == g for mv in m):
-            # the group holds exactly what its consumers need of this tensor: its own frame, where
-            # every region is a prefix of a side's own share (the closed forms of layout.py)
-            tensors.append((size * area(g), consumers, None))
-        else:
-            tensors.append((size, consumers, m))
-    # each consumer's need on each side, at the small and the big end of its share (region path)
-    rects = {}
-    for k, (_, consumers, m) in enumerate(tensors):
-        if m is None:
-            continue
-        small, big = ([], []), ([], [])
-        for v in consumers:
-            tv, iv = tables[v], idx[v]
-            for j in (0, 1):
-                b, sm = ends(tv, iv, j)
-                small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
-                big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
-        rects[k] = (small, big)
-    if rects:
-        hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
-        wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
-    received, intra, comm, weight = [], [], [], []
-    for i in (0, 1):
-        r = t.intra[i][iu]
-        intra.append(r)
-        big_u, small_u = ends(t, iu, i)
-        has_u = t.has[i][iu]
-        for k, (size, consumers, m) in enumerate(tensors):
-            if m is None:
-                needs, holds = [], []
-                for v in consumers:
-                    tv, iv = tables[v], idx[v]
-                    big_v, small_v = ends(tv, iv, i)
-                    needs.append(need_extent(tv.need[iv], small_v, tv.has[i][iv]))
-                    holds.append(hold_extent(tv.need[iv], big_v, tv.has[i][iv]))
-                moved = forward_extent(union_needs(needs), hold_extent(t.give[iu], big_u, has_u))
-                want = hold_extent(t.give[iu], small_u, has_u)
-                if leaf_pair:
-                    moved = moved + backward_extent(want, intersect_holds(holds))
-                else:
-                    for h in holds:
-                        moved = moved + backward_extent(want, h)
-            else:
-                small, big = rects[k]
-                moved = forward_area(g, hold, small[0], small[1], i)
-                if leaf_pair:
-                    moved = moved + backward_presummed(wants, m, big[0], big[1], i)
-                else:
-                    for x in range(len(m)):
-                        moved = moved + backward_area(wants, m[x], big[0][x], big[1][x], i)
-            r = r + size * moved
-        received.append(r)
-        if side.overlap:  # the weight traffic is its own message, run alongside the work (section 4.2)
-            w = t.wintra[i][iu]
-            weight.append(receive_seconds(side, i, w, w) + t.extra[iu])
-            comm.append(receive_seconds(side, i, np.maximum(r - w, 0.0)) + weight[i])
-        else:
-            comm.append(receive_seconds(side, i, r, t.wintra[i][iu]) + t.extra[iu])
     compute = (t.compute[0][iu], t.compute[1][iu])
     steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
-    return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps,
-                     (weight[0], weight[1]) if weight else (0.0, 0.0))
+    weight = (out[4], out[5]) if side.overlap else (0.0, 0.0)
+    return NodeTerms(compute, (out[2], out[3]), (out[0], out[1]), (t.intra[0][iu], t.intra[1][iu]), steps, weight)
+
+
+def node_values(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True,
+                objective: "Objective" = None) -> np.ndarray:
+    """``node_value(node_terms(...), objective)`` without a floor, in one pass of the compiled
+    core over the grid (what the planners' factor tables hold; nothing but the values is
+    stored). Same arguments as :func:`node_terms`; the array has the index grid's shape."""
+    objective = Objective.TIME if objective is None else objective
+    args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair)
+    out = np.empty(int(np.prod(shape)) if shape else 1)
+    steps = tables[u].steps
+    _pricing.values(*args, steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
+                    0 if objective is Objective.TIME else 1, out)
+    return out.reshape(shape)
+
+
+def _core_args(tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: bool) -> tuple[tuple, tuple]:
+    """(the compiled core's arguments but the output, the index grid's shape) for node ``u``'s
+    terms (see :func:`node_terms`)."""
+    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    scope = (u, *consumers)
+    place = {w: j for j, w in enumerate(scope)}
+    # every region in the node's local frame: translates price alike, to the last bit
+    spec = [float(len(groups))]
+    if regions is None:
+        for size, vs in groups:
+            spec += [size, 0.0, len(vs), *(place[v] for v in vs)]
+    else:
+        reg = local_frame(regions, u, consumers)
+        g = reg[u].rect("out")
+        for size, vs in groups:
+            m = [reg[v].rect("in") for v in vs]
+            if all(mv == g for mv in m):
+                # the group holds exactly what its consumers need of this tensor: its own frame, where
+                # every region is a prefix of a side's own share (the closed forms of section 3)
+                spec += [size * rect_area(g), 0.0, len(vs), *(place[v] for v in vs)]
+            else:
+                spec += [size, 1.0, len(vs), *(place[v] for v in vs), *g, *(x for mv in m for x in mv)]
+    ix = [idx[w] for w in scope]
+    shape = np.broadcast_shapes(*(np.shape(i) for i in ix)) if any(np.ndim(i) for i in ix) else ()
+    nd = len(shape)
+    indices, strides = [], []
+    for i in ix:
+        a = np.asarray(i, dtype=np.int64, order="C")
+        pad = (1,) * (nd - a.ndim) + a.shape
+        indices.append(a)
+        strides += [0 if n == 1 else s // 8 for n, s in zip(pad, (0,) * (nd - a.ndim) + a.strides)]
+    return (tuple(tables[w].packed for w in scope), tuple(indices), tuple(strides), tuple(shape),
+            np.array(spec, dtype=float), _side_tuple(side, leaf_pair)), tuple(shape)
+
+
+def _side_tuple(side: SideSpec, leaf_pair: bool) -> tuple[float, ...]:
+    """The split's figures the core reads (``_pricing.relayout``'s ``side``)."""
+    return (float(side.bytes_per_element), float(side.bytes_per_s[0]), float(side.bytes_per_s[1]),
+            float(side.latency_s), float(side.micro_batches), float(side.zero_stage), float(side.overlap),
+            float(leaf_pair))
 
 
 def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
@@ -595,6 +583,7 @@ __all__ = [
     "side_dims",
     "share_intervals",
     "node_terms",
+    "node_values",
     "node_value",
     "output_groups",
     "scale_for_sides",

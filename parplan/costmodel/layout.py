@@ -1,5 +1,5 @@
-"""Partition types, tensor layouts and the region algebra that derives every communication
-amount (docs/costmodel.md, sections 2 and 3).
+"""Partition types, tensor layouts and the rules of the region algebra that derives every
+communication amount (docs/costmodel.md, sections 2 and 3).
 
 A split divides a layer between side 1 (share ``a``) and side 2 (share ``1 - a``). Seen from
 one side with its *own* share ``s`` (``a`` for side 1, ``1 - a`` for side 2), a tensor of one
@@ -22,21 +22,18 @@ rectangle. A side *receives* the area it needs and does not hold:
 - intra-layer reduction of a type's partial sum: the other side's full partial, if both sides
   have work (``0 < a < 1``).
 
+These rules are computed by the compiled core (``parplan/costmodel/_pricing.c``, the one
+implementation; docs/architecture.md); this module names the types, layouts and ports.
+
 Example (HyPar's published table at a = 1/2: BATCH -> IN moves 0.25|F| + 0.25|E| per side):
-    >>> f = forward_received(need_extent(Layout.COLS, 0.5), hold_extent(Layout.ROWS, 0.5))
-    >>> e = backward_received(hold_extent(Layout.ROWS, 0.5), hold_extent(Layout.COLS, 0.5))
-    >>> float(f), float(e)
-    (0.25, 0.25)
-    >>> float(forward_received(need_extent(Layout.ROWS, 0.75), hold_extent(Layout.ROWS, 0.5)))
-    0.25
+    >>> transition_table(PartitionType.BATCH, PartitionType.IN, 0.5)
+    (0.5, 0.5)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-
-import numpy as np
 
 
 class PartitionType(Enum):
@@ -107,95 +104,8 @@ PARTIAL_TENSOR = {
 }
 
 
-# ----------------------------------------------------------------------------------------------
-# Regions. Every function takes numpy arrays (or floats) and broadcasts.
-# ----------------------------------------------------------------------------------------------
-
-
-#: Integer codes of the layouts, for arrays of states.
+#: Integer codes of the layouts, for arrays of states (the compiled core's layout codes).
 LAYOUT_CODE = {Layout.ROWS: 0, Layout.COLS: 1, Layout.WHOLE: 2}
-
-
-def _code(layout):
-    return LAYOUT_CODE[layout] if isinstance(layout, Layout) else np.asarray(layout)
-
-
-def _scalar(layout, s, has) -> tuple[int, float, float] | None:
-    """(code, share, has) as plain numbers when one state is asked for, else None."""
-    if type(s) not in _SCALARS or not (has is None or type(has) in _SCALARS):
-        if np.ndim(s) or (has is not None and np.ndim(has)):
-            return None
-    if type(layout) not in _SCALARS and not isinstance(layout, Layout) and np.ndim(layout):
-        return None
-    s = float(s)
-    return _code(layout) if isinstance(layout, Layout) else int(layout), s, float(s > 0 if has is None else has)
-
-
-#: Types :func:`_scalar` recognises without asking numpy (the evaluator's one-state path).
-_SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
-
-
-def hold_extent(layout, s, has=None):
-    """(X, Y) of ``rect(X, Y)``: the region of a tensor a side with own share ``s`` holds in
-    ``layout`` (a :class:`Layout` or an array of :data:`LAYOUT_CODE` codes). ``has``: whether
-    the side has work (default ``s > 0``; a relaxation passes it apart from ``s``)."""
-    one = _scalar(layout, s, has)
-    if one is not None:
-        code, s, h = one
-        return (s, 1.0) if code == 0 else ((1.0, s) if code == 1 else (h, h))
-    code, s = _code(layout), np.asarray(s, dtype=float)
-    has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
-    x = np.where(code == 0, s, np.where(code == 1, 1.0, has))
-    y = np.where(code == 0, 1.0, np.where(code == 1, s, has))
-    return x, y
-
-
-def need_extent(layout, s, has=None):
-    """(x, y) of the L-shape ``rect(x, 1) | rect(1, y)`` a side with own share ``s`` needs in
-    ``layout``. Unions of needs are element-wise maxima of these pairs."""
-    one = _scalar(layout, s, has)
-    if one is not None:
-        code, s, h = one
-        return (s, 0.0) if code == 0 else ((0.0, s) if code == 1 else (h, h))
-    code, s = _code(layout), np.asarray(s, dtype=float)
-    has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
-    x = np.where(code == 0, s, np.where(code == 1, 0.0, has))
-    y = np.where(code == 0, 0.0, np.where(code == 1, s, has))
-    return x, y
-
-
-def union_needs(needs):
-    """Union of L-shapes given as (x, y) pairs (broadcasting)."""
-    xs, ys = zip(*needs)
-    return _reduce(np.maximum, xs), _reduce(np.maximum, ys)
-
-
-def intersect_holds(holds):
-    """Intersection of origin-anchored rectangles given as (X, Y) pairs (broadcasting)."""
-    xs, ys = zip(*holds)
-    return _reduce(np.minimum, xs), _reduce(np.minimum, ys)
-
-
-def _reduce(op, arrays):
-    out = arrays[0]
-    for a in arrays[1:]:
-        out = op(out, a)
-    return out
-
-
-def forward_received(need, hold):
-    """Area of the L-shape ``need`` = (x, y) outside the rectangle ``hold`` = (X, Y)."""
-    x, y = need
-    hx, hy = hold
-    mx, my = np.minimum(x, hx), np.minimum(y, hy)
-    return (x + y - x * y) - (mx * hy + hx * my - mx * my)
-
-
-def backward_received(need, hold):
-    """Area of the rectangle ``need`` = (X, Y) outside the rectangle ``hold`` = (X', Y')."""
-    x, y = need
-    hx, hy = hold
-    return x * y - np.minimum(x, hx) * np.minimum(y, hy)
 
 
 def choice_name(choice: Choice) -> str:
@@ -212,15 +122,13 @@ def parse_choice(text: str) -> Choice:
 
 def transition_table(producer: Choice, consumer: Choice, a: float, a_next: float | None = None) -> tuple[float, float]:
     """Fractions of ``|F| = |E|`` received by (side 1, side 2) on one edge, forward plus
-    backward, the producer at share ``a`` and the consumer at ``a_next`` (default ``a``).
+    backward, the producer at share ``a`` and the consumer at ``a_next`` (default ``a``),
+    priced by the compiled core's closed forms (section 3).
 
     At ``a = a_next = 1/2`` this is HyPar's and the published AccPar code's table.
     """
+    from parplan.costmodel import _pricing
+
     b = a if a_next is None else a_next
-    out = []
-    for s_p, s_c in ((a, b), (1.0 - a, 1.0 - b)):
-        give, need = ports(producer).give_out, ports(consumer).need_in
-        f = forward_received(need_extent(need, s_c), hold_extent(give, s_p))
-        e = backward_received(hold_extent(give, s_p), hold_extent(need, s_c))
-        out.append(float(f + e))
-    return out[0], out[1]
+    give, need = LAYOUT_CODE[ports(producer).give_out], LAYOUT_CODE[ports(consumer).need_in]
+    return _pricing.edge(give, need, float(a), float(b)), _pricing.edge(give, need, 1.0 - a, 1.0 - b)

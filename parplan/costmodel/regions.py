@@ -25,29 +25,24 @@ At a split of group ``g`` into sides 1 and 2, for one tensor with producer regio
   devices the contributions of all consumers to a point are pre-summed: one value per point.
 
 At the root every region is the whole square and these reduce to the one-split formulas of
-:mod:`parplan.costmodel.layout`. Areas are computed exactly by inclusion-exclusion over
-boxes; every formula is monotone in each region (more held, less received; more needed, more
-received), so a relaxation may take each region at the end of its share interval that
-minimises the amount and obtain a lower bound (docs/costmodel.md section 8).
+section 3. This module holds the regions; their areas (exactly, by inclusion-exclusion over
+boxes) are computed by the compiled core, ``parplan/costmodel/_pricing.c``, the one
+implementation of these rules (tests/pricing_oracle.py keeps the Python it replaced). Every
+formula is monotone in each region (more held, less received; more needed, more received), so
+a relaxation may take each region at the end of its share interval that minimises the amount
+and obtain a lower bound (docs/costmodel.md section 8).
 
-Example (a lower split: the group holds rows 0-1/2 of the producer's output and its consumer
-needs every row here; both split their rows in half. Side 1 needs rows 0-1/2 and holds 0-1/4:
-it receives 1/4 from side 2. Side 2 needs rows 1/2-1, none of which the group holds: they
-arrive from outside the group, straight to side 2, and are charged at the split above):
-    >>> import numpy as np
-    >>> g, m = Region((0.0, 0.5)), Region((0.0, 1.0))
-    >>> h = [child_rect(g, "out", 0, 0.5, s, True) for s in (0, 1)]
-    >>> p, q = (child_rect(m, "in", 0, 0.5, s, True) for s in (0, 1))
-    >>> [float(forward_received(g.rect("out"), h, [p], [q], s)) for s in (0, 1)]
-    [0.25, 0.0]
+Example (a lower split: the group holds rows 0-1/2 of a node's output; a BATCH split at 1/2
+leaves side 1 rows 0-1/4 and side 2 rows 1/4-1/2):
+    >>> from parplan.costmodel.layout import PartitionType
+    >>> g = Region((0.0, 0.5))
+    >>> [child_region(g, PartitionType.BATCH, 0.5, s).rows for s in (0, 1)]
+    [(0.0, 0.25), (0.25, 0.5)]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
-
-import numpy as np
 
 Rect = tuple  # (x0, x1, y0, y1): arrays or floats, rows x columns
 
@@ -152,109 +147,9 @@ def child_region(region: Region, choice, share: float, side: int) -> Region:
     return region
 
 
-def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
-    """The rectangle a side keeps of a node's port at a split, for arrays of states: ``code``
-    the port's layout code (0 rows, 1 columns, 2 whole), ``s`` the side's own share, ``has``
-    whether it has work."""
-    x0, x1, y0, y1 = region.rect(port)
-    if np.ndim(code) == 0 and np.ndim(s) == 0 and np.ndim(has) == 0:  # one state: plain floats
-        if not has:
-            return (x0, x0, y0, y1)
-        s, code = float(s), int(code)
-        if code == 0:
-            return (x0, x0 + s * (x1 - x0), y0, y1) if side == 0 else (x1 - s * (x1 - x0), x1, y0, y1)
-        if code == 1:
-            return (x0, x1, y0, y0 + s * (y1 - y0)) if side == 0 else (x0, x1, y1 - s * (y1 - y0), y1)
-        return (x0, x1, y0, y1)
-    code, s, has = np.asarray(code), np.asarray(s, dtype=float), np.asarray(has, dtype=bool)
-    if side == 0:
-        nx0, nx1 = x0 + 0 * s, np.where(code == 0, x0 + s * (x1 - x0), x1)
-        ny0, ny1 = y0 + 0 * s, np.where(code == 1, y0 + s * (y1 - y0), y1)
-    else:
-        nx0, nx1 = np.where(code == 0, x1 - s * (x1 - x0), x0), x1 + 0 * s
-        ny0, ny1 = np.where(code == 1, y1 - s * (y1 - y0), y0), y1 + 0 * s
-    nx1 = np.where(has, nx1, nx0)
-    return nx0, nx1, ny0, ny1
+def rect_area(r: Rect) -> float:
+    """Area of one box ``(x0, x1, y0, y1)`` (0 if empty)."""
+    return max(r[1] - r[0], 0.0) * max(r[3] - r[2], 0.0)
 
 
-def area(*rects: Rect):
-    """Area of the intersection of rectangles (broadcasting)."""
-    if not any(isinstance(r[1], np.ndarray) or isinstance(r[3], np.ndarray) for r in rects):  # one state
-        x0, x1, y0, y1 = rects[0]
-        for r in rects[1:]:
-            x0, x1, y0, y1 = max(x0, r[0]), min(x1, r[1]), max(y0, r[2]), min(y1, r[3])
-        return max(x1 - x0, 0.0) * max(y1 - y0, 0.0)
-    x0, x1, y0, y1 = rects[0]
-    for r in rects[1:]:
-        x0, x1 = np.maximum(x0, r[0]), np.minimum(x1, r[1])
-        y0, y1 = np.maximum(y0, r[2]), np.minimum(y1, r[3])
-    return np.maximum(x1 - x0, 0.0) * np.maximum(y1 - y0, 0.0)
-
-
-def union_area(rects: list[Rect], *within: Rect):
-    """Area of ``(union of rects) & within...`` by inclusion-exclusion."""
-    total = 0.0
-    for k in range(1, len(rects) + 1):
-        sign = 1.0 if k % 2 else -1.0
-        for sub in combinations(rects, k):
-            total = total + sign * area(*sub, *within)
-    return total
-
-
-def _both_unions_area(a: list[Rect], b: list[Rect], *within: Rect):
-    """Area of ``(union a) & (union b) & within...``."""
-    total = 0.0
-    for i in range(1, len(a) + 1):
-        for sa in combinations(a, i):
-            for j in range(1, len(b) + 1):
-                for sb in combinations(b, j):
-                    sign = 1.0 if (i + j) % 2 == 0 else -1.0
-                    total = total + sign * area(*sa, *sb, *within)
-    return total
-
-
-def _minus_area(base: list[Rect], minus: list[Rect]):
-    """Area of ``(intersection of base) - (union of minus)``."""
-    return area(*base) - (union_area(minus, *base) if minus else 0.0)
-
-
-def forward_received(g: Rect, h: list[Rect], p: list[Rect], q: list[Rect], side: int):
-    """Area side ``side`` (0 or 1) receives of a producer's output: ``g`` the producer's
-    holding at the group, ``h`` its two sides' holdings, ``p``/``q`` each consumer's need on
-    side 1/2."""
-    if side == 0:
-        return union_area(p, g) - union_area(p, h[0])
-    return union_area(q, g) - union_area(q, h[1]) + _both_unions_area(q, p) - _both_unions_area(q, p, g)
-
-
-def backward_received(h: list[Rect], m: Rect, p: Rect, q: Rect, side: int):
-    """Area side ``side`` receives of one consumer's gradient (``m``, ``p``, ``q`` its regions
-    at the group and on the sides), for a producer needing ``h`` on the sides."""
-    if side == 0:
-        return area(h[0], m) - area(h[0], p)
-    return area(h[1], m) + area(h[1], h[0]) - area(h[1], h[0], m) - area(h[1], q)
-
-
-def backward_presummed(h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect], side: int):
-    """Area side ``side`` receives when the sender is one device, which pre-sums the
-    contributions of every consumer to a point: one value per point."""
-    n = len(m)
-    total = 0.0
-    for k in range(1, n + 1):
-        sign = 1.0 if k % 2 else -1.0
-        for s in combinations(range(n), k):
-            if side == 0:  # h0 & M_v - P_v for every v in s
-                total = total + sign * _minus_area([h[0], *(m[v] for v in s)], [p[v] for v in s])
-                continue
-            # h1 & [(M_v - Q_v) | (h0 - M_v)] for every v in s: disjoint by which v are inside M_v
-            for j in range(len(s) + 1):
-                for inside in combinations(s, j):
-                    outside = [v for v in s if v not in inside]
-                    base = [h[1], *(m[v] for v in inside)] + ([h[0]] if outside else [])
-                    minus = [q[v] for v in inside] + [m[v] for v in outside]
-                    total = total + sign * _minus_area(base, minus)
-    return total
-
-
-__all__ = ["EMPTY", "ROOT", "Region", "area", "backward_presummed", "backward_received", "child_rect", "translates",
-           "child_region", "forward_received", "local_frame", "union_area"]
+__all__ = ["EMPTY", "ROOT", "Region", "child_region", "local_frame", "rect_area", "translates"]

@@ -38,6 +38,7 @@ from parplan.costmodel.cost import (
     floored_time,
     node_terms,
     node_value,
+    node_values,
     output_groups,
     share_intervals,
     share_points,
@@ -215,9 +216,7 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
     if raw is None:
         idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
                for i, w in enumerate(scope)}
-        terms = node_terms(tables, sp.side, groups, u, idx, frame, sp.frames[1])
-        shape = tuple(tables[w].size for w in scope)
-        raw = np.broadcast_to(np.asarray(node_value(terms, options.objective), dtype=float), shape)
+        raw = node_values(tables, sp.side, groups, u, idx, frame, sp.frames[1], options.objective)
         _remember(key, raw, raw.size, [tables[w] for w in scope])
     else:
         raw = raw[0]

@@ -1,0 +1,792 @@
+/* parplan's compiled pricing core: what each side of a split receives for one node, and what
+ * that costs in seconds (docs/costmodel.md sections 3, 4, 4.2 and 6.4; docs/architecture.md,
+ * "The compiled core").
+ *
+ * This file is the only implementation of the re-layout amounts in the product: the closed
+ * forms of a node whose consumers read exactly what its group holds (section 3's one-split
+ * formulas: L-shaped needs, rectangular holdings), the region algebra of lower groups (areas of
+ * boxes by inclusion-exclusion), the intra-layer terms and the receive time with its latency,
+ * micro-batches and overlap. parplan.costmodel.cost.node_terms lays the data out and calls
+ * relayout(); tests/pricing_oracle.py is the Python it replaced, kept as a test oracle, and
+ * tests/reference_model.py the independent model written from the docs.
+ *
+ * Every operation follows the order of the oracle's, one IEEE double operation at a time
+ * (built with -ffp-contract=off: no fused multiply-add), so both give the same bits and the
+ * planners' tie-breaks do not move.
+ *
+ * No numpy headers: arrays come in through the buffer protocol, as float64 / int64. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+/* Fields of a packed state table (rows of a (NF, S) float64 array): StateTable.packed. */
+enum { F_LO, F_HI, F_HAS0, F_HAS1, F_GIVE, F_NEED, F_INTRA0, F_INTRA1, F_WINTRA0, F_WINTRA1, F_EXTRA, NF };
+
+#define RECEIVE_EPS 1e-9 /* cost.RECEIVE_EPS */
+#define MAXK 32          /* nodes in one factor's scope */
+#define MAXD 32          /* dimensions of the index grid */
+#define MAXC 12          /* consumers of one tensor on the region path (2^n subsets) */
+
+typedef struct {
+    double x0, x1, y0, y1;
+} Rect;
+
+/* Python's max/min of two floats: the first unless the second is strictly larger/smaller. */
+static inline double pmax(double a, double b) { return b > a ? b : a; }
+static inline double pmin(double a, double b) { return b < a ? b : a; }
+
+/* ---- closed forms (section 3: a side's own share s, the tensor a unit square) ------------- */
+
+/* (X, Y) of rect(X, Y) a side holds in layout `code` (0 rows, 1 columns, 2 whole). */
+static inline void hold_extent(int code, double s, double has, double *x, double *y) {
+    if (code == 0) { *x = s; *y = 1.0; }
+    else if (code == 1) { *x = 1.0; *y = s; }
+    else { *x = has; *y = has; }
+}
+
+/* (x, y) of the L-shape rect(x, 1) | rect(1, y) a side needs in layout `code`. */
+static inline void need_extent(int code, double s, double has, double *x, double *y) {
+    if (code == 0) { *x = s; *y = 0.0; }
+    else if (code == 1) { *x = 0.0; *y = s; }
+    else { *x = has; *y = has; }
+}
+
+/* Area of the L-shape (x, y) outside the rectangle (hx, hy). */
+static inline double forward_extent(double x, double y, double hx, double hy) {
+    double mx = pmin(x, hx), my = pmin(y, hy);
+    return (x + y - x * y) - (mx * hy + hx * my - mx * my);
+}
+
+/* Area of the rectangle (x, y) outside the rectangle (hx, hy). */
+static inline double backward_extent(double x, double y, double hx, double hy) {
+    return x * y - pmin(x, hx) * pmin(y, hy);
+}
+
+/* ---- region algebra (section 3: boxes of root rows x columns) ------------------------------ */
+
+/* The rectangle a side keeps of a port at a split: `r` the port at the group, `code` its layout,
+ * `s` the side's own share, `has` whether it has work. */
+static inline Rect child_rect(Rect r, int code, double s, int side, int has) {
+    Rect o = r;
+    if (!has) { o.x1 = r.x0; return o; }
+    if (code == 0) {
+        if (side == 0) o.x1 = r.x0 + s * (r.x1 - r.x0);
+        else o.x0 = r.x1 - s * (r.x1 - r.x0);
+    } else if (code == 1) {
+        if (side == 0) o.y1 = r.y0 + s * (r.y1 - r.y0);
+        else o.y0 = r.y1 - s * (r.y1 - r.y0);
+    }
+    return o;
+}
+
+/* Area of the intersection of n rectangles. */
+static double area(const Rect *const *r, int n) {
+    double x0 = r[0]->x0, x1 = r[0]->x1, y0 = r[0]->y0, y1 = r[0]->y1;
+    for (int i = 1; i < n; ++i) {
+        x0 = pmax(x0, r[i]->x0); x1 = pmin(x1, r[i]->x1);
+        y0 = pmax(y0, r[i]->y0); y1 = pmin(y1, r[i]->y1);
+    }
+    return pmax(x1 - x0, 0.0) * pmax(y1 - y0, 0.0);
+}
+
+/* The next k-subset of {0..n-1} in lexicographic order (itertools.combinations' order). */
+static int next_subset(int *c, int k, int n) {
+    int i = k - 1;
+    while (i >= 0 && c[i] == n - k + i) --i;
+    if (i < 0) return 0;
+    ++c[i];
+    for (int j = i + 1; j < k; ++j) c[j] = c[j - 1] + 1;
+    return 1;
+}
+
+/* Area of (union of a[0..na)) & within[0..nw), by inclusion-exclusion. */
+static double union_area(const Rect *a, int na, const Rect *const *within, int nw) {
+    const Rect *buf[2 * MAXC + 8];
+    int c[MAXC];
+    double total = 0.0;
+    for (int k = 1; k <= na; ++k) {
+        double sign = (k % 2) ? 1.0 : -1.0;
+        for (int j = 0; j < k; ++j) c[j] = j;
+        do {
+            int n = 0;
+            for (int j = 0; j < k; ++j) buf[n++] = &a[c[j]];
+            for (int j = 0; j < nw; ++j) buf[n++] = within[j];
+            total = total + sign * area(buf, n);
+        } while (next_subset(c, k, na));
+    }
+    return total;
+}
+
+/* Area of (union a) & (union b) & within. */
+static double both_unions_area(const Rect *a, int na, const Rect *b, int nb, const Rect *const *within, int nw) {
+    const Rect *buf[2 * MAXC + 8];
+    int ca[MAXC], cb[MAXC];
+    double total = 0.0;
+    for (int i = 1; i <= na; ++i) {
+        for (int x = 0; x < i; ++x) ca[x] = x;
+        do {
+            for (int j = 1; j <= nb; ++j) {
+                for (int x = 0; x < j; ++x) cb[x] = x;
+                do {
+                    double sign = ((i + j) % 2 == 0) ? 1.0 : -1.0;
+                    int n = 0;
+                    for (int x = 0; x < i; ++x) buf[n++] = &a[ca[x]];
+                    for (int x = 0; x < j; ++x) buf[n++] = &b[cb[x]];
+                    for (int x = 0; x < nw; ++x) buf[n++] = within[x];
+                    total = total + sign * area(buf, n);
+                } while (next_subset(cb, j, nb));
+            }
+        } while (next_subset(ca, i, na));
+    }
+    return total;
+}
+
+/* Area of (intersection of base) - (union of minus). */
+static double minus_area(const Rect *const *base, int nb, const Rect *minus, int nm) {
+    double a = area(base, nb);
+    return a - (nm ? union_area(minus, nm, base, nb) : 0.0);
+}
+
+/* What side `side` receives of a producer's output: g its holding at the group, h its sides',
+ * p / q each consumer's need on side 1 / 2. */
+static double forward_area(Rect g, const Rect *h, const Rect *p, const Rect *q, int n, int side) {
+    const Rect *w1[1], *w2[1];
+    if (side == 0) {
+        w1[0] = &g; w2[0] = &h[0];
+        return union_area(p, n, w1, 1) - union_area(p, n, w2, 1);
+    }
+    w1[0] = &g; w2[0] = &h[1];
+    return union_area(q, n, w1, 1) - union_area(q, n, w2, 1) + both_unions_area(q, n, p, n, NULL, 0)
+           - both_unions_area(q, n, p, n, w1, 1);
+}
+
+/* What side `side` receives of one consumer's gradient (m, p, q its regions at the group and on
+ * the sides), for a producer needing h on the sides. */
+static double backward_area(const Rect *h, Rect m, Rect p, Rect q, int side) {
+    const Rect *b[3];
+    if (side == 0) {
+        b[0] = &h[0]; b[1] = &m;
+        double x = area(b, 2);
+        b[1] = &p;
+        return x - area(b, 2);
+    }
+    b[0] = &h[1]; b[1] = &m;
+    double a1 = area(b, 2);
+    b[1] = &h[0];
+    double a2 = area(b, 2);
+    b[2] = &m;
+    double a3 = area(b, 3);
+    b[1] = &q;
+    double a4 = area(b, 2);
+    return a1 + a2 - a3 - a4;
+}
+
+/* What side `side` receives when the sender is one device that pre-sums the contributions of
+ * every consumer to a point. */
+static double backward_presummed(const Rect *h, const Rect *m, const Rect *p, const Rect *q, int n, int side) {
+    const Rect *base[MAXC + 2];
+    Rect minus[MAXC];
+    int s[MAXC], in[MAXC];
+    double total = 0.0;
+    for (int k = 1; k <= n; ++k) {
+        double sign = (k % 2) ? 1.0 : -1.0;
+        for (int j = 0; j < k; ++j) s[j] = j;
+        do {
+            if (side == 0) { /* h0 & M_v - P_v for every v in s */
+                int nb = 0;
+                base[nb++] = &h[0];
+                for (int j = 0; j < k; ++j) base[nb++] = &m[s[j]];
+                for (int j = 0; j < k; ++j) minus[j] = p[s[j]];
+                total = total + sign * minus_area(base, nb, minus, k);
+                continue;
+            }
+            /* h1 & [(M_v - Q_v) | (h0 - M_v)] for every v in s: disjoint by which v are inside M_v */
+            for (int j = 0; j <= k; ++j) {
+                for (int x = 0; x < j; ++x) in[x] = x; /* positions in s */
+                do {
+                    int nb = 0, nm = 0, inside[MAXC] = {0};
+                    for (int x = 0; x < j; ++x) inside[in[x]] = 1;
+                    base[nb++] = &h[1];
+                    for (int x = 0; x < j; ++x) base[nb++] = &m[s[in[x]]];
+                    if (j < k) base[nb++] = &h[0];
+                    for (int x = 0; x < j; ++x) minus[nm++] = q[s[in[x]]];
+                    for (int x = 0; x < k; ++x)
+                        if (!inside[x]) minus[nm++] = m[s[x]];
+                    total = total + sign * minus_area(base, nb, minus, nm);
+                } while (j > 0 && next_subset(in, j, k));
+            }
+        } while (next_subset(s, k, n));
+    }
+    return total;
+}
+
+/* ---- seconds (sections 4, 4.2, 6.4) ------------------------------------------------------- */
+
+typedef struct {
+    double bpe, bw[2], latency;
+    long micro, zero;
+    int overlap, leaf_pair;
+    double per_el[2]; /* bpe / bw[i] */
+} Side;
+
+/* Seconds a side spends receiving `el` elements, `wel` of them a per-step weight exchange. */
+static inline double receive_seconds(const Side *sd, int i, double el, double wel) {
+    double transfer = el * sd->per_el[i];
+    long m = sd->micro;
+    if (m == 1) return sd->latency * (el > RECEIVE_EPS ? 1.0 : 0.0) + transfer;
+    long per_step = sd->zero < 2 ? 1 : m;
+    long a = m * (el - wel > RECEIVE_EPS ? 1 : 0), b = per_step * (wel > RECEIVE_EPS ? 1 : 0);
+    long count = b > a ? b : a;
+    return sd->latency * (double)count + transfer;
+}
+
+/* ---- one node's terms over a grid of states ------------------------------------------------ */
+
+/* A tensor node u sends: its size (elements; on the closed-form path already times the area its
+ * group holds), its consumers (positions in the scope) and, on the region path, the producer's
+ * output box g and each consumer's input box m at the group. */
+typedef struct {
+    double size;
+    int region, n;
+    int pos[MAXK];
+    Rect g, m[MAXC];
+    /* the amounts over all states of the tensor's own members (the producer, then its
+     * consumers; the last fastest), each side's after the other's: precomputed when that is
+     * fewer cells than the grid, else NULL */
+    double *pre;
+    Py_ssize_t npre, pstr[MAXK + 1];
+} Tensor;
+
+static inline double fld(const double *tab, Py_ssize_t S, int f, Py_ssize_t s) { return tab[f * S + s]; }
+
+/* Own share ends of a state on side i: (big, small). */
+static inline void ends(const double *tab, Py_ssize_t S, Py_ssize_t s, int i, double *big, double *small) {
+    double lo = fld(tab, S, F_LO, s), hi = fld(tab, S, F_HI, s);
+    if (i == 0) { *big = hi; *small = lo; }
+    else { *big = 1.0 - lo; *small = 1.0 - hi; }
+}
+
+/* Per member, state and side, the closed forms' extents (exact copies of the table's numbers
+ * and section 3's rules, computed once per call instead of once per cell): the producer's
+ * (gx, gy) held at its big end and (wx, wy) at its small end; a consumer's need (nx, ny) at its
+ * small end and holding (hx, hy) at its big end. */
+static double *extents(const double *tab, Py_ssize_t S, int producer) {
+    double *e = PyMem_Malloc(sizeof(double) * 8 * (S ? S : 1));
+    if (!e) return NULL;
+    for (Py_ssize_t s = 0; s < S; ++s)
+        for (int i = 0; i < 2; ++i) {
+            double big, small, has = fld(tab, S, F_HAS0 + i, s), *o = e + (s * 2 + i) * 4;
+            ends(tab, S, s, i, &big, &small);
+            if (producer) {
+                int give = (int)fld(tab, S, F_GIVE, s);
+                hold_extent(give, big, has, &o[0], &o[1]);
+                hold_extent(give, small, has, &o[2], &o[3]);
+            } else {
+                int need = (int)fld(tab, S, F_NEED, s);
+                need_extent(need, small, has, &o[0], &o[1]);
+                hold_extent(need, big, has, &o[2], &o[3]);
+            }
+        }
+    return e;
+}
+
+static double closed_form(const Tensor *t, double *const *ext, const Py_ssize_t *st, int i, int leaf_pair) {
+    double nx = 0, ny = 0, hx = 0, hy = 0;
+    for (int c = 0; c < t->n; ++c) {
+        const double *e = ext[t->pos[c]] + (st[t->pos[c]] * 2 + i) * 4;
+        if (c == 0) { nx = e[0]; ny = e[1]; }
+        else { nx = pmax(nx, e[0]); ny = pmax(ny, e[1]); }
+    }
+    const double *g = ext[0] + (st[0] * 2 + i) * 4;
+    double wx = g[2], wy = g[3];
+    double moved = forward_extent(nx, ny, g[0], g[1]);
+    for (int c = 0; c < t->n; ++c) {
+        const double *e = ext[t->pos[c]] + (st[t->pos[c]] * 2 + i) * 4;
+        if (!leaf_pair) { moved = moved + backward_extent(wx, wy, e[2], e[3]); continue; }
+        if (c == 0) { hx = e[2]; hy = e[3]; }
+        else { hx = pmin(hx, e[2]); hy = pmin(hy, e[3]); }
+    }
+    if (leaf_pair) moved = moved + backward_extent(wx, wy, hx, hy);
+    return moved;
+}
+
+static double region_form(const Tensor *t, const double *const *tabs, const Py_ssize_t *S, const Py_ssize_t *st,
+                          int i, int leaf_pair) {
+    Rect small[2][MAXC], big[2][MAXC], hold[2], wants[2];
+    const double *tu = tabs[0];
+    Py_ssize_t su = st[0];
+    for (int c = 0; c < t->n; ++c) {
+        int p = t->pos[c];
+        int need = (int)fld(tabs[p], S[p], F_NEED, st[p]);
+        for (int j = 0; j < 2; ++j) {
+            double b, sm;
+            int has = fld(tabs[p], S[p], F_HAS0 + j, st[p]) != 0.0;
+            ends(tabs[p], S[p], st[p], j, &b, &sm);
+            small[j][c] = child_rect(t->m[c], need, sm, j, has);
+            big[j][c] = child_rect(t->m[c], need, b, j, has);
+        }
+    }
+    int give = (int)fld(tu, S[0], F_GIVE, su);
+    for (int j = 0; j < 2; ++j) {
+        double b, sm;
+        int has = fld(tu, S[0], F_HAS0 + j, su) != 0.0;
+        ends(tu, S[0], su, j, &b, &sm);
+        hold[j] = child_rect(t->g, give, b, j, has);
+        wants[j] = child_rect(t->g, give, sm, j, has);
+    }
+    double moved = forward_area(t->g, hold, small[0], small[1], t->n, i);
+    if (leaf_pair) return moved + backward_presummed(wants, t->m, big[0], big[1], t->n, i);
+    for (int c = 0; c < t->n; ++c) moved = moved + backward_area(wants, t->m[c], big[0][c], big[1][c], i);
+    return moved;
+}
+
+/* One call's data: the scope's tables and index grid, the tensors, the side. */
+typedef struct {
+    int k, nd, nt;
+    const double *tabs[MAXK];
+    const long long *idx[MAXK];
+    Py_ssize_t S[MAXK], ilen[MAXK], str[MAXK][MAXD], dims[MAXD], cells;
+    double *ext[MAXK];
+    Tensor *ts;
+    Side sd;
+    Py_buffer views[2 * MAXK];
+    int nviews;
+} Call;
+
+static void call_free(Call *cl) {
+    for (int j = 0; j < cl->nviews; ++j) PyBuffer_Release(&cl->views[j]);
+    for (int j = 0; j < cl->k; ++j) PyMem_Free(cl->ext[j]);
+    for (int t = 0; t < cl->nt; ++t) PyMem_Free(cl->ts[t].pre);
+    PyMem_Free(cl->ts);
+}
+
+static inline double tensor_moved(const Call *cl, const Tensor *t, const Py_ssize_t *st, int i) {
+    return t->region ? region_form(t, cl->tabs, cl->S, st, i, cl->sd.leaf_pair)
+                     : closed_form(t, cl->ext, st, i, cl->sd.leaf_pair);
+}
+
+/* Precompute each tensor's amounts over its own members' states where that is fewer cells than
+ * the grid (a tensor read by one of several consumers depends on two of the scope's axes only). */
+static int precompute(Call *cl) {
+    for (int x = 0; x < cl->nt; ++x) {
+        Tensor *t = &cl->ts[x];
+        Py_ssize_t n = cl->S[0];
+        for (int c = 0; c < t->n; ++c) n *= cl->S[t->pos[c]];
+        if (n >= cl->cells || n > (1 << 24)) continue;
+        t->pre = PyMem_Malloc(sizeof(double) * 2 * (n ? n : 1));
+        if (!t->pre) { PyErr_NoMemory(); return -1; }
+        t->npre = n;
+        t->pstr[t->n] = 1;
+        for (int c = t->n - 1; c >= 0; --c) t->pstr[c] = t->pstr[c + 1] * cl->S[t->pos[c]];
+        Py_ssize_t st[MAXK], mi[MAXK + 1];
+        memset(mi, 0, sizeof(mi));
+        for (Py_ssize_t off = 0; off < n; ++off) {
+            st[0] = mi[0];
+            for (int c = 0; c < t->n; ++c) st[t->pos[c]] = mi[c + 1];
+            for (int i = 0; i < 2; ++i) t->pre[i * n + off] = tensor_moved(cl, t, st, i);
+            for (int c = t->n; c >= 0; --c) {
+                if (++mi[c] < (c ? cl->S[t->pos[c - 1]] : cl->S[0])) break;
+                mi[c] = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Parse relayout's / values' common arguments into `cl` (0, or -1 with an exception set). */
+static int call_parse(Call *cl, PyObject *tables, PyObject *indices, PyObject *strides, PyObject *shape,
+                      Py_buffer *spec, PyObject *side_t) {
+    memset(cl, 0, sizeof(*cl));
+    int k = (int)PyTuple_GET_SIZE(tables), nd = (int)PyTuple_GET_SIZE(shape);
+    if (k < 1 || k > MAXK || PyTuple_GET_SIZE(indices) != k || nd > MAXD ||
+        PyTuple_GET_SIZE(strides) != (Py_ssize_t)k * nd || PyTuple_GET_SIZE(side_t) != 8) {
+        PyErr_SetString(PyExc_ValueError, "relayout: inconsistent arguments");
+        return -1;
+    }
+    cl->nd = nd;
+    cl->cells = 1;
+    for (int d = 0; d < nd; ++d) {
+        cl->dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        cl->cells *= cl->dims[d];
+    }
+    for (int j = 0; j < k; ++j) {
+        Py_buffer *v = &cl->views[cl->nviews];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables, j), v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+        ++cl->nviews;
+        if (v->itemsize != 8 || v->len % (8 * NF)) {
+            PyErr_SetString(PyExc_ValueError, "relayout: a table is not float64 (NF, S)");
+            return -1;
+        }
+        cl->tabs[j] = v->buf;
+        cl->S[j] = v->len / (8 * NF);
+        v = &cl->views[cl->nviews];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(indices, j), v, PyBUF_C_CONTIGUOUS) < 0) return -1;
+        ++cl->nviews;
+        if (v->itemsize != 8) {
+            PyErr_SetString(PyExc_ValueError, "relayout: indices must be int64");
+            return -1;
+        }
+        cl->idx[j] = v->buf;
+        cl->ilen[j] = v->len / 8;
+        for (int d = 0; d < nd; ++d) cl->str[j][d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, j * nd + d));
+        cl->k = j + 1;
+        cl->ext[j] = extents(cl->tabs[j], cl->S[j], j == 0);
+        if (!cl->ext[j]) { PyErr_NoMemory(); return -1; }
+    }
+    double v[8];
+    for (int x = 0; x < 8; ++x) v[x] = PyFloat_AsDouble(PyTuple_GET_ITEM(side_t, x));
+    if (PyErr_Occurred()) return -1;
+    cl->sd = (Side){v[0], {v[1], v[2]}, v[3], (long)v[4], (long)v[5], v[6] != 0.0, v[7] != 0.0, {v[0] / v[1], v[0] / v[2]}};
+    const double *sp = spec->buf;
+    Py_ssize_t nsp = spec->len / 8, at = 1;
+    if (spec->len % 8) goto bad;
+    cl->nt = nsp ? (int)sp[0] : 0;
+    if (cl->nt < 0) goto bad;
+    cl->ts = cl->nt ? PyMem_Calloc(cl->nt, sizeof(Tensor)) : NULL;
+    if (cl->nt && !cl->ts) { PyErr_NoMemory(); return -1; }
+    for (int x = 0; x < cl->nt; ++x) {
+        Tensor *t = &cl->ts[x];
+        if (at + 3 > nsp) goto bad;
+        t->size = sp[at]; t->region = sp[at + 1] != 0.0; t->n = (int)sp[at + 2];
+        at += 3;
+        if (t->n < 1 || t->n > MAXK || (t->region && t->n > MAXC) || at + t->n > nsp) goto bad;
+        for (int c = 0; c < t->n; ++c) {
+            t->pos[c] = (int)sp[at++];
+            if (t->pos[c] < 1 || t->pos[c] >= k) goto bad;
+        }
+        if (t->region) {
+            if (at + 4 * (1 + t->n) > nsp) goto bad;
+            t->g = (Rect){sp[at], sp[at + 1], sp[at + 2], sp[at + 3]};
+            at += 4;
+            for (int c = 0; c < t->n; ++c, at += 4) t->m[c] = (Rect){sp[at], sp[at + 1], sp[at + 2], sp[at + 3]};
+        }
+    }
+    for (int j = 0; j < k; ++j)
+        for (int d = 0; d < nd; ++d)
+            if (cl->str[j][d] < 0 || (cl->str[j][d] && (cl->dims[d] - 1) * cl->str[j][d] >= cl->ilen[j])) goto bad;
+    for (int j = 0; j < k; ++j)
+        if (cl->ilen[j] < 1) goto bad;
+    return precompute(cl);
+bad:
+    PyErr_SetString(PyExc_ValueError, "relayout: malformed tensor spec or strides");
+    return -1;
+}
+
+/* One cell: each side's elements received, seconds of communication, seconds of it that
+ * overlap work (section 4.2). */
+static inline void cell(const Call *cl, const Py_ssize_t *st, double *r, double *comm, double *weight) {
+    const double *tu = cl->tabs[0];
+    Py_ssize_t su = st[0], S0 = cl->S[0];
+    for (int i = 0; i < 2; ++i) {
+        double x = fld(tu, S0, F_INTRA0 + i, su);
+        for (int t = 0; t < cl->nt; ++t) {
+            const Tensor *ts = &cl->ts[t];
+            double moved;
+            if (ts->pre) {
+                Py_ssize_t off = su * ts->pstr[0];
+                for (int c = 0; c < ts->n; ++c) off += st[ts->pos[c]] * ts->pstr[c + 1];
+                moved = ts->pre[i * ts->npre + off];
+            } else {
+                moved = tensor_moved(cl, ts, st, i);
+            }
+            x = x + ts->size * moved;
+        }
+        double extra = fld(tu, S0, F_EXTRA, su), w = fld(tu, S0, F_WINTRA0 + i, su);
+        r[i] = x;
+        if (cl->sd.overlap) { /* the weight traffic is its own message, run alongside the work */
+            weight[i] = receive_seconds(&cl->sd, i, w, w) + extra;
+            comm[i] = receive_seconds(&cl->sd, i, pmax(x - w, 0.0), 0.0) + weight[i];
+        } else {
+            weight[i] = 0.0;
+            comm[i] = receive_seconds(&cl->sd, i, x, w) + extra;
+        }
+    }
+}
+
+/* Walk the grid: for every cell, the scope's states, then `fn`. The last axis is the inner loop. */
+#define WALK(cl, ...)                                                                                    \
+    do {                                                                                                 \
+        Py_ssize_t mi_[MAXD], st[MAXK], base_[MAXK], c = 0;                                               \
+        int nd_ = (cl)->nd, k_ = (cl)->k;                                                                \
+        Py_ssize_t inner_ = nd_ ? (cl)->dims[nd_ - 1] : 1;                                               \
+        memset(mi_, 0, sizeof(mi_));                                                                     \
+        if ((cl)->cells == 0) break;                                                                     \
+        for (;;) {                                                                                       \
+            for (int j_ = 0; j_ < k_; ++j_) {                                                            \
+                Py_ssize_t off_ = 0;                                                                     \
+                for (int d_ = 0; d_ < nd_ - 1; ++d_) off_ += mi_[d_] * (cl)->str[j_][d_];                \
+                base_[j_] = off_;                                                                        \
+            }                                                                                            \
+            for (Py_ssize_t x_ = 0; x_ < inner_; ++x_, ++c) {                                            \
+                for (int j_ = 0; j_ < k_; ++j_) {                                                        \
+                    st[j_] = (Py_ssize_t)(cl)->idx[j_][base_[j_] + (nd_ ? x_ * (cl)->str[j_][nd_ - 1] : 0)]; \
+                    if (st[j_] < 0 || st[j_] >= (cl)->S[j_]) goto bad_state;                             \
+                }                                                                                        \
+                __VA_ARGS__                                                                              \
+            }                                                                                            \
+            int d_ = nd_ - 2;                                                                            \
+            for (; d_ >= 0; --d_) {                                                                      \
+                if (++mi_[d_] < (cl)->dims[d_]) break;                                                   \
+                mi_[d_] = 0;                                                                             \
+            }                                                                                            \
+            if (d_ < 0) break;                                                                           \
+        }                                                                                                \
+    } while (0)
+
+PyDoc_STRVAR(relayout_doc,
+"relayout(tables, indices, strides, shape, tensors, side, out)\n\n"
+"Every cell of the grid `shape` of one node's terms (docs/costmodel.md sections 3-4):\n"
+"tables: per scope member (the producer first) its packed state table, float64 (NF, S);\n"
+"indices: per member an int64 array of state indices, read at strides (one int per member\n"
+"and grid dimension, 0 where it does not vary); tensors: float64 [T, then per tensor size,\n"
+"region?, n, n positions, and on the region path g and n boxes m (x0, x1, y0, y1)]; side:\n"
+"(bytes per element, bw_1, bw_2, latency, micro-batches, ZeRO stage, overlap, leaf pair);\n"
+"out: float64 (6, cells), written: received_1, received_2, comm_1, comm_2, weight_1, weight_2.");
+
+static PyObject *relayout(PyObject *self, PyObject *args) {
+    PyObject *tables, *indices, *strides, *shape, *side_t;
+    Py_buffer spec, out;
+    Call cl;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!y*O!w*", &PyTuple_Type, &tables, &PyTuple_Type, &indices, &PyTuple_Type,
+                          &strides, &PyTuple_Type, &shape, &spec, &PyTuple_Type, &side_t, &out))
+        return NULL;
+    if (call_parse(&cl, tables, indices, strides, shape, &spec, side_t) < 0) goto done;
+    if (out.len < (Py_ssize_t)(6 * 8) * cl.cells) {
+        PyErr_SetString(PyExc_ValueError, "relayout: output of the wrong size");
+        goto done;
+    }
+    double *o = out.buf;
+    Py_ssize_t n = cl.cells;
+    WALK(&cl, {
+        double r[2], cm[2], w[2];
+        cell(&cl, st, r, cm, w);
+        o[c] = r[0]; o[n + c] = r[1]; o[2 * n + c] = cm[0]; o[3 * n + c] = cm[1]; o[4 * n + c] = w[0]; o[5 * n + c] = w[1];
+    });
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto done;
+bad_state:
+    PyErr_SetString(PyExc_IndexError, "relayout: a state index is out of its table");
+done:
+    call_free(&cl);
+    PyBuffer_Release(&spec);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+#define OVERLAP_WINDOW (2.0 / 3.0) /* cost.OVERLAP_WINDOW */
+
+/* A side's time for a node: work + comm - min(weight, OVERLAP_WINDOW * work) (section 4.2). */
+static inline double overlap_time(double work, double comm, double weight) {
+    return work + comm - pmin(weight, OVERLAP_WINDOW * work);
+}
+
+PyDoc_STRVAR(values_doc,
+"values(tables, indices, strides, shape, tensors, side, steps, objective, out)\n\n"
+"A node's objective value in every cell (cost.node_value without a floor), written to out\n"
+"(float64, cells): objective 0 = time, max over the sides of work + comm less what overlaps\n"
+"(interval states: the smallest over the K - 1 sub-intervals of max(side 1 at its start,\n"
+"side 2 at its end)); 1 = communication, the elements both sides receive. steps: the\n"
+"producer's compute seconds, float64 (2, S, K). The other arguments are relayout's.");
+
+static PyObject *values(PyObject *self, PyObject *args) {
+    PyObject *tables, *indices, *strides, *shape, *side_t;
+    Py_buffer spec, steps, out;
+    int objective;
+    Call cl;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!y*O!y*iw*", &PyTuple_Type, &tables, &PyTuple_Type, &indices, &PyTuple_Type,
+                          &strides, &PyTuple_Type, &shape, &spec, &PyTuple_Type, &side_t, &steps, &objective, &out))
+        return NULL;
+    if (call_parse(&cl, tables, indices, strides, shape, &spec, side_t) < 0) goto done;
+    Py_ssize_t S0 = cl.S[0], K = S0 ? steps.len / (8 * 2 * S0) : 1;
+    if (out.len < (Py_ssize_t)8 * cl.cells || K < 1 || steps.len != (Py_ssize_t)8 * 2 * S0 * K) {
+        PyErr_SetString(PyExc_ValueError, "values: output or steps of the wrong size");
+        goto done;
+    }
+    double *o = out.buf;
+    const double *s1 = steps.buf, *s2 = (const double *)steps.buf + S0 * K;
+    WALK(&cl, {
+        double r[2], cm[2], w[2];
+        cell(&cl, st, r, cm, w);
+        Py_ssize_t su = st[0];
+        if (objective == 1) {
+            o[c] = r[0] + r[1];
+        } else if (K == 1) {
+            o[c] = pmax(overlap_time(s1[su], cm[0], w[0]), overlap_time(s2[su], cm[1], w[1]));
+        } else { /* side 1's compute grows and side 2's shrinks with the share */
+            double best = 0.0;
+            for (Py_ssize_t q = 0; q + 1 < K; ++q) {
+                double t = pmax(overlap_time(s1[su * K + q], cm[0], w[0]), overlap_time(s2[su * K + q + 1], cm[1], w[1]));
+                best = q == 0 ? t : pmin(best, t);
+            }
+            o[c] = best;
+        }
+    });
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto done;
+bad_state:
+    PyErr_SetString(PyExc_IndexError, "values: a state index is out of its table");
+done:
+    call_free(&cl);
+    PyBuffer_Release(&spec);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+#define REL_TOL 1e-12 /* cost.REL_TOL: ties */
+
+PyDoc_STRVAR(eliminate_doc,
+"eliminate(tables, strides, shape, axis, best, arg)\n\n"
+"One step of the DP's variable elimination (docs/costmodel.md section 8): over the joint grid\n"
+"`shape` of the tables that mention the eliminated node (its axis `axis`), their sum (added in\n"
+"the order given, from 0.0), its minimum over `axis` written to best (float64, the grid\n"
+"without that axis) and the first state within REL_TOL of it to arg (int64, same shape).\n"
+"tables: contiguous float64 arrays; strides: per table one element stride per grid\n"
+"dimension (0 where the table does not vary).");
+
+static PyObject *eliminate(PyObject *self, PyObject *args) {
+    PyObject *tables, *strides, *shape;
+    int axis;
+    Py_buffer bestv, argv;
+    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type, &shape,
+                          &axis, &bestv, &argv))
+        return NULL;
+    PyObject *result = NULL;
+    int nt = (int)PyTuple_GET_SIZE(tables), nd = (int)PyTuple_GET_SIZE(shape), got = 0;
+    Py_buffer *views = PyMem_Calloc(nt ? nt : 1, sizeof(Py_buffer));
+    Py_ssize_t *str = PyMem_Calloc((size_t)(nt ? nt : 1) * (nd ? nd : 1), sizeof(Py_ssize_t));
+    Py_ssize_t dims[MAXD], rest = 1, n = 0;
+    double *tot = NULL;
+    if (!views || !str) { PyErr_NoMemory(); goto done; }
+    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd) {
+        PyErr_SetString(PyExc_ValueError, "eliminate: inconsistent arguments");
+        goto done;
+    }
+    for (int d = 0; d < nd; ++d) {
+        dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        if (dims[d] < 1) { PyErr_SetString(PyExc_ValueError, "eliminate: empty grid"); goto done; }
+        if (d != axis) rest *= dims[d];
+    }
+    n = dims[axis];
+    for (int t = 0; t < nt; ++t) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables, t), &views[t], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        ++got;
+        Py_ssize_t reach = 0;
+        for (int d = 0; d < nd; ++d) {
+            str[t * nd + d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, t * nd + d));
+            if (str[t * nd + d] < 0) { PyErr_SetString(PyExc_ValueError, "eliminate: negative stride"); goto done; }
+            reach += (dims[d] - 1) * str[t * nd + d];
+        }
+        if (views[t].itemsize != 8 || reach >= views[t].len / 8) {
+            PyErr_SetString(PyExc_ValueError, "eliminate: a table is smaller than its strides reach");
+            goto done;
+        }
+    }
+    if (PyErr_Occurred()) goto done;
+    if (bestv.len < rest * 8 || argv.len < rest * 8) {
+        PyErr_SetString(PyExc_ValueError, "eliminate: outputs of the wrong size");
+        goto done;
+    }
+    tot = PyMem_Malloc(sizeof(double) * n);
+    if (!tot) { PyErr_NoMemory(); goto done; }
+    double *best = bestv.buf;
+    long long *arg = argv.buf;
+    Py_ssize_t mi[MAXD];
+    memset(mi, 0, sizeof(mi));
+    for (Py_ssize_t r = 0; r < rest; ++r) {
+        for (Py_ssize_t x = 0; x < n; ++x) tot[x] = 0.0;
+        for (int t = 0; t < nt; ++t) {
+            const double *tab = views[t].buf;
+            Py_ssize_t off = 0, sa = str[t * nd + axis];
+            for (int d = 0; d < nd; ++d) off += mi[d] * str[t * nd + d];
+            for (Py_ssize_t x = 0; x < n; ++x) tot[x] = tot[x] + tab[off + x * sa];
+        }
+        double b = tot[0];
+        for (Py_ssize_t x = 1; x < n; ++x) b = tot[x] < b ? tot[x] : b;
+        double lim = b + REL_TOL * (b < 0 ? -b : b);
+        Py_ssize_t a = 0; /* numpy's argmax of the tie mask: the first within it, else 0 */
+        while (a < n && !(tot[a] <= lim)) ++a;
+        if (a == n) a = 0;
+        best[r] = b;
+        arg[r] = a;
+        for (int d = nd - 1; d >= 0; --d) { /* the next cell of the grid without the axis */
+            if (d == axis) continue;
+            if (++mi[d] < dims[d]) break;
+            mi[d] = 0;
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (int t = 0; t < got; ++t) PyBuffer_Release(&views[t]);
+    PyMem_Free(views);
+    PyMem_Free(str);
+    PyMem_Free(tot);
+    PyBuffer_Release(&bestv);
+    PyBuffer_Release(&argv);
+    return result;
+}
+
+PyDoc_STRVAR(edge_doc,
+"edge(give, need, s_producer, s_consumer) -> float\n\n"
+"Fraction of one tensor a side receives on one edge at the root, forward plus backward, the\n"
+"producer giving layout `give` at own share s_producer, the consumer needing `need` at\n"
+"s_consumer (layout codes 0 rows, 1 columns, 2 whole; docs/costmodel.md section 3).");
+
+static PyObject *edge(PyObject *self, PyObject *args) {
+    int give, need;
+    double sp, sc;
+    if (!PyArg_ParseTuple(args, "iidd", &give, &need, &sp, &sc)) return NULL;
+    double nx, ny, hx, hy, cx, cy;
+    need_extent(need, sc, sc > 0.0, &nx, &ny);
+    hold_extent(give, sp, sp > 0.0, &hx, &hy);
+    double f = forward_extent(nx, ny, hx, hy);
+    hold_extent(need, sc, sc > 0.0, &cx, &cy);
+    return PyFloat_FromDouble(f + backward_extent(hx, hy, cx, cy));
+}
+
+PyDoc_STRVAR(receive_doc,
+"receive(side, i, elements, weight_elements) -> float\n\n"
+"Seconds side i (0 or 1) spends receiving `elements`, `weight_elements` of them a per-step\n"
+"weight exchange (docs/costmodel.md sections 4 and 6.4); `side` as relayout's.");
+
+static PyObject *receive(PyObject *self, PyObject *args) {
+    PyObject *side_t;
+    int i;
+    double el, wel, v[8];
+    if (!PyArg_ParseTuple(args, "O!idd", &PyTuple_Type, &side_t, &i, &el, &wel)) return NULL;
+    if (PyTuple_GET_SIZE(side_t) != 8 || i < 0 || i > 1) {
+        PyErr_SetString(PyExc_ValueError, "receive: side must have 8 figures and i be 0 or 1");
+        return NULL;
+    }
+    for (int x = 0; x < 8; ++x) v[x] = PyFloat_AsDouble(PyTuple_GET_ITEM(side_t, x));
+    if (PyErr_Occurred()) return NULL;
+    Side sd = {v[0], {v[1], v[2]}, v[3], (long)v[4], (long)v[5], v[6] != 0.0, v[7] != 0.0, {v[0] / v[1], v[0] / v[2]}};
+    return PyFloat_FromDouble(receive_seconds(&sd, i, el, wel));
+}
+
+static PyMethodDef methods[] = {
+    {"relayout", relayout, METH_VARARGS, relayout_doc},
+    {"values", values, METH_VARARGS, values_doc},
+    {"eliminate", eliminate, METH_VARARGS, eliminate_doc},
+    {"receive", receive, METH_VARARGS, receive_doc},
+    {"edge", edge, METH_VARARGS, edge_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pricing",
+                                    "parplan's compiled pricing core (docs/architecture.md).", -1, methods};
+
+PyMODINIT_FUNC PyInit__pricing(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "NF", NF) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,292 @@
+"""The Python pricing that parplan's compiled core (parplan/costmodel/_pricing.c) replaced,
+kept as a test oracle: section 3's closed forms and region algebra, and node_terms as it was,
+line for line. tests/test_pricing_core.py checks the core against it bit for bit on random
+instances; tests/reference_model.py is the independent model written from the docs.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+
+from parplan.costmodel.cost import RECEIVE_EPS, NodeTerms, SideSpec
+from parplan.costmodel.layout import LAYOUT_CODE, Layout
+from parplan.costmodel.regions import ROOT, Rect, Region, local_frame
+
+_SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
+
+
+# ---- section 3's closed forms (formerly parplan/costmodel/layout.py) ----------------------
+def _code(layout):
+    return LAYOUT_CODE[layout] if isinstance(layout, Layout) else np.asarray(layout)
+
+def _scalar(layout, s, has) -> tuple[int, float, float] | None:
+    """(code, share, has) as plain numbers when one state is asked for, else None."""
+    if type(s) not in _SCALARS or not (has is None or type(has) in _SCALARS):
+        if np.ndim(s) or (has is not None and np.ndim(has)):
+            return None
+    if type(layout) not in _SCALARS and not isinstance(layout, Layout) and np.ndim(layout):
+        return None
+    s = float(s)
+    return _code(layout) if isinstance(layout, Layout) else int(layout), s, float(s > 0 if has is None else has)
+
+def hold_extent(layout, s, has=None):
+    """(X, Y) of ``rect(X, Y)``: the region of a tensor a side with own share ``s`` holds in
+    ``layout`` (a :class:`Layout` or an array of :data:`LAYOUT_CODE` codes). ``has``: whether
+    the side has work (default ``s > 0``; a relaxation passes it apart from ``s``)."""
+    one = _scalar(layout, s, has)
+    if one is not None:
+        code, s, h = one
+        return (s, 1.0) if code == 0 else ((1.0, s) if code == 1 else (h, h))
+    code, s = _code(layout), np.asarray(s, dtype=float)
+    has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
+    x = np.where(code == 0, s, np.where(code == 1, 1.0, has))
+    y = np.where(code == 0, 1.0, np.where(code == 1, s, has))
+    return x, y
+
+def need_extent(layout, s, has=None):
+    """(x, y) of the L-shape ``rect(x, 1) | rect(1, y)`` a side with own share ``s`` needs in
+    ``layout``. Unions of needs are element-wise maxima of these pairs."""
+    one = _scalar(layout, s, has)
+    if one is not None:
+        code, s, h = one
+        return (s, 0.0) if code == 0 else ((0.0, s) if code == 1 else (h, h))
+    code, s = _code(layout), np.asarray(s, dtype=float)
+    has = (s > 0).astype(float) if has is None else np.asarray(has, dtype=float)
+    x = np.where(code == 0, s, np.where(code == 1, 0.0, has))
+    y = np.where(code == 0, 0.0, np.where(code == 1, s, has))
+    return x, y
+
+def union_needs(needs):
+    """Union of L-shapes given as (x, y) pairs (broadcasting)."""
+    xs, ys = zip(*needs)
+    return _reduce(np.maximum, xs), _reduce(np.maximum, ys)
+
+def intersect_holds(holds):
+    """Intersection of origin-anchored rectangles given as (X, Y) pairs (broadcasting)."""
+    xs, ys = zip(*holds)
+    return _reduce(np.minimum, xs), _reduce(np.minimum, ys)
+
+def _reduce(op, arrays):
+    out = arrays[0]
+    for a in arrays[1:]:
+        out = op(out, a)
+    return out
+
+def forward_received(need, hold):
+    """Area of the L-shape ``need`` = (x, y) outside the rectangle ``hold`` = (X, Y)."""
+    x, y = need
+    hx, hy = hold
+    mx, my = np.minimum(x, hx), np.minimum(y, hy)
+    return (x + y - x * y) - (mx * hy + hx * my - mx * my)
+
+def backward_received(need, hold):
+    """Area of the rectangle ``need`` = (X, Y) outside the rectangle ``hold`` = (X', Y')."""
+    x, y = need
+    hx, hy = hold
+    return x * y - np.minimum(x, hx) * np.minimum(y, hy)
+
+# ---- the region algebra (formerly parplan/costmodel/regions.py) -----------------------
+
+def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
+    """The rectangle a side keeps of a node's port at a split, for arrays of states: ``code``
+    the port's layout code (0 rows, 1 columns, 2 whole), ``s`` the side's own share, ``has``
+    whether it has work."""
+    x0, x1, y0, y1 = region.rect(port)
+    if np.ndim(code) == 0 and np.ndim(s) == 0 and np.ndim(has) == 0:  # one state: plain floats
+        if not has:
+            return (x0, x0, y0, y1)
+        s, code = float(s), int(code)
+        if code == 0:
+            return (x0, x0 + s * (x1 - x0), y0, y1) if side == 0 else (x1 - s * (x1 - x0), x1, y0, y1)
+        if code == 1:
+            return (x0, x1, y0, y0 + s * (y1 - y0)) if side == 0 else (x0, x1, y1 - s * (y1 - y0), y1)
+        return (x0, x1, y0, y1)
+    code, s, has = np.asarray(code), np.asarray(s, dtype=float), np.asarray(has, dtype=bool)
+    if side == 0:
+        nx0, nx1 = x0 + 0 * s, np.where(code == 0, x0 + s * (x1 - x0), x1)
+        ny0, ny1 = y0 + 0 * s, np.where(code == 1, y0 + s * (y1 - y0), y1)
+    else:
+        nx0, nx1 = np.where(code == 0, x1 - s * (x1 - x0), x0), x1 + 0 * s
+        ny0, ny1 = np.where(code == 1, y1 - s * (y1 - y0), y0), y1 + 0 * s
+    nx1 = np.where(has, nx1, nx0)
+    return nx0, nx1, ny0, ny1
+
+def area(*rects: Rect):
+    """Area of the intersection of rectangles (broadcasting)."""
+    if not any(isinstance(r[1], np.ndarray) or isinstance(r[3], np.ndarray) for r in rects):  # one state
+        x0, x1, y0, y1 = rects[0]
+        for r in rects[1:]:
+            x0, x1, y0, y1 = max(x0, r[0]), min(x1, r[1]), max(y0, r[2]), min(y1, r[3])
+        return max(x1 - x0, 0.0) * max(y1 - y0, 0.0)
+    x0, x1, y0, y1 = rects[0]
+    for r in rects[1:]:
+        x0, x1 = np.maximum(x0, r[0]), np.minimum(x1, r[1])
+        y0, y1 = np.maximum(y0, r[2]), np.minimum(y1, r[3])
+    return np.maximum(x1 - x0, 0.0) * np.maximum(y1 - y0, 0.0)
+
+def union_area(rects: list[Rect], *within: Rect):
+    """Area of ``(union of rects) & within...`` by inclusion-exclusion."""
+    total = 0.0
+    for k in range(1, len(rects) + 1):
+        sign = 1.0 if k % 2 else -1.0
+        for sub in combinations(rects, k):
+            total = total + sign * area(*sub, *within)
+    return total
+
+def _both_unions_area(a: list[Rect], b: list[Rect], *within: Rect):
+    """Area of ``(union a) & (union b) & within...``."""
+    total = 0.0
+    for i in range(1, len(a) + 1):
+        for sa in combinations(a, i):
+            for j in range(1, len(b) + 1):
+                for sb in combinations(b, j):
+                    sign = 1.0 if (i + j) % 2 == 0 else -1.0
+                    total = total + sign * area(*sa, *sb, *within)
+    return total
+
+def _minus_area(base: list[Rect], minus: list[Rect]):
+    """Area of ``(intersection of base) - (union of minus)``."""
+    return area(*base) - (union_area(minus, *base) if minus else 0.0)
+
+def forward_area(g: Rect, h: list[Rect], p: list[Rect], q: list[Rect], side: int):
+    """Area side ``side`` (0 or 1) receives of a producer's output: ``g`` the producer's
+    holding at the group, ``h`` its two sides' holdings, ``p``/``q`` each consumer's need on
+    side 1/2."""
+    if side == 0:
+        return union_area(p, g) - union_area(p, h[0])
+    return union_area(q, g) - union_area(q, h[1]) + _both_unions_area(q, p) - _both_unions_area(q, p, g)
+
+def backward_area(h: list[Rect], m: Rect, p: Rect, q: Rect, side: int):
+    """Area side ``side`` receives of one consumer's gradient (``m``, ``p``, ``q`` its regions
+    at the group and on the sides), for a producer needing ``h`` on the sides."""
+    if side == 0:
+        return area(h[0], m) - area(h[0], p)
+    return area(h[1], m) + area(h[1], h[0]) - area(h[1], h[0], m) - area(h[1], q)
+
+def backward_presummed(h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect], side: int):
+    """Area side ``side`` receives when the sender is one device, which pre-sums the
+    contributions of every consumer to a point: one value per point."""
+    n = len(m)
+    total = 0.0
+    for k in range(1, n + 1):
+        sign = 1.0 if k % 2 else -1.0
+        for s in combinations(range(n), k):
+            if side == 0:  # h0 & M_v - P_v for every v in s
+                total = total + sign * _minus_area([h[0], *(m[v] for v in s)], [p[v] for v in s])
+                continue
+            # h1 & [(M_v - Q_v) | (h0 - M_v)] for every v in s: disjoint by which v are inside M_v
+            for j in range(len(s) + 1):
+                for inside in combinations(s, j):
+                    outside = [v for v in s if v not in inside]
+                    base = [h[1], *(m[v] for v in inside)] + ([h[0]] if outside else [])
+                    minus = [q[v] for v in inside] + [m[v] for v in outside]
+                    total = total + sign * _minus_area(base, minus)
+    return total
+
+def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
+    """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
+    section 4): the link latency when it receives anything, plus the bytes at its receive
+    bandwidth. With micro-batches (section 6.4) what moves per micro-batch (``elements`` less
+    the per-step ``weight_elements``) pays the latency once per micro-batch, and the gradient
+    exchange travels with the last one (or pays its own latencies: ZeRO-2/3 reduce-scatter per
+    micro-batch). Arrays broadcast."""
+    transfer = elements * (side.bytes_per_element / side.bytes_per_s[i])
+    m = side.micro_batches
+    if m == 1:
+        return side.latency_s * (elements > RECEIVE_EPS) + transfer
+    per_step = 1 if side.zero_stage < 2 else m
+    count = np.maximum(m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS))
+    return side.latency_s * count + transfer
+
+
+# ---- node_terms (formerly parplan/costmodel/cost.py) -----------------------------------
+
+def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True) -> NodeTerms:
+    """Time terms of node ``u`` with its state index ``idx[u]`` and each consumer's ``idx[v]``
+    (integer arrays that broadcast; ``tables[v]`` the :class:`StateTable` of node ``v``;
+    ``groups`` from :func:`output_groups` at the root's sizes; ``regions`` every node's
+    :class:`~parplan.costmodel.regions.Region` at this group, None at the root; ``leaf_pair``:
+    both sides are single devices, which pre-sum gradients). docs/costmodel.md sections 3-5."""
+    t = tables[u]
+    iu = idx[u]
+    # every region in the node's local frame: translates price alike, to the last bit
+    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    reg = local_frame(regions, u, consumers) if regions is not None else dict.fromkeys((u, *consumers), ROOT)
+
+    def ends(tab, i, side_):
+        big, small = (tab.hi[i], tab.lo[i]) if side_ == 0 else (1.0 - tab.lo[i], 1.0 - tab.hi[i])
+        return big, small
+
+    # Each region takes the end of its share interval that makes the amount smallest (for a
+    # point both ends coincide): held regions large and needed ones small forward; the
+    # producer's need small and the consumers' holdings large backward (docs/costmodel.md
+    # section 8). Side 2's formulas also read side 1's regions at their small ends.
+    g = reg[u].rect("out")
+    tensors = []
+    for size, consumers in groups:
+        m = [reg[v].rect("in") for v in consumers]
+        if all(mv == g for mv in m):
+            # the group holds exactly what its consumers need of this tensor: its own frame, where
+            # every region is a prefix of a side's own share (the closed forms of layout.py)
+            tensors.append((size * area(g), consumers, None))
+        else:
+            tensors.append((size, consumers, m))
+    # each consumer's need on each side, at the small and the big end of its share (region path)
+    rects = {}
+    for k, (_, consumers, m) in enumerate(tensors):
+        if m is None:
+            continue
+        small, big = ([], []), ([], [])
+        for v in consumers:
+            tv, iv = tables[v], idx[v]
+            for j in (0, 1):
+                b, sm = ends(tv, iv, j)
+                small[j].append(child_rect(reg[v], "in", tv.need[iv], sm, j, tv.has[j][iv]))
+                big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
+        rects[k] = (small, big)
+    if rects:
+        hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
+        wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
+    received, intra, comm, weight = [], [], [], []
+    for i in (0, 1):
+        r = t.intra[i][iu]
+        intra.append(r)
+        big_u, small_u = ends(t, iu, i)
+        has_u = t.has[i][iu]
+        for k, (size, consumers, m) in enumerate(tensors):
+            if m is None:
+                needs, holds = [], []
+                for v in consumers:
+                    tv, iv = tables[v], idx[v]
+                    big_v, small_v = ends(tv, iv, i)
+                    needs.append(need_extent(tv.need[iv], small_v, tv.has[i][iv]))
+                    holds.append(hold_extent(tv.need[iv], big_v, tv.has[i][iv]))
+                moved = forward_received(union_needs(needs), hold_extent(t.give[iu], big_u, has_u))
+                want = hold_extent(t.give[iu], small_u, has_u)
+                if leaf_pair:
+                    moved = moved + backward_received(want, intersect_holds(holds))
+                else:
+                    for h in holds:
+                        moved = moved + backward_received(want, h)
+            else:
+                small, big = rects[k]
+                moved = forward_area(g, hold, small[0], small[1], i)
+                if leaf_pair:
+                    moved = moved + backward_presummed(wants, m, big[0], big[1], i)
+                else:
+                    for x in range(len(m)):
+                        moved = moved + backward_area(wants, m[x], big[0][x], big[1][x], i)
+            r = r + size * moved
+        received.append(r)
+        if side.overlap:  # the weight traffic is its own message, run alongside the work (section 4.2)
+            w = t.wintra[i][iu]
+            weight.append(receive_seconds(side, i, w, w) + t.extra[iu])
+            comm.append(receive_seconds(side, i, np.maximum(r - w, 0.0)) + weight[i])
+        else:
+            comm.append(receive_seconds(side, i, r, t.wintra[i][iu]) + t.extra[iu])
+    compute = (t.compute[0][iu], t.compute[1][iu])
+    steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
+    return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps,
+                     (weight[0], weight[1]) if weight else (0.0, 0.0))

@@ -1,0 +1,257 @@
+"""The compiled pricing core (parplan/costmodel/_pricing.c) against the Python it replaced
+(tests/pricing_oracle.py), bit for bit: random state tables, regions, tensors, index grids and
+sides; whole plans evaluated through either; and the planners' tables. The independent model
+(tests/reference_model.py) is checked against the product in test_costmodel.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+import pricing_oracle as oracle
+from parplan.costmodel import _pricing, cost
+from parplan.costmodel import split as split_module
+from parplan.costmodel.cost import (Objective, ShareMode, SideSpec, StateTable, node_terms, node_value, node_values,
+                                   share_intervals, share_points)
+from parplan.costmodel.dims import Device, LayerDims
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Layout, PartitionType, transition_table
+from parplan.costmodel.regions import EMPTY, Region
+from parplan.costmodel.split import PlanOptions, SplitProblem, factor_scope, split_tables
+from test_costmodel import plan_cases
+
+
+def fast(n):
+    return settings(max_examples=n, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+COORD = st.sampled_from([0.0, 0.125, 0.25, 1 / 3, 0.5, 0.75, 1.0])
+
+
+@st.composite
+def intervals(draw):
+    a, b = sorted((draw(COORD), draw(COORD)))
+    return (a, b) if b > a else (a, min(a + 0.25, 1.0)) if a < 1.0 else (0.75, 1.0)
+
+
+@st.composite
+def regions(draw):
+    if draw(st.integers(0, 9)) == 0:
+        return EMPTY
+    return Region(draw(intervals()), draw(intervals()), draw(intervals()))
+
+
+@st.composite
+def sides(draw):
+    dev = st.sampled_from([Device(1e12, 1e11), Device(3e12, 2e12, efficiency=0.5, kernel_overhead_s=5e-6)])
+    bw = st.sampled_from([1e9, 5e10, 4.5e11])
+    return SideSpec((draw(dev), draw(dev)), (draw(bw), draw(bw)), latency_s=draw(st.sampled_from([0.0, 1e-6, 2e-5])),
+                    bytes_per_element=draw(st.sampled_from([2.0, 4.0])), zero_stage=draw(st.sampled_from([0, 1, 2, 3])),
+                    micro_batches=draw(st.sampled_from([1, 1, 2, 8])), overlap=draw(st.booleans()))
+
+
+@st.composite
+def tables_for(draw, side, join: bool, relaxed: bool):
+    d = LayerDims(batch=draw(st.sampled_from([1, 8, 64])), in_features=draw(st.sampled_from([16, 96])),
+                  out_features=draw(st.sampled_from([16, 96])), in_spatial=draw(st.sampled_from([1, 49])),
+                  out_spatial=1, kernel=1)
+    choices = draw(st.lists(st.sampled_from(JOIN_LAYOUTS if join else TYPE_ORDER), min_size=1, max_size=3, unique=True))
+    shares = share_points(side, ShareMode.FREE, draw(st.sampled_from([1, 2, 4])))
+    if relaxed:
+        shares = share_intervals(shares)
+    above = (draw(st.booleans()), draw(st.booleans()))
+    return StateTable.build(d, draw(st.booleans()), tuple(choices), shares, side, None, above)
+
+
+@st.composite
+def terms_cases(draw):
+    """One node's terms: a producer, 1-4 consumers in 1-2 tensors, regions (or the root), and an
+    index grid (full, or some members fixed at one state, as local search asks)."""
+    side = draw(sides())
+    relaxed = draw(st.booleans())
+    k = draw(st.integers(1, 5))  # scope size: producer + consumers
+    tables = [draw(tables_for(side, draw(st.booleans()), relaxed)) for _ in range(k)]
+    consumers = list(range(1, k))
+    groups = []
+    if consumers:
+        cut = draw(st.integers(1, len(consumers)))
+        for part in (consumers[:cut], consumers[cut:]):
+            if part:
+                groups.append((float(draw(st.sampled_from([1.0, 4096.0, 3.0e6]))), tuple(part)))
+    regs = None
+    if draw(st.booleans()):
+        base = draw(regions())
+        regs = [base if draw(st.booleans()) else draw(regions()) for _ in range(k)]
+        # the consumers often read exactly what the producer holds (the closed-form path)
+        if draw(st.booleans()) and not base.empty:
+            regs = [Region(base.rows, base.outs, base.outs) if j else base for j in range(k)]
+    idx = {}
+    for j in range(k):
+        if draw(st.integers(0, 3)) == 0:
+            idx[j] = np.asarray(draw(st.integers(0, tables[j].size - 1)))
+        else:
+            idx[j] = np.arange(tables[j].size).reshape([-1 if i == j else 1 for i in range(k)])
+    return tables, side, groups, idx, regs, draw(st.booleans())
+
+
+def _same(a, b, shape):
+    return np.array_equal(np.broadcast_to(np.asarray(a, dtype=float), shape),
+                          np.broadcast_to(np.asarray(b, dtype=float), shape))
+
+
+@seed(3507)
+@fast(600)
+@given(terms_cases())
+def test_core_equals_the_oracle_bit_for_bit(case):
+    tables, side, groups, idx, regs, leaf_pair = case
+    got = node_terms(tables, side, groups, 0, idx, regs, leaf_pair)
+    want = oracle.node_terms(tables, side, groups, 0, idx, regs, leaf_pair)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (*got.received, *want.received, *got.comm, *want.comm)))
+    for name in ("received", "comm", "weight", "intra", "compute"):
+        for g, w in zip(getattr(got, name), getattr(want, name)):
+            assert _same(g, w, shape), name
+    assert (got.steps is None) == (want.steps is None)
+    # the planners' one-pass values are the evaluator's node_value of the oracle's terms
+    for objective in (Objective.TIME, Objective.COMMUNICATION):
+        values = node_values(tables, side, groups, 0, idx, regs, leaf_pair, objective)
+        assert _same(values, node_value(want, objective), shape), objective
+
+
+def _with_oracle(monkeypatch):
+    """Route the product's pricing through the oracle (and forget memoised terms)."""
+    split_module.clear_memo()
+    monkeypatch.setattr(split_module, "node_terms", oracle.node_terms)
+
+
+@seed(3508)
+@fast(120)
+@given(plan_cases())
+def test_plans_price_the_same_through_the_oracle(case):
+    p, plan = case
+    split_module.clear_memo()
+    got = evaluate(p, plan)
+    with pytest.MonkeyPatch.context() as mp:
+        _with_oracle(mp)
+        want = evaluate(p, plan)
+    split_module.clear_memo()
+    assert got.step_time_s == want.step_time_s
+    assert got.communication_elements == want.communication_elements
+    assert got.node_time_s == want.node_time_s
+    assert got.device_memory_bytes == want.device_memory_bytes
+
+
+@seed(3509)
+@fast(40)
+@given(plan_cases(), st.booleans())
+def test_dp_tables_are_the_same_through_the_oracle(case, relaxed):
+    """Every factor table the DP builds at every group of a plan's hierarchy."""
+    p, plan = case
+    sp = SplitProblem.root(p)
+    tables = split_tables(sp, PlanOptions(share_grid=2), relaxed)
+    for u in range(len(tables)):
+        scope = factor_scope(sp.planning, u)
+        k = len(scope)
+        idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)]) for i, w in enumerate(scope)}
+        got = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
+        want = oracle.node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
+        shape = tuple(tables[w].size for w in scope)
+        for g, w in zip((*got.received, *got.comm), (*want.received, *want.comm)):
+            assert _same(g, w, shape)
+
+
+def test_transition_table_and_receive_are_the_closed_forms():
+    """HyPar's table at 1/2 and the ends of the share range, through the core's scalar entries."""
+    B, I = PartitionType.BATCH, PartitionType.IN
+    assert transition_table(B, I, 0.5) == (0.5, 0.5)
+    assert transition_table(I, B, 1.0, 0.5) == (0.5, 0.5)  # side 2 needs rows only side 1 holds; E back
+    assert transition_table(Layout.ROWS, Layout.ROWS, 0.25, 0.75) == (0.5, 0.5)
+    side = SideSpec((Device(1e12, 1e12),) * 2, (1e9, 2e9), latency_s=1e-6, bytes_per_element=2.0, micro_batches=4,
+                    zero_stage=2)
+    # 1000 elements, 600 of them a per-step exchange that pays its latency per micro-batch at ZeRO-2
+    assert math.isclose(cost.receive_seconds(side, 1, 1000.0, 600.0), 4e-6 + 1000 * 2 / 2e9, rel_tol=1e-15)
+    assert cost.receive_seconds(side, 0, 0.0) == 0.0
+    assert cost.receive_seconds(side, 0, 1000.0, 600.0) == oracle.receive_seconds(side, 0, 1000.0, 600.0)
+
+
+def test_malformed_calls_raise_errors_not_crashes():
+    t = StateTable.build(LayerDims(batch=4, in_features=8, out_features=8, in_spatial=1, out_spatial=1, kernel=1),
+                         False, (PartitionType.BATCH,), (0.5,), SideSpec((Device(1e12, 1e12),) * 2, (1e9, 1e9), 0.0, 2.0))
+    side = (2.0, 1e9, 1e9, 0.0, 1.0, 0.0, 0.0, 1.0)
+    out = np.empty((6, 1))
+    zero = np.zeros(1, dtype=np.int64)
+    with pytest.raises(IndexError):
+        _pricing.relayout((t.packed,), (np.array([5], dtype=np.int64),), (), (), np.array([0.0]), side, out)
+    with pytest.raises(ValueError):  # a consumer position outside the scope
+        _pricing.relayout((t.packed,), (zero,), (), (), np.array([1.0, 10.0, 0.0, 1.0, 3.0]), side, out)
+    with pytest.raises(ValueError):  # an output too small
+        _pricing.relayout((t.packed,), (zero,), (), (), np.array([0.0]), side, np.empty((5, 1)))
+    with pytest.raises(TypeError):
+        _pricing.relayout([t.packed], (zero,), (), (), np.array([0.0]), side, out)
+
+
+def _naive_order(scopes, n):
+    """The min-degree order as first written: a linear scan per step."""
+    adj = [set() for _ in range(n)]
+    for scope in scopes:
+        for a in scope:
+            adj[a].update(b for b in scope if b != a)
+    left, order = set(range(n)), []
+    while left:
+        v = min(left, key=lambda x: (len(adj[x]), x))
+        order.append(v)
+        left.remove(v)
+        for a in adj[v]:
+            adj[a].update(b for b in adj[v] if b != a)
+            adj[a].discard(v)
+    return order
+
+
+@seed(3510)
+@fast(200)
+@given(st.integers(1, 30).flatmap(lambda n: st.tuples(st.just(n), st.lists(
+    st.lists(st.integers(0, n - 1), min_size=1, max_size=4), max_size=40))))
+def test_heap_elimination_order_is_the_linear_scans(case):
+    from parplan.solvers.dp import elimination_order
+
+    n, scopes = case
+    scopes = [tuple(sorted(set(s))) for s in scopes]
+    assert elimination_order(scopes, n) == _naive_order(scopes, n)
+
+
+def _numpy_eliminate(mine, scope, shape, axis):
+    """The elimination step as the DP first wrote it, in numpy."""
+    from parplan.costmodel.cost import REL_TOL
+
+    total = np.zeros(shape)
+    for s, table in mine:
+        total = total + np.asarray(table).reshape([shape[scope.index(w)] if w in s else 1 for w in scope])
+    best = total.min(axis=axis, keepdims=True)
+    arg = np.argmax(total <= best + REL_TOL * np.abs(best), axis=axis)
+    return np.squeeze(best, axis=axis), arg
+
+
+@seed(3511)
+@fast(300)
+@given(st.data())
+def test_compiled_elimination_is_numpys(data):
+    from parplan.solvers.dp import eliminate
+
+    k = data.draw(st.integers(1, 4))
+    scope = tuple(sorted(data.draw(st.lists(st.integers(0, 9), min_size=k, max_size=k, unique=True))))
+    shape = tuple(data.draw(st.integers(1, 5)) for _ in scope)
+    axis = data.draw(st.integers(0, k - 1))
+    values = st.sampled_from([0.0, 1.0, 1.0 + 1e-13, 2.5, -3.0, 1e-9, 7.0])  # ties within REL_TOL too
+    mine = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        s = tuple(w for w in scope if data.draw(st.booleans())) or (scope[axis],)
+        sub = tuple(shape[scope.index(w)] for w in s)
+        mine.append((s, np.array(data.draw(st.lists(values, min_size=int(np.prod(sub)), max_size=int(np.prod(sub)))),
+                                 dtype=float).reshape(sub)))
+    best, arg = eliminate(mine, scope, shape, axis)
+    want_best, want_arg = _numpy_eliminate(mine, scope, shape, axis)
+    assert np.array_equal(best, want_best) and np.array_equal(arg, want_arg)
