@@ -10,8 +10,10 @@ from itertools import combinations
 
 import numpy as np
 
-from parplan.costmodel.cost import RECEIVE_EPS, NodeTerms, SideSpec
-from parplan.costmodel.layout import LAYOUT_CODE, Layout
+from parplan.costmodel.cost import (RECEIVE_EPS, RELAX_STEPS, NodeTerms, ShareSet, SideSpec, StateTable, allreduce_factor, ports,
+                                   side_dims, tensor_elements, weight_exchange)
+from parplan.costmodel.dims import FORWARD_FLOPS, Device, ElementOp, LayerDims, FORWARD_OP_TRAFFIC, WEIGHTED_TRAFFIC
+from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor
 from parplan.costmodel.regions import ROOT, Rect, Region, local_frame
 
 _SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
@@ -199,6 +201,153 @@ def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
     per_step = 1 if side.zero_stage < 2 else m
     count = np.maximum(m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS))
     return side.latency_s * count + transfer
+
+
+# ---- compute, memory and state tables (formerly parplan/costmodel/dims.py and cost.py) ----
+
+def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: str = "gemm",
+                     kernels: int = 0) -> float:
+    """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth), kernels * t0): the roofline
+    with a launch roof (docs/costmodel.md section 5)."""
+    t = max(flops / (device.efficiency_of(kind) * device.flops_per_s),
+            traffic_bytes / (device.memory_efficiency * device.memory_bytes_per_s))
+    return max(t, kernels * device.kernel_overhead_s) if kernels and (flops > 0 or traffic_bytes > 0) else t
+
+
+def op_seconds(op: ElementOp, size: float, device: Device, bytes_per_element: float, micro_batches: int = 1,
+               recompute: bool = False) -> float:
+    """Training time of element-wise op ``op`` on ``size`` units of what it is counted per
+    (docs/costmodel.md section 5): its roofline with a forward and a backward kernel per
+    micro-batch, and its forward again under recomputation (a third of its FLOPs, half its
+    traffic, one kernel per micro-batch; section 6.3)."""
+    kind = op.kind or "gemm"
+    t = roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * micro_batches)
+    if recompute:
+        t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
+                              * bytes_per_element, device, kind, micro_batches)
+    return t
+
+
+def compute_seconds(self, device, bytes_per_element: float) -> float:
+    """Time of one training step of this node on ``device`` (docs/costmodel.md section 5):
+    a roofline for the weighted product plus one per carried op."""
+    t = 0.0
+    m = self.micro_batches
+    if self.kernel and self.flops > 0:
+        # per micro-batch the weights are read again (docs/costmodel.md section 6.4)
+        once = self.active * (self.in_elements + self.out_elements) + m * self.weight_elements
+        kind = "conv" if self.kernel > 1 else "gemm"
+        # forward, backward and gradient products: 3 kernels per micro-batch (section 5)
+        t = roofline_seconds(self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device, kind, 3 * m)
+        if self.recompute:  # forward again: 2 of the 6 FLOP units, 1 of the 3 traffic units
+            t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device, kind, m)
+    for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
+        if size > 0:
+            for op in ops:
+                t += op_seconds(op, size, device, bytes_per_element, m, self.recompute)
+    return t
+
+def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
+    """Bytes a device holding these sizes keeps: weights and gradients (``bytes_per_element``
+    each), optimizer state, stored activations (docs/costmodel.md section 6). With ZeRO
+    stage ``zero`` (section 6.1) the optimizer state (stage >= 1), the gradients (>= 2) and the
+    weights (3) of a weight replicated by BATCH splits are sharded over its replicas: a holder
+    keeps ``replica`` of them."""
+    w = self.weight_elements
+    shard = self.replica
+    per_param = (bytes_per_element * (shard if zero >= 3 else 1.0)
+                 + bytes_per_element * (shard if zero >= 2 else 1.0)
+                 + optimizer_bytes_per_param * (shard if zero >= 1 else 1.0))
+    return w * per_param + self.stored_elements * bytes_per_element
+
+
+def intra_elements(dims: LayerDims, choice: Choice) -> float:
+    """Elements each side receives inside a node split by ``choice`` with work on both sides
+    (docs/costmodel.md section 2): the partial sum its type leaves (a join's ROWS: the gradients
+    of the embedding tables it reads), plus the row statistics of its layer norms when the
+    split divides its output columns."""
+    tensor, statistics = _INTRA_RULES[choice._value_]
+    size = tensor_elements(dims, tensor) if tensor is not None else 0.0
+    if statistics:
+        size = size + dims.row_exchange_elements
+    return size
+
+
+def _intra_rule(choice: Choice) -> tuple[Tensor | None, bool]:
+    """(the full-size partial sum ``choice`` leaves, whether it divides its output columns)."""
+    tensor = PARTIAL_TENSOR[choice] if isinstance(choice, PartitionType) else None
+    if choice is Layout.ROWS:  # a join reading embedding tables: their gradients
+        tensor = Tensor.WEIGHT
+    return tensor, ports(choice).give_out is Layout.COLS  # layer norms on divided columns: row statistics
+
+
+_INTRA_RULES = {c.value: _intra_rule(c) for c in (*PartitionType, *Layout)}
+
+
+def build_table(dims, covered, choices, shares, side, in_reduction_elements=None, above=(False, False)) -> StateTable:
+    sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
+    k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
+    rows = []
+    bpe = side.bytes_per_element
+    for c in choices:
+        p = ports(c)
+        for ss in sets:
+            split = ss.has[0] and ss.has[1]
+            size = intra_elements(dims, c) if split else 0.0
+            if c is PartitionType.IN and split and in_reduction_elements is not None:
+                size = in_reduction_elements  # (IN gives its output whole: no row statistics)
+            # Both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
+            # WHOLE) that a split above reduced: the total reaches side 1, which forwards it.
+            extra = 0.0
+            if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE):
+                extra += dims.tables * dims.in_features
+            if split and above[1] and c in (PartitionType.IN, Layout.WHOLE):
+                extra += dims.row_exchange_elements
+            # The gradient exchange of the weights a BATCH split replicates (a join's tables at
+            # ROWS) is per step; everything else a node receives is per micro-batch (section 6.4).
+            weighted = c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)
+            wsize = weight_exchange(size, ss, side.zero_stage, side.micro_batches) if weighted and split \
+                else (0.0, 0.0)
+            asize = (0.0, 0.0) if weighted else (size, size)
+            if dims.recompute and split and not weighted:
+                # recomputation runs the forward again, with its exchanges inside the node: an IN
+                # split's partial-sum reduction, and the forward half of the row statistics
+                # (those this split divides, and those side 1 forwards; section 6.3)
+                again = (size if c is PartitionType.IN else 0.0) + 0.5 * (
+                    dims.row_exchange_elements if p.give_out is Layout.COLS else 0.0)
+                forwarded = 0.5 * dims.row_exchange_elements if above[1] and c in (PartitionType.IN,
+                                                                                     Layout.WHOLE) else 0.0
+                asize = (size + again, size + again + forwarded)
+            x = 0.0
+            if side.collective is not None and weighted:
+                if split and not covered:
+                    x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s) / side.ports,
+                                                          side.latency_s)
+                    x *= allreduce_factor(side.zero_stage, side.micro_batches)
+                wsize = (0.0, 0.0)
+            # a table's total forwarded by side 1 is a weight gradient; row statistics are activations
+            wextra = dims.tables * dims.in_features if split and above[0] and c in (PartitionType.OUT,
+                                                                                   Layout.WHOLE) else 0.0
+            low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
+            if k == 1:  # a point: each side's compute at its own share (the dims just built)
+                steps = [[compute_seconds(low[i], side.devices[i], bpe)] for i in (0, 1)]
+            else:
+                grid = np.linspace(ss.lo, ss.hi, k)
+                steps = [[compute_seconds(side_dims(dims, c, g, i, ss.has[i]), side.devices[i], bpe)
+                          for g in grid] for i in (0, 1)]
+            rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
+                         [steps[0][0], steps[1][-1]],
+                         [memory_bytes(d, bpe, side.optimizer_bytes_per_param, side.zero_stage) for d in low],
+                         [wsize[0] + asize[0], wsize[1] + asize[1] + extra], x, steps,
+                         [wsize[0], wsize[1] + wextra]))
+    cols = list(zip(*rows))
+    return StateTable(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
+               np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),
+               np.array(cols[6]).T.reshape(2, -1), np.array(cols[7]).T.reshape(2, -1),
+               np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
+               np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
+               np.array(cols[11]).T.reshape(2, -1))
+
 
 
 # ---- node_terms (formerly parplan/costmodel/cost.py) -----------------------------------

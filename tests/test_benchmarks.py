@@ -366,6 +366,10 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
     md = (tmp_path / "speed.md").read_text()
     assert md.startswith("# Planner speed") and "`C++ rules` does exactly the C++'s work" in md
     assert "`DP loop only` times the C++'s DP recursion alone" in md
+    # whole processes are timed by their own CPU time and peak memory, and all finished
+    procs = table[table.cpp_ms.isna()]
+    assert list(procs.what) == ["parplan --help (process)", "README first plan (process)"]
+    assert (procs.parplan_ms > 0).all() and (procs.peak_gib > 0).all() and procs.finished.all()
 
 
 def test_geomean_leaves_out_non_positive_values():

@@ -255,3 +255,67 @@ def test_compiled_elimination_is_numpys(data):
     best, arg = eliminate(mine, scope, shape, axis)
     want_best, want_arg = _numpy_eliminate(mine, scope, shape, axis)
     assert np.array_equal(best, want_best) and np.array_equal(arg, want_arg)
+
+
+@st.composite
+def layer_dims(draw):
+    """Sizes with carried ops of every kind, experts, tables, groups, recomputation and
+    micro-batches (the fields the compiled compute, memory and state tables read)."""
+    from parplan.costmodel.dims import ElementOp
+
+    op = st.builds(ElementOp, st.just("op"), st.sampled_from([0.0, 5.0, 1e3]), st.sampled_from([0.0, 2.0, 7.5]),
+                   st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.0, 4.0]), st.sampled_from(["", "attention"]))
+    kernel = draw(st.sampled_from([0, 1, 9]))
+    return LayerDims(batch=draw(st.sampled_from([1.0, 8.0, 0.375])), in_features=draw(st.sampled_from([16.0, 96.0, 4.5])),
+                     out_features=draw(st.sampled_from([16.0, 96.0])), in_spatial=draw(st.sampled_from([1, 49])),
+                     out_spatial=draw(st.sampled_from([1, 49])), kernel=kernel,
+                     groups=draw(st.sampled_from([1, 4])) if kernel else 1,
+                     out_ops=tuple(draw(st.lists(op, max_size=3))), in_ops=tuple(draw(st.lists(op, max_size=2))),
+                     tables=draw(st.sampled_from([0.0, 1000.0])), experts=draw(st.sampled_from([1, 8])),
+                     active=draw(st.sampled_from([1, 2])), replica=draw(st.sampled_from([1.0, 0.25])),
+                     recompute=draw(st.booleans()), micro_batches=draw(st.sampled_from([1, 4])))
+
+
+DEVICES = st.sampled_from([Device(1e12, 1e11), Device(9.89e14, 3.35e12, efficiency=0.67, conv_efficiency=0.64,
+                                                       attention_efficiency=0.44, memory_efficiency=0.86,
+                                                       kernel_overhead_s=5.6e-5)])
+
+
+@seed(3512)
+@fast(400)
+@given(layer_dims(), DEVICES, st.sampled_from([2.0, 4.0]), st.sampled_from([0, 1, 2, 3]))
+def test_compute_memory_and_intra_equal_the_oracle(d, dev, bpe, zero):
+    assert d.compute_seconds(dev, bpe) == oracle.compute_seconds(d, dev, bpe)
+    assert d.memory_bytes(bpe, 12.0, zero) == oracle.memory_bytes(d, bpe, 12.0, zero)
+    for c in (*TYPE_ORDER, *JOIN_LAYOUTS):
+        assert cost.intra_elements(d, c) == oracle.intra_elements(d, c)
+    for op in d.out_ops:
+        from parplan.costmodel.dims import op_seconds
+
+        assert op_seconds(op, 3.0, dev, bpe, d.micro_batches, d.recompute) == oracle.op_seconds(
+            op, 3.0, dev, bpe, d.micro_batches, d.recompute)
+
+
+@seed(3513)
+@fast(300)
+@given(layer_dims(), sides(), st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.data())
+def test_state_tables_equal_the_oracle(d, side, join, relaxed, covered, collective, data):
+    from dataclasses import replace
+
+    from parplan.costmodel.collective import parse_collective
+
+    if collective:
+        side = replace(side, collective=parse_collective("ring:ring"), hosts=4)
+    choices = tuple(data.draw(st.lists(st.sampled_from(JOIN_LAYOUTS if join else TYPE_ORDER), min_size=1, max_size=3,
+                                       unique=True)))
+    shares = share_points(side, ShareMode.FREE, data.draw(st.sampled_from([1, 2, 16])))
+    if relaxed:
+        shares = share_intervals(shares)
+    above = (data.draw(st.booleans()), data.draw(st.booleans()))
+    red = data.draw(st.sampled_from([None, 77.0]))
+    got = StateTable._build(d, covered, choices, shares, side, red, above)
+    want = oracle.build_table(d, covered, choices, shares, side, red, above)
+    assert got.choices == want.choices
+    for f in ("lo", "hi", "has", "give", "need", "compute", "memory", "intra", "extra", "steps", "wintra"):
+        a, b = getattr(got, f), getattr(want, f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f

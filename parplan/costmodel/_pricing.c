@@ -732,6 +732,364 @@ done:
     return result;
 }
 
+/* ---- compute and memory of a layer's part (sections 1, 5, 6) -------------------------------- */
+
+#define WEIGHTED_TRAFFIC 3.0        /* dims.WEIGHTED_TRAFFIC */
+#define FORWARD_FLOPS (1.0 / 3.0)   /* dims.FORWARD_FLOPS */
+#define FORWARD_OP_TRAFFIC 0.5      /* dims.FORWARD_OP_TRAFFIC */
+enum { K_GEMM, K_CONV, K_ATTENTION };
+
+/* A device as the time formula sees it (dims.Device); conv / attention efficiency NaN = None. */
+typedef struct {
+    double flops, mem_bw, eff, conv_eff, attn_eff, mem_eff, t0;
+} Dev;
+
+/* An element-wise op per element (dims.ElementOp). */
+typedef struct {
+    double flops, traffic, stored, row_exchange;
+    int kind;
+} Op;
+
+#define MAXOPS 64
+#define DIMS_FIELDS 13
+/* A layer's sizes at one group (dims.LayerDims). */
+typedef struct {
+    double batch, in_f, out_f, in_sp, out_sp, kernel, groups, tables, experts, active, replica;
+    int recompute;
+    long micro;
+    int n_out, n_in;
+    Op out_ops[MAXOPS], in_ops[MAXOPS];
+} Dims;
+
+static inline double efficiency_of(const Dev *d, int kind) {
+    if (kind == K_CONV && d->conv_eff == d->conv_eff) return d->conv_eff;
+    if (kind == K_ATTENTION && d->attn_eff == d->attn_eff) return d->attn_eff;
+    return d->eff;
+}
+
+/* max(FLOPs / (e_kind peak), bytes / (m HBM), kernels t0): the roofline with a launch roof. */
+static double roofline(double flops, double traffic, const Dev *d, int kind, long kernels) {
+    double t = pmax(flops / (efficiency_of(d, kind) * d->flops), traffic / (d->mem_eff * d->mem_bw));
+    return (kernels && (flops > 0 || traffic > 0)) ? pmax(t, (double)kernels * d->t0) : t;
+}
+
+/* Training time of an element-wise op on `size` units (forward and backward kernel per
+ * micro-batch; its forward again under recomputation). */
+static double op_seconds(const Op *op, double size, const Dev *d, double bpe, long m, int recompute) {
+    int kind = op->kind == K_ATTENTION ? K_ATTENTION : K_GEMM;
+    double t = roofline(size * op->flops, size * op->traffic * bpe, d, kind, 2 * m);
+    if (recompute)
+        t += roofline(size * op->flops * FORWARD_FLOPS, size * op->traffic * FORWARD_OP_TRAFFIC * bpe, d, kind, m);
+    return t;
+}
+
+static inline double d_flops(const Dims *x) {
+    return 6.0 * x->active * x->batch * x->out_f * x->out_sp * x->in_f * x->kernel / x->groups;
+}
+static inline double d_in(const Dims *x) { return x->batch * x->in_f * x->in_sp; }
+static inline double d_out(const Dims *x) { return x->batch * x->out_f * x->out_sp; }
+static inline double d_weight(const Dims *x) {
+    return x->experts * x->in_f * x->out_f * x->kernel / x->groups + x->tables * x->in_f;
+}
+static inline double d_rowx(const Dims *x) {
+    double s = 0.0;
+    for (int i = 0; i < x->n_out; ++i) s = s + x->out_ops[i].row_exchange;
+    return x->batch * s;
+}
+static double d_stored(const Dims *x) {
+    double m = (double)x->micro;
+    if (x->recompute) return x->kernel != 0.0 ? d_in(x) / m : 0.0;
+    double own = x->kernel != 0.0 ? x->active * d_in(x) : 0.0, so = 0.0, si = 0.0;
+    for (int i = 0; i < x->n_out; ++i) so = so + x->out_ops[i].stored;
+    for (int i = 0; i < x->n_in; ++i) si = si + x->in_ops[i].stored;
+    return (own + d_out(x) * so + d_in(x) * si) / m;
+}
+
+/* One training step of these sizes on a device (section 5). */
+static double compute_seconds(const Dims *x, const Dev *d, double bpe) {
+    double t = 0.0;
+    long m = x->micro;
+    if (x->kernel != 0.0 && d_flops(x) > 0) {
+        double once = x->active * (d_in(x) + d_out(x)) + (double)m * d_weight(x);
+        int kind = x->kernel > 1 ? K_CONV : K_GEMM;
+        t = roofline(d_flops(x), WEIGHTED_TRAFFIC * once * bpe, d, kind, 3 * m);
+        if (x->recompute) t += roofline(d_flops(x) * FORWARD_FLOPS, once * bpe, d, kind, m);
+    }
+    double size = d_out(x);
+    if (size > 0)
+        for (int i = 0; i < x->n_out; ++i) t += op_seconds(&x->out_ops[i], size, d, bpe, m, x->recompute);
+    size = d_in(x);
+    if (size > 0)
+        for (int i = 0; i < x->n_in; ++i) t += op_seconds(&x->in_ops[i], size, d, bpe, m, x->recompute);
+    return t;
+}
+
+/* Bytes a holder of these sizes keeps (section 6; ZeRO stage `zero`, 6.1). */
+static double memory_bytes(const Dims *x, double bpe, double opt, long zero) {
+    double w = d_weight(x), shard = x->replica;
+    double per_param = bpe * (zero >= 3 ? shard : 1.0) + bpe * (zero >= 2 ? shard : 1.0) + opt * (zero >= 1 ? shard : 1.0);
+    return w * per_param + d_stored(x) * bpe;
+}
+
+/* Choice codes: the three types, then the three join layouts (cost.CHOICE_CODE). */
+enum { C_BATCH, C_IN, C_OUT, C_ROWS, C_COLS, C_WHOLE };
+static const int GIVE[6] = {0, 2, 1, 0, 1, 2}, NEED[6] = {0, 1, 2, 0, 1, 2};
+
+/* Sizes a side with own share s keeps of a node split by `choice` (cost._one_side). */
+static Dims one_side(const Dims *x, int choice, double s) {
+    Dims o = *x;
+    double b = 1.0, i = 1.0, f = 1.0;
+    if (s <= 0.0) b = i = f = 0.0;
+    else if (choice == C_BATCH || choice == C_ROWS) b = s;
+    else if (choice == C_IN) i = s;
+    else if (choice == C_OUT) f = s;
+    else if (choice == C_COLS) i = f = s;
+    else return o;
+    o.batch = x->batch * b; o.replica = x->replica * b; o.in_f = x->in_f * i; o.out_f = x->out_f * f;
+    return o;
+}
+
+static Dims side_dims(const Dims *x, int choice, double a, int side, int has) {
+    if (!has) return one_side(x, choice, 0.0);
+    return one_side(x, choice, side == 0 ? a : 1.0 - a);
+}
+
+/* Elements each side receives inside a node split by `choice` with work on both sides (section 2). */
+static double intra_elements(const Dims *x, int choice) {
+    double size = 0.0;
+    if (choice == C_BATCH || choice == C_ROWS) size = d_weight(x);
+    else if (choice == C_IN) size = d_out(x);
+    else if (choice == C_OUT) size = d_in(x);
+    if (GIVE[choice] == 1) size = size + d_rowx(x);
+    return size;
+}
+
+/* Parse (dims tuple, out-ops tuple, in-ops tuple) into x; ops as flat float tuples of 5. */
+static int parse_dims(PyObject *dt, PyObject *out_ops, PyObject *in_ops, Dims *x) {
+    if (!PyTuple_Check(dt) || PyTuple_GET_SIZE(dt) != DIMS_FIELDS || !PyTuple_Check(out_ops) || !PyTuple_Check(in_ops) ||
+        PyTuple_GET_SIZE(out_ops) % 5 || PyTuple_GET_SIZE(in_ops) % 5 || PyTuple_GET_SIZE(out_ops) / 5 > MAXOPS ||
+        PyTuple_GET_SIZE(in_ops) / 5 > MAXOPS) {
+        PyErr_SetString(PyExc_ValueError, "dims: expected 13 figures and ops as 5 figures each");
+        return -1;
+    }
+    double v[DIMS_FIELDS];
+    for (int i = 0; i < DIMS_FIELDS; ++i) v[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(dt, i));
+    x->batch = v[0]; x->in_f = v[1]; x->out_f = v[2]; x->in_sp = v[3]; x->out_sp = v[4]; x->kernel = v[5];
+    x->groups = v[6]; x->tables = v[7]; x->experts = v[8]; x->active = v[9]; x->replica = v[10];
+    x->recompute = v[11] != 0.0; x->micro = (long)v[12];
+    PyObject *lists[2] = {out_ops, in_ops};
+    for (int l = 0; l < 2; ++l) {
+        int n = (int)(PyTuple_GET_SIZE(lists[l]) / 5);
+        Op *ops = l ? x->in_ops : x->out_ops;
+        for (int i = 0; i < n; ++i) {
+            ops[i].flops = PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i));
+            ops[i].traffic = PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i + 1));
+            ops[i].stored = PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i + 2));
+            ops[i].row_exchange = PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i + 3));
+            ops[i].kind = (int)PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i + 4));
+        }
+        if (l) x->n_in = n; else x->n_out = n;
+    }
+    if (x->micro < 1) {
+        PyErr_SetString(PyExc_ValueError, "dims: micro-batches must be >= 1");
+        return -1;
+    }
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static int parse_dev(PyObject *t, Dev *d) {
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 7) {
+        PyErr_SetString(PyExc_ValueError, "device: expected 7 figures");
+        return -1;
+    }
+    double v[7];
+    for (int i = 0; i < 7; ++i) v[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(t, i));
+    *d = (Dev){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+PyDoc_STRVAR(compute_doc,
+"compute(dims, out_ops, in_ops, device, bytes_per_element) -> float\n\n"
+"Seconds of one training step of a layer's part on a device (docs/costmodel.md section 5).\n"
+"dims: (batch, Di, Do, in spatial, out spatial, kernel, groups, tables, experts, active,\n"
+"replica, recompute, micro-batches); ops: 5 figures each (flops, traffic, stored, row\n"
+"exchange, kind: 0 gemm, 2 attention); device: (peak FLOP/s, HBM B/s, efficiency, conv and\n"
+"attention efficiency (NaN: the efficiency), HBM efficiency, kernel overhead s).");
+
+static PyObject *compute(PyObject *self, PyObject *args) {
+    PyObject *dt, *oo, *io, *dv;
+    double bpe;
+    Dims x;
+    Dev d;
+    if (!PyArg_ParseTuple(args, "OOOOd", &dt, &oo, &io, &dv, &bpe)) return NULL;
+    if (parse_dims(dt, oo, io, &x) < 0 || parse_dev(dv, &d) < 0) return NULL;
+    return PyFloat_FromDouble(compute_seconds(&x, &d, bpe));
+}
+
+PyDoc_STRVAR(memory_doc,
+"memory(dims, out_ops, in_ops, bytes_per_element, optimizer_bytes, zero) -> float\n\n"
+"Bytes a holder of a layer's part keeps (docs/costmodel.md section 6); arguments as compute's.");
+
+static PyObject *memory(PyObject *self, PyObject *args) {
+    PyObject *dt, *oo, *io;
+    double bpe, opt;
+    long zero;
+    Dims x;
+    if (!PyArg_ParseTuple(args, "OOOddl", &dt, &oo, &io, &bpe, &opt, &zero)) return NULL;
+    if (parse_dims(dt, oo, io, &x) < 0) return NULL;
+    return PyFloat_FromDouble(memory_bytes(&x, bpe, opt, zero));
+}
+
+PyDoc_STRVAR(roof_doc,
+"roofline(flops, traffic_bytes, device, kind, kernels) -> float\n\n"
+"max(FLOPs / (e_kind peak), bytes / (m HBM), kernels t0) (section 5); kind 0 gemm, 1 conv,\n"
+"2 attention; device as compute's.");
+
+static PyObject *roof(PyObject *self, PyObject *args) {
+    double flops, traffic;
+    PyObject *dv;
+    int kind;
+    long kernels;
+    Dev d;
+    if (!PyArg_ParseTuple(args, "ddOil", &flops, &traffic, &dv, &kind, &kernels)) return NULL;
+    if (parse_dev(dv, &d) < 0) return NULL;
+    return PyFloat_FromDouble(roofline(flops, traffic, &d, kind, kernels));
+}
+
+PyDoc_STRVAR(intra_doc,
+"intra(dims, out_ops, in_ops, choice) -> float\n\n"
+"Elements each side receives inside a node split by `choice` (cost.CHOICE_CODE) with work on\n"
+"both sides (docs/costmodel.md section 2).");
+
+static PyObject *intra(PyObject *self, PyObject *args) {
+    PyObject *dt, *oo, *io;
+    int choice;
+    Dims x;
+    if (!PyArg_ParseTuple(args, "OOOi", &dt, &oo, &io, &choice)) return NULL;
+    if (choice < 0 || choice > 5) {
+        PyErr_SetString(PyExc_ValueError, "intra: choice code out of range");
+        return NULL;
+    }
+    if (parse_dims(dt, oo, io, &x) < 0) return NULL;
+    return PyFloat_FromDouble(intra_elements(&x, choice));
+}
+
+/* Per state, the fields states() writes (then K steps per side). */
+enum { S_COMP0, S_COMP1, S_MEM0, S_MEM1, S_INTRA0, S_INTRA1, S_WINTRA0, S_WINTRA1, S_SIZE, S_EXTRA, S_WEIGHTED, NS };
+
+PyDoc_STRVAR(states_doc,
+"states(dims, out_ops, in_ops, choices, lo, hi, has0, has1, devices, params, out)\n\n"
+"A node's state table (cost.StateTable.build; docs/costmodel.md sections 2, 5, 6, 6.3, 6.4):\n"
+"per state (choice code, share interval [lo, hi], work flags) each side's compute at the\n"
+"interval's ends and at K points, memory, intra-layer elements and their per-step part.\n"
+"params: (bytes per element, optimizer bytes, ZeRO stage, micro-batches, collective?, IN\n"
+"reduction elements (NaN: none), rows cut above?, columns cut above?, K). out: float64,\n"
+"(NS + 2K) per state.");
+
+static PyObject *states(PyObject *self, PyObject *args) {
+    PyObject *dt, *oo, *io, *devs, *params;
+    Py_buffer ch, lo, hi, h0, h1, out;
+    if (!PyArg_ParseTuple(args, "OOOy*y*y*y*y*O!O!w*", &dt, &oo, &io, &ch, &lo, &hi, &h0, &h1, &PyTuple_Type, &devs,
+                          &PyTuple_Type, &params, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Dims x;
+    Dev dev[2];
+    Py_ssize_t S = lo.len / 8;
+    if (parse_dims(dt, oo, io, &x) < 0) goto done;
+    if (PyTuple_GET_SIZE(devs) != 2 || parse_dev(PyTuple_GET_ITEM(devs, 0), &dev[0]) < 0 ||
+        parse_dev(PyTuple_GET_ITEM(devs, 1), &dev[1]) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "states: two devices expected");
+        goto done;
+    }
+    if (PyTuple_GET_SIZE(params) != 9) {
+        PyErr_SetString(PyExc_ValueError, "states: 9 params expected");
+        goto done;
+    }
+    double p[9];
+    for (int i = 0; i < 9; ++i) p[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(params, i));
+    if (PyErr_Occurred()) goto done;
+    double bpe = p[0], opt = p[1], inred = p[5];
+    long zero = (long)p[2], m = (long)p[3], K = (long)p[8];
+    int collective = p[4] != 0.0, above0 = p[6] != 0.0, above1 = p[7] != 0.0;
+    Py_ssize_t width = NS + 2 * K;
+    if (K < 1 || ch.len != S * 8 || hi.len != S * 8 || h0.len != S * 8 || h1.len != S * 8 || out.len < S * width * 8) {
+        PyErr_SetString(PyExc_ValueError, "states: arrays of inconsistent sizes");
+        goto done;
+    }
+    const double *cv = ch.buf, *lv = lo.buf, *hv = hi.buf, *a0 = h0.buf, *a1 = h1.buf;
+    double *o = out.buf;
+    double rowx = d_rowx(&x), tab = x.tables * x.in_f;
+    for (Py_ssize_t s = 0; s < S; ++s) {
+        int c = (int)cv[s], has0 = a0[s] != 0.0, has1 = a1[s] != 0.0, split = has0 && has1;
+        double l = lv[s], h = hv[s], *r = o + s * width;
+        if (c < 0 || c > 5) {
+            PyErr_SetString(PyExc_ValueError, "states: choice code out of range");
+            goto done;
+        }
+        double size = split ? intra_elements(&x, c) : 0.0;
+        if (c == C_IN && split && inred == inred) size = inred; /* (IN gives its output whole) */
+        /* both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
+         * WHOLE) that a split above reduced: the total reaches side 1, which forwards it */
+        double extra = 0.0;
+        if (split && above0 && (c == C_OUT || c == C_WHOLE)) extra += tab;
+        if (split && above1 && (c == C_IN || c == C_WHOLE)) extra += rowx;
+        /* the gradient exchange of replicated weights is per step; the rest per micro-batch (6.4) */
+        int weighted = c == C_BATCH || (c == C_ROWS && size > 0);
+        double w0 = 0.0, w1 = 0.0;
+        if (weighted && split) {
+            if (zero <= 1) { w0 = size; w1 = size; }
+            else if (zero == 2) { w0 = size * (1.0 + (double)(m - 1) * l); w1 = size * (1.0 + (double)(m - 1) * (1.0 - h)); }
+            else { w0 = size * (double)m * (2.0 - h); w1 = size * (double)m * (1.0 + l); }
+        }
+        double s0 = weighted ? 0.0 : size, s1 = s0;
+        if (x.recompute && split && !weighted) { /* the forward again, with its exchanges (6.3) */
+            double again = (c == C_IN ? size : 0.0) + 0.5 * (GIVE[c] == 1 ? rowx : 0.0);
+            double forwarded = (above1 && (c == C_IN || c == C_WHOLE)) ? 0.5 * rowx : 0.0;
+            s0 = size + again;
+            s1 = size + again + forwarded;
+        }
+        if (collective && weighted) { w0 = 0.0; w1 = 0.0; } /* the all-reduce is priced apart */
+        double wextra = (split && above0 && (c == C_OUT || c == C_WHOLE)) ? tab : 0.0;
+        Dims low0 = side_dims(&x, c, l, 0, has0), low1 = side_dims(&x, c, h, 1, has1);
+        double *st0 = r + NS, *st1 = r + NS + K;
+        if (K == 1) {
+            st0[0] = compute_seconds(&low0, &dev[0], bpe);
+            st1[0] = compute_seconds(&low1, &dev[1], bpe);
+        } else { /* numpy.linspace(lo, hi, K) */
+            double delta = h - l, step = delta / (double)(K - 1);
+            for (long q = 0; q < K; ++q) {
+                double g = step == 0 ? (double)q / (double)(K - 1) * delta + l : (double)q * step + l;
+                if (q == K - 1) g = h;
+                Dims a = side_dims(&x, c, g, 0, has0), b = side_dims(&x, c, g, 1, has1);
+                st0[q] = compute_seconds(&a, &dev[0], bpe);
+                st1[q] = compute_seconds(&b, &dev[1], bpe);
+            }
+        }
+        r[S_COMP0] = st0[0];
+        r[S_COMP1] = st1[K - 1];
+        r[S_MEM0] = memory_bytes(&low0, bpe, opt, zero);
+        r[S_MEM1] = memory_bytes(&low1, bpe, opt, zero);
+        r[S_INTRA0] = w0 + s0;
+        r[S_INTRA1] = w1 + s1 + extra;
+        r[S_WINTRA0] = w0;
+        r[S_WINTRA1] = w1 + wextra;
+        r[S_SIZE] = size;
+        r[S_EXTRA] = 0.0;
+        r[S_WEIGHTED] = weighted;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&ch);
+    PyBuffer_Release(&lo);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&h0);
+    PyBuffer_Release(&h1);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 PyDoc_STRVAR(edge_doc,
 "edge(give, need, s_producer, s_consumer) -> float\n\n"
 "Fraction of one tensor a side receives on one edge at the root, forward plus backward, the\n"
@@ -774,6 +1132,11 @@ static PyMethodDef methods[] = {
     {"relayout", relayout, METH_VARARGS, relayout_doc},
     {"values", values, METH_VARARGS, values_doc},
     {"eliminate", eliminate, METH_VARARGS, eliminate_doc},
+    {"states", states, METH_VARARGS, states_doc},
+    {"compute", compute, METH_VARARGS, compute_doc},
+    {"memory", memory, METH_VARARGS, memory_doc},
+    {"roofline", roof, METH_VARARGS, roof_doc},
+    {"intra", intra, METH_VARARGS, intra_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"edge", edge, METH_VARARGS, edge_doc},
     {NULL, NULL, 0, NULL},
@@ -784,7 +1147,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_pricing",
 
 PyMODINIT_FUNC PyInit__pricing(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "NF", NF) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "NF", NF) < 0 || PyModule_AddIntConstant(m, "NS", NS) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

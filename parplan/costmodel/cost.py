@@ -20,7 +20,7 @@ relaxation over the intervals between the points (:func:`share_intervals`, whose
 minima over each interval) bounds what continuous shares could gain.
 
 Example (one layer, no neighbours, two equal devices):
-    >>> from parplan.costmodel.dims import Device, LayerDims
+    >>> from parplan.costmodel.dims import Device, LayerDims, device_figures
     >>> from parplan.costmodel.layout import PartitionType
     >>> d = LayerDims(batch=8, in_features=64, out_features=64, in_spatial=1, out_spatial=1, kernel=1)
     >>> dev = Device(1e9, 1e12)
@@ -39,9 +39,9 @@ from enum import Enum
 import numpy as np
 
 from parplan.costmodel.collective import Collective
-from parplan.costmodel.dims import Device, LayerDims
-from parplan.costmodel import _pricing
-from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor, ports
+from parplan.costmodel.dims import Device, LayerDims, device_figures
+from parplan.costmodel.compiled import core as _pricing
+from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, Tensor, ports
 from parplan.costmodel.regions import local_frame, rect_area
 
 #: Relative tolerance used to compare times (ties).
@@ -56,6 +56,11 @@ DEFAULT_OPTIMIZER_BYTES = 12.0
 RECEIVE_EPS = 1e-9
 #: Sub-intervals on which a relaxation's interval state bounds the compute part of max(T_1, T_2).
 RELAX_STEPS = 8
+#: The compiled core's choice codes (``_pricing.c``'s ``C_*``): the types, then the join layouts.
+CHOICE_CODE = {PartitionType.BATCH: 0, PartitionType.IN: 1, PartitionType.OUT: 2, Layout.ROWS: 3, Layout.COLS: 4,
+               Layout.WHOLE: 5}
+#: Columns of ``_pricing.states``' output the table reads apart (``S_SIZE``, ``S_WEIGHTED``).
+_S_SIZE, _S_WEIGHTED = 8, 10
 
 
 def floored_time(t, floor):
@@ -218,25 +223,8 @@ def intra_elements(dims: LayerDims, choice: Choice) -> float:
     """Elements each side receives inside a node split by ``choice`` with work on both sides
     (docs/costmodel.md section 2): the partial sum its type leaves (a join's ROWS: the gradients
     of the embedding tables it reads), plus the row statistics of its layer norms when the
-    split divides its output columns."""
-    tensor, statistics = _INTRA_RULES[choice._value_]
-    size = tensor_elements(dims, tensor) if tensor is not None else 0.0
-    if statistics:
-        size = size + dims.row_exchange_elements
-    return size
-
-
-def _intra_rule(choice: Choice) -> tuple[Tensor | None, bool]:
-    """(the full-size partial sum ``choice`` leaves, whether it divides its output columns)."""
-    tensor = PARTIAL_TENSOR[choice] if isinstance(choice, PartitionType) else None
-    if choice is Layout.ROWS:  # a join reading embedding tables: their gradients
-        tensor = Tensor.WEIGHT
-    return tensor, ports(choice).give_out is Layout.COLS  # layer norms on divided columns: row statistics
-
-
-#: :func:`intra_elements`'s rule per choice, by the choice's value (types and join layouts have
-#: distinct values; a string key is hashed in C, an enum member in Python).
-_INTRA_RULES = {c.value: _intra_rule(c) for c in (*PartitionType, *Layout)}
+    split divides its output columns. Priced by the compiled core."""
+    return _pricing.intra(*dims.core_figures(), CHOICE_CODE[choice])
 
 
 @dataclass(frozen=True)
@@ -318,69 +306,36 @@ class StateTable:
 
     @classmethod
     def _build(cls, dims, covered, choices, shares, side, in_reduction_elements, above) -> "StateTable":
+        """The table, priced by the compiled core (``_pricing.states``: sections 2, 5, 6, 6.3 and
+        6.4), and on collective arrays the all-reduce of a BATCH gradient exchange here."""
         sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
         k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
-        rows = []
-        bpe = side.bytes_per_element
-        for c in choices:
-            p = ports(c)
-            for ss in sets:
-                split = ss.has[0] and ss.has[1]
-                size = intra_elements(dims, c) if split else 0.0
-                if c is PartitionType.IN and split and in_reduction_elements is not None:
-                    size = in_reduction_elements  # (IN gives its output whole: no row statistics)
-                # Both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
-                # WHOLE) that a split above reduced: the total reaches side 1, which forwards it.
-                extra = 0.0
-                if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE):
-                    extra += dims.tables * dims.in_features
-                if split and above[1] and c in (PartitionType.IN, Layout.WHOLE):
-                    extra += dims.row_exchange_elements
-                # The gradient exchange of the weights a BATCH split replicates (a join's tables at
-                # ROWS) is per step; everything else a node receives is per micro-batch (section 6.4).
-                weighted = c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)
-                wsize = weight_exchange(size, ss, side.zero_stage, side.micro_batches) if weighted and split \
-                    else (0.0, 0.0)
-                asize = (0.0, 0.0) if weighted else (size, size)
-                if dims.recompute and split and not weighted:
-                    # recomputation runs the forward again, with its exchanges inside the node: an IN
-                    # split's partial-sum reduction, and the forward half of the row statistics
-                    # (those this split divides, and those side 1 forwards; section 6.3)
-                    again = (size if c is PartitionType.IN else 0.0) + 0.5 * (
-                        dims.row_exchange_elements if p.give_out is Layout.COLS else 0.0)
-                    forwarded = 0.5 * dims.row_exchange_elements if above[1] and c in (PartitionType.IN,
-                                                                                         Layout.WHOLE) else 0.0
-                    asize = (size + again, size + again + forwarded)
-                x = 0.0
-                if side.collective is not None and weighted:
-                    if split and not covered:
-                        x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s) / side.ports,
-                                                              side.latency_s)
-                        x *= allreduce_factor(side.zero_stage, side.micro_batches)
-                    wsize = (0.0, 0.0)
-                # a table's total forwarded by side 1 is a weight gradient; row statistics are activations
-                wextra = dims.tables * dims.in_features if split and above[0] and c in (PartitionType.OUT,
-                                                                                       Layout.WHOLE) else 0.0
-                low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
-                if k == 1:  # a point: each side's compute at its own share (the dims just built)
-                    steps = [[low[i].compute_seconds(side.devices[i], bpe)] for i in (0, 1)]
-                else:
-                    grid = np.linspace(ss.lo, ss.hi, k)
-                    steps = [[side_dims(dims, c, g, i, ss.has[i]).compute_seconds(side.devices[i], bpe)
-                              for g in grid] for i in (0, 1)]
-                rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
-                             [steps[0][0], steps[1][-1]],
-                             [d.memory_bytes(bpe, side.optimizer_bytes_per_param, side.zero_stage) for d in low],
-                             [wsize[0] + asize[0], wsize[1] + asize[1] + extra], x, steps,
-                             [wsize[0], wsize[1] + wextra]))
-        cols = list(zip(*rows))
-        return cls(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
-                   np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),
-                   np.array(cols[6]).T.reshape(2, -1), np.array(cols[7]).T.reshape(2, -1),
-                   np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
-                   np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
-                   np.array(cols[11]).T.reshape(2, -1))
-
+        n = len(choices) * len(sets)
+        code = np.repeat([CHOICE_CODE[c] for c in choices], len(sets)).astype(float)
+        lo = np.tile([ss.lo for ss in sets], len(choices)).astype(float)
+        hi = np.tile([ss.hi for ss in sets], len(choices)).astype(float)
+        has = np.tile(np.array([ss.has for ss in sets], dtype=bool).T, len(choices)).reshape(2, n)
+        out = np.empty((n, _pricing.NS + 2 * k))
+        red = float("nan") if in_reduction_elements is None else float(in_reduction_elements)
+        params = (float(side.bytes_per_element), float(side.optimizer_bytes_per_param), float(side.zero_stage),
+                  float(side.micro_batches), float(side.collective is not None), red, float(above[0]),
+                  float(above[1]), float(k))
+        _pricing.states(*dims.core_figures(), code, lo, hi, has[0].astype(float), has[1].astype(float),
+                        (device_figures(side.devices[0]), device_figures(side.devices[1])), params, out)
+        extra = np.zeros(n)
+        if side.collective is not None:  # a BATCH split's gradient all-reduce (collective.py), once here
+            bw = min(side.bytes_per_s) / side.ports
+            for s in np.flatnonzero(out[:, _S_WEIGHTED] * has[0] * has[1]) if not covered else ():
+                x = side.collective.allreduce_seconds(side.hosts, out[s, _S_SIZE] * side.bytes_per_element, bw,
+                                                      side.latency_s)
+                extra[s] = x * allreduce_factor(side.zero_stage, side.micro_batches)
+        give = np.repeat([LAYOUT_CODE[ports(c).give_out] for c in choices], len(sets))
+        need = np.repeat([LAYOUT_CODE[ports(c).need_in] for c in choices], len(sets))
+        ns = _pricing.NS
+        steps = np.ascontiguousarray(np.stack([out[:, ns:ns + k], out[:, ns + k:]]))
+        pair = lambda a, b: np.ascontiguousarray(out[:, [a, b]].T)  # noqa: E731
+        return cls(tuple(c for c in choices for _ in sets), lo, hi, has, give, need, pair(0, 1), pair(2, 3),
+                   pair(4, 5), extra, steps, pair(6, 7))
 
 @functools.lru_cache(maxsize=1 << 14)
 def _cached_table(dims, covered, choices, shares, side, in_reduction_elements, above) -> StateTable:

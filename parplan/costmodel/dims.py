@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parplan.costmodel.compiled import core
 from parplan.costmodel.graph import INPUT, Attention, Embedding, Graph, Norm
 
 #: HBM traffic of one training step of a weighted layer, in units of (|F_in| + |W| + |F_out|):
@@ -92,13 +93,15 @@ class Device:
         return self.efficiency
 
 
+#: The compiled core's codes of an efficiency kind (``_pricing.c``'s ``K_*``).
+KIND_CODE = {"gemm": 0, "conv": 1, "attention": 2}
+
+
 def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: str = "gemm",
                      kernels: int = 0) -> float:
     """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth), kernels * t0): the roofline
-    with a launch roof (docs/costmodel.md section 5)."""
-    t = max(flops / (device.efficiency_of(kind) * device.flops_per_s),
-            traffic_bytes / (device.memory_efficiency * device.memory_bytes_per_s))
-    return max(t, kernels * device.kernel_overhead_s) if kernels and (flops > 0 or traffic_bytes > 0) else t
+    with a launch roof (docs/costmodel.md section 5), priced by the compiled core."""
+    return core.roofline(float(flops), float(traffic_bytes), device_figures(device), KIND_CODE[kind], int(kernels))
 
 
 def op_seconds(op: ElementOp, size: float, device: Device, bytes_per_element: float, micro_batches: int = 1,
@@ -106,13 +109,46 @@ def op_seconds(op: ElementOp, size: float, device: Device, bytes_per_element: fl
     """Training time of element-wise op ``op`` on ``size`` units of what it is counted per
     (docs/costmodel.md section 5): its roofline with a forward and a backward kernel per
     micro-batch, and its forward again under recomputation (a third of its FLOPs, half its
-    traffic, one kernel per micro-batch; section 6.3)."""
-    kind = op.kind or "gemm"
-    t = roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * micro_batches)
-    if recompute:
-        t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
-                              * bytes_per_element, device, kind, micro_batches)
-    return t
+    traffic, one kernel per micro-batch; section 6.3). Priced by the compiled core, as a layer
+    of ``size`` units that carries only ``op``."""
+    dims = (float(size), 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, float(recompute), float(micro_batches))
+    return core.compute(dims, _ops_figures((op,)), (), device_figures(device), float(bytes_per_element))
+
+
+_DEVICES: dict[int, tuple[Device, tuple[float, ...]]] = {}
+_OPS: dict[int, tuple[tuple, tuple[float, ...]]] = {}
+
+
+def device_figures(device: Device) -> tuple[float, ...]:
+    """What the compiled core reads of a device (7 floats; efficiencies of None as NaN),
+    remembered per device object."""
+    hit = _DEVICES.get(id(device))
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    nan = float("nan")
+    figures = (float(device.flops_per_s), float(device.memory_bytes_per_s), float(device.efficiency),
+               nan if device.conv_efficiency is None else float(device.conv_efficiency),
+               nan if device.attention_efficiency is None else float(device.attention_efficiency),
+               float(device.memory_efficiency), float(device.kernel_overhead_s))
+    if len(_DEVICES) > 4096:
+        _DEVICES.clear()
+    _DEVICES[id(device)] = (device, figures)
+    return figures
+
+
+def _ops_figures(ops: tuple) -> tuple[float, ...]:
+    """What the compiled core reads of element-wise ops (5 floats each), remembered per tuple."""
+    if not ops:
+        return ()
+    hit = _OPS.get(id(ops))
+    if hit is not None and hit[0] is ops:
+        return hit[1]
+    figures = tuple(float(x) for op in ops for x in (op.flops, op.traffic, op.stored, op.row_exchange,
+                                                     KIND_CODE.get(op.kind or "gemm", 0)))
+    if len(_OPS) > 65536:
+        _OPS.clear()
+    _OPS[id(ops)] = (ops, figures)
+    return figures
 
 
 @dataclass(frozen=True)
@@ -202,35 +238,26 @@ class LayerDims:
 
     def compute_seconds(self, device: Device, bytes_per_element: float) -> float:
         """Time of one training step of this node on ``device`` (docs/costmodel.md section 5):
-        a roofline for the weighted product plus one per carried op."""
-        t = 0.0
-        m = self.micro_batches
-        if self.kernel and self.flops > 0:
-            # per micro-batch the weights are read again (docs/costmodel.md section 6.4)
-            once = self.active * (self.in_elements + self.out_elements) + m * self.weight_elements
-            kind = "conv" if self.kernel > 1 else "gemm"
-            # forward, backward and gradient products: 3 kernels per micro-batch (section 5)
-            t = roofline_seconds(self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device, kind, 3 * m)
-            if self.recompute:  # forward again: 2 of the 6 FLOP units, 1 of the 3 traffic units
-                t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device, kind, m)
-        for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
-            if size > 0:
-                for op in ops:
-                    t += op_seconds(op, size, device, bytes_per_element, m, self.recompute)
-        return t
+        a roofline for the weighted product (forward, backward and gradient products: 3 kernels
+        per micro-batch, the weights read again per micro-batch; section 6.4) plus one per
+        carried op, and the forward again under recomputation (section 6.3). Priced by the
+        compiled core."""
+        return core.compute(*self.core_figures(), device_figures(device), float(bytes_per_element))
 
     def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
         """Bytes a device holding these sizes keeps: weights and gradients (``bytes_per_element``
         each), optimizer state, stored activations (docs/costmodel.md section 6). With ZeRO
         stage ``zero`` (section 6.1) the optimizer state (stage >= 1), the gradients (>= 2) and the
         weights (3) of a weight replicated by BATCH splits are sharded over its replicas: a holder
-        keeps ``replica`` of them."""
-        w = self.weight_elements
-        shard = self.replica
-        per_param = (bytes_per_element * (shard if zero >= 3 else 1.0)
-                     + bytes_per_element * (shard if zero >= 2 else 1.0)
-                     + optimizer_bytes_per_param * (shard if zero >= 1 else 1.0))
-        return w * per_param + self.stored_elements * bytes_per_element
+        keeps ``replica`` of them. Priced by the compiled core."""
+        return core.memory(*self.core_figures(), float(bytes_per_element), float(optimizer_bytes_per_param), int(zero))
+
+    def core_figures(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        """(sizes, carried output ops, carried input ops) as the compiled core reads them."""
+        return ((float(self.batch), float(self.in_features), float(self.out_features), float(self.in_spatial),
+                 float(self.out_spatial), float(self.kernel), float(self.groups), float(self.tables),
+                 float(self.experts), float(self.active), float(self.replica), float(self.recompute),
+                 float(self.micro_batches)), _ops_figures(self.out_ops), _ops_figures(self.in_ops))
 
     def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
         """A copy with B, Di, Do multiplied by the given factors. (Built without the frozen
@@ -328,4 +355,4 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
 
 
 __all__ = ["Device", "ElementOp", "INPUT", "LayerDims", "LayerProfile", "WEIGHTED_TRAFFIC", "element_op", "lookups_read",
-           "layer_dims", "layer_profiles", "roofline_seconds", "op_seconds"]
+           "layer_dims", "layer_profiles", "roofline_seconds", "op_seconds", "device_figures", "KIND_CODE"]

@@ -127,7 +127,7 @@ def transition_table(producer: Choice, consumer: Choice, a: float, a_next: float
 
     At ``a = a_next = 1/2`` this is HyPar's and the published AccPar code's table.
     """
-    from parplan.costmodel import _pricing
+    from parplan.costmodel.compiled import core as _pricing
 
     b = a if a_next is None else a_next
     give, need = LAYOUT_CODE[ports(producer).give_out], LAYOUT_CODE[ports(consumer).need_in]

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from parplan.costmodel import _pricing
+from parplan.costmodel.compiled import core as _pricing
 from parplan.costmodel.cost import REL_TOL, ShareMode, node_terms, node_value, share_points
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
@@ -89,12 +89,20 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
     tables = split_tables(sp, options, relaxed) if tables is None else tables
     factors = [node_factor(sp, tables, u, options) for u in range(n)]
     order = elimination_order([s for s, _ in factors], n)
-    live: list[tuple[tuple[int, ...], np.ndarray]] = list(factors)
+    # the live tables by id (ids grow with insertion, so sorted ids keep the tables' order, which
+    # fixes the order of the sums) and, per node, the ids of the live tables that mention it
+    live: dict[int, tuple[tuple[int, ...], np.ndarray]] = dict(enumerate(factors))
+    mentions: list[set[int]] = [set() for _ in range(n)]
+    for i, (s, _) in live.items():
+        for w in s:
+            mentions[w].add(i)
     records = []
     constant = 0.0
     for v in order:
-        mine = [f for f in live if v in f[0]]
-        live = [f for f in live if v not in f[0]]
+        gone, mentions[v] = mentions[v], set()
+        mine = [live.pop(i) for i in sorted(gone)]
+        for w in {w for s, _ in mine for w in s} - {v}:
+            mentions[w] -= gone
         scope = tuple(sorted({w for s, _ in mine for w in s}))
         shape = tuple(tables[w].size for w in scope)
         cells = int(np.prod(shape, dtype=float))
@@ -109,10 +117,13 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
         best, arg = eliminate(mine, scope, shape, axis)
         records.append((v, rest, arg))
         if rest:
-            live.append((rest, best))
+            i = len(factors) + len(records)
+            live[i] = (rest, best)
+            for w in rest:
+                mentions[w].add(i)
         else:
             constant += float(best.reshape(()))
-    value = constant + sum(float(t.sum()) for s, t in live if not s)
+    value = constant + sum(float(t.sum()) for s, t in live.values() if not s)
     state = [0] * n
     for v, rest, arg in reversed(records):
         state[v] = int(arg[tuple(state[w] for w in rest)]) if rest else int(arg)
