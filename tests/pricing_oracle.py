@@ -6,14 +6,17 @@ instances; tests/reference_model.py is the independent model written from the do
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
 
-from parplan.costmodel.cost import (RECEIVE_EPS, RELAX_STEPS, NodeTerms, ShareSet, SideSpec, StateTable, allreduce_factor, ports,
+from parplan.costmodel.cost import (RECEIVE_EPS, scale_for_sides, RELAX_STEPS, NodeTerms, ShareSet, SideSpec, StateTable, allreduce_factor, ports,
                                    side_dims, tensor_elements, weight_exchange)
 from parplan.costmodel.dims import FORWARD_FLOPS, Device, ElementOp, LayerDims, FORWARD_OP_TRAFFIC, WEIGHTED_TRAFFIC
 from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor
+from parplan.costmodel.hardware import ArrayNode, signature
+from parplan.costmodel.problem import Problem
 from parplan.costmodel.regions import ROOT, Rect, Region, local_frame
 
 _SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
@@ -347,6 +350,124 @@ def build_table(dims, covered, choices, shares, side, in_reduction_elements=None
                np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
                np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
                np.array(cols[11]).T.reshape(2, -1))
+
+
+
+# ---- the per-node bound recursion (formerly parplan/solvers/bound.py's _Bound) ----------
+
+#: The sizes of LayerDims a split scales (a bound's memo keys hold them).
+_SCALED = frozenset(("batch", "in_features", "out_features"))
+
+
+def _unnamed(value):
+    """A LayerDims field without the names of its element-wise ops (they name the graph layers
+    they come from; the costs do not read them)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], ElementOp):
+        return tuple(replace(op, name="") for op in value)
+    return value
+
+
+class OracleBound:
+    """Memoised ``LB_g(d)`` for one node's choices over the array's groups."""
+
+    def __init__(self, problem: Problem, grid: int):
+        self.bpe = problem.bytes_per_element
+        self.collective = problem.array.collective is not None
+        self.grid = grid
+        self.memo: dict[tuple, float] = {}
+        self.memos: dict[tuple, dict[tuple, float]] = {}
+        self.sig: dict[int, int] = {}
+        self.ids: dict[tuple, int] = {}
+        self.devices: dict[int, object] = {}
+        self.sides: dict[int, object] = {}
+        self.same: dict[int, bool] = {}
+        self.problem = problem
+
+    def twin(self) -> "OracleBound":
+        """A second cursor over the same memos (one per node kind) and group tables, to bound
+        two nodes side by side (the pair bound)."""
+        other = object.__new__(OracleBound)
+        other.__dict__.update(self.__dict__)
+        other.memo = {}
+        return other
+
+    def use(self, dims: LayerDims, choices) -> None:
+        """Bound a node with ``dims`` and ``choices`` from now on. Memo keys hold a group and
+        the sizes a split scales (B, Di and Do), so one memo serves every node whose other sizes
+        and choices are these (repeated blocks: ResNet-152's 36 identical bottlenecks of a
+        stage share theirs), at every split that asks."""
+        kind = (tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED), tuple(choices))
+        self.memo = self.memos.setdefault(kind, {})
+
+    def signature(self, group: ArrayNode) -> int:
+        """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
+        if id(group) not in self.sig:
+            self.sig[id(group)] = self.ids.setdefault(signature(group), len(self.ids))
+        return self.sig[id(group)]
+
+    def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
+        """Each side's seconds for the node's own reduction when both sides have work."""
+        size = intra_elements(dims, choice)
+        side = self.sides.get(id(group))
+        if side is None:
+            side = self.sides[id(group)] = self.problem.side_spec(group)
+        if (self.collective or side.overlap) and choice in (PartitionType.BATCH, Layout.ROWS):
+            # an enclosing split may have paid the all-reduce (covered); with overlap a weight
+            # exchange may hide behind the work below it (section 4.2): 0 stays a bound
+            size = 0.0
+        first = receive_seconds(side, 0, size)
+        return first, (first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size))
+
+    def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
+        key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
+        if key in self.memo:
+            return self.memo[key]
+        if group.is_leaf:
+            if id(group) not in self.devices:
+                self.devices[id(group)] = group.device.as_device()
+            self.memo[key] = compute_seconds(dims, self.devices[id(group)], self.bpe)
+            return self.memo[key]
+        left, right = group.left, group.right
+        same = self.same.get(id(group))
+        if same is None:
+            same = self.same[id(group)] = group.interchangeable_halves
+        # interchangeable halves do the same as each other: one side stands for both
+        best = self.lb(left, dims, choices) if same else min(self.lb(left, dims, choices), self.lb(right, dims, choices))
+        for c in choices:
+            c1, c2 = self.comm(group, dims, c)
+            if same:
+                best = min(best, self.lb(left, side_dims(dims, c, 0.5, 0, True), choices) + max(c1, c2))
+            else:
+                best = min(best, self._bisect(left, right, dims, c, c1, c2, choices))
+        self.memo[key] = best
+        return best
+
+    def _bisect(self, left, right, dims, c, c1, c2, choices) -> float:
+        """min over intervals [k/G, (k+1)/G] of max(A(k), B(k)), A nondecreasing, B nonincreasing."""
+        g = self.grid
+
+        def a(k):  # the left side at the interval's lower end
+            return self.lb(left, scale_for_sides(dims, c, k / g)[0], choices) + c1
+
+        def b(k):  # the right side at the interval's upper end
+            return self.lb(right, scale_for_sides(dims, c, (k + 1) / g)[1], choices) + c2
+
+        return _min_max(a, b, g)
+
+
+def _min_max(a, b, g: int) -> float:
+    """min over k in 0..g-1 of max(a(k), b(k)), ``a`` nondecreasing and ``b`` nonincreasing in
+    ``k``: a bisection for the first k with a(k) >= b(k)."""
+    lo, hi = 0, g - 1
+    if a(hi) < b(hi):
+        return b(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a(mid) >= b(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
 
 
 

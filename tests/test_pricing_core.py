@@ -319,3 +319,35 @@ def test_state_tables_equal_the_oracle(d, side, join, relaxed, covered, collecti
     for f in ("lo", "hi", "has", "give", "need", "compute", "memory", "intra", "extra", "steps", "wintra"):
         a, b = getattr(got, f), getattr(want, f)
         assert a.dtype == b.dtype and np.array_equal(a, b), f
+
+
+@seed(3514)
+@fast(40)
+@given(plan_cases(), st.data())
+def test_bound_recursion_equals_the_oracle(case, data):
+    """The compiled per-node bound (LB_g of docs/costmodel.md section 8) over random arrays,
+    sizes and shares, and each half's bound per state as raised_tables reads it."""
+    from parplan.costmodel.cost import side_dims
+    from parplan.solvers.bound import _Bound
+
+    p, _ = case
+    if p.array.is_leaf:
+        return
+    grid = data.draw(st.sampled_from([4, 1024]))
+    ours, theirs = _Bound(p, grid), oracle.OracleBound(p, grid)
+    groups = [p.array, p.array.left, p.array.right]
+    for v, node in enumerate(p.planning.nodes):
+        d = p.root_dims()[v]
+        ours.use(d, node.choices)
+        theirs.use(d, node.choices)
+        for g in groups:
+            c = data.draw(st.sampled_from(node.choices))
+            part = side_dims(d, c, data.draw(st.sampled_from([0.125, 0.5, 0.75])), data.draw(st.sampled_from([0, 1])), True)
+            assert ours.lb(g, part, node.choices) == theirs.lb(g, part, node.choices)
+        t = StateTable.build(d, False, node.choices, share_intervals(share_points(p.side_spec(p.array), ShareMode.FREE, 4)),
+                             p.side_spec(p.array))
+        got = ours.states(p.array, d, t)
+        for s, c in enumerate(t.choices):
+            for i, (half, share) in enumerate(((p.array.left, t.lo[s]), (p.array.right, t.hi[s]))):
+                want = theirs.lb(half, side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
+                assert got[i][s] == want

@@ -758,8 +758,12 @@ typedef struct {
     int recompute;
     long micro;
     int n_out, n_in;
-    Op out_ops[MAXOPS], in_ops[MAXOPS];
+    const Op *out_ops, *in_ops; /* held by the caller (OpStore) */
 } Dims;
+
+typedef struct {
+    Op out[MAXOPS], in[MAXOPS];
+} OpStore;
 
 static inline double efficiency_of(const Dev *d, int kind) {
     if (kind == K_CONV && d->conv_eff == d->conv_eff) return d->conv_eff;
@@ -833,7 +837,7 @@ static double memory_bytes(const Dims *x, double bpe, double opt, long zero) {
 
 /* Choice codes: the three types, then the three join layouts (cost.CHOICE_CODE). */
 enum { C_BATCH, C_IN, C_OUT, C_ROWS, C_COLS, C_WHOLE };
-static const int GIVE[6] = {0, 2, 1, 0, 1, 2}, NEED[6] = {0, 1, 2, 0, 1, 2};
+static const int GIVE[6] = {0, 2, 1, 0, 1, 2}; /* a choice's output layout (layout.ports) */
 
 /* Sizes a side with own share s keeps of a node split by `choice` (cost._one_side). */
 static Dims one_side(const Dims *x, int choice, double s) {
@@ -865,7 +869,7 @@ static double intra_elements(const Dims *x, int choice) {
 }
 
 /* Parse (dims tuple, out-ops tuple, in-ops tuple) into x; ops as flat float tuples of 5. */
-static int parse_dims(PyObject *dt, PyObject *out_ops, PyObject *in_ops, Dims *x) {
+static int parse_dims(PyObject *dt, PyObject *out_ops, PyObject *in_ops, Dims *x, OpStore *store) {
     if (!PyTuple_Check(dt) || PyTuple_GET_SIZE(dt) != DIMS_FIELDS || !PyTuple_Check(out_ops) || !PyTuple_Check(in_ops) ||
         PyTuple_GET_SIZE(out_ops) % 5 || PyTuple_GET_SIZE(in_ops) % 5 || PyTuple_GET_SIZE(out_ops) / 5 > MAXOPS ||
         PyTuple_GET_SIZE(in_ops) / 5 > MAXOPS) {
@@ -880,7 +884,7 @@ static int parse_dims(PyObject *dt, PyObject *out_ops, PyObject *in_ops, Dims *x
     PyObject *lists[2] = {out_ops, in_ops};
     for (int l = 0; l < 2; ++l) {
         int n = (int)(PyTuple_GET_SIZE(lists[l]) / 5);
-        Op *ops = l ? x->in_ops : x->out_ops;
+        Op *ops = l ? store->in : store->out;
         for (int i = 0; i < n; ++i) {
             ops[i].flops = PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i));
             ops[i].traffic = PyFloat_AsDouble(PyTuple_GET_ITEM(lists[l], 5 * i + 1));
@@ -890,6 +894,8 @@ static int parse_dims(PyObject *dt, PyObject *out_ops, PyObject *in_ops, Dims *x
         }
         if (l) x->n_in = n; else x->n_out = n;
     }
+    x->out_ops = store->out;
+    x->in_ops = store->in;
     if (x->micro < 1) {
         PyErr_SetString(PyExc_ValueError, "dims: micro-batches must be >= 1");
         return -1;
@@ -920,9 +926,10 @@ static PyObject *compute(PyObject *self, PyObject *args) {
     PyObject *dt, *oo, *io, *dv;
     double bpe;
     Dims x;
+    OpStore ops;
     Dev d;
     if (!PyArg_ParseTuple(args, "OOOOd", &dt, &oo, &io, &dv, &bpe)) return NULL;
-    if (parse_dims(dt, oo, io, &x) < 0 || parse_dev(dv, &d) < 0) return NULL;
+    if (parse_dims(dt, oo, io, &x, &ops) < 0 || parse_dev(dv, &d) < 0) return NULL;
     return PyFloat_FromDouble(compute_seconds(&x, &d, bpe));
 }
 
@@ -935,8 +942,9 @@ static PyObject *memory(PyObject *self, PyObject *args) {
     double bpe, opt;
     long zero;
     Dims x;
+    OpStore ops;
     if (!PyArg_ParseTuple(args, "OOOddl", &dt, &oo, &io, &bpe, &opt, &zero)) return NULL;
-    if (parse_dims(dt, oo, io, &x) < 0) return NULL;
+    if (parse_dims(dt, oo, io, &x, &ops) < 0) return NULL;
     return PyFloat_FromDouble(memory_bytes(&x, bpe, opt, zero));
 }
 
@@ -970,7 +978,8 @@ static PyObject *intra(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "intra: choice code out of range");
         return NULL;
     }
-    if (parse_dims(dt, oo, io, &x) < 0) return NULL;
+    OpStore ops;
+    if (parse_dims(dt, oo, io, &x, &ops) < 0) return NULL;
     return PyFloat_FromDouble(intra_elements(&x, choice));
 }
 
@@ -994,9 +1003,11 @@ static PyObject *states(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Dims x;
+    OpStore *ops = PyMem_Malloc(sizeof(OpStore));
     Dev dev[2];
     Py_ssize_t S = lo.len / 8;
-    if (parse_dims(dt, oo, io, &x) < 0) goto done;
+    if (!ops) { PyErr_NoMemory(); goto done; }
+    if (parse_dims(dt, oo, io, &x, ops) < 0) goto done;
     if (PyTuple_GET_SIZE(devs) != 2 || parse_dev(PyTuple_GET_ITEM(devs, 0), &dev[0]) < 0 ||
         parse_dev(PyTuple_GET_ITEM(devs, 1), &dev[1]) < 0) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "states: two devices expected");
@@ -1081,6 +1092,301 @@ static PyObject *states(PyObject *self, PyObject *args) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
+    PyMem_Free(ops);
+    PyBuffer_Release(&ch);
+    PyBuffer_Release(&lo);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&h0);
+    PyBuffer_Release(&h1);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* ---- the per-node lower bound over the array's tree (docs/costmodel.md section 8) --------- */
+
+/* One group of the array: a leaf's device, or two halves, whether they are interchangeable, and
+ * the split's side figures (as relayout's) with whether BATCH / ROWS reductions count 0 (a
+ * collective array's enclosing all-reduce, or overlap). `sig`: equal for interchangeable groups. */
+typedef struct {
+    int leaf, left, right, same, sig, free_batch;
+    Dev dev;
+    Side sd;
+} Group;
+
+typedef struct {
+    int n;
+    Group *g;
+} Tree;
+
+static void tree_free(PyObject *cap) {
+    Tree *t = PyCapsule_GetPointer(cap, "parplan.tree");
+    if (t) { PyMem_Free(t->g); PyMem_Free(t); }
+}
+
+PyDoc_STRVAR(tree_doc,
+"tree(groups) -> capsule\n\n"
+"The array for bound_lb: per group (leaf, left, right, same, sig, free_batch, device figures\n"
+"(7, a leaf's), side figures (8, as relayout's; an inner group's)), children by index.");
+
+static PyObject *tree(PyObject *self, PyObject *args) {
+    PyObject *groups;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &groups)) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(groups);
+    Tree *t = PyMem_Calloc(1, sizeof(Tree));
+    if (!t || !(t->g = PyMem_Calloc(n ? n : 1, sizeof(Group)))) { PyMem_Free(t); return PyErr_NoMemory(); }
+    t->n = (int)n;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *e = PyTuple_GET_ITEM(groups, i);
+        Group *g = &t->g[i];
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 8) goto bad;
+        long v[6];
+        for (int x = 0; x < 6; ++x) v[x] = PyLong_AsLong(PyTuple_GET_ITEM(e, x));
+        g->leaf = (int)v[0]; g->left = (int)v[1]; g->right = (int)v[2]; g->same = (int)v[3]; g->sig = (int)v[4];
+        g->free_batch = (int)v[5];
+        if (PyErr_Occurred()) goto fail;
+        if (parse_dev(PyTuple_GET_ITEM(e, 6), &g->dev) < 0) goto fail;
+        PyObject *s = PyTuple_GET_ITEM(e, 7);
+        if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 8) goto bad;
+        double w[8];
+        for (int x = 0; x < 8; ++x) w[x] = PyFloat_AsDouble(PyTuple_GET_ITEM(s, x));
+        if (PyErr_Occurred()) goto fail;
+        g->sd = (Side){w[0], {w[1], w[2]}, w[3], (long)w[4], (long)w[5], w[6] != 0.0, w[7] != 0.0, {w[0] / w[1], w[0] / w[2]}};
+        if (!g->leaf && (g->left < 0 || g->left >= n || g->right < 0 || g->right >= n || g->left <= i || g->right <= i))
+            goto bad;
+    }
+    return PyCapsule_New(t, "parplan.tree", tree_free);
+bad:
+    PyErr_SetString(PyExc_ValueError, "tree: malformed groups (children must come after their parent)");
+fail:
+    PyMem_Free(t->g);
+    PyMem_Free(t);
+    return NULL;
+}
+
+/* The memo of one node kind: (group signature, B, Di, Do) -> bound, open addressing. */
+typedef struct {
+    int sig;
+    double b, i, o, v;
+    int used;
+} Entry;
+
+typedef struct {
+    Py_ssize_t cap, size;
+    Entry *e;
+} Memo;
+
+static void memo_free(PyObject *cap) {
+    Memo *m = PyCapsule_GetPointer(cap, "parplan.memo");
+    if (m) { PyMem_Free(m->e); PyMem_Free(m); }
+}
+
+static PyObject *memo(PyObject *self, PyObject *noargs) {
+    Memo *m = PyMem_Calloc(1, sizeof(Memo));
+    if (!m || !(m->e = PyMem_Calloc(1024, sizeof(Entry)))) { PyMem_Free(m); return PyErr_NoMemory(); }
+    m->cap = 1024;
+    return PyCapsule_New(m, "parplan.memo", memo_free);
+}
+
+static inline unsigned long long bits(double x) {
+    unsigned long long u;
+    if (x == 0.0) x = 0.0; /* -0.0 and 0.0 are one key, as in a Python dict */
+    memcpy(&u, &x, 8);
+    return u;
+}
+
+static inline Py_ssize_t slot(const Memo *m, int sig, double b, double i, double o) {
+    unsigned long long h = (unsigned long long)sig * 0x9E3779B97F4A7C15ULL;
+    h ^= bits(b) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h ^= bits(i) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h ^= bits(o) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    Py_ssize_t s = (Py_ssize_t)(h & (unsigned long long)(m->cap - 1));
+    while (m->e[s].used && !(m->e[s].sig == sig && m->e[s].b == b && m->e[s].i == i && m->e[s].o == o))
+        s = (s + 1) & (m->cap - 1);
+    return s;
+}
+
+static int memo_put(Memo *m, int sig, double b, double i, double o, double v) {
+    if (2 * (m->size + 1) > m->cap) { /* grow */
+        Entry *old = m->e;
+        Py_ssize_t oc = m->cap;
+        m->e = PyMem_Calloc(2 * oc, sizeof(Entry));
+        if (!m->e) { m->e = old; PyErr_NoMemory(); return -1; }
+        m->cap = 2 * oc;
+        for (Py_ssize_t x = 0; x < oc; ++x)
+            if (old[x].used) m->e[slot(m, old[x].sig, old[x].b, old[x].i, old[x].o)] = old[x];
+        PyMem_Free(old);
+    }
+    Py_ssize_t s = slot(m, sig, b, i, o);
+    if (!m->e[s].used) ++m->size;
+    m->e[s] = (Entry){sig, b, i, o, v, 1};
+    return 0;
+}
+
+typedef struct {
+    const Tree *t;
+    Memo *m;
+    const int *choices;
+    int nc, grid;
+    double bpe;
+    int error;
+} Bound;
+
+static double lb(Bound *B, int gi, const Dims *d);
+
+/* Each side's seconds for the node's own reduction at group g when both sides have work. */
+static void bound_comm(const Group *g, const Dims *d, int c, double *c1, double *c2) {
+    double size = intra_elements(d, c);
+    if (g->free_batch && (c == C_BATCH || c == C_ROWS)) size = 0.0;
+    *c1 = receive_seconds(&g->sd, 0, size, 0.0);
+    *c2 = g->sd.bw[0] == g->sd.bw[1] ? *c1 : receive_seconds(&g->sd, 1, size, 0.0);
+}
+
+static inline double bis_a(Bound *B, const Group *g, const Dims *d, int c, double c1, long k) {
+    Dims x = one_side(d, c, (double)k / (double)B->grid);
+    return lb(B, g->left, &x) + c1;
+}
+
+static inline double bis_b(Bound *B, const Group *g, const Dims *d, int c, double c2, long k) {
+    Dims x = one_side(d, c, 1.0 - (double)(k + 1) / (double)B->grid);
+    return lb(B, g->right, &x) + c2;
+}
+
+/* min over k of max(a(k), b(k)), a nondecreasing and b nonincreasing: the first k with a >= b. */
+static double bisect(Bound *B, const Group *g, const Dims *d, int c, double c1, double c2) {
+    long lo = 0, hi = B->grid - 1;
+    double ah = bis_a(B, g, d, c, c1, hi), bh = bis_b(B, g, d, c, c2, hi);
+    if (ah < bh) return bh;
+    while (lo < hi) {
+        long mid = (lo + hi) / 2;
+        double am = bis_a(B, g, d, c, c1, mid), bm = bis_b(B, g, d, c, c2, mid);
+        if (am >= bm) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo > 0) {
+        double x = bis_a(B, g, d, c, c1, lo), y = bis_b(B, g, d, c, c2, lo - 1);
+        return pmin(x, y);
+    }
+    return bis_a(B, g, d, c, c1, lo);
+}
+
+/* LB_g(d): a lower bound on the node's time at group g over every plan below it. */
+static double lb(Bound *B, int gi, const Dims *d) {
+    const Group *g = &B->t->g[gi];
+    Py_ssize_t s = slot(B->m, g->sig, d->batch, d->in_f, d->out_f);
+    if (B->m->e[s].used) return B->m->e[s].v;
+    double best;
+    if (g->leaf) {
+        best = compute_seconds(d, &g->dev, B->bpe);
+    } else {
+        best = lb(B, g->left, d);
+        if (!g->same) best = pmin(best, lb(B, g->right, d));
+        for (int x = 0; x < B->nc; ++x) {
+            int c = B->choices[x];
+            double c1, c2;
+            bound_comm(g, d, c, &c1, &c2);
+            if (g->same) {
+                Dims h = one_side(d, c, 0.5);
+                best = pmin(best, lb(B, g->left, &h) + pmax(c1, c2));
+            } else {
+                best = pmin(best, bisect(B, g, d, c, c1, c2));
+            }
+        }
+    }
+    if (memo_put(B->m, g->sig, d->batch, d->in_f, d->out_f, best) < 0) B->error = 1;
+    return best;
+}
+
+static int bound_setup(Bound *B, PyObject *tcap, PyObject *mcap, PyObject *choices, int grid, double bpe, int *codes) {
+    B->t = PyCapsule_GetPointer(tcap, "parplan.tree");
+    B->m = PyCapsule_GetPointer(mcap, "parplan.memo");
+    if (!B->t || !B->m) return -1;
+    Py_ssize_t nc = PyTuple_GET_SIZE(choices);
+    if (nc < 1 || nc > 6 || grid < 1) {
+        PyErr_SetString(PyExc_ValueError, "bound: 1-6 choices and a grid >= 1");
+        return -1;
+    }
+    for (Py_ssize_t x = 0; x < nc; ++x) {
+        codes[x] = (int)PyLong_AsLong(PyTuple_GET_ITEM(choices, x));
+        if (codes[x] < 0 || codes[x] > 5) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bound: choice code out of range");
+            return -1;
+        }
+    }
+    *B = (Bound){B->t, B->m, codes, (int)nc, grid, bpe, 0};
+    return 0;
+}
+
+PyDoc_STRVAR(bound_lb_doc,
+"bound_lb(tree, memo, group, dims, out_ops, in_ops, choices, grid, bytes_per_element) -> float\n\n"
+"A lower bound on a node's time at `group` over every plan below it (docs/costmodel.md\n"
+"section 8; solvers/bound.py's LB_g): a leaf's compute, else the best of staying on one half\n"
+"and of each choice split at the share (interchangeable halves: 1/2; else bisected on a grid\n"
+"of `grid` intervals) with its own reduction. `memo` holds one node kind's bounds.");
+
+static PyObject *bound_lb(PyObject *self, PyObject *args) {
+    PyObject *tcap, *mcap, *dt, *oo, *io, *choices;
+    int group, grid, codes[6];
+    double bpe;
+    Dims x;
+    OpStore ops;
+    Bound B;
+    if (!PyArg_ParseTuple(args, "OOiOOOO!id", &tcap, &mcap, &group, &dt, &oo, &io, &PyTuple_Type, &choices, &grid,
+                          &bpe))
+        return NULL;
+    if (bound_setup(&B, tcap, mcap, choices, grid, bpe, codes) < 0 || parse_dims(dt, oo, io, &x, &ops) < 0) return NULL;
+    if (group < 0 || group >= B.t->n) {
+        PyErr_SetString(PyExc_IndexError, "bound_lb: no such group");
+        return NULL;
+    }
+    double v = lb(&B, group, &x);
+    if (B.error) return NULL;
+    return PyFloat_FromDouble(v);
+}
+
+PyDoc_STRVAR(bound_states_doc,
+"bound_states(tree, memo, left, right, dims, out_ops, in_ops, choices, grid, bpe, state_choices,\n"
+"             lo, hi, has0, has1, out)\n\n"
+"For every state of a node's table (choice code, share interval, work flags), bound_lb of the\n"
+"part each half keeps (side 1 at the interval's lower end, side 2 at its upper end), written\n"
+"to out (float64, 2 x states).");
+
+static PyObject *bound_states(PyObject *self, PyObject *args) {
+    PyObject *tcap, *mcap, *dt, *oo, *io, *choices;
+    int left, right, grid, codes[6];
+    double bpe;
+    Py_buffer ch, lo, hi, h0, h1, out;
+    if (!PyArg_ParseTuple(args, "OOiiOOOO!idy*y*y*y*y*w*", &tcap, &mcap, &left, &right, &dt, &oo, &io, &PyTuple_Type,
+                          &choices, &grid, &bpe, &ch, &lo, &hi, &h0, &h1, &out))
+        return NULL;
+    PyObject *result = NULL;
+    Dims x;
+    OpStore *ops = PyMem_Malloc(sizeof(OpStore));
+    Bound B;
+    Py_ssize_t S = ch.len / 8;
+    if (!ops) { PyErr_NoMemory(); goto done; }
+    if (bound_setup(&B, tcap, mcap, choices, grid, bpe, codes) < 0 || parse_dims(dt, oo, io, &x, ops) < 0) goto done;
+    if (left < 0 || left >= B.t->n || right < 0 || right >= B.t->n || lo.len != S * 8 || hi.len != S * 8 ||
+        h0.len != S * 8 || h1.len != S * 8 || out.len < 2 * S * 8) {
+        PyErr_SetString(PyExc_ValueError, "bound_states: inconsistent arguments");
+        goto done;
+    }
+    const double *cv = ch.buf, *lv = lo.buf, *hv = hi.buf, *a0 = h0.buf, *a1 = h1.buf;
+    double *o = out.buf;
+    for (Py_ssize_t s = 0; s < S; ++s) {
+        int c = (int)cv[s];
+        if (c < 0 || c > 5) {
+            PyErr_SetString(PyExc_ValueError, "bound_states: choice code out of range");
+            goto done;
+        }
+        Dims d0 = side_dims(&x, c, lv[s], 0, a0[s] != 0.0), d1 = side_dims(&x, c, hv[s], 1, a1[s] != 0.0);
+        o[s] = lb(&B, left, &d0);
+        o[S + s] = lb(&B, right, &d1);
+        if (B.error) goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyMem_Free(ops);
     PyBuffer_Release(&ch);
     PyBuffer_Release(&lo);
     PyBuffer_Release(&hi);
@@ -1137,6 +1443,10 @@ static PyMethodDef methods[] = {
     {"memory", memory, METH_VARARGS, memory_doc},
     {"roofline", roof, METH_VARARGS, roof_doc},
     {"intra", intra, METH_VARARGS, intra_doc},
+    {"tree", tree, METH_VARARGS, tree_doc},
+    {"memo", memo, METH_NOARGS, "memo() -> capsule: an empty memo of one node kind's bounds."},
+    {"bound_lb", bound_lb, METH_VARARGS, bound_lb_doc},
+    {"bound_states", bound_states, METH_VARARGS, bound_states_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"edge", edge, METH_VARARGS, edge_doc},
     {NULL, NULL, 0, NULL},

@@ -48,7 +48,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from parplan.costmodel.cost import intra_elements, receive_seconds, scale_for_sides, side_dims
+import numpy as np
+
+from parplan.costmodel.compiled import core
+from parplan.costmodel.cost import CHOICE_CODE, _side_tuple, intra_elements, receive_seconds, scale_for_sides, side_dims
+from parplan.costmodel.dims import device_figures
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.dims import ElementOp, LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
@@ -84,27 +88,75 @@ def _unnamed(value):
 
 
 class _Bound:
-    """Memoised ``LB_g(d)`` for one node's choices over the array's groups."""
+    """Memoised ``LB_g(d)`` for one node's choices over the array's groups (docs/costmodel.md
+    section 8): the recursion runs in the compiled core (``_pricing.bound_lb``) over the array's
+    tree, laid out once; its memos (one per node kind) live there too."""
 
     def __init__(self, problem: Problem, grid: int):
-        self.bpe = problem.bytes_per_element
+        self.bpe = float(problem.bytes_per_element)
         self.collective = problem.array.collective is not None
-        self.grid = grid
-        self.memo: dict[tuple, float] = {}
-        self.memos: dict[tuple, dict[tuple, float]] = {}
-        self.sig: dict[int, int] = {}
+        self.grid = int(grid)
+        self.memo = None  # the core's memo of the node kind in use
+        self.codes: tuple[int, ...] = ()
+        self.memos: dict[tuple, object] = {}
         self.ids: dict[tuple, int] = {}
-        self.devices: dict[int, object] = {}
+        self.sig: dict[int, int] = {}
         self.sides: dict[int, object] = {}
-        self.same: dict[int, bool] = {}
+        self.trees: dict[int, tuple[object, dict[int, int]]] = {}
         self.problem = problem
+        self.tree, self.index = self._tree(problem.array)
+
+    def _tree(self, root: ArrayNode) -> tuple[object, dict[int, int]]:
+        """The core's tree of ``root`` (groups in preorder) and each group's index in it."""
+        rows, index = [], {}
+
+        def visit(g: ArrayNode) -> int:
+            i = len(rows)
+            index[id(g)] = i
+            rows.append(None)
+            sig = self.signature(g)
+            if g.is_leaf:
+                rows[i] = (1, 0, 0, 0, sig, 0, device_figures(g.device.as_device()), (1.0,) * 8)
+                return i
+            side = self._side(g)
+            left, right = visit(g.left), visit(g.right)
+            rows[i] = (0, left, right, int(g.interchangeable_halves), sig, int(self.collective or side.overlap),
+                       (1.0,) * 7, _side_tuple(side, True))
+            return i
+
+        visit(root)
+        return core.tree(tuple(rows)), index
+
+    def signature(self, group: ArrayNode) -> int:
+        """A small integer per structurally distinct group (the memos' keys; cheap to hash)."""
+        sig = self.sig.get(id(group))
+        if sig is None:
+            sig = self.sig[id(group)] = self.ids.setdefault(signature(group), len(self.ids))
+        return sig
+
+    def _side(self, group: ArrayNode):
+        side = self.sides.get(id(group))
+        if side is None:
+            side = self.sides[id(group)] = self.problem.side_spec(group)
+        return side
+
+    def where(self, group: ArrayNode) -> tuple[object, int]:
+        """(the core's tree holding ``group``, its index there); a group outside the problem's
+        array gets a tree of its own (same signatures, so the memos stay shared)."""
+        i = self.index.get(id(group))
+        if i is not None:
+            return self.tree, i
+        if id(group) not in self.trees:
+            self.trees[id(group)] = (group, *self._tree(group))
+        _, tree, index = self.trees[id(group)]
+        return tree, index[id(group)]
 
     def twin(self) -> "_Bound":
         """A second cursor over the same memos (one per node kind) and group tables, to bound
         two nodes side by side (the pair bound)."""
         other = object.__new__(_Bound)
         other.__dict__.update(self.__dict__)
-        other.memo = {}
+        other.memo = None
         return other
 
     def use(self, dims: LayerDims, choices) -> None:
@@ -113,20 +165,15 @@ class _Bound:
         and choices are these (repeated blocks: ResNet-152's 36 identical bottlenecks of a
         stage share theirs), at every split that asks."""
         kind = (tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED), tuple(choices))
-        self.memo = self.memos.setdefault(kind, {})
-
-    def signature(self, group: ArrayNode) -> int:
-        """A small integer per structurally distinct group (cheap to hash in the memo keys)."""
-        if id(group) not in self.sig:
-            self.sig[id(group)] = self.ids.setdefault(signature(group), len(self.ids))
-        return self.sig[id(group)]
+        if kind not in self.memos:
+            self.memos[kind] = core.memo()
+        self.memo = self.memos[kind]
+        self.codes = tuple(CHOICE_CODE[c] for c in choices)
 
     def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
         """Each side's seconds for the node's own reduction when both sides have work."""
         size = intra_elements(dims, choice)
-        side = self.sides.get(id(group))
-        if side is None:
-            side = self.sides[id(group)] = self.problem.side_spec(group)
+        side = self._side(group)
         if (self.collective or side.overlap) and choice in (PartitionType.BATCH, Layout.ROWS):
             # an enclosing split may have paid the all-reduce (covered); with overlap a weight
             # exchange may hide behind the work below it (section 4.2): 0 stays a bound
@@ -135,40 +182,26 @@ class _Bound:
         return first, (first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size))
 
     def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
-        key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
-        if key in self.memo:
-            return self.memo[key]
-        if group.is_leaf:
-            if id(group) not in self.devices:
-                self.devices[id(group)] = group.device.as_device()
-            self.memo[key] = dims.compute_seconds(self.devices[id(group)], self.bpe)
-            return self.memo[key]
-        left, right = group.left, group.right
-        same = self.same.get(id(group))
-        if same is None:
-            same = self.same[id(group)] = group.interchangeable_halves
-        # interchangeable halves do the same as each other: one side stands for both
-        best = self.lb(left, dims, choices) if same else min(self.lb(left, dims, choices), self.lb(right, dims, choices))
-        for c in choices:
-            c1, c2 = self.comm(group, dims, c)
-            if same:
-                best = min(best, self.lb(left, side_dims(dims, c, 0.5, 0, True), choices) + max(c1, c2))
-            else:
-                best = min(best, self._bisect(left, right, dims, c, c1, c2, choices))
-        self.memo[key] = best
-        return best
+        """``LB_group(dims)`` for the node kind in use (``choices`` are that kind's; with none in
+        use yet, this node's)."""
+        if self.memo is None:
+            self.use(dims, choices)
+        tree, i = self.where(group)
+        return core.bound_lb(tree, self.memo, i, *dims.core_figures(), self.codes, self.grid, self.bpe)
 
-    def _bisect(self, left, right, dims, c, c1, c2, choices) -> float:
-        """min over intervals [k/G, (k+1)/G] of max(A(k), B(k)), A nondecreasing, B nonincreasing."""
-        g = self.grid
-
-        def a(k):  # the left side at the interval's lower end
-            return self.lb(left, scale_for_sides(dims, c, k / g)[0], choices) + c1
-
-        def b(k):  # the right side at the interval's upper end
-            return self.lb(right, scale_for_sides(dims, c, (k + 1) / g)[1], choices) + c2
-
-        return _min_max(a, b, g)
+    def states(self, group: ArrayNode, dims: LayerDims, table) -> np.ndarray:
+        """(2, states): :meth:`lb` of the part each half of ``group`` keeps in every state of
+        ``table`` (side 1 at the state's lower share, side 2 at its upper one)."""
+        tree, left = self.where(group.left)
+        tree_r, right = self.where(group.right)
+        if tree_r is not tree:  # (halves of one group live in one tree)
+            raise ValueError("a group's halves are in different trees")
+        out = np.empty((2, table.size))
+        codes = np.array([CHOICE_CODE[c] for c in table.choices], dtype=float)
+        core.bound_states(tree, self.memo, left, right, *dims.core_figures(), self.codes, self.grid, self.bpe, codes,
+                          np.ascontiguousarray(table.lo, dtype=float), np.ascontiguousarray(table.hi, dtype=float),
+                          table.has[0].astype(float), table.has[1].astype(float), out)
+        return out
 
 
 def _min_max(a, b, g: int) -> float:
@@ -387,13 +420,8 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
         solver.use(d, node.choices)
         if per_node is not None:
             per_node.append(solver.lb(array, d, node.choices))
-        compute, steps = t.compute.copy(), t.steps.copy()
-        for s, c in enumerate(t.choices):
-            for i, (group, share) in enumerate(((array.left, t.lo[s]), (array.right, t.hi[s]))):
-                lb = solver.lb(group, side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
-                compute[i][s] = max(compute[i][s], lb)
-                steps[i][s] = [max(x, lb) for x in steps[i][s]]
-        raised.append(replace(t, compute=compute, steps=steps))
+        lbs = solver.states(array, d, t)  # each half's bound in every state
+        raised.append(replace(t, compute=np.maximum(t.compute, lbs), steps=np.maximum(t.steps, lbs[:, :, None])))
     return raised
 
 
