@@ -471,6 +471,13 @@ def _min_max(a, b, g: int) -> float:
 
 
 
+def floored_time(t, floor):
+    """The floor of a node's time (formerly cost.floored_time, numpy)."""
+    if np.ndim(floor) == 0 and not floor > 0:
+        return t
+    return np.maximum(t, floor) + 1e-6 * t * (np.asarray(floor) > 0)
+
+
 # ---- node_terms (formerly parplan/costmodel/cost.py) -----------------------------------
 
 def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True) -> NodeTerms:

@@ -351,3 +351,13 @@ def test_bound_recursion_equals_the_oracle(case, data):
             for i, (half, share) in enumerate(((p.array.left, t.lo[s]), (p.array.right, t.hi[s]))):
                 want = theirs.lb(half, side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
                 assert got[i][s] == want
+
+
+@seed(3515)
+@fast(200)
+@given(st.lists(st.sampled_from([0.0, 1e-9, 3e-4, 0.5, 2.0, 7.25]), min_size=1, max_size=20),
+       st.sampled_from([0.0, 1e-9, 3e-4, 1.0]))
+def test_floored_time_equals_the_oracle(times, floor):
+    got = cost.floored_time(np.array(times), floor)
+    assert np.array_equal(got, oracle.floored_time(np.array(times), floor))
+    assert float(cost.floored_time(times[0], floor)) == float(oracle.floored_time(times[0], floor))

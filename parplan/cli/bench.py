@@ -35,7 +35,7 @@ BENCH_HELP = {
     "scaling": "planner wall time vs layers and depth; where exact backends stop certifying",
     "ablations": "AccPar with one feature removed at a time",
     "allreduce": "all-reduce algorithms per topology and size (MultiTree)",
-    "speed": "planner time against the published AccPar C++ (ratios), and the CLI's start-up time",
+    "speed": "planner CPU time: issue 35's goals (whole processes) and the published AccPar C++ (ratios)",
     "pipeline": "PipeDream's released optimizer vs parplan's pipeline plans, each priced by both models",
     "bound": "the global lower bound over the whole hierarchy and the accpar plans' gap to it (zoo CNNs)",
     "joint": "the joint optimum on small arrays: what accpar loses to it, what is left to the global bound",

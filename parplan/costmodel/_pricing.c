@@ -256,6 +256,12 @@ typedef struct {
      * fewer cells than the grid, else NULL */
     double *pre;
     Py_ssize_t npre, pstr[MAXK + 1];
+    /* closed form with several consumers, not precomputed whole: over the consumers' states the
+     * union of their needs and intersection of their holdings per side (uni: nx, ny, hx, hy; the
+     * last consumer fastest), and without pre-summing each consumer's backward amount per
+     * (producer state, consumer state) and side (back[c]) */
+    double *uni, *back[MAXK];
+    Py_ssize_t ustr[MAXK];
 } Tensor;
 
 static inline double fld(const double *tab, Py_ssize_t S, int f, Py_ssize_t s) { return tab[f * S + s]; }
@@ -357,13 +363,70 @@ typedef struct {
 static void call_free(Call *cl) {
     for (int j = 0; j < cl->nviews; ++j) PyBuffer_Release(&cl->views[j]);
     for (int j = 0; j < cl->k; ++j) PyMem_Free(cl->ext[j]);
-    for (int t = 0; t < cl->nt; ++t) PyMem_Free(cl->ts[t].pre);
+    for (int t = 0; t < cl->nt; ++t) {
+        PyMem_Free(cl->ts[t].pre);
+        PyMem_Free(cl->ts[t].uni);
+        for (int x = 0; x < cl->ts[t].n; ++x) PyMem_Free(cl->ts[t].back[x]);
+    }
     PyMem_Free(cl->ts);
 }
 
 static inline double tensor_moved(const Call *cl, const Tensor *t, const Py_ssize_t *st, int i) {
     return t->region ? region_form(t, cl->tabs, cl->S, st, i, cl->sd.leaf_pair)
                      : closed_form(t, cl->ext, st, i, cl->sd.leaf_pair);
+}
+
+/* The consumer tables of a closed-form tensor with several consumers (Tensor.uni, .back), when
+ * they are smaller than the grid; the same max / min folds and the same backward amounts as
+ * closed_form, so the same bits. */
+static int split_consumers(Call *cl, Tensor *t) {
+    Py_ssize_t n = 1, S0 = cl->S[0];
+    for (int c = 0; c < t->n; ++c) n *= cl->S[t->pos[c]];
+    if (n * S0 > cl->cells || n > (1 << 22)) return 0;
+    t->uni = PyMem_Malloc(sizeof(double) * 8 * (n ? n : 1));
+    if (!t->uni) { PyErr_NoMemory(); return -1; }
+    t->ustr[t->n - 1] = 1;
+    for (int c = t->n - 2; c >= 0; --c) t->ustr[c] = t->ustr[c + 1] * cl->S[t->pos[c + 1]];
+    Py_ssize_t mi[MAXK];
+    memset(mi, 0, sizeof(mi));
+    for (Py_ssize_t off = 0; off < n; ++off) {
+        for (int i = 0; i < 2; ++i) {
+            double *u = t->uni + (off * 2 + i) * 4;
+            for (int c = 0; c < t->n; ++c) {
+                const double *e = cl->ext[t->pos[c]] + (mi[c] * 2 + i) * 4;
+                if (c == 0) { u[0] = e[0]; u[1] = e[1]; u[2] = e[2]; u[3] = e[3]; }
+                else { u[0] = pmax(u[0], e[0]); u[1] = pmax(u[1], e[1]); u[2] = pmin(u[2], e[2]); u[3] = pmin(u[3], e[3]); }
+            }
+        }
+        for (int c = t->n - 1; c >= 0; --c) {
+            if (++mi[c] < cl->S[t->pos[c]]) break;
+            mi[c] = 0;
+        }
+    }
+    if (cl->sd.leaf_pair) return 0;
+    for (int c = 0; c < t->n; ++c) {
+        Py_ssize_t Sc = cl->S[t->pos[c]];
+        t->back[c] = PyMem_Malloc(sizeof(double) * 2 * (S0 * Sc > 0 ? S0 * Sc : 1));
+        if (!t->back[c]) { PyErr_NoMemory(); return -1; }
+        for (Py_ssize_t su = 0; su < S0; ++su)
+            for (Py_ssize_t sv = 0; sv < Sc; ++sv)
+                for (int i = 0; i < 2; ++i) {
+                    const double *g = cl->ext[0] + (su * 2 + i) * 4, *e = cl->ext[t->pos[c]] + (sv * 2 + i) * 4;
+                    t->back[c][(su * Sc + sv) * 2 + i] = backward_extent(g[2], g[3], e[2], e[3]);
+                }
+    }
+    return 0;
+}
+
+/* closed_form from the consumer tables. */
+static inline double closed_form_split(const Call *cl, const Tensor *t, const Py_ssize_t *st, int i) {
+    Py_ssize_t off = 0;
+    for (int c = 0; c < t->n; ++c) off += st[t->pos[c]] * t->ustr[c];
+    const double *u = t->uni + (off * 2 + i) * 4, *g = cl->ext[0] + (st[0] * 2 + i) * 4;
+    double moved = forward_extent(u[0], u[1], g[0], g[1]);
+    if (cl->sd.leaf_pair) return moved + backward_extent(g[2], g[3], u[2], u[3]);
+    for (int c = 0; c < t->n; ++c) moved = moved + t->back[c][(st[0] * cl->S[t->pos[c]] + st[t->pos[c]]) * 2 + i];
+    return moved;
 }
 
 /* Precompute each tensor's amounts over its own members' states where that is fewer cells than
@@ -373,7 +436,10 @@ static int precompute(Call *cl) {
         Tensor *t = &cl->ts[x];
         Py_ssize_t n = cl->S[0];
         for (int c = 0; c < t->n; ++c) n *= cl->S[t->pos[c]];
-        if (n >= cl->cells || n > (1 << 24)) continue;
+        if (n >= cl->cells || n > (1 << 24)) {
+            if (!t->region && t->n >= 2 && split_consumers(cl, t) < 0) return -1;
+            continue;
+        }
         t->pre = PyMem_Malloc(sizeof(double) * 2 * (n ? n : 1));
         if (!t->pre) { PyErr_NoMemory(); return -1; }
         t->npre = n;
@@ -487,6 +553,8 @@ static inline void cell(const Call *cl, const Py_ssize_t *st, double *r, double 
                 Py_ssize_t off = su * ts->pstr[0];
                 for (int c = 0; c < ts->n; ++c) off += st[ts->pos[c]] * ts->pstr[c + 1];
                 moved = ts->pre[i * ts->npre + off];
+            } else if (ts->uni) {
+                moved = closed_form_split(cl, ts, st, i);
             } else {
                 moved = tensor_moved(cl, ts, st, i);
             }
@@ -1396,6 +1464,33 @@ done:
     return result;
 }
 
+#define FLOOR_TIE_WEIGHT 1e-6 /* cost.FLOOR_TIE_WEIGHT */
+
+PyDoc_STRVAR(floored_doc,
+"floored(times, floor, out)\n\n"
+"A node's times at a split whose sibling sets `floor` > 0 (cost.floored_time): max(t, floor)\n"
+"plus FLOOR_TIE_WEIGHT t, element by element (float64 buffers of one size).");
+
+static PyObject *floored(PyObject *self, PyObject *args) {
+    Py_buffer tv, ov;
+    double floor;
+    if (!PyArg_ParseTuple(args, "y*dw*", &tv, &floor, &ov)) return NULL;
+    PyObject *result = NULL;
+    if (tv.len != ov.len || tv.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "floored: times and out must be float64 arrays of one size");
+        goto done;
+    }
+    const double *t = tv.buf;
+    double *o = ov.buf;
+    for (Py_ssize_t x = 0; x < tv.len / 8; ++x) o[x] = (t[x] < floor ? floor : t[x]) + FLOOR_TIE_WEIGHT * t[x] * 1.0;
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&tv);
+    PyBuffer_Release(&ov);
+    return result;
+}
+
 PyDoc_STRVAR(edge_doc,
 "edge(give, need, s_producer, s_consumer) -> float\n\n"
 "Fraction of one tensor a side receives on one edge at the root, forward plus backward, the\n"
@@ -1438,6 +1533,7 @@ static PyMethodDef methods[] = {
     {"relayout", relayout, METH_VARARGS, relayout_doc},
     {"values", values, METH_VARARGS, values_doc},
     {"eliminate", eliminate, METH_VARARGS, eliminate_doc},
+    {"floored", floored, METH_VARARGS, floored_doc},
     {"states", states, METH_VARARGS, states_doc},
     {"compute", compute, METH_VARARGS, compute_doc},
     {"memory", memory, METH_VARARGS, memory_doc},

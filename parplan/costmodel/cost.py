@@ -63,14 +63,17 @@ CHOICE_CODE = {PartitionType.BATCH: 0, PartitionType.IN: 1, PartitionType.OUT: 2
 _S_SIZE, _S_WEIGHTED = 8, 10
 
 
-def floored_time(t, floor):
+def floored_time(t, floor: float):
     """Cost of a node time ``t`` at a split whose sibling sets ``floor`` (a node's time at the
     parent is the max over both groups): ``max(t, floor)``, plus a tiny weight on ``t`` itself
-    so that configurations under the floor are not all tied. No floor, no change.
-    Broadcasts over arrays."""
-    if np.ndim(floor) == 0 and not floor > 0:
+    so that configurations under the floor are not all tied. No floor, no change. ``t`` a
+    number or an array, ``floor`` a number; priced by the compiled core."""
+    if not floor > 0:
         return t
-    return np.maximum(t, floor) + FLOOR_TIE_WEIGHT * t * (np.asarray(floor) > 0)
+    a = np.asarray(t, dtype=float, order="C")
+    out = np.empty_like(a)
+    _pricing.floored(a, float(floor), out)
+    return out
 
 
 class Objective(Enum):

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -232,7 +233,7 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple
 #: Floats the memo of node terms may hold (about 8 bytes each); the oldest go first; 0 turns it off.
 MEMO_MAX_CELLS = 4_000_000
 #: key -> (value, the state tables it was priced on: kept alive, so their ids in keys stay theirs)
-_MEMO: dict = {}
+_MEMO: OrderedDict = OrderedDict()
 _MEMO_CELLS = [0]
 
 
@@ -265,9 +266,8 @@ def _remember(key, value, cells: int, tables) -> None:
     _MEMO[key] = (value, tables)
     _MEMO_CELLS[0] += cells
     while _MEMO_CELLS[0] > MEMO_MAX_CELLS and len(_MEMO) > 1:
-        old = _MEMO.pop(next(iter(_MEMO)), None)
-        if old is not None:
-            _MEMO_CELLS[0] -= int(np.size(old[0])) if not isinstance(old[0], NodeTerms) else 8
+        _, old = _MEMO.popitem(last=False)  # O(1): a dict would rescan its deleted slots every time
+        _MEMO_CELLS[0] -= int(np.size(old[0])) if not isinstance(old[0], NodeTerms) else 8
 
 
 def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms | None]:
