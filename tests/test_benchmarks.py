@@ -370,6 +370,7 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
     procs = table[table.cpp_ms.isna()]
     assert list(procs.what) == ["parplan --help (process)", "README first plan (process)"]
     assert (procs.parplan_ms > 0).all() and (procs.peak_gib > 0).all() and procs.finished.all()
+    assert (procs.status == "ok").all()
 
 
 def test_geomean_leaves_out_non_positive_values():

@@ -361,3 +361,21 @@ def test_floored_time_equals_the_oracle(times, floor):
     got = cost.floored_time(np.array(times), floor)
     assert np.array_equal(got, oracle.floored_time(np.array(times), floor))
     assert float(cost.floored_time(times[0], floor)) == float(oracle.floored_time(times[0], floor))
+
+
+def test_a_node_read_by_many_consumers_prices_without_overflow():
+    """DenseNet's concatenations: one tensor read by 40 consumers (the product of their state
+    counts overflows 64 bits); local search asks for one consumer's states, the rest fixed."""
+    side = SideSpec((Device(1e12, 1e12),) * 2, (1e9, 2e9), latency_s=1e-6, bytes_per_element=2.0)
+    d = LayerDims(batch=8, in_features=32, out_features=32, in_spatial=1, out_spatial=1, kernel=1)
+    shares = share_points(side, ShareMode.FREE, 4)
+    tables = [StateTable.build(d, False, TYPE_ORDER, shares, side)] + [
+        StateTable.build(d, False, JOIN_LAYOUTS, shares, side) for _ in range(40)]
+    groups = [(256.0, tuple(range(1, 41)))]
+    idx = {w: np.asarray(w % tables[w].size) for w in range(41)}
+    idx[7] = np.arange(tables[7].size)
+    for leaf_pair in (True, False):
+        got = node_terms(tables, side, groups, 0, idx, None, leaf_pair)
+        want = oracle.node_terms(tables, side, groups, 0, idx, None, leaf_pair)
+        for g, w in zip((*got.received, *got.comm), (*want.received, *want.comm)):
+            assert _same(g, w, (tables[7].size,))

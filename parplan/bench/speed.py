@@ -154,10 +154,10 @@ sys.stderr.write("\\n@@" + json.dumps([r.ru_utime + r.ru_stime, r.ru_maxrss]) + 
 """
 
 
-def _process(argv: list[str], repeats: int, timeout_s: float | None = None) -> tuple[float, float, bool]:
-    """(best CPU seconds, peak memory in GiB, finished) of ``parplan ARGV`` as a whole process,
-    over ``repeats`` runs; a run past ``timeout_s`` (wall) is stopped and reported unfinished
-    with the wall time it had (a lower bound on its CPU time)."""
+def _process(argv: list[str], repeats: int, timeout_s: float | None = None) -> tuple[float, float, str]:
+    """(best CPU seconds, peak memory in GiB, status) of ``parplan ARGV`` as a whole process,
+    over ``repeats`` runs. Status "ok"; "stopped" for a run past ``timeout_s`` (wall; its CPU
+    figure is the wall time it had, a lower bound); "failed: ..." with the end of its error."""
     best, peak = float("inf"), 0.0
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -165,13 +165,14 @@ def _process(argv: list[str], repeats: int, timeout_s: float | None = None) -> t
             res = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True,
                                  timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            return time.perf_counter() - t0, float("nan"), False
+            return time.perf_counter() - t0, float("nan"), "stopped"
         line = [x for x in res.stderr.split("\n") if x.startswith("@@")]
-        if res.returncode != 0 or not line:
-            raise RuntimeError(f"parplan {' '.join(argv)} failed: {res.stderr[-500:]}")
+        if res.returncode != 0 or not line or "Traceback" in res.stderr:
+            last = [x for x in res.stderr.strip().split("\n") if x.strip() and not x.startswith("@@")]
+            return float("nan"), float("nan"), "failed: " + (last[-1].strip() if last else f"exit {res.returncode}")
         cpu, rss_kib = json.loads(line[-1][2:])
         best, peak = min(best, cpu), max(peak, rss_kib / 2**20)
-    return best, peak, True
+    return best, peak, "ok"
 
 
 #: Problems of issue 35's goal table, as ``parplan plan`` arguments: (what, model, argv, goal
@@ -251,9 +252,9 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
     n = 1 if quick else 3
 
     def whole(what: str, model: str, argv: list[str], goal_ms: float, runs: int) -> None:
-        cpu, peak, done = _process(argv, runs, timeout_s)
+        cpu, peak, status = _process(argv, runs, timeout_s)
         rows.append({"what": what, "model": model, "parplan_ms": cpu * 1e3, "cpp_ms": nan, "goal": goal_ms,
-                     "peak_gib": peak, "finished": done})
+                     "peak_gib": peak, "finished": status == "ok", "status": status})
 
     whole("parplan --help (process)", "-", ["--help"], GOALS["help_s"] * 1e3, n)
     whole("README first plan (process)", "vgg16", ["plan", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2",
@@ -267,10 +268,11 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
                 whole("torchvision model, whole process", f"{name} / h100:8",
                       ["plan", "--model", f"tv:{name}", "--array", "h100:8", "--batch", "64"], 10000.0, 1)
     table = pd.DataFrame(rows)
-    for col, default in (("peak_gib", nan), ("finished", True)):
+    for col, default in (("peak_gib", nan), ("finished", True), ("status", "ok")):
         if col not in table:
             table[col] = default
-        table[col] = table[col].where(table[col].notna(), default) if col == "finished" else table[col]
+        elif col != "peak_gib":
+            table[col] = table[col].where(table[col].notna(), default)
     table["ratio"] = table.parplan_ms / table.cpp_ms
     table["meets_goal"] = [bool(r.finished) and ((r.ratio <= r.goal) if r.cpp_ms == r.cpp_ms else (r.parplan_ms <= r.goal))
                            for r in table.itertuples()]
@@ -298,8 +300,8 @@ def _markdown(table: pd.DataFrame, source: str) -> str:
              "time, best of N on both sides of a ratio: in-process runs start from an empty memo of node terms; "
              "whole processes are timed by the child's own user + system time, with its peak memory. C++ figures: "
              f"{source}.", ""]
-    shown = table.assign(parplan_ms=[f"{r.parplan_ms:.4g}" if r.finished else f"> {r.parplan_ms:.4g} (stopped)"
-                                     for r in table.itertuples()])
+    shown = table.assign(parplan_ms=[f"{r.parplan_ms:.4g}" if r.status == "ok" else (
+        f"> {r.parplan_ms:.4g} (stopped)" if r.status == "stopped" else r.status) for r in table.itertuples()])
     lines += md_table(shown, {"what": str, "model": str, "parplan_ms": str, "cpp_ms": ".4g", "ratio": ".3g",
                               "goal": ".3g", "peak_gib": ".3g", "meets_goal": str},
                       headers={"parplan_ms": "parplan CPU ms", "cpp_ms": "C++ CPU ms", "ratio": "parplan / C++",

@@ -24,9 +24,9 @@
 enum { F_LO, F_HI, F_HAS0, F_HAS1, F_GIVE, F_NEED, F_INTRA0, F_INTRA1, F_WINTRA0, F_WINTRA1, F_EXTRA, NF };
 
 #define RECEIVE_EPS 1e-9 /* cost.RECEIVE_EPS */
-#define MAXK 32          /* nodes in one factor's scope */
+#define MAXK 128         /* nodes in one factor's scope */
 #define MAXD 32          /* dimensions of the index grid */
-#define MAXC 12          /* consumers of one tensor on the region path (2^n subsets) */
+#define MAXC 24          /* consumers of one tensor on the region path (2^n subsets) */
 
 typedef struct {
     double x0, x1, y0, y1;
@@ -376,13 +376,24 @@ static inline double tensor_moved(const Call *cl, const Tensor *t, const Py_ssiz
                      : closed_form(t, cl->ext, st, i, cl->sd.leaf_pair);
 }
 
+/* first times the state counts of a tensor's consumers, or (1 << 30) once it passes that (a
+ * node read by dozens of consumers: the product would overflow) */
+static Py_ssize_t capped_product(Py_ssize_t first, const Call *cl, const Tensor *t) {
+    Py_ssize_t n = first;
+    for (int c = 0; c < t->n; ++c) {
+        Py_ssize_t s = cl->S[t->pos[c]];
+        if (s > 0 && n > ((Py_ssize_t)1 << 30) / s) return (Py_ssize_t)1 << 30;
+        n *= s;
+    }
+    return n;
+}
+
 /* The consumer tables of a closed-form tensor with several consumers (Tensor.uni, .back), when
  * they are smaller than the grid; the same max / min folds and the same backward amounts as
  * closed_form, so the same bits. */
 static int split_consumers(Call *cl, Tensor *t) {
-    Py_ssize_t n = 1, S0 = cl->S[0];
-    for (int c = 0; c < t->n; ++c) n *= cl->S[t->pos[c]];
-    if (n * S0 > cl->cells || n > (1 << 22)) return 0;
+    Py_ssize_t S0 = cl->S[0], n = capped_product(1, cl, t);
+    if (n > (1 << 22) || n * S0 > cl->cells) return 0;
     t->uni = PyMem_Malloc(sizeof(double) * 8 * (n ? n : 1));
     if (!t->uni) { PyErr_NoMemory(); return -1; }
     t->ustr[t->n - 1] = 1;
@@ -434,8 +445,7 @@ static inline double closed_form_split(const Call *cl, const Tensor *t, const Py
 static int precompute(Call *cl) {
     for (int x = 0; x < cl->nt; ++x) {
         Tensor *t = &cl->ts[x];
-        Py_ssize_t n = cl->S[0];
-        for (int c = 0; c < t->n; ++c) n *= cl->S[t->pos[c]];
+        Py_ssize_t n = capped_product(cl->S[0], cl, t);
         if (n >= cl->cells || n > (1 << 24)) {
             if (!t->region && t->n >= 2 && split_consumers(cl, t) < 0) return -1;
             continue;
@@ -516,7 +526,12 @@ static int call_parse(Call *cl, PyObject *tables, PyObject *indices, PyObject *s
         if (at + 3 > nsp) goto bad;
         t->size = sp[at]; t->region = sp[at + 1] != 0.0; t->n = (int)sp[at + 2];
         at += 3;
-        if (t->n < 1 || t->n > MAXK || (t->region && t->n > MAXC) || at + t->n > nsp) goto bad;
+        if (t->region && t->n > MAXC) {
+            PyErr_Format(PyExc_ValueError, "relayout: a tensor read by %d consumers in a lower group's frame "
+                         "(the core's region algebra takes at most %d)", t->n, MAXC);
+            return -1;
+        }
+        if (t->n < 1 || t->n > MAXK || at + t->n > nsp) goto bad;
         for (int c = 0; c < t->n; ++c) {
             t->pos[c] = (int)sp[at++];
             if (t->pos[c] < 1 || t->pos[c] >= k) goto bad;
