@@ -43,6 +43,7 @@ from parplan.costmodel.dims import Device, LayerDims, device_figures
 from parplan.costmodel.compiled import core as _pricing
 from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, Tensor, ports
 from parplan.costmodel.regions import local_frame, rect_area
+from parplan.errors import TableTooLarge
 
 #: Relative tolerance used to compare times (ties).
 REL_TOL = 1e-12
@@ -59,6 +60,9 @@ RELAX_STEPS = 8
 #: The compiled core's choice codes (``_pricing.c``'s ``C_*``): the types, then the join layouts.
 CHOICE_CODE = {PartitionType.BATCH: 0, PartitionType.IN: 1, PartitionType.OUT: 2, Layout.ROWS: 3, Layout.COLS: 4,
                Layout.WHOLE: 5}
+#: Consumers of one tensor the region algebra takes (``_pricing.c``'s ``MAXC``: inclusion-exclusion
+#: over their subsets).
+REGION_MAX_CONSUMERS = 24
 #: Columns of ``_pricing.states``' output the table reads apart (``S_SIZE``, ``S_WEIGHTED``).
 _S_SIZE, _S_WEIGHTED = 8, 10
 
@@ -462,6 +466,10 @@ def _core_args(tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: 
                 # every region is a prefix of a side's own share (the closed forms of section 3)
                 spec += [size * rect_area(g), 0.0, len(vs), *(place[v] for v in vs)]
             else:
+                if len(vs) > REGION_MAX_CONSUMERS:
+                    raise TableTooLarge(
+                        f"a tensor read by {len(vs)} consumers where they need other parts of it than its producer "
+                        f"holds: its areas take 2^{len(vs)} terms per state (limit {REGION_MAX_CONSUMERS} consumers)")
                 spec += [size, 1.0, len(vs), *(place[v] for v in vs), *g, *(x for mv in m for x in mv)]
     ix = [idx[w] for w in scope]
     shape = np.broadcast_shapes(*(np.shape(i) for i in ix)) if any(np.ndim(i) for i in ix) else ()
