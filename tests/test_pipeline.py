@@ -542,3 +542,12 @@ def test_cli_pipeline_user_errors_are_parplan_errors():
                               "--memory-limit", "-1"])
     with pytest.raises(ConfigError, match=r"--memory-limit must be > 0 GiB \(got -1.0\)"):
         args.func(args)
+
+
+def test_a_level_too_wide_for_the_dp_is_refused_at_once():
+    """Issue 36: ``pipeline --array v100:65536`` ran for ever (the DP's table loop is quadratic in
+    the machines of a level); it is a one-line error now, before any table is built."""
+    from parplan.pipeline.dp import MAX_LEVEL_MACHINES
+
+    with pytest.raises(ConfigError, match=f"limit {MAX_LEVEL_MACHINES}"):
+        plan_pipeline(chain([1.0, 2.0]), flat_machine(MAX_LEVEL_MACHINES + 1, bytes_per_s=1e9))

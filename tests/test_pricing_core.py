@@ -379,3 +379,33 @@ def test_a_node_read_by_many_consumers_prices_without_overflow():
         want = oracle.node_terms(tables, side, groups, 0, idx, None, leaf_pair)
         for g, w in zip((*got.received, *got.comm), (*want.received, *want.comm)):
             assert _same(g, w, (tables[7].size,))
+
+
+def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
+    """An unbalanced tree many levels deep makes the per-node bound exponential in its depth
+    (issue 36: a 40-level array file hung); past its budget it raises TableTooLarge, which the
+    planners' look-ahead criteria catch, and an exhausted tree stays refused at once."""
+    import parplan
+    import parplan.solvers.bound as bound
+    from parplan.errors import TableTooLarge
+
+    def chain(depth):
+        return {"device": "h100"} if depth == 0 else {"left": {"device": "h100"}, "right": chain(depth - 1),
+                                                       "gb_per_s": 100}
+
+    monkeypatch.setattr(bound, "BOUND_BUDGET", 2_000)
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "deep.json"
+        path.write_text(json.dumps(chain(12)))
+        array = parplan.parse_array(str(path))
+    p = parplan.Problem(parplan.load_model("vgg11"), array, batch=8)
+    b = bound._Bound(p, 1024)
+    node, d = p.planning.nodes[0], p.root_dims()[0]
+    with pytest.raises(TableTooLarge, match="more than 2e\\+03 bounds"):
+        b.lb(p.array, d, node.choices)
+    with pytest.raises(TableTooLarge):
+        b.lb(p.array.right, d, node.choices)

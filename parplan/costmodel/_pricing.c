@@ -1199,6 +1199,9 @@ typedef struct {
 typedef struct {
     int n;
     Group *g;
+    /* bounds asked for (memo hits included) over every call on this tree, and the most allowed:
+     * an unbalanced tree dozens of levels deep makes the recursion exponential in its depth */
+    long long calls, budget;
 } Tree;
 
 static void tree_free(PyObject *cap) {
@@ -1207,17 +1210,21 @@ static void tree_free(PyObject *cap) {
 }
 
 PyDoc_STRVAR(tree_doc,
-"tree(groups) -> capsule\n\n"
+"tree(groups, budget) -> capsule\n\n"
 "The array for bound_lb: per group (leaf, left, right, same, sig, free_batch, device figures\n"
-"(7, a leaf's), side figures (8, as relayout's; an inner group's)), children by index.");
+"(7, a leaf's), side figures (8, as relayout's; an inner group's)), children by index; budget:\n"
+"the most bounds bound_lb / bound_states may ask for on it, memo hits included, over all calls\n"
+"(then they raise OverflowError).");
 
 static PyObject *tree(PyObject *self, PyObject *args) {
     PyObject *groups;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &groups)) return NULL;
+    long long budget;
+    if (!PyArg_ParseTuple(args, "O!L", &PyTuple_Type, &groups, &budget)) return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(groups);
     Tree *t = PyMem_Calloc(1, sizeof(Tree));
     if (!t || !(t->g = PyMem_Calloc(n ? n : 1, sizeof(Group)))) { PyMem_Free(t); return PyErr_NoMemory(); }
     t->n = (int)n;
+    t->budget = budget;
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject *e = PyTuple_GET_ITEM(groups, i);
         Group *g = &t->g[i];
@@ -1277,11 +1284,22 @@ static inline unsigned long long bits(double x) {
     return u;
 }
 
+/* splitmix64's finaliser */
+static inline unsigned long long mix64(unsigned long long x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
 static inline Py_ssize_t slot(const Memo *m, int sig, double b, double i, double o) {
-    unsigned long long h = (unsigned long long)sig * 0x9E3779B97F4A7C15ULL;
-    h ^= bits(b) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
-    h ^= bits(i) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
-    h ^= bits(o) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    /* every input bit moves the low bits the table reads (shares like k/1024 leave a double's low
+     * mantissa bits zero: a weak mix clusters them into long probe runs) */
+    unsigned long long h = mix64((unsigned long long)sig + 0x9E3779B97F4A7C15ULL);
+    h = mix64(h ^ bits(b));
+    h = mix64(h ^ bits(i));
+    h = mix64(h ^ bits(o));
     Py_ssize_t s = (Py_ssize_t)(h & (unsigned long long)(m->cap - 1));
     while (m->e[s].used && !(m->e[s].sig == sig && m->e[s].b == b && m->e[s].i == i && m->e[s].o == o))
         s = (s + 1) & (m->cap - 1);
@@ -1306,7 +1324,7 @@ static int memo_put(Memo *m, int sig, double b, double i, double o, double v) {
 }
 
 typedef struct {
-    const Tree *t;
+    Tree *t;
     Memo *m;
     const int *choices;
     int nc, grid;
@@ -1355,6 +1373,11 @@ static double bisect(Bound *B, const Group *g, const Dims *d, int c, double c1, 
 /* LB_g(d): a lower bound on the node's time at group g over every plan below it. */
 static double lb(Bound *B, int gi, const Dims *d) {
     const Group *g = &B->t->g[gi];
+    if (B->error) return 0.0; /* unwinding */
+    if (++B->t->calls > B->t->budget) {
+        B->error = 2;
+        return 0.0;
+    }
     Py_ssize_t s = slot(B->m, g->sig, d->batch, d->in_f, d->out_f);
     if (B->m->e[s].used) return B->m->e[s].v;
     double best;
@@ -1375,6 +1398,7 @@ static double lb(Bound *B, int gi, const Dims *d) {
             }
         }
     }
+    if (B->error) return 0.0; /* a part of it was cut short: nothing to remember */
     if (memo_put(B->m, g->sig, d->batch, d->in_f, d->out_f, best) < 0) B->error = 1;
     return best;
 }
@@ -1422,6 +1446,7 @@ static PyObject *bound_lb(PyObject *self, PyObject *args) {
         return NULL;
     }
     double v = lb(&B, group, &x);
+    if (B.error == 2) PyErr_SetString(PyExc_OverflowError, "bound: over the tree's budget of bounds");
     if (B.error) return NULL;
     return PyFloat_FromDouble(v);
 }
@@ -1464,6 +1489,7 @@ static PyObject *bound_states(PyObject *self, PyObject *args) {
         Dims d0 = side_dims(&x, c, lv[s], 0, a0[s] != 0.0), d1 = side_dims(&x, c, hv[s], 1, a1[s] != 0.0);
         o[s] = lb(&B, left, &d0);
         o[S + s] = lb(&B, right, &d1);
+        if (B.error == 2) PyErr_SetString(PyExc_OverflowError, "bound: over the tree's budget of bounds");
         if (B.error) goto done;
     }
     Py_INCREF(Py_None);

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from parplan.errors import InfeasibleError
+from parplan.errors import ConfigError, InfeasibleError
 from parplan.pipeline.profile import PipelineProfile
 from parplan.pipeline.machine import Machine, SyncModel, transfer_seconds
 from parplan.pipeline.plans import LevelPlan, PipelineOptions, PipelineResult, Stage
@@ -145,6 +145,11 @@ class _Solver:
             i, m = s + 1, m - r
 
 
+#: Most machines one level of a pipeline machine may have: the DP's table loop runs over
+#: (machines)^2 / 2 pairs per level (2,048: about 2 million).
+MAX_LEVEL_MACHINES = 2048
+
+
 def plan_pipeline(
     profile: PipelineProfile, machine: Machine, options: PipelineOptions = PipelineOptions()
 ) -> PipelineResult:
@@ -157,6 +162,12 @@ def plan_pipeline(
     straight pipeline has more devices than layers (allow idle devices, or replication).
     """
     t0 = time.perf_counter()
+    widest = max(machine.levels, key=lambda lv: lv.machines)
+    if widest.machines > MAX_LEVEL_MACHINES:
+        raise ConfigError(
+            f"the pipeline planner's DP is quadratic in the machines of a level, and level {machine.levels.index(widest) + 1} "
+            f"has {widest.machines} (limit {MAX_LEVEL_MACHINES}): describe the array as nodes (e.g. 'dgx-h100:N', or a "
+            f"tree file whose nodes have their own links) or plan fewer devices")
     sums = _Sums(profile)
     n, K = sums.n, len(machine.levels)
     solver = _Solver(sums, machine, options)

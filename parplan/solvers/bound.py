@@ -64,6 +64,10 @@ __all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pa
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
+#: The most per-node bounds one problem's bound may ask for (memo hits included, all node kinds
+#: together; a few seconds of the compiled recursion). An unbalanced tree dozens of levels deep
+#: would otherwise run for ever; past it the bound raises TableTooLarge.
+BOUND_BUDGET = 30_000_000
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ class _Bound:
             return i
 
         visit(root)
-        return core.tree(tuple(rows)), index
+        return core.tree(tuple(rows), BOUND_BUDGET), index
 
     def signature(self, group: ArrayNode) -> int:
         """A small integer per structurally distinct group (the memos' keys; cheap to hash)."""
@@ -187,7 +191,10 @@ class _Bound:
         if self.memo is None:
             self.use(dims, choices)
         tree, i = self.where(group)
-        return core.bound_lb(tree, self.memo, i, *dims.core_figures(), self.codes, self.grid, self.bpe)
+        try:
+            return core.bound_lb(tree, self.memo, i, *dims.core_figures(), self.codes, self.grid, self.bpe)
+        except OverflowError:
+            raise _too_deep() from None
 
     def states(self, group: ArrayNode, dims: LayerDims, table) -> np.ndarray:
         """(2, states): :meth:`lb` of the part each half of ``group`` keeps in every state of
@@ -198,10 +205,20 @@ class _Bound:
             raise ValueError("a group's halves are in different trees")
         out = np.empty((2, table.size))
         codes = np.array([CHOICE_CODE[c] for c in table.choices], dtype=float)
-        core.bound_states(tree, self.memo, left, right, *dims.core_figures(), self.codes, self.grid, self.bpe, codes,
-                          np.ascontiguousarray(table.lo, dtype=float), np.ascontiguousarray(table.hi, dtype=float),
-                          table.has[0].astype(float), table.has[1].astype(float), out)
+        try:
+            core.bound_states(tree, self.memo, left, right, *dims.core_figures(), self.codes, self.grid, self.bpe,
+                              codes, np.ascontiguousarray(table.lo, dtype=float),
+                              np.ascontiguousarray(table.hi, dtype=float), table.has[0].astype(float),
+                              table.has[1].astype(float), out)
+        except OverflowError:
+            raise _too_deep() from None
         return out
+
+
+def _too_deep() -> TableTooLarge:
+    return TableTooLarge(
+        f"the per-node bound would ask for more than {BOUND_BUDGET:.3g} bounds on this array (its recursion grows "
+        "exponentially with the depth of unbalanced trees); the planners go on without their look-ahead criteria")
 
 
 def _min_max(a, b, g: int) -> float:
