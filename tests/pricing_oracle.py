@@ -12,11 +12,12 @@ from itertools import combinations
 import numpy as np
 
 from parplan.costmodel.cost import (RECEIVE_EPS, scale_for_sides, RELAX_STEPS, NodeTerms, ShareSet, SideSpec, StateTable, allreduce_factor, ports,
-                                   side_dims, tensor_elements, weight_exchange)
+                                   side_dims)
 from parplan.costmodel.dims import FORWARD_FLOPS, Device, ElementOp, LayerDims, FORWARD_OP_TRAFFIC, WEIGHTED_TRAFFIC
 from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
+from parplan.solvers.bound import _min_max  # the product's bisection helper (no cost formula in it)
 from parplan.costmodel.regions import ROOT, Rect, Region, local_frame
 
 _SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
@@ -204,6 +205,30 @@ def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
     per_step = 1 if side.zero_stage < 2 else m
     count = np.maximum(m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS))
     return side.latency_s * count + transfer
+
+
+def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
+    if tensor is Tensor.WEIGHT:
+        return dims.weight_elements
+    if tensor is Tensor.OUTPUT:
+        return dims.out_elements
+    return dims.in_elements
+
+
+def weight_exchange(size: float, ss: "ShareSet", zero_stage: int, micro_batches: int) -> tuple[float, float]:
+    """Elements each side receives per step for the gradient exchange of a weight of ``size``
+    elements that a BATCH split with work on both sides replicates (docs/costmodel.md sections
+    2, 6.1 and 6.4): a reduce-scatter (side 1 receives ``a size``) and an all-gather (``(1-a) size``)
+    once per step at stages 0-1; at stage 2 a reduce-scatter per micro-batch; at stage 3 a
+    reduce-scatter and two all-gathers of the weights per micro-batch. Interval states: each
+    side's smallest amount over ``[lo, hi]``."""
+    m = micro_batches
+    if zero_stage <= 1:
+        return size, size
+    if zero_stage == 2:  # side 1: m a + (1 - a), side 2: m (1 - a) + a
+        return size * (1.0 + (m - 1) * ss.lo), size * (1.0 + (m - 1) * (1.0 - ss.hi))
+    return size * m * (2.0 - ss.hi), size * m * (1.0 + ss.lo)  # m (a + 2 (1 - a)), m ((1 - a) + 2 a)
+
 
 
 # ---- compute, memory and state tables (formerly parplan/costmodel/dims.py and cost.py) ----
@@ -455,19 +480,7 @@ class OracleBound:
         return _min_max(a, b, g)
 
 
-def _min_max(a, b, g: int) -> float:
-    """min over k in 0..g-1 of max(a(k), b(k)), ``a`` nondecreasing and ``b`` nonincreasing in
-    ``k``: a bisection for the first k with a(k) >= b(k)."""
-    lo, hi = 0, g - 1
-    if a(hi) < b(hi):
-        return b(hi)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a(mid) >= b(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return min(a(lo), b(lo - 1)) if lo > 0 else a(lo)
+
 
 
 
@@ -476,6 +489,11 @@ def floored_time(t, floor):
     if np.ndim(floor) == 0 and not floor > 0:
         return t
     return np.maximum(t, floor) + 1e-6 * t * (np.asarray(floor) > 0)
+
+
+def overlap_time(work, comm, weight):
+    """A side's time for a node (formerly cost.overlap_time, numpy)."""
+    return work + comm - np.minimum(weight, 2.0 / 3.0 * work)
 
 
 # ---- node_terms (formerly parplan/costmodel/cost.py) -----------------------------------

@@ -409,3 +409,16 @@ def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
         b.lb(p.array, d, node.choices)
     with pytest.raises(TableTooLarge):
         b.lb(p.array.right, d, node.choices)
+
+
+@seed(3516)
+@fast(200)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1e-9, 3e-4, 0.5, 2.0]), st.sampled_from([0.0, 1e-6, 0.25, 3.0]),
+                          st.sampled_from([0.0, 1e-6, 0.1, 5.0])), min_size=1, max_size=12))
+def test_overlap_time_equals_the_oracle(rows):
+    work, comm, weight = (np.array(x) for x in zip(*rows))
+    assert np.array_equal(cost.overlap_time(work, comm, weight), oracle.overlap_time(work, comm, weight))
+    assert cost.overlap_time(work[0], comm[0], 0.0) == oracle.overlap_time(work[0], comm[0], 0.0)
+    # broadcasting a column against a row, as the interval states do
+    assert np.array_equal(cost.overlap_time(work[:, None], comm[None, :], weight[:, None]),
+                          oracle.overlap_time(work[:, None], comm[None, :], weight[:, None]))

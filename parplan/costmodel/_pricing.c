@@ -1451,6 +1451,29 @@ static PyObject *bound_lb(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(v);
 }
 
+PyDoc_STRVAR(bound_comm_doc,
+"bound_comm(tree, group, dims, out_ops, in_ops, choice) -> (seconds side 1, seconds side 2)\n\n"
+"Each side's seconds for a node's own reduction at `group` when both sides have work, as the\n"
+"bound recursion charges it (0 for BATCH / ROWS on collective arrays or with overlap).");
+
+static PyObject *bound_comm_py(PyObject *self, PyObject *args) {
+    PyObject *tcap, *dt, *oo, *io;
+    int group, choice;
+    Dims x;
+    OpStore ops;
+    if (!PyArg_ParseTuple(args, "OiOOOi", &tcap, &group, &dt, &oo, &io, &choice)) return NULL;
+    const Tree *t = PyCapsule_GetPointer(tcap, "parplan.tree");
+    if (!t) return NULL;
+    if (group < 0 || group >= t->n || t->g[group].leaf || choice < 0 || choice > 5) {
+        PyErr_SetString(PyExc_ValueError, "bound_comm: an inner group and a choice code expected");
+        return NULL;
+    }
+    if (parse_dims(dt, oo, io, &x, &ops) < 0) return NULL;
+    double c1, c2;
+    bound_comm(&t->g[group], &x, choice, &c1, &c2);
+    return Py_BuildValue("(dd)", c1, c2);
+}
+
 PyDoc_STRVAR(bound_states_doc,
 "bound_states(tree, memo, left, right, dims, out_ops, in_ops, choices, grid, bpe, state_choices,\n"
 "             lo, hi, has0, has1, out)\n\n"
@@ -1502,6 +1525,37 @@ done:
     PyBuffer_Release(&h0);
     PyBuffer_Release(&h1);
     PyBuffer_Release(&out);
+    return result;
+}
+
+PyDoc_STRVAR(overlap_doc,
+"overlap(work, comm, weight, out) or overlap(work, comm, weight) -> float\n\n"
+"A side's time for a node (docs/costmodel.md section 4.2): work + comm - min(weight,\n"
+"OVERLAP_WINDOW work), element by element over float64 buffers of one size, or for three\n"
+"numbers.");
+
+static PyObject *overlap(PyObject *self, PyObject *args) {
+    if (PyTuple_GET_SIZE(args) == 3) {
+        double w, c, g;
+        if (!PyArg_ParseTuple(args, "ddd", &w, &c, &g)) return NULL;
+        return PyFloat_FromDouble(overlap_time(w, c, g));
+    }
+    Py_buffer wv, cv, gv, ov;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &wv, &cv, &gv, &ov)) return NULL;
+    PyObject *result = NULL;
+    if (wv.len != cv.len || wv.len != gv.len || wv.len != ov.len || wv.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "overlap: float64 arrays of one size expected");
+    } else {
+        const double *w = wv.buf, *c = cv.buf, *g = gv.buf;
+        double *o = ov.buf;
+        for (Py_ssize_t x = 0; x < wv.len / 8; ++x) o[x] = overlap_time(w[x], c[x], g[x]);
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+    PyBuffer_Release(&wv);
+    PyBuffer_Release(&cv);
+    PyBuffer_Release(&gv);
+    PyBuffer_Release(&ov);
     return result;
 }
 
@@ -1575,6 +1629,7 @@ static PyMethodDef methods[] = {
     {"values", values, METH_VARARGS, values_doc},
     {"eliminate", eliminate, METH_VARARGS, eliminate_doc},
     {"floored", floored, METH_VARARGS, floored_doc},
+    {"overlap", overlap, METH_VARARGS, overlap_doc},
     {"states", states, METH_VARARGS, states_doc},
     {"compute", compute, METH_VARARGS, compute_doc},
     {"memory", memory, METH_VARARGS, memory_doc},
@@ -1584,6 +1639,7 @@ static PyMethodDef methods[] = {
     {"memo", memo, METH_NOARGS, "memo() -> capsule: an empty memo of one node kind's bounds."},
     {"bound_lb", bound_lb, METH_VARARGS, bound_lb_doc},
     {"bound_states", bound_states, METH_VARARGS, bound_states_doc},
+    {"bound_comm", bound_comm_py, METH_VARARGS, bound_comm_doc},
     {"receive", receive, METH_VARARGS, receive_doc},
     {"edge", edge, METH_VARARGS, edge_doc},
     {NULL, NULL, 0, NULL},

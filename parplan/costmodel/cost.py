@@ -41,7 +41,7 @@ import numpy as np
 from parplan.costmodel.collective import Collective
 from parplan.costmodel.dims import Device, LayerDims, device_figures
 from parplan.costmodel.compiled import core as _pricing
-from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, Tensor, ports
+from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, ports
 from parplan.costmodel.regions import local_frame, rect_area
 from parplan.errors import TableTooLarge
 
@@ -182,14 +182,6 @@ def _one_side(dims: LayerDims, choice: Choice, s: float) -> LayerDims:
     return dims
 
 
-def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
-    if tensor is Tensor.WEIGHT:
-        return dims.weight_elements
-    if tensor is Tensor.OUTPUT:
-        return dims.out_elements
-    return dims.in_elements
-
-
 def receive_seconds(side: "SideSpec", i: int, elements: float, weight_elements: float = 0.0) -> float:
     """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
     section 4): the link latency when it receives anything, plus the bytes at its receive
@@ -200,25 +192,10 @@ def receive_seconds(side: "SideSpec", i: int, elements: float, weight_elements: 
     return _pricing.receive(_side_tuple(side, True), i, float(elements), float(weight_elements))
 
 
-def weight_exchange(size: float, ss: "ShareSet", zero_stage: int, micro_batches: int) -> tuple[float, float]:
-    """Elements each side receives per step for the gradient exchange of a weight of ``size``
-    elements that a BATCH split with work on both sides replicates (docs/costmodel.md sections
-    2, 6.1 and 6.4): a reduce-scatter (side 1 receives ``a size``) and an all-gather (``(1-a) size``)
-    once per step at stages 0-1; at stage 2 a reduce-scatter per micro-batch; at stage 3 a
-    reduce-scatter and two all-gathers of the weights per micro-batch. Interval states: each
-    side's smallest amount over ``[lo, hi]``."""
-    m = micro_batches
-    if zero_stage <= 1:
-        return size, size
-    if zero_stage == 2:  # side 1: m a + (1 - a), side 2: m (1 - a) + a
-        return size * (1.0 + (m - 1) * ss.lo), size * (1.0 + (m - 1) * (1.0 - ss.hi))
-    return size * m * (2.0 - ss.hi), size * m * (1.0 + ss.lo)  # m (a + 2 (1 - a)), m ((1 - a) + 2 a)
-
-
 def allreduce_factor(zero_stage: int, micro_batches: int) -> float:
     """A BATCH split's gradient exchange on a collective array, in all-reduces (reduce-scatter
     and all-gather each half of one): 1 at stages 0-1, ``(m + 1) / 2`` at stage 2, ``1.5 m`` at
-    stage 3 (the exchanges of :func:`weight_exchange`)."""
+    stage 3 (the exchanges ``_pricing.states`` charges per side; docs/costmodel.md sections 6.1, 6.4)."""
     if zero_stage <= 1:
         return 1.0
     if zero_stage == 2:
@@ -392,8 +369,14 @@ def overlap_time(work, comm, weight):
     """A side's time for a node (docs/costmodel.md section 4.2): its work (compute, or the time
     of the group below), then what it receives, except that up to ``weight`` seconds of that
     run during the backward part of the work: ``work + comm - min(weight, OVERLAP_WINDOW *
-    work)``. Nondecreasing in ``work``, so a lower bound on the work gives one on the time."""
-    return work + comm - np.minimum(weight, OVERLAP_WINDOW * work)
+    work)``. Nondecreasing in ``work``, so a lower bound on the work gives one on the time.
+    Numbers or arrays (broadcast); priced by the compiled core."""
+    if not (np.ndim(work) or np.ndim(comm) or np.ndim(weight)):
+        return _pricing.overlap(float(work), float(comm), float(weight))
+    w, c, g = (np.ascontiguousarray(x, dtype=float) for x in np.broadcast_arrays(work, comm, weight))
+    out = np.empty(w.shape)
+    _pricing.overlap(w, c, g, out)
+    return out
 
 
 def output_groups(planning, dims: tuple[LayerDims, ...], u: int) -> list[tuple[float, tuple[int, ...]]]:
@@ -535,7 +518,6 @@ __all__ = [
     "REL_TOL",
     "ShareMode",
     "allreduce_factor",
-    "weight_exchange",
     "SideSpec",
     "StateTable",
     "covered_below",
@@ -554,6 +536,5 @@ __all__ = [
     "output_groups",
     "scale_for_sides",
     "share_points",
-    "tensor_elements",
     "zero_dims",
 ]

@@ -51,9 +51,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parplan.costmodel.compiled import core
-from parplan.costmodel.cost import CHOICE_CODE, _side_tuple, intra_elements, receive_seconds, scale_for_sides, side_dims
+from parplan.costmodel.cost import CHOICE_CODE, _side_tuple, scale_for_sides, side_dims
 from parplan.costmodel.dims import device_figures
-from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.layout import Layout
 from parplan.costmodel.dims import ElementOp, LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
@@ -175,15 +175,12 @@ class _Bound:
         self.codes = tuple(CHOICE_CODE[c] for c in choices)
 
     def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
-        """Each side's seconds for the node's own reduction when both sides have work."""
-        size = intra_elements(dims, choice)
-        side = self._side(group)
-        if (self.collective or side.overlap) and choice in (PartitionType.BATCH, Layout.ROWS):
-            # an enclosing split may have paid the all-reduce (covered); with overlap a weight
-            # exchange may hide behind the work below it (section 4.2): 0 stays a bound
-            size = 0.0
-        first = receive_seconds(side, 0, size)
-        return first, (first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size))
+        """Each side's seconds for the node's own reduction when both sides have work (0 for a
+        BATCH / ROWS weight exchange on collective arrays or with overlap: an enclosing split
+        may have paid it, or it may hide behind the work; section 4.2), as the core's
+        recursion charges it."""
+        tree, i = self.where(group)
+        return core.bound_comm(tree, i, *dims.core_figures(), CHOICE_CODE[choice])
 
     def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
         """``LB_group(dims)`` for the node kind in use (``choices`` are that kind's; with none in
