@@ -252,6 +252,14 @@ class LayerDims:
         keeps ``replica`` of them. Priced by the compiled core."""
         return core.memory(*self.core_figures(), float(bytes_per_element), float(optimizer_bytes_per_param), int(zero))
 
+    def state_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
+        """The part of :meth:`memory_bytes` that does not depend on the batch: weights, gradients
+        and optimizer state (section 6); the rest is stored activations, held per micro-batch in
+        flight (a pipeline stage holds several, docs/costmodel.md section 11)."""
+        sizes, out_ops, in_ops = self.core_figures()
+        return core.memory((0.0,) + sizes[1:], out_ops, in_ops, float(bytes_per_element),
+                           float(optimizer_bytes_per_param), int(zero))
+
     def core_figures(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
         """(sizes, carried output ops, carried input ops) as the compiled core reads them."""
         return ((float(self.batch), float(self.in_features), float(self.out_features), float(self.in_spatial),

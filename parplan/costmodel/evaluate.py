@@ -58,6 +58,10 @@ class Evaluation:
     rows: tuple[tuple, ...]
     leaf_compute_s: tuple[float, ...]  # per node: the slowest device's compute time
     device_memory_bytes: Mapping[str, float]
+    #: With ``evaluate(..., node_memory=True)``: per device (leaf path), per planning node, the
+    #: bytes that do not depend on the batch (weights, gradients, optimizer state) and the stored
+    #: activations of one micro-batch; their sum over nodes is ``device_memory_bytes``.
+    node_memory: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __repr__(self) -> str:
         """One line; ``rows`` and ``breakdown`` hold the details."""
@@ -135,15 +139,18 @@ def check_plan(problem: Problem, plan: Plan) -> None:
                 )
 
 
-def evaluate(problem: Problem, plan: Plan) -> Evaluation:
-    """Price ``plan`` on ``problem``. Raises :class:`ConfigError` if the plan does not fit it."""
+def evaluate(problem: Problem, plan: Plan, node_memory: bool = False) -> Evaluation:
+    """Price ``plan`` on ``problem``. Raises :class:`ConfigError` if the plan does not fit it.
+    ``node_memory``: also split each device's memory by node into state and activations
+    (``Evaluation.node_memory``; the pipeline model reads it, docs/costmodel.md section 11)."""
     check_plan(problem, plan)
     n = len(problem.planning.nodes)
     rows: list[tuple] = []
     leaf_compute = np.zeros(n)
     memory: dict[str, float] = {}
+    detail: dict | None = {} if node_memory else None
     times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory,
-                  (False,) * n, None, None)
+                  (False,) * n, None, None, detail=detail)
     comm = float(sum(r[7] + r[8] + r[9] + r[10] for r in rows))
     return Evaluation(
         step_time_s=float(times.sum()),
@@ -153,6 +160,7 @@ def evaluate(problem: Problem, plan: Plan) -> Evaluation:
         rows=tuple(rows),
         leaf_compute_s=tuple(float(t) for t in leaf_compute),
         device_memory_bytes=MappingProxyType(memory),
+        node_memory=None if detail is None else MappingProxyType(detail),
     )
 
 
@@ -172,7 +180,8 @@ def node_times(problem: Problem, plan: Plan, nodes) -> dict[int, float]:
 
 def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple[LayerDims, ...],
           plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict, covered: tuple[bool, ...],
-          regions, above, nodes: frozenset | None = None, needed: frozenset | None = None) -> np.ndarray:
+          regions, above, nodes: frozenset | None = None, needed: frozenset | None = None,
+          detail: dict | None = None) -> np.ndarray:
     """Every node's time at ``group`` (with ``nodes``: theirs, zeros elsewhere, and no memory;
     ``needed``: ``nodes`` and their consumers, whose sizes and regions their terms read)."""
     pg = problem.planning
@@ -183,7 +192,12 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
                       for v, d in enumerate(dims)])
         np.maximum(leaf_compute, t, out=leaf_compute)
         if nodes is None:
-            memory[path] = sum(d.memory_bytes(bpe, problem.optimizer_bytes_per_param, problem.zero_stage) for d in dims)
+            opt, zero = problem.optimizer_bytes_per_param, problem.zero_stage
+            each = [d.memory_bytes(bpe, opt, zero) for d in dims]
+            memory[path] = sum(each)
+            if detail is not None:
+                state = np.array([d.state_bytes(bpe, opt, zero) for d in dims])
+                detail[path] = (state, np.array(each) - state)
         return t
     if path not in plan.splits:
         raise ConfigError(
@@ -201,9 +215,9 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
     left, right = sp.child_regions(split, needed)
     cuts = sp.child_cuts(split)
     t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(p[0] for p in pairs), plan, rows,
-                   leaf_compute, memory, below, left, cuts, nodes, needed)
+                   leaf_compute, memory, below, left, cuts, nodes, needed, detail)
     t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(p[1] for p in pairs), plan, rows,
-                    leaf_compute, memory, below, right, cuts, nodes, needed)
+                    leaf_compute, memory, below, right, cuts, nodes, needed, detail)
     out = np.zeros(len(dims))
     for v, node in enumerate(pg.nodes):
         if nodes is not None and v not in nodes:

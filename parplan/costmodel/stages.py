@@ -1,0 +1,311 @@
+"""Pipeline stages over partitioned groups: the plan space and its price (docs/costmodel.md section 11).
+
+A :class:`PipelinePlan` cuts the layer graph into contiguous *stages* at single-tensor cuts
+(:func:`cut_points`: positions in the graph's topological order after which exactly one tensor
+crosses), runs stage ``s`` on the group of the array at path ``stages[s].group`` (a subtree of
+the bisection tree), and partitions each stage inside its group with an ordinary
+:class:`~parplan.costmodel.problem.Plan` of the stage's own sub-problem
+(:func:`stage_problem`: the segment graph on the group's sub-array, with the problem's
+settings). The step runs ``problem.micro_batches`` micro-batches through the stages with a
+synchronous schedule (``1f1b`` or ``gpipe``) and a flush, so the weights stay consistent as in
+Megatron-LM, torchtitan and GPipe.
+
+:func:`evaluate_pipeline` prices it with the one evaluator: each stage's step time ``T_s`` is
+the evaluator's price of its plan on its sub-problem (its ``m`` micro-batches one after the
+other and its gradient exchange, as section 6.4 prices micro-batches); per micro-batch a stage
+takes ``t_s = T_s / m``, and a cut moves the crossing tensor of one micro-batch forward and its
+gradient back (:func:`transfer_seconds`). The step is (section 11)::
+
+    T = sum_s t_s + sum_c x_c + (m - 1) * max(max_s t_s, max_c x_c)
+
+(fill and drain, then the slowest stage or link once per further micro-batch). One stage is
+the partition model itself: ``T = m t_1 = T_1``. Memory per device is its stage's state plus
+the activations of the micro-batches in flight: ``min(m, p - s)`` under 1F1B, ``m`` under GPipe.
+
+Example:
+    >>> from parplan.models.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> g = get_model("gpt2")
+    >>> cuts = cut_points(g)
+    >>> len(cuts) > 4, segment(g, cuts[2] + 1, cuts[4]).input_shape == g.analyze().out_shape[cut_tensor(g, cuts[2])]
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+from parplan.costmodel.evaluate import Evaluation, evaluate
+from parplan.costmodel.graph import INPUT, Graph, TiedGraph
+from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.problem import Plan, Problem
+from parplan.errors import ConfigError
+
+#: Synchronous pipeline schedules (section 11): both flush once per step; they differ in the
+#: micro-batches whose activations a stage holds.
+SCHEDULES = ("1f1b", "gpipe")
+
+
+def cut_points(graph: Graph) -> tuple[int, ...]:
+    """Positions ``k`` of ``graph.analyze().order`` after which exactly one tensor (a layer's
+    output, not the graph input) crosses to later layers: where a stage may end (cached)."""
+    cached = graph._cache.get("cut_points")  # noqa: SLF001 - the graph owns a cache for derived views
+    if cached is not None:
+        return cached
+    order = graph.analyze().order
+    pos = {name: k for k, name in enumerate(order)}
+    last_use: dict[str, int] = {}
+    for name in order:
+        for src in graph.layer(name).inputs:
+            last_use[src] = max(last_use.get(src, -1), pos[name])
+    out = []
+    live: set[str] = set()
+    for k, name in enumerate(order[:-1]):
+        live.add(name)
+        live = {s for s in live if last_use.get(s, -1) > k}
+        if len(live) == 1 and last_use.get(INPUT, -1) <= k:
+            out.append(k)
+    result = tuple(out)
+    graph._cache["cut_points"] = result  # noqa: SLF001
+    return result
+
+
+def cut_tensor(graph: Graph, k: int) -> str:
+    """The one layer whose output crosses the cut after position ``k`` (a cut point)."""
+    order = graph.analyze().order
+    later = {src for name in order[k + 1:] for src in graph.layer(name).inputs}
+    crossing = [name for name in order[:k + 1] if name in later]
+    if len(crossing) != 1 or INPUT in later:
+        raise ConfigError(f"graph '{graph.name}': no single tensor crosses after layer '{order[k]}' "
+                          "(a stage may end only at a cut point)")
+    return crossing[0]
+
+
+def segment(graph: Graph, first: int, last: int) -> Graph:
+    """The layers at positions ``first..last`` of the topological order as a graph of their own:
+    the tensor crossing into position ``first`` becomes its input (cached per graph)."""
+    key = ("segment", first, last)
+    cached = graph._cache.get(key)  # noqa: SLF001
+    if cached is not None:
+        return cached
+    info = graph.analyze()
+    order = info.order
+    if not 0 <= first <= last < len(order):
+        raise ConfigError(f"graph '{graph.name}': no segment {first}..{last} of its {len(order)} layers")
+    if first == 0:
+        if last == len(order) - 1:
+            return graph
+        src, shape = None, graph.input_shape
+    else:
+        src = cut_tensor(graph, first - 1)
+        shape = info.out_shape[src]
+    layers = tuple(dataclasses.replace(graph.layer(n), inputs=tuple(INPUT if s == src else s
+                                                                    for s in graph.layer(n).inputs))
+                   for n in order[first:last + 1])
+    names = {layer.name for layer in layers}
+    tied = tuple((a, b) for a, b in getattr(graph, "tied", ()) if a in names and b in names)
+    name = f"{graph.name}[{order[first]}..{order[last]}]"
+    out = TiedGraph(name, shape, layers, tied=tied) if tied else Graph(name, shape, layers)
+    graph._cache[key] = out  # noqa: SLF001
+    return out
+
+
+def group_array(array: ArrayNode, path: str) -> ArrayNode:
+    """The sub-array at ``path`` as an array of its own (the root's collective kept)."""
+    group = array.at(path)
+    if array.collective is not None and group.collective is None and not group.is_leaf:
+        group = dataclasses.replace(group, collective=array.collective)
+    return group
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Layers ``first..last`` (positions in the graph's topological order) on the group at
+    array path ``group``, partitioned there by ``plan`` (a plan of :func:`stage_problem`)."""
+
+    first: int
+    last: int
+    group: str
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """Stages in pipeline order, the schedule, and who made it. The micro-batches, ZeRO stage
+    and recomputation are the problem's (``Problem.micro_batches`` and so on)."""
+
+    stages: tuple[Stage, ...]
+    schedule: str = "1f1b"
+    planner: str = ""
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)} (got {self.schedule!r})")
+
+    def __reduce__(self):
+        return (PipelinePlan, (self.stages, self.schedule, self.planner, dict(self.info)))
+
+
+def stage_problem(problem: Problem, first: int, last: int, group: str) -> Problem:
+    """The sub-problem of one stage: its segment graph on its group, every setting kept."""
+    return dataclasses.replace(problem, graph=segment(problem.graph, first, last),
+                               array=group_array(problem.array, group))
+
+
+def in_flight(schedule: str, stage: int, stages: int, micro_batches: int) -> int:
+    """Micro-batches whose activations stage ``stage`` (0 first) of ``stages`` holds at its peak:
+    1F1B starts the backward of a micro-batch once the last stage has it (``stages - stage``),
+    GPipe runs every forward first (``micro_batches``); never more than ``micro_batches``."""
+    if schedule == "gpipe":
+        return micro_batches
+    return min(micro_batches, stages - stage)
+
+
+def stage_link(array: ArrayNode, a: str, b: str) -> tuple[float, float, float]:
+    """(bytes/s at which group ``a`` receives from ``b``, the reverse, latency): the link of their
+    lowest common group, on ``min(ports, |a|, |b|)`` ports (each device of the smaller group
+    sends its own piece, section 4.1)."""
+    lca = 0
+    while lca < min(len(a), len(b)) and a[lca] == b[lca]:
+        lca += 1
+    if lca == len(a) or lca == len(b):
+        raise ConfigError(f"stage groups '{a or 'root'}' and '{b or 'root'}' overlap")
+    top = array.at(a[:lca])
+    ports = min(top.link.ports, array.at(a).count, array.at(b).count)
+    left, right = (bw / top.link.ports * ports for bw in top.link.side_bytes_per_s)
+    receive_a, receive_b = (left, right) if a[lca] == "L" else (right, left)
+    return receive_a, receive_b, top.link.latency_s
+
+
+def transfer_seconds(elements_per_sample: float, samples: float, bytes_per_element: float,
+                     link: tuple[float, float, float]) -> float:
+    """One micro-batch across a cut: its activation forward and its gradient back, each a
+    message with the link's latency (section 11)."""
+    receive_a, receive_b, latency = link
+    size = elements_per_sample * samples * bytes_per_element
+    return 2 * latency + size / receive_b + size / receive_a
+
+
+def pipeline_seconds(stage_seconds: Sequence[float], transfer_s: Sequence[float], micro_batches: int) -> float:
+    """A synchronous pipeline's step (section 11): ``stage_seconds`` are each stage's time for the
+    whole step (its ``m`` micro-batches), ``transfer_s`` each cut's per micro-batch."""
+    m = micro_batches
+    per = [t / m for t in stage_seconds]
+    return sum(per) + sum(transfer_s) + (m - 1) * max(per + list(transfer_s))
+
+
+@dataclass(frozen=True)
+class PipelineEvaluation:
+    """The price of a :class:`PipelinePlan`: the step, each stage's step time on its group
+    (its micro-batches and gradient exchange), each cut's transfer per micro-batch, the
+    exchange of weights tied across stages, and every device's memory (global leaf paths)."""
+
+    step_time_s: float
+    stage_time_s: tuple[float, ...]
+    transfer_s: tuple[float, ...]
+    tied_sync_s: float
+    device_memory_bytes: Mapping[str, float]
+    stage_evaluations: tuple[Evaluation, ...]
+    micro_batches: int
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max(self.device_memory_bytes.values())
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Share of the step the slowest stage is idle (fill and drain)."""
+        busiest = max(self.stage_time_s)
+        return max(0.0, 1.0 - busiest / self.step_time_s) if self.step_time_s > 0 else 0.0
+
+    def __repr__(self) -> str:
+        return (f"PipelineEvaluation(step_time_s={self.step_time_s:.6g}, stages={len(self.stage_time_s)}, "
+                f"micro_batches={self.micro_batches}, peak_memory_bytes={self.peak_memory_bytes:.6g})")
+
+
+def check_pipeline(problem: Problem, plan: PipelinePlan) -> None:
+    """Raise :class:`ConfigError` unless ``plan``'s stages cover the graph in order, end at cut
+    points, and sit on disjoint groups of the array."""
+    if not isinstance(plan, PipelinePlan):
+        raise ConfigError(f"expected a PipelinePlan (got {type(plan).__name__})")
+    if not plan.stages:
+        raise ConfigError("a pipeline plan needs at least one stage")
+    n = len(problem.graph.analyze().order)
+    cuts = set(cut_points(problem.graph))
+    at = 0
+    for s, stage in enumerate(plan.stages):
+        if stage.first != at or stage.last < stage.first:
+            raise ConfigError(f"stage {s} covers layers {stage.first}..{stage.last}; expected it to start at {at}")
+        if stage.last != n - 1 and stage.last not in cuts:
+            raise ConfigError(f"stage {s} ends after layer '{problem.graph.analyze().order[stage.last]}', "
+                              "where more than one tensor crosses; stages end at cut points")
+        at = stage.last + 1
+        problem.array.at(stage.group)  # a ConfigError naming the path if there is no such group
+    if at != n:
+        raise ConfigError(f"the stages cover layers 0..{at - 1} of {n}")
+    paths = [stage.group for stage in plan.stages]
+    for i, a in enumerate(paths):
+        for b in paths[i + 1:]:
+            if a.startswith(b) or b.startswith(a):
+                raise ConfigError(f"stage groups '{a or 'root'}' and '{b or 'root'}' overlap")
+
+
+def evaluate_pipeline(problem: Problem, plan: PipelinePlan) -> PipelineEvaluation:
+    """Price ``plan`` on ``problem`` (section 11); each stage by :func:`evaluate` on its sub-problem."""
+    check_pipeline(problem, plan)
+    graph, m, p = problem.graph, problem.micro_batches, len(plan.stages)
+    info = graph.analyze()
+    samples = problem.batch / m
+    times, evaluations, memory = [], [], {}
+    for s, stage in enumerate(plan.stages):
+        sub = stage_problem(problem, stage.first, stage.last, stage.group)
+        ev = evaluate(sub, stage.plan, node_memory=True)
+        evaluations.append(ev)
+        times.append(ev.step_time_s)
+        k = in_flight(plan.schedule, s, p, m)
+        for path, (state, activations) in ev.node_memory.items():
+            memory[stage.group + path] = float(state.sum() + k * activations.sum())
+    transfers = []
+    for a, b in zip(plan.stages, plan.stages[1:]):
+        elements = info.out_shape[cut_tensor(graph, a.last)].elements
+        transfers.append(transfer_seconds(elements, samples, problem.bytes_per_element,
+                                          stage_link(problem.array, a.group, b.group)))
+    tied = tied_sync_seconds(problem, plan)
+    step = pipeline_seconds(times, transfers, m) + tied
+    return PipelineEvaluation(step, tuple(times), tuple(transfers), tied, MappingProxyType(memory),
+                              tuple(evaluations), m)
+
+
+def tied_sync_seconds(problem: Problem, plan: PipelinePlan) -> float:
+    """Weights tied across stages (an LM head sharing the embedding table): the two stages sum
+    their gradients once per step, after the flush, each receiving the other's (section 11)."""
+    graph = problem.graph
+    if not isinstance(graph, TiedGraph) or not graph.tied:
+        return 0.0
+    order = graph.analyze().order
+    pos = {name: k for k, name in enumerate(order)}
+
+    def stage_of(name: str) -> int:
+        return next(s for s, st in enumerate(plan.stages) if st.first <= pos[name] <= st.last)
+
+    total = 0.0
+    for name, owner in graph.tied:
+        a, b = stage_of(owner), stage_of(name)
+        if a == b:
+            continue
+        elements = graph._shared(name, owner)  # noqa: SLF001 - the graph's own count of the shared matrix
+        receive_a, receive_b, latency = stage_link(problem.array, plan.stages[a].group, plan.stages[b].group)
+        size = elements * problem.bytes_per_element
+        total += latency + max(size / receive_a, size / receive_b)
+    return total
+
+
+def whole_model_stage(problem: Problem, plan: Plan) -> PipelinePlan:
+    """The one-stage pipeline of a partition plan (its price is the partition model's)."""
+    return PipelinePlan((Stage(0, len(problem.graph.analyze().order) - 1, "", plan),), planner=plan.planner)

@@ -1,0 +1,453 @@
+"""Pipeline x partition x data: stages of the layer graph on groups of the array, each stage
+partitioned inside its group by AccPar's per-layer types and shares (docs/costmodel.md section
+11, docs/pipeline.md "Pipeline x partition").
+
+**The plan space** (:mod:`parplan.costmodel.stages`): stages end at single-tensor cuts of the
+layer graph (a transformer's block boundaries, a CNN's between residual blocks); the stages'
+groups are the subtrees of the array's bisection tree at one depth, in tree order or reversed
+(``h100:16``: 1 stage of 16, 2 of 8 (the nodes), 4 of 4, ...; ``a100:8,h100:8``: one node of
+each kind); each stage is partitioned on its group by a partition plan (which may be data
+parallel, tensor parallel or any AccPar mix); the micro-batches, the ZeRO stage and
+recomputation are global settings searched as :func:`parplan.solvers.fit.techniques` lists them.
+
+**The search** is exact over that space for its *stage prices*: for every distinct group a
+whole-model partition plan (the *template*: the planner's and data parallelism's) is priced once
+per setting, and a stage's price is its nodes' share of it (per-node times and per-device,
+per-node memory from the evaluator), with its devices' memory checked at the micro-batches its
+stage holds in flight. For each depth, order and setting, a DP over (stage, last cut) minimises
+``sum_s t_s + sum_c x_c`` under a bound ``tau`` on every ``t_s`` and ``x_c``, for every ``tau``
+among the stage and transfer prices from the least feasible one up, and keeps the least
+``F(tau) + (m - 1) tau``; ``tau`` stops once ``F(inf) + (m - 1) tau`` cannot beat the best. This
+is the pipeline formula's optimum (the max is one of the prices), checked against enumeration
+of every stage split (:func:`brute_force`).
+
+**The result** is priced exactly: the best few candidates are rebuilt with each stage's own
+plan (the template's restriction to the stage, or the planner's plan of the stage's
+sub-problem, the faster that fits) and priced by :func:`~parplan.costmodel.stages.evaluate_pipeline`,
+which re-checks every device's memory. The one-stage candidate is :func:`~parplan.solvers.fit.fit_plan`'s
+plan, so the joint plan is never slower than the partition-only plan; the data-parallel-stage
+DP's best is a candidate too, so it is never slower than the pipeline-only plan of this space.
+
+Example:
+    >>> from parplan.models.zoo import get_model
+    >>> from parplan.costmodel.hardware import parse_array
+    >>> from parplan.costmodel.problem import Problem
+    >>> p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8)
+    >>> r = plan_partitioned(p, limit_bytes=0.8 * 2**30)
+    >>> one_stage = r.priced[0]  # the partition-only plan that fits: ZeRO-3 and recomputation
+    >>> len(r.plan.stages), r.evaluation.step_time_s < one_stage[1], r.evaluation.peak_memory_bytes <= 0.8 * 2**30
+    (4, True, True)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.hardware import ArrayNode, signature
+from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
+from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
+                                      evaluate_pipeline, group_array, in_flight, stage_link, stage_problem,
+                                      transfer_seconds, whole_model_stage)
+from parplan.errors import ConfigError, InfeasibleError, ParplanError
+from parplan.solvers.fit import device_limits, fit_plan, techniques
+from parplan.solvers.planners import make_plan
+
+#: Candidates of the DP (by their estimated step) rebuilt with per-stage plans and priced exactly.
+EXACT_CANDIDATES = 4
+#: Most values of the bound ``tau`` tried per DP (a note says so when it is reached).
+MAX_TAUS = 20000
+#: Groups of more devices than this take the ``accpar-topdown`` recursion as their template
+#: (the portfolio's look-ahead criteria on a whole model cost minutes there).
+PORTFOLIO_MAX_DEVICES = 8
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One global setting: micro-batches, ZeRO stage, recomputation."""
+
+    micro_batches: int
+    zero_stage: int
+    recompute: bool
+
+    def apply(self, problem: Problem) -> Problem:
+        return replace(problem, micro_batches=self.micro_batches, zero_stage=self.zero_stage,
+                       recompute=self.recompute)
+
+    def label(self) -> str:
+        return f"m={self.micro_batches}, zero-{self.zero_stage}" + (", recompute" if self.recompute else "")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A DP optimum: estimated step (template prices), setting, groups and stage cuts."""
+
+    estimate_s: float
+    setting: Setting
+    groups: tuple[str, ...]
+    bounds: tuple[int, ...]  # unit boundaries (indices into the boundary list), len(groups) + 1
+    kinds: tuple[str, ...]  # the template each stage's price came from
+    data_only: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionedResult:
+    """The joint plan: the problem with the chosen setting, the plan and its exact price; the
+    candidates the DP found (estimates) and what was priced exactly (``priced``: label, step
+    seconds, peak bytes, fits)."""
+
+    problem: Problem
+    plan: PipelinePlan
+    evaluation: PipelineEvaluation
+    candidates: tuple[Candidate, ...]
+    priced: tuple[tuple[str, float, float, bool], ...]
+    notes: tuple[str, ...] = ()
+    info: dict = field(default_factory=dict)
+
+
+def boundaries(problem: Problem) -> tuple[int, ...]:
+    """Unit boundaries: -1, every cut point, the last layer's position."""
+    order = problem.graph.analyze().order
+    return (-1, *cut_points(problem.graph), len(order) - 1)
+
+
+def frontiers(array: ArrayNode, max_stages: int) -> list[tuple[str, ...]]:
+    """The groups of each depth of the bisection tree (a leaf above the depth stays), in tree
+    order and reversed (when that differs), up to ``max_stages`` groups."""
+    out: list[tuple[str, ...]] = []
+    for depth in range(array.depth + 1):
+        groups: list[str] = []
+
+        def walk(node: ArrayNode, path: str) -> None:
+            if node.is_leaf or len(path) == depth:
+                groups.append(path)
+                return
+            walk(node.left, path + "L")
+            walk(node.right, path + "R")
+
+        walk(array, "")
+        if len(groups) > max_stages:
+            break
+        for order in (tuple(groups), tuple(reversed(groups))):
+            if order not in out and (order == tuple(groups) or
+                                     [signature(array.at(g)) for g in order] != [signature(array.at(g)) for g in groups]):
+                out.append(order)
+    return out
+
+
+def settings_of(problem: Problem, micro_batches, zero, recompute) -> list[Setting]:
+    """Settings to search: each given tuple, or "auto" as :func:`parplan.solvers.fit.techniques`
+    searches (ZeRO-0 left out: ZeRO-1 costs the same time and keeps less)."""
+    auto = techniques(problem)
+    ms = sorted({t.micro_batches for t in auto}) if micro_batches == "auto" else list(micro_batches)
+    zs = [z for z in sorted({t.zero_stage for t in auto}) if z >= 1] if zero == "auto" else list(zero)
+    rs = sorted({t.recompute for t in auto}) if recompute == "auto" else list(recompute)
+    for m in ms:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1 or problem.batch % m:
+            raise ConfigError(f"micro-batches must divide the batch {problem.batch} (got {m!r})")
+    for z in zs:
+        if isinstance(z, bool) or z not in ZERO_STAGES:
+            raise ConfigError(f"ZeRO stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {z!r})")
+    if not ms or not zs or not rs:
+        raise ConfigError("the pipeline search needs at least one value of micro-batches, ZeRO stage and recompute")
+    return [Setting(m, z, bool(r)) for m in ms for z in zs for r in rs]
+
+
+class _Prices:
+    """Template plans and their per-unit prefix sums per (group signature, template, setting)."""
+
+    def __init__(self, problem: Problem, planner: str, bounds: Sequence[int], limits: dict[str, float],
+                 say: Callable[[str], None]):
+        self.problem, self.planner, self.limits, self.say = problem, planner, limits, say
+        order = problem.graph.analyze().order
+        pos = {name: k for k, name in enumerate(order)}
+        b = np.asarray(bounds)
+        # unit of each planning node: boundaries[u] < pos <= boundaries[u + 1]
+        self.unit = np.array([int(np.searchsorted(b, pos[n.name], side="left")) - 1 for n in problem.planning.nodes])
+        self.units = len(bounds) - 1
+        self.templates: dict[tuple, dict[str, Plan]] = {}
+        self.sums: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def key(self, path: str) -> tuple:
+        return signature(self.problem.array.at(path))
+
+    def plans(self, path: str) -> dict[str, Plan]:
+        key = self.key(path)
+        if key not in self.templates:
+            group = group_array(self.problem.array, path)
+            base = replace(self.problem, array=group, micro_batches=1, zero_stage=0, recompute=False)
+            if group.is_leaf:
+                self.templates[key] = {"device": Plan({}, planner="device")}
+            else:
+                name = self.planner if group.count <= PORTFOLIO_MAX_DEVICES or self.planner != "accpar" \
+                    else "accpar-topdown"
+                self.say(f"pipeline: template plans on {group.describe()} ({group.count} devices)")
+                self.templates[key] = {"partition": make_plan(base, name), "data": make_plan(base, "data")}
+        return self.templates[key]
+
+    def prefix(self, path: str, kind: str, setting: Setting):
+        """(time prefix over units, state prefix per leaf, activation prefix per leaf, leaf limits)."""
+        key = (self.key(path), kind, setting)
+        if key not in self.sums:
+            group = group_array(self.problem.array, path)
+            p = setting.apply(replace(self.problem, array=group))
+            ev = evaluate(p, self.plans(path)[kind], node_memory=True)
+            n = self.units
+            time = np.zeros(n)
+            np.add.at(time, self.unit, np.asarray(ev.node_time_s))
+            leaves = sorted(ev.node_memory)
+            state = np.zeros((len(leaves), n))
+            act = np.zeros((len(leaves), n))
+            for i, leaf in enumerate(leaves):
+                s, a = ev.node_memory[leaf]
+                np.add.at(state[i], self.unit, s)
+                np.add.at(act[i], self.unit, a)
+            cat = lambda x: np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)  # noqa: E731
+            limit = np.array([self.limits.get(path + leaf, math.inf) for leaf in leaves])
+            self.sums[key] = (cat(time), cat(state), cat(act), limit)
+        return self.sums[key]
+
+    def stage_matrix(self, path: str, kinds: Sequence[str], setting: Setting, held: int):
+        """(K x K) stage step seconds for units a..b-1 (inf where a >= b or no template fits),
+        and the template index each came from."""
+        best = np.full((self.units + 1, self.units + 1), math.inf)
+        which = np.zeros(best.shape, dtype=int)
+        upper = np.triu(np.ones(best.shape, dtype=bool), 1)
+        for i, kind in enumerate(kinds):
+            time, state, act, limit = self.prefix(path, kind, setting)
+            t = time[None, :] - time[:, None]
+            need = (state[:, None, :] - state[:, :, None]) + held * (act[:, None, :] - act[:, :, None])
+            fits = np.all(need <= limit[:, None, None] * (1 + 1e-12), axis=0)
+            t = np.where(upper & fits, t, math.inf)
+            better = t < best
+            best = np.where(better, t, best)
+            which = np.where(better, i, which)
+        return best, which
+
+
+def _dp(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) -> tuple[float, tuple[int, ...], list[str]]:
+    """min over stage cuts of sum c + sum x + (m - 1) max(c, x), with ``costs[s][a, b]`` stage
+    ``s``'s per-micro-batch time on units a..b-1 and ``transfers[s][a]`` the cut before stage s
+    at boundary a (``transfers[0]`` unused). Returns (value, boundaries, notes)."""
+    p, size = len(costs), costs[0].shape[0]
+    last = size - 1
+
+    def run(tau: float, keep: bool = False):
+        f = np.full(size, math.inf)
+        f[0] = 0.0
+        back = []
+        for s in range(p):
+            c = np.where(costs[s] <= tau, costs[s], math.inf)
+            if s:
+                x = np.where(transfers[s] <= tau, transfers[s], math.inf)
+                total = (f + x)[:, None] + c
+            else:
+                total = f[:, None] + c
+            if keep:
+                back.append(np.argmin(total, axis=0))
+            f = total.min(axis=0)
+        return f[last], back
+
+    values = [c[np.isfinite(c)] for c in costs] + [t[np.isfinite(t)] for t in transfers[1:]]
+    taus = np.unique(np.concatenate(values)) if values else np.array([])
+    notes: list[str] = []
+    if not len(taus) or not math.isfinite(run(math.inf)[0]):
+        return math.inf, (), notes
+    lo, hi = 0, len(taus) - 1  # feasibility is monotone in tau: the least feasible one
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if math.isfinite(run(float(taus[mid]))[0]):
+            hi = mid
+        else:
+            lo = mid + 1
+    free = run(math.inf)[0]
+    best, best_tau = math.inf, None
+    for i, tau in enumerate(taus[lo:]):
+        tau = float(tau)
+        if free + (m - 1) * tau >= best:
+            break
+        if i >= MAX_TAUS:
+            notes.append(f"stopped after {MAX_TAUS} bounds: the stage split is the best of those, not proven")
+            break
+        value = run(tau)[0]
+        if value + (m - 1) * tau < best:
+            best, best_tau = value + (m - 1) * tau, tau
+    _, back = run(best_tau, keep=True)
+    cuts = [last]
+    for s in range(p - 1, -1, -1):
+        cuts.append(int(back[s][cuts[-1]]))
+    bounds = tuple(reversed(cuts))
+    # the value with the true max (at most tau)
+    c = [costs[s][bounds[s], bounds[s + 1]] for s in range(p)]
+    x = [transfers[s][bounds[s]] for s in range(1, p)]
+    return float(sum(c) + sum(x) + (m - 1) * max(c + x)), bounds, notes
+
+
+def brute_force(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) -> float:
+    """The DP's value by enumerating every split into ``len(costs)`` non-empty stages (tests)."""
+    p, last = len(costs), costs[0].shape[0] - 1
+    best = math.inf
+    for inner in itertools.combinations(range(1, last), p - 1):
+        b = (0, *inner, last)
+        c = [costs[s][b[s], b[s + 1]] for s in range(p)]
+        x = [transfers[s][b[s]] for s in range(1, p)]
+        best = min(best, sum(c) + sum(x) + (m - 1) * max(c + x))
+    return best
+
+
+def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = "1f1b",
+                     micro_batches="auto", zero="auto", recompute="auto", max_stages: int | None = None,
+                     limit_bytes: float | None = None, ignore_memory: bool = False,
+                     progress: Callable[[str], None] | None = None) -> PartitionedResult:
+    """The fastest pipeline x partition x data plan of ``problem`` that parplan finds (module
+    docstring); ``limit_bytes`` per device (None: each device's own), ``ignore_memory``: none.
+    Raises :class:`InfeasibleError` when no candidate fits."""
+    if not isinstance(problem, Problem):
+        raise ConfigError(f"plan_partitioned: problem must be a Problem (got {type(problem).__name__})")
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
+    if max_stages is not None and (isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1):
+        raise ConfigError(f"max_stages must be an integer >= 1 (got {max_stages!r})")
+    say = progress or (lambda msg: None)
+    bounds = boundaries(problem)
+    units = len(bounds) - 1
+    limits = {} if ignore_memory else device_limits(problem, limit_bytes)
+    settings = settings_of(problem, micro_batches, zero, recompute)
+    prices = _Prices(problem, planner, bounds, limits, say)
+    info = problem.graph.analyze()
+    cut_elements = np.array([0.0] + [info.out_shape[cut_tensor(problem.graph, k)].elements for k in bounds[1:-1]]
+                            + [0.0])
+    orders = [o for o in frontiers(problem.array, min(max_stages or units, units)) if len(o) > 1]
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    for groups in orders:
+        p = len(groups)
+        say(f"pipeline: {p} stages on {', '.join(g or 'root' for g in groups)} ({len(settings)} settings)")
+        for setting in settings:
+            m = setting.micro_batches
+            transfers = [np.zeros(units + 1)]
+            for a, b in zip(groups, groups[1:]):
+                link = stage_link(problem.array, a, b)
+                transfers.append(np.array([transfer_seconds(e, problem.batch / m, problem.bytes_per_element, link)
+                                           if 0 < i < units else math.inf for i, e in enumerate(cut_elements)]))
+            for data_only in (False, True):
+                costs, which, kinds_of = [], [], []
+                for s, path in enumerate(groups):
+                    kinds = list(prices.plans(path))
+                    if data_only and "data" in kinds:
+                        kinds = ["data"]
+                    c, w = prices.stage_matrix(path, kinds, setting, in_flight(schedule, s, p, m))
+                    costs.append(c / m)
+                    which.append(w)
+                    kinds_of.append(kinds)
+                value, cut, dp_notes = _dp(costs, transfers, m)
+                notes += [n for n in dp_notes if n not in notes]
+                if math.isfinite(value):
+                    kinds = tuple(kinds_of[s][which[s][cut[s], cut[s + 1]]] for s in range(p))
+                    candidates.append(Candidate(value, setting, groups, cut, kinds, data_only))
+    return _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, ignore_memory, notes, say,
+                  settings)
+
+
+def _restrict(template: Plan, whole: Problem, sub: Problem) -> Plan:
+    """The template's choices and shares for the stage's nodes (by name), per split of the group."""
+    index = {n.name: v for v, n in enumerate(whole.planning.nodes)}
+    take = [index[n.name] for n in sub.planning.nodes]
+    return Plan({path: Split(tuple(s.choices[v] for v in take), tuple(s.shares[v] for v in take))
+                 for path, s in template.splits.items()}, planner=template.planner)
+
+
+def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Plan, planner: str,
+                limits: dict[str, float], held: int) -> tuple[Plan, bool]:
+    """The stage's plan: its template's restriction or the planner's own plan of the stage, the
+    faster that fits (its devices holding ``held`` micro-batches); and whether it fits."""
+    sub = stage_problem(problem, first, last, path)
+    options = [_restrict(template, replace(problem, array=sub.array), sub)]
+    if not sub.array.is_leaf:
+        options.append(make_plan(sub, planner if sub.array.count <= PORTFOLIO_MAX_DEVICES or planner != "accpar"
+                                 else "accpar-topdown"))
+    best, best_key = None, None
+    for plan in options:
+        ev = evaluate(sub, plan, node_memory=True)
+        over = max((float(s.sum() + held * a.sum()) - limits.get(path + leaf, math.inf)
+                    for leaf, (s, a) in ev.node_memory.items()), default=-1.0)
+        key = (over > 0, ev.step_time_s)
+        if best_key is None or key < best_key:
+            best, best_key = plan, key
+    return best, not best_key[0]
+
+
+def _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, ignore_memory, notes, say, settings):
+    limits = prices.limits
+    seen: set = set()
+    unique = []  # settings that price a split alike (ZeRO on one-device stages) are priced once
+    for c in sorted(candidates, key=lambda c: (c.estimate_s, c.setting.zero_stage)):
+        key = (c.groups, c.bounds, c.kinds, c.setting.micro_batches, c.setting.recompute, c.data_only,
+               float(f"{c.estimate_s:.12g}"))
+        if key not in seen:
+            seen.add(key)
+            unique.append(c)
+    chosen = [c for c in unique if not c.data_only][:EXACT_CANDIDATES] + [c for c in unique if c.data_only][:1]
+    priced: list[tuple[str, float, float, bool]] = []
+    results: list[tuple[float, Problem, PipelinePlan, PipelineEvaluation]] = []
+
+    def fits(ev: PipelineEvaluation) -> bool:
+        return all(need <= limits.get(path, math.inf) * (1 + 1e-12) for path, need in ev.device_memory_bytes.items())
+
+    say("pipeline: the one-stage plan (partition only)")
+    try:
+        fixed = {what: values[0] if len(values) == 1 else "auto" for what, values in (
+            ("micro_batches", sorted({c.micro_batches for c in settings})),
+            ("zero", sorted({c.zero_stage for c in settings})),
+            ("recompute", sorted({c.recompute for c in settings})))}
+        fit = fit_plan(problem, planner, limit_bytes=limit_bytes, **fixed) if not ignore_memory else None
+        one = (fit.problem, fit.plan) if fit is not None else (problem, make_plan(problem, planner))
+        pp = whole_model_stage(one[0], one[1])
+        ev = evaluate_pipeline(one[0], pp)
+        priced.append(("1 stage, " + Setting(one[0].micro_batches, one[0].zero_stage, one[0].recompute).label(),
+                       ev.step_time_s, ev.peak_memory_bytes, ignore_memory or fits(ev)))
+        if ignore_memory or fits(ev):
+            results.append((ev.step_time_s, one[0], pp, ev))
+    except InfeasibleError:
+        priced.append(("1 stage", math.inf, math.inf, False))
+    for cand in chosen:
+        p = cand.setting.apply(problem)
+        n = len(cand.groups)
+        say(f"pipeline: pricing {n} stages, {cand.setting.label()} (estimate {cand.estimate_s * 1e3:.3f} ms)")
+        stages, ok = [], True
+        for s, path in enumerate(cand.groups):
+            first, last = bounds[cand.bounds[s]] + 1, bounds[cand.bounds[s + 1]]
+            template = prices.plans(path)[cand.kinds[s]]
+            held = in_flight(schedule, s, n, cand.setting.micro_batches)
+            plan, good = _stage_plan(p, first, last, path, template, "data" if cand.data_only else planner,
+                                     limits, held)
+            ok &= good
+            stages.append(Stage(first, last, path, plan))
+        pp = PipelinePlan(tuple(stages), schedule=schedule, planner=f"pipeline-{planner}",
+                          info={"setting": cand.setting.label(), "estimate_s": cand.estimate_s,
+                                "stage_plans": "data" if cand.data_only else planner})
+        ev = evaluate_pipeline(p, pp)
+        good = ignore_memory or fits(ev)
+        label = f"{n} stages{' (data parallel inside)' if cand.data_only else ''}, {cand.setting.label()}"
+        priced.append((label, ev.step_time_s, ev.peak_memory_bytes, good))
+        if good:
+            results.append((ev.step_time_s, p, pp, ev))
+    if not results:
+        closest = [f"{label}: peak {peak / 2**30:.2f} GiB" for label, _, peak, _ in priced if math.isfinite(peak)]
+        raise InfeasibleError(
+            "no pipeline plan found fits the memory limits"
+            + (": closest " + "; ".join(closest) if closest else
+               f" (no stage split of the {len(settings)} settings searched fits in the DP)")
+            + "; try recomputation, more micro-batches or a larger memory limit")
+    step, p, pp, ev = min(results, key=lambda r: r[0])
+    return PartitionedResult(p, pp, ev, tuple(sorted(candidates, key=lambda c: c.estimate_s)), tuple(priced),
+                             tuple(notes))
+
+
+__all__ = ["plan_partitioned", "PartitionedResult", "Candidate", "Setting", "brute_force", "frontiers",
+           "settings_of", "boundaries", "ParplanError"]
