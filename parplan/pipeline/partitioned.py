@@ -296,7 +296,7 @@ def brute_force(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) ->
         b = (0, *inner, last)
         c = [costs[s][b[s], b[s + 1]] for s in range(p)]
         x = [transfers[s][b[s]] for s in range(1, p)]
-        best = min(best, sum(c) + sum(x) + (m - 1) * max(c + x))
+        best = min(best, sum(c) + sum(x) + ((m - 1) * max(c + x) if m > 1 else 0.0))
     return best
 
 

@@ -1,0 +1,260 @@
+"""Pipeline stages over partitioned groups (docs/costmodel.md section 11; issue 32).
+
+The pipeline's price is checked against tests/reference_model.py (stage times and memory by
+the docs' rules, the schedule formula written here from section 11); the stage-split DP against
+enumeration; the joint search against its special cases (one stage, data-parallel stages).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.graph import INPUT, Activation, Add, Conv2d, Graph, Shape
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.stages import (PipelinePlan, Stage, cut_points, cut_tensor, evaluate_pipeline, in_flight,
+                                      segment, stage_problem, whole_model_stage)
+from parplan.errors import ConfigError, InfeasibleError
+from parplan.models.zoo import get_model
+from parplan.pipeline.partitioned import _dp, brute_force, frontiers, plan_partitioned
+from parplan.solvers.fit import fit_plan
+from parplan.solvers.planners import make_plan
+from reference_model import reference_evaluate
+from test_brute import fast, graphs
+from test_costmodel import plans as random_plans
+
+
+def residual_graph() -> Graph:
+    return Graph("res", Shape(8, 4, 4), (
+        Conv2d("a", (INPUT,), out_channels=8, kernel=3, padding=1),
+        Conv2d("b", ("a",), out_channels=8, kernel=3, padding=1),
+        Add("sum", ("a", "b")),
+        Activation("relu", ("sum",)),
+        Conv2d("c", ("relu",), out_channels=4, kernel=1),
+        Conv2d("d", ("c",), out_channels=4, kernel=1),
+    ))
+
+
+def test_cut_points_are_single_tensor_cuts():
+    g = residual_graph()
+    order = g.analyze().order
+    # after 'a' both 'a' (to the add) and nothing else cross: one tensor; after 'b' two ('a', 'b')
+    assert [order[k] for k in cut_points(g)] == ["a", "sum", "relu", "c"]
+    assert cut_tensor(g, order.index("relu")) == "relu"
+    with pytest.raises(ConfigError, match="no single tensor"):
+        cut_tensor(g, order.index("b"))
+    llama = get_model("llama3-8b")
+    names = [llama.analyze().order[k] for k in cut_points(llama)]
+    # the embedding, both residual adds of each of the 32 blocks, the final norm
+    assert names[0] == "embed" and names[-1] == "norm" and len(names) == 2 + 2 * 32
+    assert all(n.endswith(("add1", "add2")) for n in names[1:-1])
+
+
+def test_segment_is_the_layers_with_the_cut_tensor_as_input():
+    g = residual_graph()
+    order = g.analyze().order
+    k = order.index("sum")
+    tail = segment(g, k + 1, len(order) - 1)
+    assert tail.input_shape == g.analyze().out_shape["sum"]
+    assert [layer.name for layer in tail.layers] == list(order[k + 1:])
+    assert tail.layer("relu").inputs == (INPUT,)
+    assert segment(g, 0, len(order) - 1) is g
+    head = segment(g, 0, k)
+    assert [n.name for n in Problem(head, parse_array("h100:2"), batch=4).planning.nodes] == ["a", "b", "sum"]
+
+
+@pytest.mark.parametrize("micro_batches", [1, 4])
+def test_one_stage_is_the_partition_model(micro_batches):
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8, micro_batches=micro_batches, zero_stage=1)
+    plan = make_plan(p, "accpar")
+    ev, pe = evaluate(p, plan), evaluate_pipeline(p, whole_model_stage(p, plan))
+    assert pe.step_time_s == pytest.approx(ev.step_time_s, rel=1e-12)
+    assert dict(pe.device_memory_bytes) == pytest.approx(dict(ev.device_memory_bytes), rel=1e-12)
+
+
+def test_node_memory_sums_to_the_device_memory():
+    p = Problem(get_model("resnet18"), parse_array("a100:2,h100:2"), batch=32, zero_stage=2, micro_batches=4)
+    ev = evaluate(p, make_plan(p, "accpar"), node_memory=True)
+    for path, (state, act) in ev.node_memory.items():
+        assert state.sum() + act.sum() == pytest.approx(ev.device_memory_bytes[path], rel=1e-12)
+        assert (state >= 0).all() and (act >= 0).all() and act.sum() > 0
+
+
+def _reference_memory(problem: Problem, plan: Plan, held: int) -> dict[str, float]:
+    """Each device's state + ``held`` micro-batches of activations, from the reference model's
+    memory at m and at 1 micro-batch (activations are A / m at m, section 6.4)."""
+    m = problem.micro_batches
+    _, at_m = reference_evaluate(problem, plan)
+    _, at_1 = reference_evaluate(replace(problem, micro_batches=1), plan)
+    out = {}
+    for path in at_m:
+        per_micro_batch = (at_1[path] - at_m[path]) / (m - 1)
+        out[path] = at_m[path] - per_micro_batch + held * per_micro_batch
+    return out
+
+
+@st.composite
+def pipelines(draw):
+    g = draw(graphs(max_weighted=5, max_joins=2))
+    cuts = cut_points(g)
+    kinds = draw(st.sampled_from(["h100:4", "a100:2,h100:2", "tpu-v2:2,tpu-v3:2", "v100:4"]))
+    array = parse_array(kinds, fabric=draw(st.sampled_from(["devices", "papers"])))
+    groups = draw(st.sampled_from([("L", "R"), ("R", "L"), ("LL", "LR", "R"), ("LL", "LR", "RL", "RR"), ("",)]))
+    groups = groups[:len(cuts) + 1]
+    ends = sorted(draw(st.lists(st.sampled_from(cuts), min_size=len(groups) - 1, max_size=len(groups) - 1,
+                                unique=True))) if len(groups) > 1 else []
+    m = draw(st.sampled_from([2, 4]))
+    problem = Problem(g, array, batch=8, micro_batches=m, zero_stage=draw(st.sampled_from([0, 1, 3])),
+                      recompute=draw(st.booleans()), overlap=draw(st.booleans()))
+    n = len(g.analyze().order)
+    stages, first = [], 0
+    for path, last in zip(groups, [*ends, n - 1]):
+        sub = stage_problem(problem, first, last, path)
+        stages.append(Stage(first, last, path, draw(random_plans(sub))))
+        first = last + 1
+    return problem, PipelinePlan(tuple(stages), schedule=draw(st.sampled_from(["1f1b", "gpipe"])))
+
+
+@fast(40)
+@given(pipelines())
+def test_pipeline_price_equals_the_reference(case):
+    """Section 11 by hand: stage times and memory from the reference model, transfers over the
+    common group's link on min(ports, sizes) ports, the fill-drain-steady formula."""
+    problem, plan = case
+    ev = evaluate_pipeline(problem, plan)
+    m, p = problem.micro_batches, len(plan.stages)
+    info = problem.graph.analyze()
+    per, memory = [], {}
+    for s, stage in enumerate(plan.stages):
+        sub = stage_problem(problem, stage.first, stage.last, stage.group)
+        time, _ = reference_evaluate(sub, stage.plan)
+        per.append(time / m)
+        held = min(m, p - s) if plan.schedule == "1f1b" else m
+        for path, need in _reference_memory(sub, stage.plan, held).items():
+            memory[stage.group + path] = need
+    transfers = []
+    for a, b in zip(plan.stages, plan.stages[1:]):
+        common = 0
+        while a.group[common] == b.group[common]:
+            common += 1
+        top = problem.array.at(a.group[:common])
+        ports = min(top.link.ports, problem.array.at(a.group).count, problem.array.at(b.group).count)
+        into_b = (top.link.right_bytes_per_s or top.link.bytes_per_s) if b.group[common] == "R" else top.link.bytes_per_s
+        into_a = (top.link.right_bytes_per_s or top.link.bytes_per_s) if a.group[common] == "R" else top.link.bytes_per_s
+        later = {src for name in info.order[a.last + 1:] for src in problem.graph.layer(name).inputs}
+        (crossing,) = [name for name in info.order[:a.last + 1] if name in later]
+        size = info.out_shape[crossing].elements * problem.batch / m * problem.bytes_per_element
+        transfers.append(2 * top.link.latency_s + size / (into_b * ports) + size / (into_a * ports))
+    expected = sum(per) + sum(transfers) + (m - 1) * max(per + transfers)
+    assert ev.step_time_s == pytest.approx(expected, rel=1e-9)
+    assert dict(ev.device_memory_bytes) == pytest.approx(memory, rel=1e-9)
+
+
+def test_gpipe_holds_every_micro_batch():
+    """Under GPipe a stage holds the activations of all m micro-batches: the memory of the stage
+    run with one micro-batch."""
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8, micro_batches=4)
+    cuts = cut_points(p.graph)
+    n = len(p.graph.analyze().order)
+    stages = []
+    for first, last, path in ((0, cuts[5], "L"), (cuts[5] + 1, n - 1, "R")):
+        stages.append(Stage(first, last, path, make_plan(stage_problem(p, first, last, path), "data")))
+    ev = evaluate_pipeline(p, PipelinePlan(tuple(stages), schedule="gpipe"))
+    for stage in stages:
+        sub = stage_problem(replace(p, micro_batches=1), stage.first, stage.last, stage.group)
+        for path, need in evaluate(sub, stage.plan).device_memory_bytes.items():
+            assert ev.device_memory_bytes[stage.group + path] == pytest.approx(need, rel=1e-12)
+    assert in_flight("1f1b", 0, 2, 4) == 2 and in_flight("1f1b", 1, 2, 4) == 1 and in_flight("1f1b", 0, 8, 4) == 4
+
+
+@fast(200)
+@given(st.integers(2, 4), st.integers(0, 4), st.integers(1, 9), st.integers(0, 2**32 - 1))
+def test_stage_dp_equals_enumeration(p, extra, m, seed):
+    rng = np.random.default_rng(seed)
+    units = p + extra
+    costs = []
+    for _ in range(p):
+        c = np.triu(rng.choice([0.5, 1.0, 2.0, 3.0, 7.0], size=(units + 1, units + 1)) * rng.random((units + 1,) * 2), 1)
+        c[np.tril_indices(units + 1)] = math.inf
+        c[rng.random(c.shape) < 0.15] = math.inf  # stages that do not fit
+        costs.append(c)
+    transfers = [np.zeros(units + 1)] + [np.where(np.arange(units + 1) % units == 0, math.inf,
+                                                  rng.random(units + 1) * 2) for _ in range(p - 1)]
+    value, bounds, _ = _dp(costs, transfers, m)
+    expected = brute_force(costs, transfers, m)
+    if math.isinf(expected):
+        assert math.isinf(value)
+        return
+    assert value == pytest.approx(expected, rel=1e-12)
+    c = [costs[s][bounds[s], bounds[s + 1]] for s in range(p)]
+    x = [transfers[s][bounds[s]] for s in range(1, p)]
+    assert sum(c) + sum(x) + (m - 1) * max(c + x) == pytest.approx(value, rel=1e-12)
+
+
+def test_frontiers_of_homogeneous_and_mixed_arrays():
+    assert frontiers(parse_array("h100:16"), 16) == [("",), ("L", "R"), ("LL", "LR", "RL", "RR"),
+                                                     ("LLL", "LLR", "LRL", "LRR", "RLL", "RLR", "RRL", "RRR"),
+                                                     tuple(a + b + c + d for a in "LR" for b in "LR" for c in "LR"
+                                                           for d in "LR")]
+    mixed = frontiers(parse_array("a100:8,h100:8"), 2)
+    assert mixed == [("",), ("L", "R"), ("R", "L")]  # the order matters when the kinds differ
+
+
+@pytest.fixture(scope="module")
+def gpt2_joint():
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8)
+    return p, plan_partitioned(p, limit_bytes=0.8 * 2**30)
+
+
+def test_joint_fits_and_beats_its_special_cases(gpt2_joint):
+    p, r = gpt2_joint
+    limit = 0.8 * 2**30
+    assert r.evaluation.peak_memory_bytes <= limit
+    again = evaluate_pipeline(r.problem, r.plan)  # the result is priced by the evaluator
+    assert again.step_time_s == r.evaluation.step_time_s
+    one = fit_plan(p, "accpar", limit_bytes=limit)  # partition only, memory techniques searched
+    assert r.evaluation.step_time_s <= one.evaluation.step_time_s
+    assert len(r.plan.stages) > 1 and r.evaluation.step_time_s < 0.9 * one.evaluation.step_time_s
+    data_only = [t for label, t, _, ok in r.priced if "data parallel inside" in label and ok]
+    assert data_only and r.evaluation.step_time_s <= min(data_only)
+    # the DP's candidates are never worse than what enumeration finds on the same prices
+    assert all(c.estimate_s > 0 for c in r.candidates)
+
+
+def test_joint_without_room_says_so():
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8)
+    with pytest.raises(InfeasibleError, match="no pipeline plan found fits"):
+        plan_partitioned(p, limit_bytes=0.2 * 2**30, micro_batches=(8,), zero=(3,), recompute=(True,))
+
+
+def test_bad_pipeline_plans_are_config_errors():
+    p = Problem(residual_graph(), parse_array("h100:4"), batch=8)
+    order = p.graph.analyze().order
+    n = len(order)
+    k = order.index("sum")
+    plan = lambda first, last, path: Plan({}) if p.array.at(path).is_leaf else make_plan(  # noqa: E731
+        stage_problem(p, first, last, path), "data")
+    good = [Stage(0, k, "L", plan(0, k, "L")), Stage(k + 1, n - 1, "R", plan(k + 1, n - 1, "R"))]
+    assert evaluate_pipeline(p, PipelinePlan(tuple(good))).step_time_s > 0
+    with pytest.raises(ConfigError, match="overlap"):
+        evaluate_pipeline(p, PipelinePlan((good[0], replace(good[1], group="LR"))))
+    with pytest.raises(ConfigError, match="cut points"):
+        b = order.index("b")
+        evaluate_pipeline(p, PipelinePlan((replace(good[0], last=b), replace(good[1], first=b + 1))))
+    with pytest.raises(ConfigError, match="start at"):
+        evaluate_pipeline(p, PipelinePlan((good[1], good[0])))
+    with pytest.raises(ConfigError, match="cover"):
+        evaluate_pipeline(p, PipelinePlan((good[0],)))
+    with pytest.raises(ConfigError, match="schedule"):
+        PipelinePlan(tuple(good), schedule="zigzag")
+    with pytest.raises(ConfigError, match="divide the batch"):
+        plan_partitioned(p, micro_batches=(3,))
+    with pytest.raises(ConfigError, match="no group"):
+        evaluate_pipeline(p, PipelinePlan((good[0], replace(good[1], group="RRR"))))
