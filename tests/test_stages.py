@@ -7,6 +7,7 @@ enumeration; the joint search against its special cases (one stage, data-paralle
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -258,3 +259,52 @@ def test_bad_pipeline_plans_are_config_errors():
         plan_partitioned(p, micro_batches=(3,))
     with pytest.raises(ConfigError, match="no group"):
         evaluate_pipeline(p, PipelinePlan((good[0], replace(good[1], group="RRR"))))
+
+
+def _cli(capsys, *argv):
+    from parplan.cli import main
+
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_plan_pipeline_save_evaluate_diff(capsys, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    base = ("plan", "--model", "gpt2", "--array", "h100:4", "--batch", "8", "--pipeline", "--overlap", "no",
+            "--zero", "1", "--recompute", "no", "--micro-batches", "8")
+    code, out, err = _cli(capsys, *base, "--memory-limit", "0.9", "--save", str(a))
+    assert code == 0, err
+    assert "stage  layers" in out and "priced exactly" in out
+    assert "1 stage " in out and "over memory" in out  # the one-stage plan does not fit with these settings
+    code, out, err = _cli(capsys, *base, "--memory-limit", "0.9", "--format", "json")
+    data = json.loads(out)
+    assert len(data["stages"]) > 1 and data["peak_device_memory_bytes"] <= 0.9 * 2**30
+    assert data["stages"][0]["first_layer"] == "wte" and data["stages"][-1]["last_layer"] == "lm_head"
+    # the saved plan re-prices to the same step, and its stages are read back as saved
+    code, out, err = _cli(capsys, "evaluate", "--plan", str(a))
+    assert code == 0, err
+    assert "re-priced: the same" in out
+    from parplan.costmodel.planio import read_plan_file
+
+    saved = read_plan_file(a)
+    assert saved.plan is None and len(saved.pipeline.stages) == len(data["stages"])
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8, micro_batches=8, zero_stage=1)
+    assert evaluate_pipeline(p, saved.pipeline).step_time_s == pytest.approx(data["step_time_s"], rel=1e-12)
+    code, out, err = _cli(capsys, *base[:-1], "1", "--save", str(b))  # one micro-batch: one stage
+    code, out, err = _cli(capsys, "diff", str(a), str(b))
+    assert code == 0, err
+    assert "stage 0" in out
+    code, out, err = _cli(capsys, "diff", str(a), str(a))
+    assert "the plans are identical" in out
+    # on an array without the stages' groups: one clear error
+    code, out, err = _cli(capsys, "evaluate", "--plan", str(a), "--array", "h100:2")
+    assert code == 2 and ("does not fit" in err or "no group" in err)
+
+
+@pytest.mark.parametrize("extra, message", [(("--bound",), "--bound does not apply"),
+                                            (("--max-stages", "0"), "--max-stages must be"),
+                                            (("--micro-batches", "3"), "divide")])
+def test_cli_pipeline_bad_options(capsys, extra, message):
+    code, _, err = _cli(capsys, "plan", "--model", "gpt2", "--array", "h100:4", "--batch", "8", "--pipeline", *extra)
+    assert code == 2 and message in err and "Traceback" not in err

@@ -145,6 +145,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"parplan: note: --polish re-prices a layer at every split per move: with "
                   f"{len(problem.planning.nodes)} layers on {problem.array.count} devices it may take minutes "
                   f"(-v shows each pass)", file=sys.stderr)
+    if args.pipeline:
+        return _plan_pipeline(args, problem, limit, save)
     start = time.perf_counter()
     kwargs = dict(objective=args.objective, shares=args.shares, share_grid=args.share_grid, polish=args.polish)
     if plans_against_memory(args):
@@ -166,6 +168,51 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"wrote {plot}", file=sys.stderr)
     if save:
         write_plan_file(save, plan_document(problem, plan, problem_source(args), evaluation=_summary(report, wall)))
+        print(f"wrote {save}", file=sys.stderr)
+    return 0
+
+
+def _plan_pipeline(args: argparse.Namespace, problem, limit, save) -> int:
+    """``plan --pipeline``: the joint search of :func:`parplan.pipeline.partitioned.plan_partitioned`."""
+    from parplan.pipeline.partitioned import plan_partitioned
+    from parplan.reporting.stages import pipeline_dict, result_text
+
+    for flag, given in (("--objective", args.objective), ("--shares", args.shares), ("--polish", args.polish),
+                        ("--bound", args.bound), ("--plot", args.plot)):
+        if given:
+            raise ConfigError(f"{flag} does not apply to --pipeline (the stages' plans take the planner's defaults)")
+    if args.max_stages is not None and args.max_stages < 1:
+        raise ConfigError(f"--max-stages must be >= 1 (got {args.max_stages})")
+    techniques = technique_choices(args)
+    fixed = {k: (v,) if v != "auto" else "auto" for k, v in techniques.items()}
+    start = time.perf_counter()
+    result = plan_partitioned(problem, args.planner, schedule=args.schedule, max_stages=args.max_stages,
+                              limit_bytes=None if limit in (None, "device") else limit,
+                              ignore_memory=not plans_against_memory(args),
+                              progress=progress_printer(args.verbose, after_s=5.0), **fixed)
+    wall = time.perf_counter() - start
+    if args.format == "json":
+        print(json.dumps({**pipeline_dict(result.problem, result.plan, result.evaluation, result),
+                          "planning_wall_s": wall}, indent=2, default=str))
+    elif args.format == "csv":
+        import pandas as pd
+
+        record = pipeline_dict(result.problem, result.plan, result.evaluation)
+        frame = pd.DataFrame(record["stages"])
+        for key in ("model", "array", "batch", "schedule", "micro_batches", "zero_stage", "recompute", "step_time_s"):
+            frame[key] = record[key]
+        print(frame.to_csv(index=False), end="")
+    else:
+        print(result_text(result))
+        print(f"planned in {wall:.1f} s")
+    if save:
+        from parplan.costmodel.planio import pipeline_document, write_plan_file
+
+        write_plan_file(save, pipeline_document(result.problem, result.plan, problem_source(args),
+                                                evaluation={"step_time_s": result.evaluation.step_time_s,
+                                                            "peak_device_memory_bytes":
+                                                                result.evaluation.peak_memory_bytes,
+                                                            "planning_wall_s": wall}))
         print(f"wrote {save}", file=sys.stderr)
     return 0
 
@@ -209,6 +256,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     saved = read_plan_file(args.plan)
     problem = _problem_for(args, dict(saved.problem))
     where = f"plan file '{args.plan}'"
+    if saved.pipeline is not None:
+        return _evaluate_pipeline(args, saved, problem, where)
     check_plan_fits(problem, saved.nodes, saved.plan, where)
     report, ev = report_and_checks(problem, saved.plan, None, memory_limit(args.memory_limit), args.format,
                                    extra_json={"saved_evaluation": saved.evaluation,
@@ -219,6 +268,98 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         same = abs(change) <= 1e-12
         print(f"saved step time      {format_time(before)}"
               + ("  (re-priced: the same)" if same else f"  (re-priced here: {change:+.3%})"))
+    return 0
+
+
+def _pipeline_for(saved, problem, where: str):
+    """The saved pipeline plan, checked against ``problem`` (same layers, the stages' nodes and groups)."""
+    from parplan.costmodel.planio import check_plan_fits, stage_nodes
+    from parplan.costmodel.stages import check_pipeline, stage_problem
+
+    layers = list(problem.graph.analyze().order)
+    if layers != list(saved.problem.get("layers", [])):
+        raise ConfigError(f"{where}: made for a model with other layers ({len(saved.problem.get('layers', []))} "
+                          f"layers; this one has {len(layers)})")
+    check_pipeline(problem, saved.pipeline)
+    for s, (stage, names) in enumerate(zip(saved.pipeline.stages, stage_nodes(problem, saved.pipeline))):
+        sub = stage_problem(problem, stage.first, stage.last, stage.group)
+        check_plan_fits(sub, names, stage.plan, f"{where}, stage {s}")
+    return saved.pipeline
+
+
+def _evaluate_pipeline(args: argparse.Namespace, saved, problem, where: str) -> int:
+    from parplan.costmodel.stages import evaluate_pipeline
+    from parplan.reporting.report import format_bytes, format_time
+    from parplan.reporting.stages import pipeline_dict, pipeline_text
+
+    for flag, given in (("--bound", args.bound),):
+        if given:
+            raise ConfigError(f"{flag} does not apply to a pipeline plan")
+    plan = _pipeline_for(saved, problem, where)
+    ev = evaluate_pipeline(problem, plan)
+    limit = memory_limit(args.memory_limit)
+    if args.format == "json":
+        print(json.dumps({**pipeline_dict(problem, plan, ev), "saved_evaluation": saved.evaluation}, indent=2,
+                         default=str))
+    elif args.format == "csv":
+        import pandas as pd
+
+        print(pd.DataFrame(pipeline_dict(problem, plan, ev)["stages"]).to_csv(index=False), end="")
+    else:
+        print(pipeline_text(problem, plan, ev))
+        before = (saved.evaluation or {}).get("step_time_s")
+        if before is not None:
+            change = (ev.step_time_s - before) / before if before else 0.0
+            print(f"saved step time      {format_time(before)}"
+                  + ("  (re-priced: the same)" if abs(change) <= 1e-12 else f"  (re-priced here: {change:+.3%})"))
+    caps = {path: (problem.array.at(path).device.memory_bytes if limit in (None, "device") else limit)
+            for path in ev.device_memory_bytes}
+    over = sorted((need - caps[path], path, need) for path, need in ev.device_memory_bytes.items() if need > caps[path])
+    if over:
+        _, path, need = over[-1]
+        print(f"parplan: warning: {len(over)} of {problem.array.count} devices exceed their memory; worst: device "
+              f"{path} needs {format_bytes(need)} of {format_bytes(caps[path])}", file=sys.stderr)
+    return 0
+
+
+def _diff_pipelines(args: argparse.Namespace, fa, fb) -> int:
+    from parplan.costmodel.stages import evaluate_pipeline
+    from parplan.reporting.report import format_time
+
+    if fa.pipeline is None or fb.pipeline is None:
+        raise ConfigError(f"plan files '{args.a}' and '{args.b}': diff compares two partition plans or two "
+                          "pipeline plans, not one of each")
+    # each plan on its own record (its micro-batches, ZeRO stage, recomputation), with the same overrides
+    problem, other = _problem_for(args, dict(fa.problem)), _problem_for(args, dict(fb.problem))
+    a = _pipeline_for(fa, problem, f"plan file '{args.a}'")
+    b = _pipeline_for(fb, other, f"plan file '{args.b}'")
+    ta, tb = evaluate_pipeline(problem, a).step_time_s, evaluate_pipeline(other, b).step_time_s
+    order = problem.graph.analyze().order
+
+    def setting(p, plan) -> str:
+        n = len(plan.stages)
+        return (f"{n} stage{'s' * (n != 1)}, {plan.schedule}, m={p.micro_batches}, zero-{p.zero_stage}"
+                + (", recompute" if p.recompute else ""))
+
+    print(f"{problem.graph.name} on {problem.array.describe()}, batch {problem.batch}")
+    print(f"  a: {args.a}  {setting(problem, a)}  step {format_time(ta)}")
+    print(f"  b: {args.b}  {setting(other, b)}  step {format_time(tb)}  ({(tb - ta) / ta:+.3%} vs a)")
+    same = True
+    for s in range(max(len(a.stages), len(b.stages))):
+        sa = a.stages[s] if s < len(a.stages) else None
+        sb = b.stages[s] if s < len(b.stages) else None
+        text = lambda st: "-" if st is None else f"{order[st.first]} .. {order[st.last]} on {st.group or 'root'}"  # noqa: E731
+        if sa is not None and sb is not None and (sa.first, sa.last, sa.group) == (sb.first, sb.last, sb.group):
+            cells = _cells(sa.plan, sb.plan) if set(sa.plan.splits) == set(sb.plan.splits) else None
+            if cells == []:
+                continue
+            same = False
+            print(f"  stage {s}: {text(sa)}: " + (f"{len(cells)} cells differ" if cells else "other splits"))
+        else:
+            same = False
+            print(f"  stage {s}: a {text(sa)} | b {text(sb)}")
+    if same and a.schedule == b.schedule:
+        print("the plans are identical")
     return 0
 
 
@@ -238,6 +379,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1 (got {args.limit})")
     fa, fb = read_plan_file(args.a), read_plan_file(args.b)
+    if fa.pipeline is not None or fb.pipeline is not None:
+        return _diff_pipelines(args, fa, fb)
     if fa.nodes != fb.nodes:
         raise ConfigError(f"plan files '{args.a}' and '{args.b}' are for different layers "
                           f"({len(fa.nodes)} vs {len(fb.nodes)} planning nodes); diff compares plans of one model")
@@ -383,6 +526,13 @@ def add_plan_parsers(sub) -> None:
                         "between levels, retype, reshare; slower: seconds on 16 devices)")
     _bound_argument(p)
     add_memory_arguments(p)
+    p.add_argument("--pipeline", action="store_true",
+                   help="pipeline x partition x data: stages of layers on groups of the array, each partitioned by "
+                        "the planner (docs/pipeline.md); the one-stage plan is among the candidates")
+    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"),
+                   help="with --pipeline: the pipeline schedule (default 1f1b)")
+    p.add_argument("--max-stages", type=int, default=None, metavar="N",
+                   help="with --pipeline: at most N stages (default: as many as the array's tree allows)")
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     p.set_defaults(func=cmd_plan)
 

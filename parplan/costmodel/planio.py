@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.stages import PipelinePlan, Stage
 from parplan.errors import ConfigError
 from parplan.readers import parse_json, read_text
 
@@ -70,12 +71,14 @@ class ProblemSource:
 class PlanFile:
     """A plan read from a file, with the problem description and records that came with it."""
 
-    plan: Plan
+    plan: Plan | None
     problem: Mapping[str, Any]
     evaluation: Mapping[str, Any] | None = None
     certificate: Mapping[str, Any] | None = None
     parplan_version: str = "unknown"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: A pipeline plan file's plan (docs/planfile.md "Pipeline plans"); ``plan`` is then None.
+    pipeline: PipelinePlan | None = None
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -131,6 +134,62 @@ def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = N
     return doc
 
 
+def pipeline_document(problem: Problem, plan: PipelinePlan, source: ProblemSource | None = None,
+                      evaluation: Mapping[str, Any] | None = None) -> dict:
+    """The JSON object of a pipeline plan file: the problem record of :func:`plan_document`, and
+    under ``"pipeline"`` the schedule and each stage's layers, group and splits (docs/planfile.md)."""
+    from parplan.costmodel.stages import stage_problem
+
+    order = problem.graph.analyze().order
+    doc = plan_document(problem, Plan({}, planner=plan.planner, info=plan.info), source, evaluation)
+    del doc["splits"]
+    doc["problem"]["layers"] = list(order)
+    stages = []
+    for stage in plan.stages:
+        sub = stage_problem(problem, stage.first, stage.last, stage.group)
+        part = plan_document(sub, stage.plan)
+        stages.append({"first_layer": order[stage.first], "last_layer": order[stage.last],
+                       "group": stage.group or "root", "nodes": part["problem"]["nodes"], "splits": part["splits"]})
+    doc["pipeline"] = {"schedule": plan.schedule, "stages": stages}
+    return doc
+
+
+def _read_pipeline(doc: dict, problem: Mapping[str, Any], where: str) -> PipelinePlan:
+    raw = doc["pipeline"]
+    if not isinstance(raw, dict) or not isinstance(raw.get("stages"), list) or not raw["stages"]:
+        raise ConfigError(f"{where}: \"pipeline\" must be an object with a non-empty \"stages\" list")
+    layers = problem.get("layers")
+    if not isinstance(layers, list) or not all(isinstance(n, str) for n in layers):
+        raise ConfigError(f"{where}: a pipeline plan's \"problem\" needs the \"layers\" list")
+    position = {name: k for k, name in enumerate(layers)}
+    stages = []
+    for i, st in enumerate(raw["stages"]):
+        at = f"{where}: stage {i}"
+        if not isinstance(st, dict):
+            raise ConfigError(f"{at}: must be an object")
+        first, last, group = st.get("first_layer"), st.get("last_layer"), st.get("group")
+        if first not in position or last not in position:
+            raise ConfigError(f"{at}: \"first_layer\" and \"last_layer\" must name layers of the model")
+        if not isinstance(group, str) or (group != "root" and set(group) - {"L", "R"}):
+            raise ConfigError(f"{at}: \"group\" is 'root' or a string of L and R")
+        part = read_plan_document({"format": FORMAT, "schema_version": SCHEMA_VERSION,
+                                   "problem": {"nodes": st.get("nodes")}, "splits": st.get("splits")}, at,
+                                  allow_empty=True)
+        stages.append(Stage(position[first], position[last], "" if group == "root" else group, part.plan))
+    schedule = raw.get("schedule", "1f1b")
+    plan = PipelinePlan(tuple(stages), schedule=schedule, planner=doc.get("planner") or "",
+                        info=doc.get("options") or {})
+    return plan
+
+
+def stage_nodes(problem: Problem, plan: PipelinePlan) -> list[tuple[str, ...]]:
+    """Each stage's planning-node names on ``problem`` (what its splits are listed by)."""
+    from parplan.costmodel.stages import stage_problem
+
+    return [tuple(n.name for n in stage_problem(problem, s.first, s.last, s.group).planning.nodes)
+            for s in plan.stages]
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, (PartitionType, Layout)):
         return v.value
@@ -168,8 +227,9 @@ def read_plan_file(path: str | Path) -> PlanFile:
     return read_plan_document(doc, where)
 
 
-def read_plan_document(doc: Any, where: str) -> PlanFile:
-    """Validate a plan file's JSON object (see :func:`read_plan_file`)."""
+def read_plan_document(doc: Any, where: str, allow_empty: bool = False) -> PlanFile:
+    """Validate a plan file's JSON object (see :func:`read_plan_file`); ``allow_empty``: a plan
+    with no split (a pipeline stage on one device)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"{where}: not a parplan plan file (no \"format\": \"{FORMAT}\")")
     version = doc.get("schema_version")
@@ -181,7 +241,14 @@ def read_plan_document(doc: Any, where: str) -> PlanFile:
             isinstance(n, str) for n in problem["nodes"]):
         raise ConfigError(f"{where}: \"problem\" must be an object with a \"nodes\" list of layer names")
     nodes = problem["nodes"]
+    if "pipeline" in doc:
+        pipeline = _read_pipeline(doc, problem, where)
+        return PlanFile(plan=None, problem=problem, evaluation=doc.get("evaluation"),
+                        parplan_version=str(doc.get("parplan_version", "unknown")), extra=doc.get("extra") or {},
+                        pipeline=pipeline)
     raw = doc.get("splits")
+    if allow_empty and raw == {}:
+        return PlanFile(plan=Plan({}), problem=problem)
     if not isinstance(raw, dict) or "root" not in raw:
         raise ConfigError(f"{where}: \"splits\" must be an object with a \"root\" split")
     splits = {}
