@@ -140,13 +140,19 @@ def frontiers(array: ArrayNode, max_stages: int) -> list[tuple[str, ...]]:
     return out
 
 
-def settings_of(problem: Problem, micro_batches, zero, recompute) -> list[Setting]:
-    """Settings to search: each given tuple, or "auto" as :func:`parplan.solvers.fit.techniques`
-    searches (ZeRO-0 left out: ZeRO-1 costs the same time and keeps less)."""
-    auto = techniques(problem)
-    ms = sorted({t.micro_batches for t in auto}) if micro_batches == "auto" else list(micro_batches)
-    zs = [z for z in sorted({t.zero_stage for t in auto}) if z >= 1] if zero == "auto" else list(zero)
-    rs = sorted({t.recompute for t in auto}) if recompute == "auto" else list(recompute)
+def settings_of(problem: Problem, stages: int, micro_batches="auto", zero="auto", recompute="auto") -> list[Setting]:
+    """Settings to search for ``stages`` stages: each given tuple, or "auto": micro-batches
+    ``p``, ``2p``, ``4p`` and ``8p`` that divide the batch (fewer leave most of a pipeline idle,
+    more cost a latency and a weight read each; for one stage, 1 to 8), ZeRO stages 1 and 3 (stage 0
+    costs what stage 1 costs and keeps more; stage 2 reduce-scatters every micro-batch), and
+    recomputation off and on."""
+    if micro_batches == "auto":
+        ms = [m for m in (stages, 2 * stages, 4 * stages, 8 * stages) if m <= problem.batch and problem.batch % m == 0]
+        ms = ms or [max(m for m in range(1, min(stages, problem.batch) + 1) if problem.batch % m == 0)]
+    else:
+        ms = list(micro_batches)
+    zs = [1, 3] if zero == "auto" else list(zero)
+    rs = [False, True] if recompute == "auto" else list(recompute)
     for m in ms:
         if isinstance(m, bool) or not isinstance(m, int) or m < 1 or problem.batch % m:
             raise ConfigError(f"micro-batches must divide the batch {problem.batch} (got {m!r})")
@@ -156,6 +162,18 @@ def settings_of(problem: Problem, micro_batches, zero, recompute) -> list[Settin
     if not ms or not zs or not rs:
         raise ConfigError("the pipeline search needs at least one value of micro-batches, ZeRO stage and recompute")
     return [Setting(m, z, bool(r)) for m in ms for z in zs for r in rs]
+
+
+def template_planner(planner: str) -> str:
+    """The planner of the templates: ``accpar``'s published recursion for the portfolio (the
+    templates only price the search; the stages that win are planned again by ``planner``)."""
+    return "accpar-topdown" if planner == "accpar" else planner
+
+
+def _groups_text(groups: Sequence[str], array: ArrayNode) -> str:
+    sizes = sorted({array.at(g).count for g in groups})
+    names = ", ".join(g or "root" for g in groups) if len(groups) <= 8 else f"{groups[0]} .. {groups[-1]}"
+    return f"groups of {'/'.join(map(str, sizes))} device{'s' * (sizes != [1])} ({names})"
 
 
 class _Prices:
@@ -184,8 +202,7 @@ class _Prices:
             if group.is_leaf:
                 self.templates[key] = {"device": Plan({}, planner="device")}
             else:
-                name = self.planner if group.count <= PORTFOLIO_MAX_DEVICES or self.planner != "accpar" \
-                    else "accpar-topdown"
+                name = template_planner(self.planner)
                 self.say(f"pipeline: template plans on {group.describe()} ({group.count} devices)")
                 self.templates[key] = {"partition": make_plan(base, name), "data": make_plan(base, "data")}
         return self.templates[key]
@@ -317,7 +334,7 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
     bounds = boundaries(problem)
     units = len(bounds) - 1
     limits = {} if ignore_memory else device_limits(problem, limit_bytes)
-    settings = settings_of(problem, micro_batches, zero, recompute)
+    settings_of(problem, 1, micro_batches, zero, recompute)  # bad values are errors before any work
     prices = _Prices(problem, planner, bounds, limits, say)
     info = problem.graph.analyze()
     cut_elements = np.array([0.0] + [info.out_shape[cut_tensor(problem.graph, k)].elements for k in bounds[1:-1]]
@@ -325,9 +342,12 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
     orders = [o for o in frontiers(problem.array, min(max_stages or units, units)) if len(o) > 1]
     candidates: list[Candidate] = []
     notes: list[str] = []
+    searched = 0
     for groups in orders:
         p = len(groups)
-        say(f"pipeline: {p} stages on {', '.join(g or 'root' for g in groups)} ({len(settings)} settings)")
+        settings = settings_of(problem, p, micro_batches, zero, recompute)
+        searched += len(settings)
+        say(f"pipeline: {p} stages on {_groups_text(groups, problem.array)}, {len(settings)} settings")
         for setting in settings:
             m = setting.micro_batches
             transfers = [np.zeros(units + 1)]
@@ -350,8 +370,9 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
                 if math.isfinite(value):
                     kinds = tuple(kinds_of[s][which[s][cut[s], cut[s + 1]]] for s in range(p))
                     candidates.append(Candidate(value, setting, groups, cut, kinds, data_only))
-    return _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, ignore_memory, notes, say,
-                  settings)
+    one = _one_stage(problem, planner, prices, settings_of(problem, 1, micro_batches, zero, recompute),
+                     limit_bytes, ignore_memory, say)
+    return _price(problem, planner, schedule, bounds, prices, candidates, one, notes, say, searched)
 
 
 def _restrict(template: Plan, whole: Problem, sub: Problem) -> Plan:
@@ -382,7 +403,39 @@ def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Pl
     return best, not best_key[0]
 
 
-def _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, ignore_memory, notes, say, settings):
+def _one_stage(problem, planner, prices, settings, limit_bytes, ignore_memory, say):
+    """One-stage candidates, (label, problem, plan): on arrays of up to PORTFOLIO_MAX_DEVICES
+    devices :func:`fit_plan`'s plan (the partition-only plan ``parplan plan`` makes: the joint
+    plan is never slower); on larger ones the root's template plans under each setting (a
+    planning of the whole model per setting there takes minutes)."""
+    out = []
+    if problem.array.count <= PORTFOLIO_MAX_DEVICES:
+        say("pipeline: the one-stage plan (partition only)")
+        fixed = {what: values[0] if len(values) == 1 else "auto" for what, values in (
+            ("micro_batches", sorted({c.micro_batches for c in settings})),
+            ("zero", sorted({c.zero_stage for c in settings})),
+            ("recompute", sorted({c.recompute for c in settings})))}
+        try:
+            if ignore_memory:
+                out.append(("1 stage", problem, make_plan(problem, planner)))
+            else:
+                fit = fit_plan(problem, planner, limit_bytes=limit_bytes, **fixed)
+                out.append(("1 stage", fit.problem, fit.plan))
+        except InfeasibleError:
+            pass
+    if problem.array.count > PORTFOLIO_MAX_DEVICES or problem.array.is_leaf:
+        for kind, plan in prices.plans("").items():
+            out += [(f"1 stage ({kind} template)", setting.apply(problem), plan) for setting in settings]
+    return out
+
+
+def _cheapest_first(setting_problem: Problem) -> tuple:
+    """Settings in the order their cost rises (section 6.2: ZeRO-1 without recomputation and with
+    one micro-batch costs the least; every other setting adds time)."""
+    return (setting_problem.recompute, setting_problem.zero_stage > 2, setting_problem.micro_batches)
+
+
+def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, notes, say, searched):
     limits = prices.limits
     seen: set = set()
     unique = []  # settings that price a split alike (ZeRO on one-device stages) are priced once
@@ -399,22 +452,23 @@ def _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, 
     def fits(ev: PipelineEvaluation) -> bool:
         return all(need <= limits.get(path, math.inf) * (1 + 1e-12) for path, need in ev.device_memory_bytes.items())
 
-    say("pipeline: the one-stage plan (partition only)")
-    try:
-        fixed = {what: values[0] if len(values) == 1 else "auto" for what, values in (
-            ("micro_batches", sorted({c.micro_batches for c in settings})),
-            ("zero", sorted({c.zero_stage for c in settings})),
-            ("recompute", sorted({c.recompute for c in settings})))}
-        fit = fit_plan(problem, planner, limit_bytes=limit_bytes, **fixed) if not ignore_memory else None
-        one = (fit.problem, fit.plan) if fit is not None else (problem, make_plan(problem, planner))
-        pp = whole_model_stage(one[0], one[1])
-        ev = evaluate_pipeline(one[0], pp)
-        priced.append(("1 stage, " + Setting(one[0].micro_batches, one[0].zero_stage, one[0].recompute).label(),
-                       ev.step_time_s, ev.peak_memory_bytes, ignore_memory or fits(ev)))
-        if ignore_memory or fits(ev):
-            results.append((ev.step_time_s, one[0], pp, ev))
-    except InfeasibleError:
+    best_one, fitted = None, {}
+    for label, p, plan in sorted(one_stage, key=lambda c: (c[0], _cheapest_first(c[1]))):
+        if label in fitted and _cheapest_first(p) > fitted[label]:
+            continue  # this template fits at a cheaper setting: the costlier ones only add time
+        pp = whole_model_stage(p, plan)
+        ev = evaluate_pipeline(p, pp)
+        if fits(ev):
+            fitted.setdefault(label, _cheapest_first(p))
+            if best_one is None or ev.step_time_s < best_one[0]:
+                best_one = (ev.step_time_s, label, p, pp, ev)
+    if best_one is None:
         priced.append(("1 stage", math.inf, math.inf, False))
+    else:
+        t, label, p, pp, ev = best_one
+        priced.append((f"{label}, " + Setting(p.micro_batches, p.zero_stage, p.recompute).label(), t,
+                       ev.peak_memory_bytes, True))
+        results.append((t, p, pp, ev))
     for cand in chosen:
         p = cand.setting.apply(problem)
         n = len(cand.groups)
@@ -432,7 +486,7 @@ def _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, 
                           info={"setting": cand.setting.label(), "estimate_s": cand.estimate_s,
                                 "stage_plans": "data" if cand.data_only else planner})
         ev = evaluate_pipeline(p, pp)
-        good = ignore_memory or fits(ev)
+        good = fits(ev)
         label = f"{n} stages{' (data parallel inside)' if cand.data_only else ''}, {cand.setting.label()}"
         priced.append((label, ev.step_time_s, ev.peak_memory_bytes, good))
         if good:
@@ -442,7 +496,7 @@ def _price(problem, planner, schedule, bounds, prices, candidates, limit_bytes, 
         raise InfeasibleError(
             "no pipeline plan found fits the memory limits"
             + (": closest " + "; ".join(closest) if closest else
-               f" (no stage split of the {len(settings)} settings searched fits in the DP)")
+               f" (no stage split of the {searched} settings searched fits in the DP)")
             + "; try recomputation, more micro-batches or a larger memory limit")
     step, p, pp, ev = min(results, key=lambda r: r[0])
     return PartitionedResult(p, pp, ev, tuple(sorted(candidates, key=lambda c: c.estimate_s)), tuple(priced),
