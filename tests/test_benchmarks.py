@@ -499,3 +499,15 @@ def test_calibration_bench_refuses_a_folder_without_measurements(tmp_path):
     with pytest.raises(ConfigError, match="needs calibration.csv, steps.csv and one device file"):
         calibration.run(tmp_path, quick=True, executor=SERIAL, measured=str(tmp_path))
 
+
+
+def test_stages_quick(tmp_path):
+    from parplan.bench import stages
+
+    table = stages.run(tmp_path, quick=True, executor=SERIAL)
+    assert len(table) == len(stages.QUICK)
+    row = table.iloc[0]
+    # the joint plan fits its limit and is never slower than its special cases
+    assert row.joint_peak_gib <= row.limit_gib
+    assert row.joint_step_s <= row.one_stage_step_s and row.joint_step_s <= row.data_stages_step_s
+    assert row.stages >= 1 and "Pipeline x partition" in (tmp_path / "stages.md").read_text()

@@ -38,4 +38,5 @@ BENCHMARKS = {
     "joint": "parplan.bench.joint",
     "memory": "parplan.bench.memory",
     "calibration": "parplan.bench.calibration",
+    "stages": "parplan.bench.stages",
 }

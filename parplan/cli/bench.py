@@ -41,6 +41,7 @@ BENCH_HELP = {
     "joint": "the joint optimum on small arrays: what accpar loses to it, what is left to the global bound",
     "memory": "plans that fit each device's memory (parplan plan's default) vs memory ignored vs Megatron-style",
     "calibration": "a calibrated GPU (parplan calibrate) against measured whole training steps",
+    "stages": "pipeline x partition x data (plan --pipeline) vs partition-only and data-parallel-stage plans",
 }
 
 

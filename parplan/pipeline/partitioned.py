@@ -204,7 +204,9 @@ class _Prices:
             else:
                 name = template_planner(self.planner)
                 self.say(f"pipeline: template plans on {group.describe()} ({group.count} devices)")
-                self.templates[key] = {"partition": make_plan(base, name), "data": make_plan(base, "data")}
+                part, data = make_plan(base, name), make_plan(base, "data")
+                same = dict(part.splits) == dict(data.splits)  # priced once when the planner chose data parallel
+                self.templates[key] = {"data": data} if same else {"partition": part, "data": data}
         return self.templates[key]
 
     def prefix(self, path: str, kind: str, setting: Setting):
