@@ -231,9 +231,9 @@ class _Prices:
             self.sums[key] = (cat(time), cat(state), cat(act), limit)
         return self.sums[key]
 
-    def stage_matrix(self, path: str, kinds: Sequence[str], setting: Setting, held: int):
-        """(K x K) stage step seconds for units a..b-1 (inf where a >= b or no template fits),
-        and the template index each came from."""
+    def stage_matrix(self, path: str, kinds: Sequence[str], setting: Setting, held: int, memory: bool = True):
+        """(K x K) stage step seconds for units a..b-1 (inf where a >= b or no template fits;
+        ``memory=False``: whether it fits is not asked), and the template index each came from."""
         best = np.full((self.units + 1, self.units + 1), math.inf)
         which = np.zeros(best.shape, dtype=int)
         upper = np.triu(np.ones(best.shape, dtype=bool), 1)
@@ -241,7 +241,7 @@ class _Prices:
             time, state, act, limit = self.prefix(path, kind, setting)
             t = time[None, :] - time[:, None]
             need = (state[:, None, :] - state[:, :, None]) + held * (act[:, None, :] - act[:, :, None])
-            fits = np.all(need <= limit[:, None, None] * (1 + 1e-12), axis=0)
+            fits = np.all(need <= limit[:, None, None] * (1 + 1e-12), axis=0) if memory else True
             t = np.where(upper & fits, t, math.inf)
             better = t < best
             best = np.where(better, t, best)
@@ -344,37 +344,67 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
     orders = [o for o in frontiers(problem.array, min(max_stages or units, units)) if len(o) > 1]
     candidates: list[Candidate] = []
     notes: list[str] = []
-    searched = 0
-    for groups in orders:
+    searched = skipped = 0
+    best = math.inf
+    # small groups first: their templates are cheap, and the best estimate they give prunes the
+    # costly settings of the large groups' (below)
+    for groups in sorted(orders, key=len, reverse=True):
         p = len(groups)
         settings = settings_of(problem, p, micro_batches, zero, recompute)
         searched += len(settings)
         say(f"pipeline: {p} stages on {_groups_text(groups, problem.array)}, {len(settings)} settings")
+        by_m: dict[int, list[Setting]] = {}
         for setting in settings:
-            m = setting.micro_batches
+            by_m.setdefault(setting.micro_batches, []).append(setting)
+        for m, at_m in by_m.items():
             transfers = [np.zeros(units + 1)]
             for a, b in zip(groups, groups[1:]):
                 link = stage_link(problem.array, a, b)
                 transfers.append(np.array([transfer_seconds(e, problem.batch / m, problem.bytes_per_element, link)
                                            if 0 < i < units else math.inf for i, e in enumerate(cut_elements)]))
-            for data_only in (False, True):
-                costs, which, kinds_of = [], [], []
-                for s, path in enumerate(groups):
-                    kinds = list(prices.plans(path))
-                    if data_only and "data" in kinds:
-                        kinds = ["data"]
-                    c, w = prices.stage_matrix(path, kinds, setting, in_flight(schedule, s, p, m))
-                    costs.append(c / m)
-                    which.append(w)
-                    kinds_of.append(kinds)
-                value, cut, dp_notes = _dp(costs, transfers, m)
-                notes += [n for n in dp_notes if n not in notes]
-                if math.isfinite(value):
-                    kinds = tuple(kinds_of[s][which[s][cut[s], cut[s + 1]]] for s in range(p))
-                    candidates.append(Candidate(value, setting, groups, cut, kinds, data_only))
+            floor = None  # the cheapest setting's optimum with memory ignored bounds every setting at m
+            for setting in sorted(at_m, key=_setting_cost):
+                if floor is not None and floor >= best:
+                    skipped += 1
+                    continue
+                for data_only in (False, True):
+                    value, cut, kinds, dp_notes = _search(prices, groups, setting, schedule, transfers, data_only)
+                    notes += [n for n in dp_notes if n not in notes]
+                    if math.isfinite(value):
+                        candidates.append(Candidate(value, setting, groups, cut, kinds, data_only))
+                        best = min(best, value)
+                if floor is None:
+                    floor = _search(prices, groups, setting, schedule, transfers, False, memory=False)[0]
+    if skipped:
+        say(f"pipeline: {skipped} of {searched} settings skipped (their least step exceeds the best found)")
     one = _one_stage(problem, planner, prices, settings_of(problem, 1, micro_batches, zero, recompute),
                      limit_bytes, ignore_memory, say)
     return _price(problem, planner, schedule, bounds, prices, candidates, one, notes, say, searched)
+
+
+def _setting_cost(setting: Setting) -> tuple:
+    """Settings at one micro-batch count, cheapest first: every later one has per-node times at
+    least the first's (ZeRO-0 and 1 cost the same; stage 2 reduce-scatters every micro-batch,
+    stage 3 gathers; recomputation runs the forward again; section 6)."""
+    return (setting.recompute, setting.zero_stage >= 2, setting.zero_stage)
+
+
+def _search(prices: _Prices, groups, setting: Setting, schedule: str, transfers, data_only: bool,
+            memory: bool = True):
+    """The stage DP for one order of groups and one setting: (value, cut, templates, notes)."""
+    p, m = len(groups), setting.micro_batches
+    costs, which, kinds_of = [], [], []
+    for s, path in enumerate(groups):
+        kinds = list(prices.plans(path))
+        if data_only and "data" in kinds:
+            kinds = ["data"]
+        c, w = prices.stage_matrix(path, kinds, setting, in_flight(schedule, s, p, m), memory)
+        costs.append(c / m)
+        which.append(w)
+        kinds_of.append(kinds)
+    value, cut, notes = _dp(costs, transfers, m)
+    kinds = tuple(kinds_of[s][which[s][cut[s], cut[s + 1]]] for s in range(p)) if math.isfinite(value) else ()
+    return value, cut, kinds, notes
 
 
 def _restrict(template: Plan, whole: Problem, sub: Problem) -> Plan:
