@@ -308,3 +308,33 @@ def test_cli_plan_pipeline_save_evaluate_diff(capsys, tmp_path):
 def test_cli_pipeline_bad_options(capsys, extra, message):
     code, _, err = _cli(capsys, "plan", "--model", "gpt2", "--array", "h100:4", "--batch", "8", "--pipeline", *extra)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_pruned_settings_lose_nothing(monkeypatch):
+    """A setting is skipped only when a bound says it cannot beat the best estimate: the best
+    estimate is the same with and without the pruning; and on the real stage prices of a small
+    problem the DP equals enumeration."""
+    import parplan.pipeline.partitioned as joint
+
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8)
+    pruned = plan_partitioned(p, limit_bytes=0.8 * 2**30)
+    monkeypatch.setattr(joint, "PRUNE", False)
+    full = plan_partitioned(p, limit_bytes=0.8 * 2**30)
+    assert len(full.candidates) >= len(pruned.candidates)
+    assert min(c.estimate_s for c in pruned.candidates) == min(c.estimate_s for c in full.candidates)
+    best = min(full.candidates, key=lambda c: c.estimate_s)
+    bounds = joint.boundaries(p)
+    prices = joint._Prices(p, "accpar", bounds, joint.device_limits(p, 0.8 * 2**30), lambda msg: None)
+    units = len(bounds) - 1
+    m = best.setting.micro_batches
+    costs = [prices.stage_matrix(g, list(prices.plans(g)), best.setting, in_flight("1f1b", s, len(best.groups), m))[0]
+             / m for s, g in enumerate(best.groups)]
+    elements = [p.graph.analyze().out_shape[cut_tensor(p.graph, k)].elements for k in bounds[1:-1]]
+    from parplan.costmodel.stages import stage_link, transfer_seconds
+
+    transfers = [np.zeros(units + 1)] + [
+        np.array([math.inf] + [transfer_seconds(e, p.batch / m, p.bytes_per_element, stage_link(p.array, a, b))
+                               for e in elements] + [math.inf]) for a, b in zip(best.groups, best.groups[1:])]
+    value, _, _ = _dp(costs, transfers, m)
+    assert value == pytest.approx(best.estimate_s, rel=1e-12)
+    assert value == pytest.approx(brute_force(costs, transfers, m), rel=1e-12)

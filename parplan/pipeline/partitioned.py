@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field, replace
@@ -62,6 +63,9 @@ from parplan.solvers.planners import make_plan
 EXACT_CANDIDATES = 4
 #: Most values of the bound ``tau`` tried per DP (a note says so when it is reached).
 MAX_TAUS = 20000
+#: Skip settings whose memory-free optimum cannot beat the best estimate (tests turn it off to
+#: check that it loses nothing).
+PRUNE = True
 #: Groups of more devices than this take the ``accpar-topdown`` recursion as their template
 #: (the portfolio's look-ahead criteria on a whole model cost minutes there).
 PORTFOLIO_MAX_DEVICES = 8
@@ -364,7 +368,7 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
                                            if 0 < i < units else math.inf for i, e in enumerate(cut_elements)]))
             floor = None  # the cheapest setting's optimum with memory ignored bounds every setting at m
             for setting in sorted(at_m, key=_setting_cost):
-                if floor is not None and floor >= best:
+                if PRUNE and floor is not None and floor >= best:
                     skipped += 1
                     continue
                 for data_only in (False, True):
@@ -415,15 +419,34 @@ def _restrict(template: Plan, whole: Problem, sub: Problem) -> Plan:
                  for path, s in template.splits.items()}, planner=template.planner)
 
 
+def structure(graph) -> tuple:
+    """A key equal for graphs of the same layers in the same order wired the same way, whatever
+    their names (a transformer's stages of equal blocks): their plans are interchangeable."""
+    order = graph.analyze().order
+    pos = {name: k for k, name in enumerate(order)}
+    out = [graph.input_shape]
+    for name in order:
+        layer = graph.layer(name)
+        fields = tuple((f.name, getattr(layer, f.name)) for f in dataclasses.fields(layer)
+                       if f.name not in ("name", "inputs"))
+        out.append((type(layer).__name__, fields, tuple(pos.get(src, -1) for src in layer.inputs)))
+    return tuple(out)
+
+
 def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Plan, planner: str,
-                limits: dict[str, float], held: int) -> tuple[Plan, bool]:
+                limits: dict[str, float], held: int, memo: dict) -> tuple[Plan, bool]:
     """The stage's plan: its template's restriction or the planner's own plan of the stage, the
-    faster that fits (its devices holding ``held`` micro-batches); and whether it fits."""
+    faster that fits (its devices holding ``held`` micro-batches); and whether it fits. The
+    planner's plan is kept in ``memo`` for stages of the same structure on equal groups."""
     sub = stage_problem(problem, first, last, path)
     options = [_restrict(template, replace(problem, array=sub.array), sub)]
     if not sub.array.is_leaf:
-        options.append(make_plan(sub, planner if sub.array.count <= PORTFOLIO_MAX_DEVICES or planner != "accpar"
-                                 else "accpar-topdown"))
+        name = planner if sub.array.count <= PORTFOLIO_MAX_DEVICES or planner != "accpar" else "accpar-topdown"
+        key = (structure(sub.graph), signature(sub.array), sub.array.collective, name,
+               replace(sub, graph=problem.graph, array=problem.array))
+        if key not in memo:
+            memo[key] = make_plan(sub, name)
+        options.append(memo[key])
     best, best_key = None, None
     for plan in options:
         ev = evaluate(sub, plan, node_memory=True)
@@ -479,6 +502,7 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
             unique.append(c)
     chosen = [c for c in unique if not c.data_only][:EXACT_CANDIDATES] + [c for c in unique if c.data_only][:1]
     priced: list[tuple[str, float, float, bool]] = []
+    memo: dict = {}
     results: list[tuple[float, Problem, PipelinePlan, PipelineEvaluation]] = []
 
     def fits(ev: PipelineEvaluation) -> bool:
@@ -511,7 +535,7 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
             template = prices.plans(path)[cand.kinds[s]]
             held = in_flight(schedule, s, n, cand.setting.micro_batches)
             plan, good = _stage_plan(p, first, last, path, template, "data" if cand.data_only else planner,
-                                     limits, held)
+                                     limits, held, memo)
             ok &= good
             stages.append(Stage(first, last, path, plan))
         pp = PipelinePlan(tuple(stages), schedule=schedule, planner=f"pipeline-{planner}",
