@@ -9,7 +9,8 @@ The public API (docs/architecture.md lists the layers behind it):
   with a certificate), :func:`certify` (DP vs exact on one problem), :func:`global_bound` (a
   lower bound on the step time of every plan of the whole array);
 - :func:`evaluate` (the one evaluator: prices any plan on any problem);
-- :class:`Plan` (``Plan.save`` / ``Plan.load``: plan files, docs/planfile.md).
+- :class:`Plan`; :func:`save_plan` / :func:`load_plan` / :func:`read_plan_file`: plan files
+  (docs/planfile.md).
 
 Names are imported on first use, so ``import parplan`` (and the ``parplan`` command) stay fast.
 
@@ -52,6 +53,8 @@ _EXPORTS = {
     "certify": ("parplan.solvers.exact", "certify"),
     "global_bound": ("parplan.solvers.bound", "global_bound"),
     "read_plan_file": ("parplan.costmodel.planio", "read_plan_file"),
+    "save_plan": ("parplan.costmodel.planio", "save_plan"),
+    "load_plan": ("parplan.costmodel.planio", "load_plan"),
     "ParplanError": ("parplan.errors", "ParplanError"),
     "ConfigError": ("parplan.errors", "ConfigError"),
 }

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.planio import save_plan
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.models.zoo import get_model
@@ -148,7 +149,7 @@ def test_llama3_8b_plans_fit_and_are_no_slower_than_megatron(tmp_path, capsys, a
 
     p = Problem(get_model("llama3-8b"), parse_array(array), batch=batch)
     hand = tmp_path / "megatron.json"
-    megatron_plan(p, tensor_levels).save(hand, p)
+    save_plan(hand, p, megatron_plan(p, tensor_levels))
     assert main(["evaluate", "--plan", str(hand), "--model", "llama3-8b", "--array", array, "--format", "json"]) == 0
     theirs = json.loads(capsys.readouterr().out)
     assert main(["plan", "--model", "llama3-8b", "--array", array, "--batch", str(batch), "--format", "json"]) == 0

@@ -10,8 +10,9 @@ import pytest
 from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
-from parplan.costmodel.planio import check_plan_fits, plan_document, read_plan_document, read_plan_file
-from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.planio import (check_plan_fits, load_plan, plan_document, read_plan_document, read_plan_file,
+                                     save_plan)
+from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 from parplan.solvers.planners import make_plan
 from parplan.models.zoo import get_model
@@ -34,9 +35,9 @@ def test_plans_pickle_deepcopy_and_round_trip_through_json(tmp_path):
     plan = make_plan(p, "accpar")
     assert pickle.loads(pickle.dumps(plan)) == plan
     assert copy.deepcopy(plan) == plan
-    path = plan.save(tmp_path / "p.json", p)
+    path = save_plan(tmp_path / "p.json", p, plan)
     loaded = read_plan_file(path)
-    assert loaded.plan == plan and Plan.load(path) == plan
+    assert loaded.plan == plan and load_plan(path) == plan
     assert loaded.problem["nodes"] == [n.name for n in p.planning.nodes]
     assert evaluate(p, loaded.plan).step_time_s == evaluate(p, plan).step_time_s
     doc = json.loads(path.read_text())

@@ -121,7 +121,7 @@ def check_plan(problem: Problem, plan: Plan) -> None:
         raise ConfigError(f"evaluate: problem must be a Problem (got {type(problem).__name__})")
     if not isinstance(plan, Plan):
         raise ConfigError(f"evaluate: plan must be a Plan (got {type(plan).__name__}); "
-                          "plans come from parplan.plan, parplan.solve or Plan.load")
+                          "plans come from parplan.plan, parplan.solve or parplan.load_plan")
     pg = problem.planning
     n = len(pg.nodes)
     for path, split in plan.splits.items():

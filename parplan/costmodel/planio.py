@@ -220,6 +220,20 @@ def write_plan_file(path: str | Path, document: Mapping[str, Any]) -> Path:
     return path
 
 
+def save_plan(path: str | Path, problem: Problem, plan: Plan, **records) -> Path:
+    """Write ``plan`` for ``problem`` as a plan file (docs/planfile.md); ``records`` are
+    :func:`plan_document`'s keyword arguments (``source``, ``evaluation``, ...)."""
+    return write_plan_file(path, plan_document(problem, plan, **records))
+
+
+def load_plan(path: str | Path) -> Plan:
+    """The partition plan of a plan file (with its problem record: :func:`read_plan_file`)."""
+    saved = read_plan_file(path)
+    if saved.plan is None:
+        raise ConfigError(f"plan file '{path}' holds a pipeline plan; read it with read_plan_file(path).pipeline")
+    return saved.plan
+
+
 def read_plan_file(path: str | Path) -> PlanFile:
     """Read and validate a plan file. Every defect is a :class:`ConfigError` naming the file."""
     where = f"plan file '{path}'"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
@@ -186,20 +185,6 @@ class Plan:
     def __reduce__(self):
         # Mapping proxies do not pickle; rebuild from plain dicts (pickle and deepcopy).
         return (Plan, (dict(self.splits), self.planner, dict(self.info)))
-
-    def save(self, path, problem: Problem, **records) -> Path:
-        """Write this plan for ``problem`` as a plan file (docs/planfile.md); ``records`` are
-        :func:`parplan.costmodel.planio.plan_document`'s keyword arguments."""
-        from parplan.costmodel.planio import plan_document, write_plan_file
-
-        return write_plan_file(path, plan_document(problem, self, **records))
-
-    @staticmethod
-    def load(path) -> "Plan":
-        """The plan of a plan file (its problem record: :func:`parplan.costmodel.planio.read_plan_file`)."""
-        from parplan.costmodel.planio import read_plan_file
-
-        return read_plan_file(path).plan
 
 
 def has_work(splits: Mapping[str, Split], path: str, v: int) -> bool:

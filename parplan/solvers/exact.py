@@ -56,6 +56,7 @@ from parplan.solvers.dp import continuous_bound, fallback_split
 from parplan.solvers.certificate import (GAP_TOL, Certificate, ExactResult, Status, aggregate, gap, require_plan,
                                         status_of)
 from parplan.solvers.hierarchy import plan_top_down
+from parplan.solvers.limits import device_limit_bytes
 
 #: Relative slack under which a decoded plan's memory counts as within its limit.
 MEMORY_TOL = 1e-9
@@ -214,20 +215,6 @@ def memory_limit_for(group: ArrayNode, memory_limit_bytes: float | str | None) -
     caps = tuple(sum(device_limit_bytes(d, memory_limit_bytes) for d in side.devices())
                  for side in (group.left, group.right))
     return MemoryLimit(caps, per_device=group.left.is_leaf and group.right.is_leaf)
-
-
-def device_limit_bytes(device, memory_limit_bytes: float | str) -> float:
-    """One device's memory limit: ``memory_limit_bytes``, or the device's own memory for
-    ``"device"``."""
-    if memory_limit_bytes == "device":
-        return float(device.memory_bytes)
-    try:
-        per = float(memory_limit_bytes)
-    except (TypeError, ValueError):
-        raise ConfigError(f"memory limit must be a number of bytes or 'device' (got {memory_limit_bytes!r})") from None
-    if not per > 0:
-        raise ConfigError(f"memory limit must be > 0 bytes (got {per})")
-    return per
 
 
 def _memory_for_side(problem: Problem, sp: SplitProblem, memory_limit_bytes) -> MemoryLimit | None:

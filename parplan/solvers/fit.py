@@ -44,6 +44,7 @@ from typing import Callable
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
 from parplan.errors import ConfigError, InfeasibleError
+from parplan.solvers.limits import device_capacity
 
 #: Memory prices tried, in units of the unpriced plan's step time (section 6.2).
 PRICE_LADDER = (1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0, 256.0)
@@ -77,8 +78,6 @@ class Fit:
 
 def device_limits(problem: Problem, limit_bytes: float | None) -> dict[str, float]:
     """Each device's limit by leaf path: ``limit_bytes``, or its own memory (None)."""
-    from parplan.solvers.joint import device_capacity
-
     return device_capacity(problem, "device" if limit_bytes is None else limit_bytes)
 
 

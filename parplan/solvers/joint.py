@@ -35,7 +35,7 @@ from parplan.formulation.joint import build_joint, groups_by_path
 from parplan.solvers.backends.base import SolveOptions
 from parplan.solvers.backends.registry import backend_spec, get_backend
 from parplan.solvers.certificate import GAP_TOL, Certificate, ExactResult, Status, gap, status_of
-from parplan.solvers.exact import device_limit_bytes
+from parplan.solvers.limits import device_capacity
 
 #: Relative difference under which the evaluator's price and the model's objective agree.
 AGREE_TOL = 1e-6
@@ -60,14 +60,6 @@ def node_times(problem: Problem, ev: Evaluation) -> dict[tuple[str, int], float]
     """(group path, node index) -> the node's time at that group, from the evaluation."""
     index = {node.name: v for v, node in enumerate(problem.planning.nodes)}
     return {(path, index[name]): t for (path, name), t in ev.group_node_times().items()}
-
-
-def device_capacity(problem: Problem, memory_limit_bytes) -> dict[str, float] | None:
-    """Per leaf path: its memory limit in bytes (``"device"``: the device's own), or None."""
-    if memory_limit_bytes is None:
-        return None
-    return {path: device_limit_bytes(g.device, memory_limit_bytes)
-            for path, g in groups_by_path(problem.array).items() if g.is_leaf}
 
 
 def solve_joint(
