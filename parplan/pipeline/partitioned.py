@@ -55,8 +55,8 @@ from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
 from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
                                       evaluate_pipeline, group_array, in_flight, stage_link, stage_problem,
                                       transfer_seconds, whole_model_stage)
-from parplan.errors import ConfigError, InfeasibleError, ParplanError
-from parplan.solvers.fit import device_limits, fit_plan, techniques
+from parplan.errors import ConfigError, InfeasibleError
+from parplan.solvers.fit import device_limits, fit_plan
 from parplan.solvers.planners import make_plan
 
 #: Candidates of the DP (by their estimated step) rebuilt with per-stage plans and priced exactly.
@@ -560,4 +560,4 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
 
 
 __all__ = ["plan_partitioned", "PartitionedResult", "Candidate", "Setting", "brute_force", "frontiers",
-           "settings_of", "boundaries", "ParplanError"]
+           "settings_of", "boundaries", "structure", "template_planner"]

@@ -51,7 +51,7 @@ def load_hub(spec: str) -> Graph | None:
         extra = "hf" if prefix == "hf:" else "vision"
         raise ConfigError(f"model '{text}' is built with torch, which is not installed: "
                           f'pip install -e ".[{extra}]"') from None
-    from parplan.models.importers import from_torch
+    from parplan.models.importers.api import from_torch
 
     if prefix == "hf:":
         seq = options.pop("seq", None)

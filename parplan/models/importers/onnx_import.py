@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
-from parplan.models.importers import (
+from parplan.models.importers.builder import (
     BAD,
     CONST,
     GraphBuilder,

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
-from parplan.models.importers import (
+from parplan.models.importers.builder import (
     BAD,
     CONST,
     Act,
