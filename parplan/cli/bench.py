@@ -2,9 +2,9 @@
 
 ``parplan bench NAME [--out DIR] [--quick] [--executor local|dask|serial] [--scheduler ADDR]
 [--workers N] [benchmark options]``; ``parplan bench NAME --help`` lists a benchmark's own
-options (e.g. ``--bandwidth GB/s`` for accpar). The benchmarks live in the ``benchmarks``
-package at the repository root (see :mod:`benchmarks`); when it is not installed, the
-repository that holds this ``parplan`` package is searched for it.
+options (e.g. ``--bandwidth GB/s`` for accpar). The benchmarks are the modules of
+:mod:`parplan.bench`, installed with the package (``parplan.bench.BENCHMARKS`` lists them);
+their recorded results live in ``benchmarks/results/`` of the repository.
 
 The markdown summary is printed on stdout, progress (one line per finished task) on stderr.
 

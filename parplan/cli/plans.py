@@ -374,7 +374,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from parplan.costmodel.evaluate import evaluate
     from parplan.costmodel.planio import check_plan_fits, read_plan_file
     from parplan.costmodel.problem import Plan, Split
-    from parplan.reporting.report import format_time
+    from parplan.reporting.report import format_time, time_unit
 
     if args.limit < 1:
         raise ConfigError(f"--limit must be >= 1 (got {args.limit})")
@@ -401,16 +401,22 @@ def cmd_diff(args: argparse.Namespace) -> int:
     print(f"{len(cells)} cell{'s' * (len(cells) != 1)} differ (split, layer: a -> b; cost = a's step time with "
           "that one cell taken from b, minus a's):")
     shown = cells if args.all or len(cells) <= args.limit else cells[:args.limit]
+    deltas = []
     for path, v in shown:
         sa, sb = fa.plan.splits[path], fb.plan.splits[path]
         swapped = dict(fa.plan.splits)
         choices, shares = list(sa.choices), list(sa.shares)
         choices[v], shares[v] = sb.choices[v], sb.shares[v]
         swapped[path] = Split(tuple(choices), tuple(shares))
-        delta = evaluate(problem, Plan(swapped, fa.plan.planner)).step_time_s - ta
+        deltas.append(evaluate(problem, Plan(swapped, fa.plan.planner)).step_time_s - ta)
+    unit, factor = time_unit(max((abs(d) for d in deltas), default=0.0))  # one unit for the column
+    width = max(len(nodes[v]) for _, v in shown)
+    moves = [f"{fa.plan.splits[p].choices[v].value}@{fa.plan.splits[p].shares[v]:.3f} -> "
+             f"{fb.plan.splits[p].choices[v].value}@{fb.plan.splits[p].shares[v]:.3f}" for p, v in shown]
+    move_width = max(map(len, moves))
+    for (path, v), move, delta in zip(shown, moves, deltas):
         level = f"level {len(path) + 1} {path or 'root'}"
-        print(f"  {level:<16} {nodes[v][:28]:<28} {sa.choices[v].value}@{sa.shares[v]:.3f} -> "
-              f"{sb.choices[v].value}@{sb.shares[v]:.3f}   {'+' if delta >= 0 else '-'}{format_time(abs(delta))}")
+        print(f"  {level:<16} {nodes[v]:<{width}} {move:<{move_width}} {delta * factor:+10.3f} {unit}")
     if len(shown) < len(cells):
         print(f"  ... {len(cells) - len(shown)} more (--all to list every cell)")
     return 0

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parplan.costmodel.compiled import core
-from parplan.costmodel.cost import CHOICE_CODE, _side_tuple, scale_for_sides, side_dims
+from parplan.costmodel.cost import DEFAULT_SHARE_GRID, CHOICE_CODE, _side_tuple, scale_for_sides, side_dims
 from parplan.costmodel.dims import device_figures
 from parplan.costmodel.layout import Layout
 from parplan.costmodel.dims import ElementOp, LayerDims
@@ -439,7 +439,7 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
     return raised
 
 
-def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
+def root_dp_bound(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID) -> float:
     """A second global bound that keeps the root split's re-layouts: the interval relaxation of
     the root split (docs/costmodel.md section 8, every re-layout between nodes priced at the
     ends of its share intervals that make it smallest) over :func:`raised_tables`. Tighter
@@ -448,7 +448,7 @@ def root_dp_bound(problem: Problem, share_grid: int = 16) -> float:
     return _both(problem, share_grid)[1]
 
 
-def _both(problem: Problem, share_grid: int = 16, solver: _Bound | None = None) -> tuple[GlobalBound, float]:
+def _both(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID, solver: _Bound | None = None) -> tuple[GlobalBound, float]:
     """(:func:`hierarchy_bound`, :func:`root_dp_bound`) in one pass over the nodes."""
     from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.dp import frontier_dp

@@ -47,7 +47,7 @@ class Certificate:
     """
 
     status: Status
-    termination: Termination | str  # a Termination, or "mixed" over several splits
+    termination: Termination  # over several splits: OPTIMAL when every split's was, else MIXED
     has_solution: bool
     objective: float | None
     model_objective: float | None
@@ -175,7 +175,7 @@ def aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float,
     return Certificate(
         status=status,
         termination=first.termination if len(certs) == 1 else
-        (Termination.OPTIMAL if all(c.termination == Termination.OPTIMAL for c in certs.values()) else "mixed"),
+        (Termination.OPTIMAL if all(c.termination == Termination.OPTIMAL for c in certs.values()) else Termination.MIXED),
         has_solution=True,
         objective=objective,
         model_objective=root.model_objective if (root is not None and one_level) else None,

@@ -38,6 +38,7 @@ class Termination(StrEnum):
     INFEASIBLE = "infeasible"  # proved that the model has no solution
     ERROR = "error"  # the solver failed or stopped for another reason
     NOT_SOLVED = "not_solved"  # no exact model was solved (too large: a fallback plan)
+    MIXED = "mixed"  # a certificate over several splits whose solves did not all end optimal
 
 
 #: Time limits above this (one year) mean "no limit".
