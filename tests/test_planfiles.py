@@ -231,3 +231,20 @@ def test_overlap_is_the_cli_default_recorded_and_off_under_compat(tmp_path, caps
     assert code == 0 and _step_ms(out2) > _step_ms(out), err
     code, _, err = run(capsys, "plan", *common, "--compat", "hypar", "--save", str(path))
     assert code == 0 and json.loads(path.read_text())["problem"]["overlap"] is False, err
+
+
+def test_plan_frame_and_per_layer_access():
+    p = Problem(get_model("resnet18"), parse_array("h100:4"), batch=64)
+    plan = make_plan(p, "accpar")
+    frame = plan.to_frame(p)
+    n = len(p.planning.nodes)
+    assert len(frame) == 3 * n and list(frame.columns) == ["split", "level", "layer", "type", "share"]
+    assert list(frame.split[:n]) == [""] * n and set(frame.level) == {1, 2}
+    name = p.planning.nodes[5].name
+    cells = plan.layer(p, name)
+    assert set(cells) == {"", "L", "R"}
+    assert cells["L"] == (plan.splits["L"].choices[5].value, plan.splits["L"].shares[5])
+    row = frame[(frame.split == "R") & (frame.layer == name)].iloc[0]
+    assert (row.type, row.share) == cells["R"]
+    with pytest.raises(ConfigError, match="no planning node 'nope'"):
+        plan.layer(p, "nope")

@@ -186,6 +186,26 @@ class Plan:
         # Mapping proxies do not pickle; rebuild from plain dicts (pickle and deepcopy).
         return (Plan, (dict(self.splits), self.planner, dict(self.info)))
 
+    def layer(self, problem: Problem, name: str) -> dict[str, tuple[str, float]]:
+        """Planning node ``name``'s (type, left share) at every split, by split path ("" the root)."""
+        try:
+            v = problem.planning.index(name)
+        except KeyError:
+            raise ConfigError(f"model '{problem.graph.name}' has no planning node '{name}' (planning nodes are its "
+                              "weighted layers and joins)") from None
+        return {path: (split.choices[v].value, float(split.shares[v])) for path, split in self.splits.items()}
+
+    def to_frame(self, problem: Problem):
+        """One row per (split, planning node): ``split`` (path, "" the root), ``level`` (1 the
+        root), ``layer``, ``type``, ``share`` (the left half's); a pandas frame, built on demand."""
+        import pandas as pd
+
+        names = [n.name for n in problem.planning.nodes]
+        rows = [(path, len(path) + 1, names[v], c.value, float(a))
+                for path, split in sorted(self.splits.items(), key=lambda kv: (len(kv[0]), kv[0]))
+                for v, (c, a) in enumerate(zip(split.choices, split.shares))]
+        return pd.DataFrame(rows, columns=["split", "level", "layer", "type", "share"])
+
 
 def has_work(splits: Mapping[str, Split], path: str, v: int) -> bool:
     """Whether node ``v`` reaches the group at ``path`` with work: every split above gives
