@@ -149,9 +149,11 @@ def _markdown(table: pd.DataFrame) -> str:
                 "search_cpu_s": "CPU (s)"})
     even = table[table.even_step_s.notna()] if "even_step_s" in table else table.iloc[0:0]
     for row in even.itertuples():
+        fits = "within" if row.even_peak_gib <= row.limit_gib else "over"
         lines += ["", f"{row.model} on {row.array}: the layers divided {row.stage_layers} between the stages take "
                       f"{row.joint_step_s * 1e3:.4g} ms; divided evenly ({row.even_layers}) on the same groups "
-                      f"and setting, {row.even_step_s * 1e3:.4g} ms ({row.even_peak_gib:.1f} GiB)."]
+                      f"and setting, {row.even_step_s * 1e3:.4g} ms at {row.even_peak_gib:.1f} GiB ({fits} the "
+                      f"{row.limit_gib:.0f} GiB limit)."]
     lines.append("")
     return "\n".join(lines)
 
