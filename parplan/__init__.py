@@ -52,6 +52,7 @@ _EXPORTS = {
     "solve": ("parplan.solvers.exact", "solve_exact"),
     "certify": ("parplan.solvers.exact", "certify"),
     "global_bound": ("parplan.solvers.bound", "global_bound"),
+    "sweep": ("parplan.bench.sweep", "sweep"),
     "read_plan_file": ("parplan.costmodel.planio", "read_plan_file"),
     "save_plan": ("parplan.costmodel.planio", "save_plan"),
     "load_plan": ("parplan.costmodel.planio", "load_plan"),

@@ -3,6 +3,8 @@
 The full runs are marked ``slow`` (excluded by default; ``pytest -m slow``).
 """
 
+import io
+import json
 import math
 
 import numpy as np
@@ -511,3 +513,38 @@ def test_stages_quick(tmp_path):
     assert row.joint_peak_gib <= row.limit_gib
     assert row.joint_step_s <= row.one_stage_step_s and row.joint_step_s <= row.data_stages_step_s
     assert row.stages >= 1 and "Pipeline x partition" in (tmp_path / "stages.md").read_text()
+
+
+def test_sweep_rows_carry_their_axes_and_failures(tmp_path, capsys):
+    from parplan.bench.sweep import COLUMNS, sweep
+    from parplan.cli import main
+
+    t = sweep(["lenet", "nope"], ["h100:2"], planners=["accpar", "data"], batches=[32, 64], bandwidths=[None, 5.0],
+              executor=SERIAL, log=None)
+    assert list(t.columns) == list(COLUMNS) and len(t) == 2 * 2 * 2 * 2
+    ok, bad = t[t.error.isna()], t[t.error.notna()]
+    assert len(ok) == len(bad) == 8 and bad.error.str.contains("unknown model 'nope'").all()
+    assert set(ok.bandwidth_gb_per_s.dropna()) == {5.0} and set(ok.batch) == {32, 64}
+    # a slower link never makes the same plan faster; accpar never loses to data parallelism
+    assert (ok.step_time_s <= ok.data_parallel_step_time_s * (1 + 1e-12)).all()
+    out = tmp_path / "s.csv"
+    assert main(["sweep", "--models", "lenet", "--arrays", "h100:2,h100:4", "--latencies", "1,10",
+                 "--executor", "serial", "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert len(table) == 4 and set(table.latency_us) == {1.0, 10.0} and table.error.isna().all()
+    with pytest.raises(ConfigError, match="unknown planner"):
+        sweep(["lenet"], ["h100:2"], planners=["nope"], log=None)
+    assert main(["sweep", "--models", "lenet", "--arrays", "h100:2", "--bandwidths", "x"]) == 2
+    assert "comma-separated numbers" in capsys.readouterr().err
+
+
+def test_plan_outputs_carry_the_inputs_they_ran_with(capsys):
+    from parplan.cli import main
+
+    assert main(["plan", "--model", "lenet", "--array", "h100:2", "--bandwidth", "10", "--latency", "3",
+                 "--format", "json"]) == 0
+    inputs = json.loads(capsys.readouterr().out)["inputs"]
+    assert inputs["bandwidth_gb_per_s"] == 10 and inputs["latency_us"] == 3 and inputs["memory_limit"] == "device"
+    assert main(["plan", "--model", "lenet", "--array", "h100:2", "--bandwidth", "10", "--format", "csv"]) == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert (frame.bandwidth_gb_per_s == 10).all() and (frame.array_source == "h100:2").all()

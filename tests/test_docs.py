@@ -48,3 +48,5 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     cert = namespace["result"].certificate
     assert cert.status == "optimal" and cert.bound <= cert.objective * (1 + 1e-9)
     assert (tmp_path / "alexnet.json").is_file()
+    table = namespace["table"]
+    assert len(table) == 8 and table.error.isna().all() and (table.step_time_s > 0).all()

@@ -18,6 +18,7 @@ from parplan.cli.exact import add_exact_parsers
 from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
 from parplan.cli.plans import add_plan_parsers
 from parplan.cli.run import add_run_parser
+from parplan.cli.sweep import add_sweep_parser
 from parplan.errors import ParplanError
 
 
@@ -66,6 +67,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     add_exact_parsers(sub)
     add_pipeline_parser(sub)
     add_collectives_parser(sub)
+    add_sweep_parser(sub)
     add_bench_parser(sub, with_options=argv is None or argv[:1] == ["bench"])
     return parser
 

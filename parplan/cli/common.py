@@ -185,6 +185,18 @@ def _printer(enabled: bool):
     return lambda msg: print(f"[parplan] {msg}", file=sys.stderr, flush=True)
 
 
+def run_inputs(args: argparse.Namespace) -> dict:
+    """What the user typed for the run, as columns (JSON and CSV outputs carry them, so that
+    concatenated sweeps keep their axes): model and array as given, link overrides (null: the
+    array's own), fabric, device file, compat profile, overlap (as in force), memory limit (GiB,
+    "device" for each device's own, or "ignored")."""
+    limit = getattr(args, "memory_limit", None)
+    return {"model_source": args.model, "array_source": args.array, "bandwidth_gb_per_s": args.bandwidth,
+            "latency_us": args.latency, "fabric": fabric_of(args), "devices_file": args.devices,
+            "compat": getattr(args, "compat", None), "overlap": overlap_of(args),
+            "memory_limit": "ignored" if getattr(args, "ignore_memory", False) else (limit or "device")}
+
+
 def problem_source(args: argparse.Namespace):
     """What the user typed for the problem (a :class:`~parplan.costmodel.planio.ProblemSource`),
     recorded in plan files."""

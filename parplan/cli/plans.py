@@ -35,6 +35,7 @@ from parplan.cli.common import (
     problem_from_args,
     problem_source,
     progress_printer,
+    run_inputs,
     technique_choices,
 )
 from parplan.errors import ConfigError
@@ -46,7 +47,7 @@ COMPARE_ALL = PLANNER_NAMES
 
 
 def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict | None = None,
-                      bound: bool = False, progress=None) -> tuple:
+                      bound: bool = False, progress=None, inputs: dict | None = None) -> tuple:
     """Price ``plan``, print it in ``fmt`` and warn about memory; returns (report, evaluation).
     ``bound``: also the global bound and the plan's gap to it (:func:`bound_figures`)."""
     from parplan.costmodel.evaluate import evaluate, memory_overruns
@@ -64,13 +65,16 @@ def report_and_checks(problem, plan, wall_s, limit, fmt: str, extra_json: dict |
         out["memory_overruns"] = [{"device": p or "root", "kind": k, "need_bytes": n, "capacity_bytes": c}
                                   for p, k, n, c in overruns]
         out.update(extra_json or {})
+        if inputs:
+            out["inputs"] = inputs
         print(json.dumps(out, indent=2, default=str))
     elif fmt == "csv":
         frame = report.layer_frame()
         if extra_json and "layer_bounds" in extra_json:  # --bound: each layer's own bound, and the global one
             frame.insert(len(frame.columns), "bound_s", [r["bound_s"] for r in extra_json["layer_bounds"]])
-        for key, value in report.metadata().items():
-            frame.insert(len(frame.columns), key, value)
+        for key, value in {**report.metadata(), **(inputs or {})}.items():
+            if key not in frame.columns:
+                frame.insert(len(frame.columns), key, value)
         for key in ("global_bound_s", "global_gap"):
             if extra_json and key in extra_json:
                 frame.insert(len(frame.columns), key, extra_json[key])
@@ -160,7 +164,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plan = make_plan(problem, args.planner, progress=progress_printer(args.verbose), **kwargs)
     wall = time.perf_counter() - start
     report, ev = report_and_checks(problem, plan, wall, limit, args.format, bound=args.bound,
-                                   progress=progress_printer(args.verbose))
+                                   progress=progress_printer(args.verbose), inputs=run_inputs(args))
     if plot:
         from parplan.reporting.plot import plot_plan
 
@@ -193,7 +197,7 @@ def _plan_pipeline(args: argparse.Namespace, problem, limit, save) -> int:
     wall = time.perf_counter() - start
     if args.format == "json":
         print(json.dumps({**pipeline_dict(result.problem, result.plan, result.evaluation, result),
-                          "planning_wall_s": wall}, indent=2, default=str))
+                          "planning_wall_s": wall, "inputs": run_inputs(args)}, indent=2, default=str))
     elif args.format == "csv":
         import pandas as pd
 
@@ -201,6 +205,8 @@ def _plan_pipeline(args: argparse.Namespace, problem, limit, save) -> int:
         frame = pd.DataFrame(record["stages"])
         for key in ("model", "array", "batch", "schedule", "micro_batches", "zero_stage", "recompute", "step_time_s"):
             frame[key] = record[key]
+        for key, value in run_inputs(args).items():
+            frame[key] = value
         print(frame.to_csv(index=False), end="")
     else:
         print(result_text(result))
@@ -474,7 +480,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             progress(f"{name}: {ev.step_time_s * 1e3:.4g} ms ({wall:.2f} s)")
     frame = pd.DataFrame(rows)
     meta = {"model": problem.graph.name, "array": problem.array.describe(), "devices": problem.array.count,
-            "batch": problem.batch, "parplan_version": parplan_version()}
+            "batch": problem.batch, "parplan_version": parplan_version(), **run_inputs(args)}
     if args.format == "json":
         print(json.dumps({**meta, "rows": rows}, indent=2))
     elif args.format == "csv":

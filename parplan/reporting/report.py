@@ -108,7 +108,9 @@ class PlanReport:
         p = self.problem
         return {"model": p.graph.name, "array": p.array.describe(), "devices": p.array.count, "batch": p.batch,
                 "planner": self.plan.planner, "zero_stage": p.zero_stage, "recompute": p.recompute,
-                "micro_batches": p.micro_batches, "parplan_version": parplan_version()}
+                "micro_batches": p.micro_batches, "bytes_per_element": p.bytes_per_element,
+                "optimizer_bytes_per_param": p.optimizer_bytes_per_param, "overlap": p.overlap,
+                "parplan_version": parplan_version()}
 
     def to_dict(self) -> dict:
         p, ev = self.problem, self.evaluation
