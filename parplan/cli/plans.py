@@ -259,6 +259,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from parplan.costmodel.planio import check_plan_fits, read_plan_file
     from parplan.reporting.report import format_time
 
+    if (args.plan is None) == (args.config is None):
+        raise ConfigError("evaluate needs --plan FILE or --config SPEC (one of them)")
+    if args.config is not None:
+        return _evaluate_config(args)
+    if args.gap:
+        raise ConfigError("--gap goes with --config (a saved plan's gap: parplan certify)")
     saved = read_plan_file(args.plan)
     problem = _problem_for(args, dict(saved.problem))
     where = f"plan file '{args.plan}'"
@@ -325,6 +331,70 @@ def _evaluate_pipeline(args: argparse.Namespace, saved, problem, where: str) -> 
         _, path, need = over[-1]
         print(f"parplan: warning: {len(over)} of {problem.array.count} devices exceed their memory; worst: device "
               f"{path} needs {format_bytes(need)} of {format_bytes(caps[path])}", file=sys.stderr)
+    return 0
+
+
+def _evaluate_config(args: argparse.Namespace) -> int:
+    """``evaluate --config``: a Megatron-LM / torchtitan configuration priced as a parplan plan,
+    with ``--gap`` its distance to the best plan found and (one stage) to the proven bound."""
+    from parplan.costmodel.stages import evaluate_pipeline
+    from parplan.pipeline.configs import config_plan, read_config
+    from parplan.reporting.report import format_bytes, format_time
+    from parplan.reporting.stages import pipeline_dict, pipeline_text
+
+    if args.model is None or args.array is None:
+        raise ConfigError("evaluate --config needs --model and --array (the run the configuration is for)")
+    if args.bound:
+        raise ConfigError("--bound goes with --plan; with --config, --gap reports the bound")
+    config = read_config(args.config)
+    problem, plan = config_plan(_problem_for(args, {}), config)
+    ev = evaluate_pipeline(problem, plan)
+    limit = memory_limit(args.memory_limit)
+    caps = {path: (problem.array.at(path).device.memory_bytes if limit in (None, "device") else limit)
+            for path in ev.device_memory_bytes}
+    over = sorted((need / caps[path], path) for path, need in ev.device_memory_bytes.items() if need > caps[path])
+    record = {**pipeline_dict(problem, plan, ev), "config": config.label(), "fits": not over,
+              "inputs": run_inputs(args)}
+    if args.gap:
+        from parplan.costmodel.evaluate import evaluate
+        from parplan.pipeline.partitioned import plan_partitioned
+        from parplan.solvers.bound import global_bound
+
+        best = plan_partitioned(problem, "accpar", limit_bytes=None if limit in (None, "device") else limit,
+                                progress=progress_printer(False, after_s=5.0))
+        record.update(best_step_time_s=best.evaluation.step_time_s, best_stages=len(best.plan.stages),
+                      best_setting=f"m={best.problem.micro_batches}, zero-{best.problem.zero_stage}"
+                                   + (", recompute" if best.problem.recompute else ""),
+                      gap_to_best=ev.step_time_s / best.evaluation.step_time_s - 1.0)
+        if len(plan.stages) == 1:
+            bound = global_bound(problem).bound_s
+            assert abs(evaluate(problem, plan.stages[0].plan).step_time_s - ev.step_time_s) <= 1e-9 * ev.step_time_s
+            record.update(bound_s=bound, gap_to_bound=ev.step_time_s / bound - 1.0)
+    if args.format == "json":
+        print(json.dumps(record, indent=2, default=str))
+    elif args.format == "csv":
+        import pandas as pd
+
+        frame = pd.DataFrame(record["stages"])
+        for key in ("model", "array", "batch", "config", "step_time_s", "fits", "best_step_time_s", "gap_to_best",
+                    "bound_s", "gap_to_bound"):
+            if key in record:
+                frame[key] = record[key]
+        print(frame.to_csv(index=False), end="")
+    else:
+        print(f"configuration: {config.label()} ({config.source})")
+        print(pipeline_text(problem, plan, ev))
+        if "best_step_time_s" in record:
+            print(f"best plan found      {format_time(record['best_step_time_s'])} ({record['best_stages']} stage"
+                  f"{'s' * (record['best_stages'] != 1)}, {record['best_setting']}; plan --pipeline): the "
+                  f"configuration is {record['gap_to_best']:+.1%}")
+        if "bound_s" in record:
+            print(f"proven bound         {format_time(record['bound_s'])} (every partition plan of this array at "
+                  f"the configuration's settings): gap {record['gap_to_bound']:.1%}")
+    if over:
+        frac, path = over[-1]
+        print(f"parplan: warning: {len(over)} of {problem.array.count} devices exceed their memory under this "
+              f"configuration; worst: device {path} needs {frac:.2f}x its {format_bytes(caps[path])}", file=sys.stderr)
     return 0
 
 
@@ -548,8 +618,16 @@ def add_plan_parsers(sub) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
     p.set_defaults(func=cmd_plan)
 
-    e = sub.add_parser("evaluate", help="re-price a saved plan (optionally on another array, bandwidth or batch)")
-    e.add_argument("--plan", required=True, metavar="JSON", help="plan file written by --save")
+    e = sub.add_parser("evaluate", help="re-price a saved plan (optionally on another array, bandwidth or batch), "
+                                        "or price a parallel configuration (--config)")
+    e.add_argument("--plan", default=None, metavar="JSON", help="plan file written by --save")
+    e.add_argument("--config", default=None, metavar="SPEC",
+                   help="price a Megatron-LM / torchtitan style configuration instead: a .toml / .json file or "
+                        "key=value pairs such as tp=4,dp=4,zero=1,recompute=yes,mbs=1 (docs/interop.md); needs "
+                        "--model and --array")
+    e.add_argument("--gap", action="store_true",
+                   help="with --config: also the best plan parplan finds (plan --pipeline) and the config's gap to "
+                        "it; with one stage, the gap to the proven bound over partition plans")
     _override_arguments(e)
     e.add_argument("--format", default="table", choices=("table", "json", "csv"))
     _bound_argument(e)
