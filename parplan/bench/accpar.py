@@ -458,14 +458,16 @@ def _columns_section(backend: str, time_limit_s: float, devices: int) -> list[st
         "plan (`split-optimal`). That is the recursion `accpar-topdown` runs with the DP (share grid 1/16); the "
         "columns differ where the grids differ and where equally good split plans send the lower levels into "
         "different sub-problems. Run at the primary bandwidth only. No global optimum of the "
-        f"{devices}-device array is claimed: the joint model over all levels is not available for the "
-        "current cost model, and the `accpar` portfolio can beat `exact` because level-by-level optimality is "
-        "not global optimality.",
+        f"{devices}-device array is claimed: the joint model over all levels (`solve --joint`) reaches 8-16 "
+        "devices only (docs/costmodel.md section 8), and the `accpar` portfolio can beat `exact` because "
+        "level-by-level optimality is not global optimality.",
         "",
         "`bound`: data-parallel time over a lower bound on every plan of the hierarchy with shares anywhere in "
         "[0, 1]: the interval relaxation of the root split with each half priced as one device of summed "
-        "throughput (docs/costmodel.md section 8). It ignores the communication inside each half, so it is "
-        "loose on deep arrays; the global optimum lies between max(AccPar, exact) and the bound.",
+        "throughput (docs/costmodel.md section 8). This is the root split's relaxation, not the global bound "
+        "(`parplan bench bound` and `plan --bound` give that one, which charges what the halves pay inside): it "
+        "ignores the communication inside each half, so it is loose on deep arrays; the global optimum lies "
+        "between max(AccPar, exact) and the bound.",
         "",
     ]
 
