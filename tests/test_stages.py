@@ -338,3 +338,25 @@ def test_pruned_settings_lose_nothing(monkeypatch):
     value, _, _ = _dp(costs, transfers, m)
     assert value == pytest.approx(best.estimate_s, rel=1e-12)
     assert value == pytest.approx(brute_force(costs, transfers, m), rel=1e-12)
+
+
+def test_stage_memo_never_changes_a_price():
+    """Stages of the same structure on equal groups share an evaluation; the price is the same as
+    without the memo, and the memo holds one entry for the equal middle stages."""
+    from parplan.costmodel.stages import structure
+
+    p = Problem(get_model("gpt2"), parse_array("h100:8"), batch=8, micro_batches=4)
+    cuts = cut_points(p.graph)
+    n = len(p.graph.analyze().order)
+    # four stages; the middle two hold the same number of whole blocks
+    ends = [cuts[4], cuts[8], cuts[12], n - 1]
+    stages, first = [], 0
+    for path, last in zip(("LL", "LR", "RL", "RR"), ends):
+        stages.append(Stage(first, last, path, make_plan(stage_problem(p, first, last, path), "accpar-topdown")))
+        first = last + 1
+    plan = PipelinePlan(tuple(stages))
+    memo: dict = {}
+    a, b = evaluate_pipeline(p, plan), evaluate_pipeline(p, plan, memo)
+    assert b.step_time_s == a.step_time_s and dict(b.device_memory_bytes) == dict(a.device_memory_bytes)
+    mid = [stage_problem(p, s.first, s.last, s.group).graph for s in stages[1:3]]
+    assert structure(mid[0]) == structure(mid[1]) and len(memo) == 3

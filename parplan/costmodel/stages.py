@@ -40,7 +40,7 @@ from typing import Mapping, Sequence
 
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.graph import INPUT, Graph, TiedGraph
-from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
 
@@ -256,8 +256,37 @@ def check_pipeline(problem: Problem, plan: PipelinePlan) -> None:
                 raise ConfigError(f"stage groups '{a or 'root'}' and '{b or 'root'}' overlap")
 
 
-def evaluate_pipeline(problem: Problem, plan: PipelinePlan) -> PipelineEvaluation:
-    """Price ``plan`` on ``problem`` (section 11); each stage by :func:`evaluate` on its sub-problem."""
+def structure(graph: Graph) -> tuple:
+    """A key equal for graphs of the same layers in the same order wired the same way, whatever
+    their names (a transformer's stages of equal blocks): they price alike on equal groups."""
+    order = graph.analyze().order
+    pos = {name: k for k, name in enumerate(order)}
+    out: list = [graph.input_shape]
+    for name in order:
+        layer = graph.layer(name)
+        fields = tuple((f.name, getattr(layer, f.name)) for f in dataclasses.fields(layer)
+                       if f.name not in ("name", "inputs"))
+        out.append((type(layer).__name__, fields, tuple(pos.get(src, -1) for src in layer.inputs)))
+    return tuple(out)
+
+
+def stage_evaluation(sub: Problem, plan: Plan, memo: dict | None = None) -> Evaluation:
+    """:func:`evaluate` of a stage's plan on its sub-problem, with per-node memory; ``memo``
+    shares it between stages of the same :func:`structure` on equal groups at the same settings
+    (its rows then name the first such stage's layers: the times and memory are the same)."""
+    if memo is None:
+        return evaluate(sub, plan, node_memory=True)
+    key = (structure(sub.graph), signature(sub.array), sub.array.collective, tuple(sorted(plan.splits.items())),
+           sub.batch, sub.bytes_per_element, sub.optimizer_bytes_per_param, sub.compat, sub.zero_stage,
+           sub.recompute, sub.micro_batches, sub.overlap)
+    if key not in memo:
+        memo[key] = evaluate(sub, plan, node_memory=True)
+    return memo[key]
+
+
+def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = None) -> PipelineEvaluation:
+    """Price ``plan`` on ``problem`` (section 11); each stage by :func:`evaluate` on its
+    sub-problem (``memo``: see :func:`stage_evaluation`)."""
     check_pipeline(problem, plan)
     graph, m, p = problem.graph, problem.micro_batches, len(plan.stages)
     info = graph.analyze()
@@ -265,7 +294,7 @@ def evaluate_pipeline(problem: Problem, plan: PipelinePlan) -> PipelineEvaluatio
     times, evaluations, memory = [], [], {}
     for s, stage in enumerate(plan.stages):
         sub = stage_problem(problem, stage.first, stage.last, stage.group)
-        ev = evaluate(sub, stage.plan, node_memory=True)
+        ev = stage_evaluation(sub, stage.plan, memo)
         evaluations.append(ev)
         times.append(ev.step_time_s)
         k = in_flight(plan.schedule, s, p, m)

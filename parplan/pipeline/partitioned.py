@@ -41,7 +41,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field, replace
@@ -53,8 +52,8 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
 from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
-                                      evaluate_pipeline, group_array, in_flight, stage_link, stage_problem,
-                                      transfer_seconds, whole_model_stage)
+                                      evaluate_pipeline, group_array, in_flight, stage_evaluation, stage_link,
+                                      stage_problem, structure, transfer_seconds, whole_model_stage)
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.fit import device_limits, fit_plan
 from parplan.solvers.planners import make_plan
@@ -419,22 +418,8 @@ def _restrict(template: Plan, whole: Problem, sub: Problem) -> Plan:
                  for path, s in template.splits.items()}, planner=template.planner)
 
 
-def structure(graph) -> tuple:
-    """A key equal for graphs of the same layers in the same order wired the same way, whatever
-    their names (a transformer's stages of equal blocks): their plans are interchangeable."""
-    order = graph.analyze().order
-    pos = {name: k for k, name in enumerate(order)}
-    out = [graph.input_shape]
-    for name in order:
-        layer = graph.layer(name)
-        fields = tuple((f.name, getattr(layer, f.name)) for f in dataclasses.fields(layer)
-                       if f.name not in ("name", "inputs"))
-        out.append((type(layer).__name__, fields, tuple(pos.get(src, -1) for src in layer.inputs)))
-    return tuple(out)
-
-
 def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Plan, planner: str,
-                limits: dict[str, float], held: int, memo: dict) -> tuple[Plan, bool]:
+                limits: dict[str, float], held: int, memo: dict, evals: dict) -> tuple[Plan, bool]:
     """The stage's plan: its template's restriction or the planner's own plan of the stage, the
     faster that fits (its devices holding ``held`` micro-batches); and whether it fits. The
     planner's plan is kept in ``memo`` for stages of the same structure on equal groups."""
@@ -449,7 +434,7 @@ def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Pl
         options.append(memo[key])
     best, best_key = None, None
     for plan in options:
-        ev = evaluate(sub, plan, node_memory=True)
+        ev = stage_evaluation(sub, plan, evals)
         over = max((float(s.sum() + held * a.sum()) - limits.get(path + leaf, math.inf)
                     for leaf, (s, a) in ev.node_memory.items()), default=-1.0)
         key = (over > 0, ev.step_time_s)
@@ -502,7 +487,8 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
             unique.append(c)
     chosen = [c for c in unique if not c.data_only][:EXACT_CANDIDATES] + [c for c in unique if c.data_only][:1]
     priced: list[tuple[str, float, float, bool]] = []
-    memo: dict = {}
+    memo: dict = {}  # the planner's plans of stages, by structure, group and settings
+    evals: dict = {}  # stage evaluations, likewise (costmodel.stages.stage_evaluation)
     results: list[tuple[float, Problem, PipelinePlan, PipelineEvaluation]] = []
 
     def fits(ev: PipelineEvaluation) -> bool:
@@ -535,13 +521,13 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
             template = prices.plans(path)[cand.kinds[s]]
             held = in_flight(schedule, s, n, cand.setting.micro_batches)
             plan, good = _stage_plan(p, first, last, path, template, "data" if cand.data_only else planner,
-                                     limits, held, memo)
+                                     limits, held, memo, evals)
             ok &= good
             stages.append(Stage(first, last, path, plan))
         pp = PipelinePlan(tuple(stages), schedule=schedule, planner=f"pipeline-{planner}",
                           info={"setting": cand.setting.label(), "estimate_s": cand.estimate_s,
                                 "stage_plans": "data" if cand.data_only else planner})
-        ev = evaluate_pipeline(p, pp)
+        ev = evaluate_pipeline(p, pp, evals)
         good = fits(ev)
         label = f"{n} stages{' (data parallel inside)' if cand.data_only else ''}, {cand.setting.label()}"
         priced.append((label, ev.step_time_s, ev.peak_memory_bytes, good))
@@ -555,6 +541,7 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
                f" (no stage split of the {searched} settings searched fits in the DP)")
             + "; try recomputation, more micro-batches or a larger memory limit")
     step, p, pp, ev = min(results, key=lambda r: r[0])
+    ev = evaluate_pipeline(p, pp)  # the answer priced afresh: its stage evaluations carry its own layer names
     return PartitionedResult(p, pp, ev, tuple(sorted(candidates, key=lambda c: c.estimate_s)), tuple(priced),
                              tuple(notes))
 
