@@ -112,6 +112,33 @@ def test_hub_specs_and_their_mistakes():
             load_external(spec)
 
 
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_hub_spec_reads_a_checkpoints_own_config_json(tmp_path):
+    """hf:path/to/config.json builds the model a checkpoint's configuration describes (its model
+    type and every setting it gives; the checkpoint's records ignored), also given its folder."""
+    import json
+
+    from parplan.models.importers import load_external
+
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "intermediate_size": 176, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "vocab_size": 512, "max_position_embeddings": 128, "tie_word_embeddings": False,
+              "torch_dtype": "bfloat16", "transformers_version": "4.40.0"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    g = load_external(f"hf:{tmp_path / 'config.json'},seq=32")
+    assert g.input_shape.height == 32
+    h, ffn, kv = 64, 176, 2 * 16
+    per_layer = h * (h + 2 * kv) + h * h + 3 * h * ffn + 2 * h  # q, k, v, o, gate/up/down, two RMS norms
+    assert g.parameter_count() == 2 * 512 * h + 2 * per_layer + h  # embedding, head (not tied), final norm
+    assert load_external(f"hf:{tmp_path}").parameter_count() == g.parameter_count()
+    (tmp_path / "bad.json").write_text(json.dumps({"hidden_size": 8}))
+    for spec, message in ((f"hf:{tmp_path / 'bad.json'}", "names its \"model_type\""),
+                          (f"hf:{tmp_path / 'none.json'}", "no such file"),
+                          ("hf:meta-llama/Meta-Llama-3-8B", "hub id needs the network")):
+        with pytest.raises(ConfigError, match=message):
+            load_external(spec)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_llama3_70b_size_config_plans_on_the_meta_device():

@@ -8,6 +8,9 @@ Specs (``parplan plan --model ...``):
 - ``hf:<model type>[,key=value,...]``: e.g. ``hf:gpt2``, ``hf:llama,num_hidden_layers=2``,
   ``hf:mistral,seq=4096``; ``seq`` is the sequence length (default: the model's positions,
   at most 2048); the other keys override the configuration. Needs the ``[hf]`` extra.
+- ``hf:path/to/config.json[,key=value,...]`` (or the folder holding it): a real checkpoint's
+  configuration (its ``model_type`` and every setting it gives), e.g. Llama-3-8B's; a hub id
+  (``meta-llama/...``) needs the network and is refused with that advice.
 - ``tv:<name>[,image=224]``: a torchvision classification model, e.g. ``tv:resnet50``,
   ``tv:vit_b_16``; needs the ``[vision]`` extra.
 
@@ -140,6 +143,32 @@ def torchvision_model(name: str):
         return builder(weights=None)
 
 
+def _local_config(spec: str) -> tuple[str, dict] | None:
+    """(model type, settings) of a local ``config.json`` (the file, or a folder holding one), or
+    None when ``spec`` names no such file."""
+    import json
+    from pathlib import Path
+
+    path = Path(spec)
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if path.suffix.lower() != ".json":
+        return None
+    if not path.is_file():
+        raise ConfigError(f"model 'hf:{spec}': no such file")
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"model 'hf:{spec}': not a JSON configuration ({exc})") from None
+    if not isinstance(settings, dict) or not isinstance(settings.get("model_type"), str):
+        raise ConfigError(f"model 'hf:{spec}': a Hugging Face config.json names its \"model_type\" (this one does not)")
+    settings = dict(settings)
+    model_type = settings.pop("model_type")
+    for key in ("architectures", "transformers_version", "_name_or_path", "torch_dtype"):
+        settings.pop(key, None)  # records of the checkpoint, not the architecture
+    return model_type, settings
+
+
 def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = None, device: str = "meta"):
     """(model, seq): a Hugging Face model of ``model_type`` from its default configuration with
     ``overrides``, weights on ``device`` (``meta``: nothing allocated); a causal LM where the
@@ -157,8 +186,16 @@ def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = N
     except ModuleNotFoundError:
         raise ConfigError('transformers is not installed; install the optional extra with pip install -e ".[hf]"')\
             from None
+    local = _local_config(model_type)
+    if local is not None:  # a checkpoint's own config.json: its model type and every setting it gives
+        model_type, settings = local
+    elif "/" in model_type:
+        raise ConfigError(f"model 'hf:{model_type}': a Hugging Face hub id needs the network, which parplan does "
+                          "not use; download the model's config.json and give its path: hf:path/to/config.json")
+    else:
+        settings = {}
     try:
-        config = transformers.AutoConfig.for_model(model_type)
+        config = transformers.AutoConfig.for_model(model_type, **settings)
     except ValueError:
         raise ConfigError(f"transformers has no model type '{model_type}' (e.g. gpt2, bert, llama, mistral, "
                           "mixtral, t5, qwen2)") from None
