@@ -8,6 +8,8 @@ equal a float64 single-process reference (relative 1e-9), and the elements each 
 split receives per node and phase equal the evaluator's at the executed shares.
 """
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -377,3 +379,19 @@ def test_zero_3_and_zero_2_micro_batches_on_tables_are_refused_clearly():
         check_runnable(Problem(g, parse_array("cpu:2"), batch=4, zero_stage=3))
     with pytest.raises(ConfigError, match="ZeRO-2 with micro-batches"):
         check_runnable(Problem(g, parse_array("cpu:2"), batch=4, zero_stage=2, micro_batches=2))
+
+
+def test_cli_reports_a_diverged_training_as_such(capsys):
+    """A learning rate too large makes the single process's loss infinite too: the run says the
+    training diverged (exit 1) instead of reporting a numerics mismatch; the default rate scales
+    with the batch (the loss sums over it)."""
+    from parplan.cli import main
+    from parplan.cli.run import DEFAULT_LR_PER_SAMPLE
+
+    code = main(["run", "--model", "lenet", "--array", "cpu:2", "--batch", "8", "--steps", "3", "--lr", "1e150",
+                 "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1 and data["diverged_at_step"] is not None and data["lr"] == 1e150
+    code = main(["run", "--model", "lenet", "--array", "cpu:2", "--batch", "8", "--steps", "2", "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["diverged_at_step"] is None and data["lr"] == DEFAULT_LR_PER_SAMPLE / 8

@@ -52,6 +52,12 @@ def _per_node(report, bpe: float):
     return g
 
 
+#: ``run``'s default learning rate times the batch: the executor's loss is a sum over the batch's
+#: samples, so a fixed rate diverges as the batch grows (0.01 at batch 8; resnet-2block at batch
+#: 64 reached inf in 5 steps with 0.01).
+DEFAULT_LR_PER_SAMPLE = 0.08
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from parplan.executor.launch import RTOL, run_plan
     from parplan.executor.schedule import graph_frames
@@ -68,7 +74,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"[parplan] running {args.steps} step(s) of {source} on {n} processes ({args.backend})...",
           file=sys.stderr, flush=True)
     start = time.perf_counter()
-    report = run_plan(problem, plan, steps=args.steps, seed=args.seed, lr=args.lr, backend=args.backend)
+    lr = args.lr if args.lr is not None else DEFAULT_LR_PER_SAMPLE / problem.batch
+    report = run_plan(problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend)
     wall = time.perf_counter() - start
     bpe = problem.bytes_per_element
     meta = {"model": problem.graph.name, "array": problem.array.describe(), "devices": n,
@@ -76,12 +83,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if csv_path:
         report.bytes.assign(**meta).to_csv(csv_path, index=False)
         print(f"wrote {csv_path}", file=sys.stderr)
-    ok = report.numerics_equal and report.bytes_equal
+    ok = report.diverged_at is None and report.numerics_equal and report.bytes_equal
     if args.format == "csv":
         report.bytes.assign(**meta).to_csv(sys.stdout, index=False)
         return 0 if ok else 1
     if args.format == "json":
-        out = {**meta, "numerics_equal": report.numerics_equal, "bytes_equal": report.bytes_equal,
+        out = {**meta, "lr": lr, "diverged_at_step": report.diverged_at, "numerics_equal": report.numerics_equal,
+               "bytes_equal": report.bytes_equal,
                "losses": report.losses, "reference_losses": report.reference_losses,
                "loss_rel_error": report.loss_rel_error, "max_grad_rel_error": report.max_grad_rel_error,
                "inexact_shares": list(report.inexact_shares),
@@ -98,9 +106,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"shares rounded to whole rows/columns: {rounded} of "
               f"{sum(len(s) for s in report.executed_shares.values())}; the model is priced at the executed ones")
     print(f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}")
-    verdict = "equal" if report.numerics_equal else "DIFFERENT"
-    print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
-          f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
+    if report.diverged_at is not None:
+        print(f"numerics             not compared: the training diverged (the single process's loss is "
+              f"{report.reference_losses[report.diverged_at - 1]} at step {report.diverged_at} with --lr {lr:g}; "
+              f"the loss sums over the batch, so try --lr {lr / 10:g})")
+    else:
+        verdict = "equal" if report.numerics_equal else "DIFFERENT"
+        print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
+              f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
     rows = _per_node(report, bpe)
     timing = report.timing.set_index("node")
     print()
@@ -138,7 +151,9 @@ def add_run_parser(sub) -> None:
     r.add_argument("--planner", default="accpar", help=f"without --plan: one of {', '.join(PLANNER_NAMES)}")
     r.add_argument("--batch", type=int, default=None, help=f"global batch (default {RUN_BATCH}, or the plan's)")
     r.add_argument("--steps", type=int, default=1, help="training steps (SGD between them; default 1)")
-    r.add_argument("--lr", type=float, default=0.01, help="SGD learning rate between steps (default 0.01)")
+    r.add_argument("--lr", type=float, default=None,
+                   help=f"SGD learning rate between steps (default {DEFAULT_LR_PER_SAMPLE:g} / batch: the loss sums "
+                        "over the batch)")
     r.add_argument("--seed", type=int, default=0, help="seed of weights, input and target (default 0)")
     r.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
                    help="torch.distributed backend: nccl (one GPU per process) when GPUs are present, else gloo")

@@ -249,6 +249,13 @@ class ExecutionReport:
         return max(abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses))
 
     @property
+    def diverged_at(self) -> int | None:
+        """The first step (1-based) whose single-process loss is not finite: the training itself
+        diverged (a learning rate too large), so the numerics cannot be compared; else None."""
+        bad = [k for k, loss in enumerate(self.reference_losses) if not math.isfinite(loss)]
+        return bad[0] + 1 if bad else None
+
+    @property
     def numerics_equal(self) -> bool:
         return self.loss_rel_error <= RTOL and self.max_grad_rel_error <= RTOL
 
