@@ -248,3 +248,22 @@ def test_plan_frame_and_per_layer_access():
     assert (row.type, row.share) == cells["R"]
     with pytest.raises(ConfigError, match="no planning node 'nope'"):
         plan.layer(p, "nope")
+
+
+def test_plan_report_says_when_a_half_sits_idle(capsys):
+    p = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
+    plan = make_plan(p, "accpar")
+    from parplan.reporting.report import plan_report
+
+    report = plan_report(p, plan, evaluate(p, plan), evaluate(p, make_plan(p, "data")))
+    idle = report.idle_halves()
+    ev = report.evaluation
+    for path, fraction, side in idle:  # recomputed from the plan: nodes given nothing on that side
+        split = plan.splits[path]
+        empty = 0.0 if side == "left" else 1.0
+        assert fraction == pytest.approx(sum(t for t, a in zip(ev.node_time_s, split.shares) if a == empty)
+                                         / ev.step_time_s)
+    if idle:
+        assert "has no work for" in report.text()
+    data = make_plan(p, "data")
+    assert plan_report(p, data, evaluate(p, data), evaluate(p, data)).idle_halves() == []

@@ -3,7 +3,7 @@
 Example:
     >>> from parplan.models.zoo import get_model
     >>> from parplan.costmodel.hardware import parse_array
-    >>> from parplan.costmodel.problem import Problem
+    >>> from parplan.costmodel.problem import has_work, Problem
     >>> from parplan.costmodel.evaluate import evaluate
     >>> from parplan.solvers.planners import make_plan
     >>> p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=128)
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from parplan.costmodel.evaluate import _COLUMNS, Evaluation
 from parplan.costmodel.layout import Layout, PartitionType
-from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.problem import Plan, Problem, has_work
 
 if TYPE_CHECKING:  # imported on demand by layer_frame
     import pandas as pd
@@ -192,7 +192,31 @@ class PlanReport:
                       "*=differs between groups):"]
         for depth, count, letters, link in self.level_types():
             lines.append(f"  level {depth + 1} ({count} split{'s' if count > 1 else ''}, link {link}): {letters}")
+        idle = self.idle_halves()
+        if idle:
+            path, fraction, side = idle[0]
+            others = f"; {len(idle) - 1} more split{'s' * (len(idle) != 2)} like it" if len(idle) > 1 else ""
+            lines += ["", f"note: at split {path or 'root'} the {side} half has no work for {fraction:.0%} of the step "
+                          f"(its devices wait: giving them work would cost more in communication than it saves"
+                          f"{others})"]
         return "\n".join(lines)
+
+    def idle_halves(self, threshold: float = 0.5) -> list[tuple[str, float, str]]:
+        """Splits where one half has no work for more than ``threshold`` of the step: (split path,
+        fraction of the step, "left" or "right"), the largest first. A node leaves a half idle at a
+        split where its share gives that half nothing; its part of the step is its root time."""
+        ev, plan = self.evaluation, self.plan
+        total = ev.step_time_s
+        if not total > 0:
+            return []
+        out = []
+        for path, split in plan.splits.items():
+            for side, empty in (("left", 0.0), ("right", 1.0)):
+                idle = sum(t for t, a, v in zip(ev.node_time_s, split.shares, range(len(split.shares)))
+                           if a == empty and has_work(plan.splits, path, v))
+                if idle / total > threshold:
+                    out.append((path, idle / total, side))
+        return sorted(out, key=lambda r: -r[1])
 
 
 #: (unit, factor from seconds), largest first.
