@@ -23,6 +23,7 @@ import json
 import math
 import re
 import sys
+import time
 
 from parplan.errors import ConfigError
 
@@ -198,6 +199,10 @@ def add_collectives_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+#: Above this many hosts ``allreduce`` reports each schedule as it is built.
+PROGRESS_HOSTS = 64
+
+
 def run_allreduce(args: argparse.Namespace) -> int:
     """Build, validate, time and print the chosen algorithms; returns 0."""
     from parplan.collectives.allreduce import (
@@ -225,8 +230,15 @@ def run_allreduce(args: argparse.Namespace) -> int:
               f"{len(algorithms)} algorithm(s) on one core)", file=sys.stderr)
     rows = []
     ring_seconds = None
-    for alg in algorithms:
+    # above 64 hosts a schedule takes seconds to minutes: say what is being built
+    say = print if topo.size > PROGRESS_HOSTS else (lambda *a, **k: None)
+    for k, alg in enumerate(algorithms, start=1):
+        t0 = time.perf_counter()
+        say(f"[parplan] building the {alg.value} schedule ({k} of {len(algorithms)}) on {topo.size:,} hosts...",
+            file=sys.stderr, flush=True)
         sched, seconds = best_schedule(alg, topo, args.bytes_)
+        say(f"[parplan] {alg.value}: {sched.steps} steps, built in {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+            flush=True)
         check = validate_schedule(sched)
         if alg is Algorithm.RING:
             ring_seconds = seconds
