@@ -505,7 +505,7 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
             if best_one is None or ev.step_time_s < best_one[0]:
                 best_one = (ev.step_time_s, label, p, pp, ev)
     if best_one is None:
-        priced.append(("1 stage", math.inf, math.inf, False))
+        priced.append(("1 stage: no plan fits with these settings", math.inf, math.inf, False))
     else:
         t, label, p, pp, ev = best_one
         priced.append((f"{label}, " + Setting(p.micro_batches, p.zero_stage, p.recompute).label(), t,
