@@ -22,7 +22,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parplan.costmodel.hardware import parse_array
@@ -203,7 +203,7 @@ def test_running_minimum_skips_the_type_one_shortcut():
     assert _solve_table(_fc_table(widths, shortcuts), batch=2) == ([0, 0, 0, 2], 6.0)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60)
 @given(st.lists(st.sampled_from([1, 2, 3, 4, 8, 16, 64]), min_size=3, max_size=8), st.integers(1, 4),
        st.sampled_from([2, 3]), st.sampled_from(["accpar", "hypar"]))
 def test_cpp_rules_equal_the_transcription(widths, batch, back, planner):

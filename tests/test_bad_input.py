@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parplan.cli import main
@@ -338,7 +338,7 @@ def test_numpy_integers_are_integers():
 
 # ----------------------------------------------------------------- property: finite, non-negative times
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25)
 @given(
     model=st.sampled_from(["lenet", "alexnet", "resnet18", "sfc"]),
     array=st.sampled_from(["h100:2", "tpu-v2:1,tpu-v3:1", "v100:2,h100:2", "h100:4@ring:ring"]),

@@ -8,7 +8,7 @@ objective), OWT and data parallelism (fixed shares, restricted types).
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parplan.costmodel.cost import Objective, ShareMode
@@ -28,8 +28,7 @@ DEVICES = ("tpu-v2", "tpu-v3", "v100", "a100", "h100")
 TOL = {"scip": 1e-9, "cbc": 1e-8, "highs": 1e-9, "cpsat": 1e-6}
 def fast(examples: int):
     """Deterministic (derandomized), no deadline: the examples are fixed and reproducible."""
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+    return settings(max_examples=examples)
 
 
 @st.composite

@@ -43,7 +43,7 @@ def _synthetic(dev, sizes):
     return ms
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)
+@settings(max_examples=15)
 @given(st.floats(0.2, 0.95), st.floats(0.1, 0.9), st.floats(0.1, 0.9), st.floats(0.3, 0.95),
        st.sampled_from([0.0, 2e-6, 1e-5, 4e-5]))
 def test_fit_recovers_the_figures_that_made_the_times(e, e_conv, e_att, m, t0):

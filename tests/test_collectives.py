@@ -9,7 +9,7 @@ import math
 
 import networkx as nx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import parplan.collectives.allreduce as allreduce_module
@@ -200,7 +200,7 @@ def test_multitree_is_optimal_where_the_bound_is_tight(topologies):
     assert build_schedule("multitree", topologies["fattree16"]).phase_steps[0] == 15
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25)
 @given(n=st.integers(3, 12), extra=st.integers(0, 10), ports=st.integers(1, 4), seed=st.integers(0, 10_000))
 def test_random_graphs_get_valid_schedules(n, extra, ports, seed):
     g = nx.random_labeled_tree(n, seed=seed) if hasattr(nx, "random_labeled_tree") else nx.random_tree(n, seed=seed)
@@ -386,7 +386,7 @@ def test_multitree_neighbour_order_is_a_parameter():
         multitree_schedule(t, "nsx")
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=30)
 @given(kind=st.sampled_from(["ring", "mesh", "torus", "fattree"]), rows=st.integers(2, 5), cols=st.integers(2, 5),
        ports=st.integers(1, 4))
 def test_multitree_never_takes_more_steps_than_ring(kind, rows, cols, ports):

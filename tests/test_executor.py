@@ -50,7 +50,7 @@ def _check(report):
 @pytest.mark.parametrize("devices", [2, 4])
 def test_random_dags_and_plans(clusters, devices):
     @seed(1234 + devices)
-    @settings(max_examples=5, deadline=None, derandomize=True,
+    @settings(max_examples=5,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
@@ -164,7 +164,7 @@ def test_transformers_random_plans(clusters, family, devices):
     graphs = transformer_graphs(family)
 
     @seed({"gpt-bert": 77, "llama": 5, "vit": 3}[family] + devices)
-    @settings(max_examples=6 if family == "gpt-bert" else 4, deadline=None, derandomize=True,
+    @settings(max_examples=6 if family == "gpt-bert" else 4,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
@@ -275,7 +275,7 @@ def test_recomputation_and_zero_stages_run_and_count_as_priced(clusters, family,
     move the bytes of stage 0 (section 6.1). Numerics equal the reference and every element
     received equals the model's, on random plans."""
     @seed({"dags": 11, "llama": 21, "gpt-bert": 31}[family] + devices)
-    @settings(max_examples=3, deadline=None, derandomize=True,
+    @settings(max_examples=3,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
@@ -295,7 +295,7 @@ def test_zero_3_shards_gathers_and_updates_as_priced(clusters, devices):
     gathered updates) match the reference, and the elements received (reduce-scatter and two
     gathers per BATCH split) equal the model's (docs/costmodel.md section 6.1)."""
     @seed(41 + devices)
-    @settings(max_examples=4, deadline=None, derandomize=True,
+    @settings(max_examples=4,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
@@ -324,7 +324,7 @@ def test_sharded_and_micro_batched_counts_equal_the_model_where_shards_are_whole
     the model's exactly: a reduce-scatter per micro-batch at stages 2-3, two gathers per
     micro-batch at stage 3, one exchange per step below (docs/costmodel.md sections 6.1, 6.4)."""
     @seed(43 + devices + 10 * zero + micro)
-    @settings(max_examples=3, deadline=None, derandomize=True,
+    @settings(max_examples=3,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):
@@ -348,7 +348,7 @@ def test_micro_batches_run_and_count_as_priced(clusters, family, devices):
     ZeRO-2/3 reduce-scattered after every micro-batch, ZeRO-3 gathering the weights in each);
     two steps match the reference and every element received equals the model's."""
     @seed({"dags": 61, "llama": 71}[family] + devices)
-    @settings(max_examples=4, deadline=None, derandomize=True,
+    @settings(max_examples=4,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(data=st.data())
     def prop(data):

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import parplan.pipeline.planner as planner_module
@@ -349,7 +349,7 @@ def _check_certificates(res):
     assert math.isclose(flat, res.seconds_per_minibatch, rel_tol=REL)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400)
 @given(instances(multi_level=False))
 def test_dp_equals_exhaustive_on_random_chains(instance):
     profile, machine, options = instance
@@ -366,7 +366,7 @@ def test_dp_equals_exhaustive_on_random_chains(instance):
         assert dp.seconds_per_minibatch <= dp.data_parallel_seconds * (1 + REL)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200)
 @given(instances(multi_level=True))
 def test_dp_equals_exhaustive_on_two_level_machines(instance):
     profile, machine, options = instance

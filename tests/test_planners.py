@@ -147,7 +147,7 @@ def small_dags(draw):
     return Graph("rand", Shape(8, 6, 6), tuple(layers))
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@settings(max_examples=150)
 @given(small_dags(), st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]), st.sampled_from([1e8, 1e10, 1e12]),
        st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.TIME, ShareMode.HALF),
                         (Objective.COMMUNICATION, ShareMode.PROPORTIONAL)]))

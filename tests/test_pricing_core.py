@@ -26,7 +26,7 @@ from test_costmodel import plan_cases
 
 
 def fast(n):
-    return settings(max_examples=n, deadline=None, derandomize=True,
+    return settings(max_examples=n,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -27,7 +27,7 @@ def _sets(*rects):
     return [[r] if r[1] > r[0] and r[3] > r[2] else [] for r in rects]
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=150)
 @given(st.lists(rect(), min_size=1, max_size=4), rect())
 def test_union_area(rects, within):
     want = area_where(lambda m: any(m[:-1]) and m[-1], *_sets(*rects, within))
@@ -46,7 +46,7 @@ def split_case(draw):
     return g, h, m, p, q
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=150)
 @given(split_case())
 def test_transfer_formulas(case):
     g, h, m, p, q = case
