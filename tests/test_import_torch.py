@@ -445,3 +445,19 @@ def test_captured_programs_are_used_as_they_are():
         big = nn.Sequential(nn.Linear(8192, 28672), nn.SiLU(), nn.Linear(28672, 8192))
     g = from_torch(big, (2048, 8192), name="mlp")
     assert g.parameter_count() == torch_params(big) == 2 * 8192 * 28672 + 28672 + 8192
+
+
+def test_errors_show_shapes_with_the_users_batch_not_the_example_one():
+    """Shapes in an import error read 'batch' where the importer's example batch (97) stands."""
+
+    class Slicer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.fc(x)[:, 1:3]
+
+    with pytest.raises(GraphError) as info:
+        from_torch(Slicer(), (4, 8))
+    assert "(batch, 4, 8)" in str(info.value) and "97" not in str(info.value)

@@ -62,6 +62,17 @@ except ModuleNotFoundError:  # pragma: no cover - exercised only without torch
 #: move it, a reshape may merge it with heads or positions); tensors are fake, so it costs nothing.
 BATCH = 97
 
+
+def _user_shape(shape) -> str:
+    """A tensor's shape as the user knows it: the example batch (:data:`BATCH`, or ``k`` times it
+    where batch and sequence were merged) written as ``batch``."""
+    dims = [int(d) for d in shape]
+    if dims and dims[0] % BATCH == 0:
+        k = dims[0] // BATCH
+        head = "batch" if k == 1 else f"{k} x batch"
+        return "(" + ", ".join([head, *map(str, dims[1:])]) + ")"
+    return str(tuple(dims))
+
 #: Operators that only reinterpret a tensor (pass-through in the IR, a learned tensor stays one).
 VIEWS = frozenset({
     "aten.view", "aten.reshape", "aten._unsafe_view", "aten.permute", "aten.transpose", "aten.t",
@@ -648,7 +659,7 @@ class _Converter:
         weight = args[2] if len(args) > 2 else None
         bias = args[3] if len(args) > 3 else None
         if len(shape) != 1:
-            raise Unsupported(f"layer norm over {tuple(shape)} (only over the last dim)")
+            raise Unsupported(f"layer norm over {_user_shape(shape)} (only over the last dim)")
         if (weight is None) != (bias is None):
             raise Unsupported("layer norm with a weight but no bias (the IR counts both)")
         return self.b.norm(self._label(node, own=True), args[0], "layer", int(shape[0]), weight is not None,
@@ -658,7 +669,7 @@ class _Converter:
         shape = args[1]
         weight = args[2] if len(args) > 2 else None
         if len(shape) != 1:
-            raise Unsupported(f"RMS norm over {tuple(shape)} (only over the last dim)")
+            raise Unsupported(f"RMS norm over {_user_shape(shape)} (only over the last dim)")
         return self.b.norm(self._label(node, own=True), args[0], "rms", int(shape[0]), weight is not None,
                            key=weight.key if isinstance(weight, Param) else None)
 
@@ -741,7 +752,7 @@ class _Converter:
             return self.b.half(x)  # parts of the head dim: RoPE's halves, or the rotated part of partial rotary
         if 0 < dim < len(shape) - 1 and step == 2 and start in (0, 1) and size % 2 == 0 and len(shape) == 4:
             return self.b.stride2(x)  # every other row / column of a channels-last image
-        raise Unsupported(f"slicing [{start}:{end}:{step}] of dim {dim} of a {tuple(shape)} tensor (drops elements)")
+        raise Unsupported(f"slicing [{start}:{end}:{step}] of dim {dim} of a {_user_shape(shape)} tensor (drops elements)")
 
     def _split(self, node, args, kwargs) -> Value:
         vals = node.meta.get("val")
