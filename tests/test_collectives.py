@@ -83,7 +83,7 @@ def test_parse_topology_and_errors():
         parse_topology("ring")
     with pytest.raises(ConfigError, match="topology 'hypercube': not one of ring, mesh, torus, fattree"):
         parse_topology("hypercube")
-    with pytest.raises(ConfigError, match=r"dims '4by4': expected ROWSxCOLS, as in '4x4'"):
+    with pytest.raises(ConfigError, match=r"dims '4by4': expected ROWSxCOLS or XxYxZ, as in '4x4'"):
         parse_topology("mesh", dims="4by4")
     with pytest.raises(ConfigError, match=r"topology 'ring8': ports must be an integer from 1 to 4 \(got 5\)"):
         ring(8, ports=5)
@@ -414,3 +414,22 @@ def test_ring_closed_form_is_the_ring_schedule(n):
     simulated = allreduce_seconds("ring", t, 64e6)
     assert math.isclose(ring_allreduce_seconds(n, 64e6, 2e9, 3e-6), simulated, rel_tol=1e-12)
     assert math.isclose(sync_seconds(64e6, n, Level(1, n, 2e9, 3e-6)), simulated, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["torus", "mesh"])
+def test_3d_grids_build_and_every_algorithm_runs_validly(kind):
+    """3-D tori (TPU pods) and meshes: the right links, and every all-reduce valid on them."""
+    from parplan.collectives.allreduce import Algorithm, best_schedule, validate_schedule
+
+    t = parse_topology(kind, dims="4x3x2")
+    assert t.size == 24 and t.name == f"{kind}4x3x2"
+    # links per host: two along each axis longer than 2 (every host on a torus, inner ones on a
+    # mesh), one along the axis of 2; a mesh's corner has one per axis
+    degree = {h: len(t.neighbors(h)) for h in t.hosts}
+    assert max(degree.values()) == 2 + 2 + 1 and t.ports == 4
+    assert (min(degree.values()) == 5) == (kind == "torus")
+    if kind == "mesh":
+        assert degree[0] == 3
+    for alg in Algorithm:
+        sched, seconds = best_schedule(alg, t, 2**20)
+        assert validate_schedule(sched).ok and seconds > 0

@@ -36,6 +36,7 @@ __all__ = [
     "ring",
     "mesh2d",
     "torus2d",
+    "grid3d",
     "fat_tree",
     "from_edge_list",
     "parse_dims",
@@ -225,6 +226,44 @@ def torus2d(rows: int, cols: int, bytes_per_s: float = DEFAULT_BYTES_PER_S, late
     return _grid("torus", rows, cols, bytes_per_s, latency_s, ports)
 
 
+def grid3d(kind: str, dims: tuple[int, int, int], bytes_per_s: float = DEFAULT_BYTES_PER_S,
+           latency_s: float = DEFAULT_LATENCY_S, ports: int | None = None) -> Topology:
+    """A 3-D mesh or torus (``kind`` "mesh" or "torus"; TPU pods are 3-D tori): host
+    ``(x * Y + y) * Z + z``, links along each axis (wrap-around on a torus); ports default to 4,
+    the most a host drives at once in these schedules (a host has up to 6 links). Routes are
+    shortest paths, and the all-reduce algorithms take their generic
+    forms (a greedy ring order, trees over the graph); the 2-D constructions (snake ring order,
+    dimension-order routes) are for 2-D grids.
+
+    Example:
+        >>> t = grid3d("torus", (4, 4, 4))
+        >>> t.size, t.ports, len(t.neighbors(0)), t.name
+        (64, 4, 6, 'torus4x4x4')
+    """
+    a, b, c = dims
+    for what, n in (("x", a), ("y", b), ("z", c)):
+        _check_count(f"{kind}: {what}", n, 1)
+    _check_count(f"{kind}: x x y x z", a * b * c, 2)
+    _check_link(bytes_per_s, latency_s)
+    wrap = kind == "torus"
+    g = nx.DiGraph()
+    g.add_nodes_from(range(a * b * c))
+    sizes = (a, b, c)
+    for x in range(a):
+        for y in range(b):
+            for z in range(c):
+                here = (x, y, z)
+                u = (x * b + y) * c + z
+                for axis in range(3):
+                    n = sizes[axis]
+                    if here[axis] + 1 < n or (wrap and n > 2):
+                        there = list(here)
+                        there[axis] = (here[axis] + 1) % n
+                        _add_link(g, u, (there[0] * b + there[1]) * c + there[2], bytes_per_s, latency_s)
+    degree = max(d for _, d in g.out_degree())
+    return Topology(f"{kind}{a}x{b}x{c}", f"{kind}3d", g, tuple(range(a * b * c)), _default_ports(ports, degree))
+
+
 def _dimension_order(src: int, dst: int, dims: tuple[int, int], wrap: bool) -> list[int]:
     rows, cols = dims
     r, c = divmod(src, cols)
@@ -290,12 +329,13 @@ def _fat_tree_path(t: Topology, src: int, dst: int) -> list:
     return [src, a, f"spine{dst % spines}", b, dst]
 
 
-def parse_dims(text: str) -> tuple[int, int]:
-    """``"4x4"`` -> (4, 4). Raises ConfigError naming the expected form."""
-    m = re.fullmatch(r"\s*(\d+)\s*[xX*,]\s*(\d+)\s*", str(text))
+def parse_dims(text: str) -> tuple[int, ...]:
+    """``"4x4"`` -> (4, 4); ``"4x4x4"`` -> (4, 4, 4) (a 3-D grid). Raises ConfigError naming the
+    expected form."""
+    m = re.fullmatch(r"\s*(\d+)\s*[xX*,]\s*(\d+)\s*(?:[xX*,]\s*(\d+)\s*)?", str(text))
     if not m:
-        raise ConfigError(f"dims '{text}': expected ROWSxCOLS, as in '4x4'")
-    return int(m.group(1)), int(m.group(2))
+        raise ConfigError(f"dims '{text}': expected ROWSxCOLS or XxYxZ, as in '4x4' or '4x4x4'")
+    return tuple(int(g) for g in m.groups() if g is not None)
 
 
 def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DEFAULT_LATENCY_S,
@@ -407,6 +447,10 @@ def parse_topology(
     if dims is None and nodes is not None and math.isqrt(nodes) ** 2 == nodes:
         dims = (math.isqrt(nodes), math.isqrt(nodes))
     if dims is None:
-        raise ConfigError(f"topology '{kind}' needs dimensions: --dims RxC (or '{kind}:RxC'), as in 4x4")
-    rows, cols = parse_dims(dims) if isinstance(dims, str) else dims
+        raise ConfigError(f"topology '{kind}' needs dimensions: --dims RxC (or '{kind}:RxC'), as in 4x4, or XxYxZ "
+                          "for a 3-D grid")
+    dims = parse_dims(dims) if isinstance(dims, str) else tuple(dims)
+    if len(dims) == 3:
+        return grid3d(kind, dims, bytes_per_s, latency_s, ports)
+    rows, cols = dims
     return (mesh2d if kind == "mesh" else torus2d)(rows, cols, bytes_per_s, latency_s, ports)
