@@ -62,6 +62,7 @@ def test_plot_writes_a_png(tmp_path, gpt_report):
     assert data.startswith(PNG) and len(data) > 20_000
 
 
+@pytest.mark.slow  # a 50-layer plot; test_plot_writes_a_png draws one in the default run
 def test_plot_resnet50(tmp_path):
     r = report_for(zoo.resnet50(), "tpu-v2:2,tpu-v3:2", batch=256)
     path = plot_plan(r, tmp_path / "r50.png", title="ResNet-50")

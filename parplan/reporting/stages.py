@@ -5,10 +5,10 @@ Example:
     >>> from parplan.costmodel.hardware import parse_array
     >>> from parplan.costmodel.problem import Problem
     >>> from parplan.pipeline.partitioned import plan_partitioned
-    >>> r = plan_partitioned(Problem(get_model("gpt2"), parse_array("h100:4"), batch=8), limit_bytes=0.8 * 2**30,
+    >>> r = plan_partitioned(Problem(get_model("gpt2"), parse_array("h100:4"), batch=8), ignore_memory=True,
     ...                      micro_batches=(8,), zero=(1,), recompute=(False,))
     >>> print(result_text(r).splitlines()[0])
-    gpt2 on h100:4, batch 8: 4 stages, 1f1b, m=8, zero-1
+    gpt2 on h100:4, batch 8: 2 stages, 1f1b, m=8, zero-1
 """
 
 from __future__ import annotations
