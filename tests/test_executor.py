@@ -381,6 +381,21 @@ def test_zero_3_and_zero_2_micro_batches_on_tables_are_refused_clearly():
         check_runnable(Problem(g, parse_array("cpu:2"), batch=4, zero_stage=2, micro_batches=2))
 
 
+def test_a_diverged_training_is_named_by_its_first_non_finite_step():
+    import math
+
+    import pandas as pd
+
+    from parplan.executor.launch import ExecutionReport
+
+    def report(reference):
+        return ExecutionReport(tuple(reference), tuple(reference), 0.0, pd.DataFrame(), pd.DataFrame(), {}, (), 2.0)
+
+    assert report([3.0, 1e300, math.inf, math.nan]).diverged_at == 3
+    assert report([3.0, 2.0]).diverged_at is None
+
+
+@pytest.mark.slow  # two processes; the property itself is checked just above
 def test_cli_reports_a_diverged_training_as_such(capsys):
     """A learning rate too large makes the single process's loss infinite too: the run says the
     training diverged (exit 1) instead of reporting a numerics mismatch; the default rate scales

@@ -40,7 +40,7 @@ CASES = (
     ("llama3-70b", "a100:8,h100:8", 32, None),
     ("llama3-70b", "h100:64", 64, None),
 )
-QUICK = (("gpt2", "h100:4", 8, 0.8),)
+QUICK = (("gpt2", "h100:2", 8, 1.5),)
 
 
 def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tree_file: str | None = None) -> dict:
