@@ -241,6 +241,7 @@ def test_dp_vs_exact_quick(tmp_path):
     assert (table.root_bound <= table.exact_step_s * (1 + 1e-9)).all()
 
 
+@pytest.mark.slow  # times planners on growing chains (3 s)
 def test_scaling_quick(tmp_path):
     table = scaling.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "scaling")

@@ -164,6 +164,7 @@ def test_joint_solve_through_solve_exact():
     assert joint.objective <= level.objective * (1 + 1e-9)
 
 
+@pytest.mark.slow  # it waits for a solver's time limit
 def test_time_limit_on_a_hard_planning_instance_is_not_optimal():
     p = problem("resnet18")
     r = solve_exact(p, "scip", PlanOptions(share_grid=8), time_limit_s=1.0)
