@@ -65,8 +65,9 @@ MAX_TAUS = 20000
 #: Skip settings whose memory-free optimum cannot beat the best estimate (tests turn it off to
 #: check that it loses nothing).
 PRUNE = True
-#: Groups of more devices than this take the ``accpar-topdown`` recursion as their template
-#: (the portfolio's look-ahead criteria on a whole model cost minutes there).
+#: Stages on groups of more devices than this are planned by the ``accpar-topdown`` recursion
+#: instead of the ``accpar`` portfolio, and the one-stage candidate is the root's templates
+#: instead of :func:`fit_plan`'s plan (the portfolio's look-ahead costs minutes there).
 PORTFOLIO_MAX_DEVICES = 8
 
 
