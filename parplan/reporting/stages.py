@@ -91,4 +91,8 @@ def result_text(result: PartitionedResult) -> str:
         lines.append(f"  {label:<48} {format_time(t) if t != float('inf') else '-':>12}  "
                      f"{format_bytes(peak) if peak != float('inf') else '-':>10}  {'fits' if fits else 'over memory'}")
     lines += [f"note: {n}" for n in result.notes]
+    lines.append("proven: each candidate's stage split is the optimum of the stage space (groups of one depth of "
+                 "the array's tree, cuts at single-tensor points) for the whole-model templates' prices; the times "
+                 "above are the evaluator's price of each plan, every device's memory re-checked "
+                 "(docs/pipeline.md)")
     return "\n".join(lines)
