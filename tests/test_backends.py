@@ -287,3 +287,28 @@ def test_a_solver_child_past_its_time_limit_is_a_time_limit_not_an_error(monkeyp
     no_words = raw.__class__(Termination.ERROR, False, None, None, None, "CP-SAT", "9", 0.5, "UNKNOWN")
     assert "UNKNOWN" in _default_message(Status.ERROR, no_words, SolveOptions())
     assert "before finding a plan" in _default_message(Status.TIME_LIMIT, no_words, SolveOptions(time_limit_s=3))
+
+
+def test_a_killed_or_failed_solver_child_says_why_and_exits_3(monkeypatch, capsys):
+    """A solver child killed by the system (SIGKILL: most often out of memory) or failing is
+    named as such, not by the last line of its banner, and the CLI exits 3 (not the code of a
+    user's mistake)."""
+    import signal
+
+    from parplan.cli import main
+    from parplan.errors import SolverError
+    from parplan.solvers.backends.base import child_failure
+
+    banner = "Running HiGHS 1.11\nIncludes third-party software components, see THIRD_PARTY_NOTICES.md"
+    killed = child_failure("parplan.solvers.backends.highs", -signal.SIGKILL, banner)
+    assert "killed by SIGKILL" in killed and "memory" in killed and "THIRD_PARTY" not in killed
+    failed = child_failure("parplan.solvers.backends.highs", 1, banner + "\nTraceback...\nMemoryError: out")
+    assert failed.endswith("MemoryError: out") and "exit status 1" in failed
+
+    def boom(*args, **kwargs):
+        raise SolverError(killed)
+
+    monkeypatch.setattr("parplan.solvers.exact.solve_exact", boom)
+    code = main(["solve", "--model", "lenet", "--array", "h100:2", "--backend", "highs"])
+    err = capsys.readouterr().err
+    assert code == 3 and "parplan: solver failure:" in err and "SIGKILL" in err

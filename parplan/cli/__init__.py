@@ -19,7 +19,7 @@ from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
 from parplan.cli.plans import add_plan_parsers
 from parplan.cli.run import add_run_parser
 from parplan.cli.sweep import add_sweep_parser
-from parplan.errors import ParplanError
+from parplan.errors import ParplanError, SolverError
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except SolverError as exc:  # not the input's fault: a solver crashed, was killed or is missing
+        print(f"parplan: solver failure: {exc}", file=sys.stderr)
+        return 3
     except ParplanError as exc:
         print(f"parplan: error: {exc}", file=sys.stderr)
         return 2

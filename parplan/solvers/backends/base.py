@@ -128,9 +128,27 @@ def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
                          "stopped", f"the solver process had not answered {timeout:.0f} s after the solve began "
                          f"(time limit {options.time_limit_s:g} s); stopped without a plan")
     if proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise SolverError(f"solver process {module} failed: {err[-1] if err else proc.returncode}")
+        raise SolverError(child_failure(module, proc.returncode, proc.stderr.decode(errors="replace")))
     return pickle.loads(proc.stdout)
+
+
+def child_failure(module: str, returncode: int, stderr: str) -> str:
+    """One line on why a solver child process ended without an answer: the signal that killed
+    it (SIGKILL is most often the system out of memory), or the last line of its traceback."""
+    import signal
+
+    name = module.rsplit(".", 1)[-1]
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode).name
+        except ValueError:
+            sig = f"signal {-returncode}"
+        why = (" (most often the system running out of memory: this problem's MIP is too large for this machine; "
+               "a coarser --share-grid or the DP planners need far less)" if sig == "SIGKILL" else "")
+        return f"the {name} solver process was killed by {sig}{why}"
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return f"the {name} solver process failed (exit status {returncode}): {(errors or lines or ['no message'])[-1]}"
 
 
 def child_main(solve_here: Callable) -> None:
