@@ -310,18 +310,17 @@ def test_cli_pipeline_bad_options(capsys, extra, message):
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_pruned_settings_lose_nothing(monkeypatch):
+def test_pruned_settings_lose_nothing():
     """A setting is skipped only when a bound says it cannot beat the best estimate: the best
     estimate is the same with and without the pruning; and on the real stage prices of a small
     problem the DP equals enumeration."""
     import parplan.pipeline.partitioned as joint
 
     p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8)
-    settings = dict(micro_batches=(4, 8), zero=(1, 3), recompute=(False, True))
-    monkeypatch.setattr(joint, "_one_stage", lambda *args: [])  # the one-stage plan is not the DP's: not needed here
+    # the one-stage plan is not the DP's: not needed here
+    settings = dict(micro_batches=(4, 8), zero=(1, 3), recompute=(False, True), one_stage=False)
     pruned = plan_partitioned(p, limit_bytes=0.8 * 2**30, **settings)
-    monkeypatch.setattr(joint, "PRUNE", False)
-    full = plan_partitioned(p, limit_bytes=0.8 * 2**30, **settings)
+    full = plan_partitioned(p, limit_bytes=0.8 * 2**30, prune=False, **settings)
     assert len(full.candidates) >= len(pruned.candidates)
     assert min(c.estimate_s for c in pruned.candidates) == min(c.estimate_s for c in full.candidates)
     best = min(full.candidates, key=lambda c: c.estimate_s)

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -62,9 +62,6 @@ from parplan.solvers.planners import make_plan
 EXACT_CANDIDATES = 4
 #: Most values of the bound ``tau`` tried per DP (a note says so when it is reached).
 MAX_TAUS = 20000
-#: Skip settings whose memory-free optimum cannot beat the best estimate (tests turn it off to
-#: check that it loses nothing).
-PRUNE = True
 #: Stages on groups of more devices than this are planned by the ``accpar-topdown`` recursion
 #: instead of the ``accpar`` portfolio, and the one-stage candidate is the root's templates
 #: instead of :func:`fit_plan`'s plan (the portfolio's look-ahead costs minutes there).
@@ -111,7 +108,6 @@ class PartitionedResult:
     candidates: tuple[Candidate, ...]
     priced: tuple[tuple[str, float, float, bool], ...]
     notes: tuple[str, ...] = ()
-    info: dict = field(default_factory=dict)
 
 
 def boundaries(problem: Problem) -> tuple[int, ...]:
@@ -326,10 +322,13 @@ def brute_force(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) ->
 def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = "1f1b",
                      micro_batches="auto", zero="auto", recompute="auto", max_stages: int | None = None,
                      limit_bytes: float | None = None, ignore_memory: bool = False,
-                     progress: Callable[[str], None] | None = None) -> PartitionedResult:
+                     progress: Callable[[str], None] | None = None, prune: bool = True,
+                     one_stage: bool = True) -> PartitionedResult:
     """The fastest pipeline x partition x data plan of ``problem`` that parplan finds (module
     docstring); ``limit_bytes`` per device (None: each device's own), ``ignore_memory``: none.
-    Raises :class:`InfeasibleError` when no candidate fits."""
+    ``prune``: skip a setting whose memory-free optimum cannot beat the best estimate (False:
+    search every setting; the best estimate is the same); ``one_stage``: also price the
+    one-stage (partition-only) plan. Raises :class:`InfeasibleError` when no candidate fits."""
     if not isinstance(problem, Problem):
         raise ConfigError(f"plan_partitioned: problem must be a Problem (got {type(problem).__name__})")
     if schedule not in SCHEDULES:
@@ -368,7 +367,7 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
                                            if 0 < i < units else math.inf for i, e in enumerate(cut_elements)]))
             floor = None  # the cheapest setting's optimum with memory ignored bounds every setting at m
             for setting in sorted(at_m, key=_setting_cost):
-                if PRUNE and floor is not None and floor >= best:
+                if prune and floor is not None and floor >= best:
                     skipped += 1
                     continue
                 for data_only in (False, True):
@@ -382,7 +381,7 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
     if skipped:
         say(f"pipeline: {skipped} of {searched} settings skipped (their least step exceeds the best found)")
     one = _one_stage(problem, planner, prices, settings_of(problem, 1, micro_batches, zero, recompute),
-                     limit_bytes, ignore_memory, say)
+                     limit_bytes, ignore_memory, say) if one_stage else []
     return _price(problem, planner, schedule, bounds, prices, candidates, one, notes, say, searched)
 
 
