@@ -173,6 +173,8 @@ def test_gpipe_holds_every_micro_batch():
         for path, need in evaluate(sub, stage.plan).device_memory_bytes.items():
             assert ev.device_memory_bytes[stage.group + path] == pytest.approx(need, rel=1e-12)
     assert in_flight("1f1b", 0, 2, 4) == 2 and in_flight("1f1b", 1, 2, 4) == 1 and in_flight("1f1b", 0, 8, 4) == 4
+    with pytest.raises(ConfigError, match="schedule must be one of 1f1b, gpipe"):
+        in_flight("zigzag", 0, 2, 4)  # an unknown schedule is an error, never a fall-through
 
 
 @fast(200)

@@ -44,9 +44,13 @@ from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
 
-#: Synchronous pipeline schedules (section 11): both flush once per step; they differ in the
-#: micro-batches whose activations a stage holds.
-SCHEDULES = ("1f1b", "gpipe")
+#: Synchronous pipeline schedules (section 11) -> the micro-batches whose activations stage
+#: ``s`` (0 first) of ``p`` holds at its peak with ``m`` micro-batches. Both flush once per step:
+#: 1F1B starts a micro-batch's backward once the last stage has it; GPipe runs every forward first.
+SCHEDULES = {
+    "1f1b": lambda s, p, m: min(m, p - s),
+    "gpipe": lambda s, p, m: m,
+}
 
 
 def cut_points(graph: Graph) -> tuple[int, ...]:
@@ -159,12 +163,12 @@ def stage_problem(problem: Problem, first: int, last: int, group: str) -> Proble
 
 
 def in_flight(schedule: str, stage: int, stages: int, micro_batches: int) -> int:
-    """Micro-batches whose activations stage ``stage`` (0 first) of ``stages`` holds at its peak:
-    1F1B starts the backward of a micro-batch once the last stage has it (``stages - stage``),
-    GPipe runs every forward first (``micro_batches``); never more than ``micro_batches``."""
-    if schedule == "gpipe":
-        return micro_batches
-    return min(micro_batches, stages - stage)
+    """Micro-batches whose activations stage ``stage`` (0 first) of ``stages`` holds at its peak
+    under ``schedule`` (:data:`SCHEDULES`): ``stages - stage`` under 1F1B, every micro-batch under
+    GPipe; never more than ``micro_batches``."""
+    if schedule not in SCHEDULES:
+        raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
+    return SCHEDULES[schedule](stage, stages, micro_batches)
 
 
 def stage_link(array: ArrayNode, a: str, b: str) -> tuple[float, float, float]:
