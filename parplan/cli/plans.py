@@ -353,7 +353,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
     caps = {path: (problem.array.at(path).device.memory_bytes if limit in (None, "device") else limit)
             for path in ev.device_memory_bytes}
     over = sorted((need / caps[path], path) for path, need in ev.device_memory_bytes.items() if need > caps[path])
-    record = {**pipeline_dict(problem, plan, ev), "config": config.label(), "fits": not over,
+    record = {**pipeline_dict(problem, plan, ev), "config": plan.info["config"], "fits": not over,
               "inputs": run_inputs(args)}
     if args.gap:
         from parplan.costmodel.evaluate import evaluate
@@ -382,7 +382,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
                 frame[key] = record[key]
         print(frame.to_csv(index=False), end="")
     else:
-        print(f"configuration: {config.label()} ({config.source})")
+        print(f"configuration: {plan.info['config']} ({config.source})")
         print(pipeline_text(problem, plan, ev))
         if "best_step_time_s" in record:
             print(f"best plan found      {format_time(record['best_step_time_s'])} ({record['best_stages']} stage"
