@@ -6,7 +6,6 @@ instances; tests/reference_model.py is the independent model written from the do
 
 from __future__ import annotations
 
-from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
@@ -17,7 +16,8 @@ from parplan.costmodel.dims import FORWARD_FLOPS, Device, ElementOp, LayerDims, 
 from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
-from parplan.solvers.bound import _min_max  # the product's bisection helper (no cost formula in it)
+# the product's bisection helper and memo-key helpers (no cost formula in them)
+from parplan.solvers.bound import _SCALED, _min_max, _unnamed
 from parplan.costmodel.regions import ROOT, Rect, Region, local_frame
 
 _SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
@@ -379,18 +379,6 @@ def build_table(dims, covered, choices, shares, side, in_reduction_elements=None
 
 
 # ---- the per-node bound recursion (formerly parplan/solvers/bound.py's _Bound) ----------
-
-#: The sizes of LayerDims a split scales (a bound's memo keys hold them).
-_SCALED = frozenset(("batch", "in_features", "out_features"))
-
-
-def _unnamed(value):
-    """A LayerDims field without the names of its element-wise ops (they name the graph layers
-    they come from; the costs do not read them)."""
-    if isinstance(value, tuple) and value and isinstance(value[0], ElementOp):
-        return tuple(replace(op, name="") for op in value)
-    return value
-
 
 class OracleBound:
     """Memoised ``LB_g(d)`` for one node's choices over the array's groups."""
