@@ -429,6 +429,17 @@ def fit_exponent(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 # --------------------------------------------------------------------------- outputs
 
 
+def two_nodes_file(stem: str, gb_per_s: float, latency_us: float) -> str:
+    """A scratch tree file (not a result) of two nodes of 8 H100s joined by one link of
+    ``gb_per_s`` and ``latency_us`` (docs/formats.md); its path."""
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"parplan-{stem}.toml"
+    path.write_text(f"gb_per_s = {gb_per_s:g}\nlatency_us = {latency_us:g}\n\n[left]\ndevices = \"h100:8\"\n\n"
+                    "[right]\ndevices = \"h100:8\"\n", encoding="utf-8")
+    return str(path)
+
+
 def out_dir_path(out_dir: str | Path) -> Path:
     """``out_dir`` as a Path, created if missing."""
     out = Path(out_dir)
@@ -624,7 +635,7 @@ __all__ = [
     "exact_top_down", "executor_from_args", "fit_exponent", "fmt", "geomean", "grouped_bars", "loglog_lines",
     "model_traits", "plan_stats",
     "make_array", "BENCH_FABRIC", "md_table", "out_dir_path", "root_bound", "run_tasks", "scale_links",
-    "solve_options", "with_progress_header", "write_outputs",
+    "solve_options", "two_nodes_file", "with_progress_header", "write_outputs",
 ]
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,13 +24,11 @@ import pandas as pd
 
 from parplan.bench.common import (
     ExecutorSpec, Task, grouped_bars, md_table, out_dir_path, run_tasks, standalone_main, with_progress_header,
-    write_outputs,
+    two_nodes_file, write_outputs,
 )
 
 NAME = "memory"
 GIB = 2**30
-#: Two nodes of 8 H100s joined by 50 GB/s (the README's and examples/two_h100_nodes.toml's array).
-TWO_NODES = "gb_per_s = 50\nlatency_us = 5\n\n[left]\ndevices = \"h100:8\"\n\n[right]\ndevices = \"h100:8\"\n"
 #: (model, array, batch, tensor-parallel levels of the Megatron-style plan or None)
 CASES = (
     ("llama3-8b", "h100:8", 16, 2),
@@ -93,11 +90,10 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
     fit_step_s, fit_peak_gib, zero_stage, recompute, micro_batches, how, fit_wall_s (``parplan
     plan``'s default), megatron_step_s, megatron_peak_gib, megatron_fits, megatron_tp."""
     out = out_dir_path(out_dir)
-    tree = Path(tempfile.gettempdir()) / "parplan-two_h100_nodes.toml"  # a scratch file, not a result
-    tree.write_text(TWO_NODES, encoding="utf-8")
+    tree = two_nodes_file("two_h100_nodes", 50, 5)  # the README's and examples/two_h100_nodes.toml's array
     cases = QUICK if quick else CASES
     tasks = [Task(f"{m} on {a}, batch {b}", memory_task,
-                  dict(model=m, array=a, batch=b, tensor_levels=t, tree_file=str(tree) if a == "two-h100-nodes" else None),
+                  dict(model=m, array=a, batch=b, tensor_levels=t, tree_file=tree if a == "two-h100-nodes" else None),
                   cost=4 if "llama" in m or "mistral" in m else 1) for m, a, b, t in cases]
     with_progress_header(NAME, f"{len(tasks)} cases")
     table = pd.DataFrame(run_tasks(NAME, tasks, executor))

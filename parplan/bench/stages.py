@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,13 +24,11 @@ import pandas as pd
 
 from parplan.bench.common import (
     ExecutorSpec, Task, grouped_bars, md_table, out_dir_path, run_tasks, standalone_main, with_progress_header,
-    write_outputs,
+    two_nodes_file, write_outputs,
 )
 
 NAME = "stages"
 GIB = 2**30
-#: Two nodes of 8 H100s joined by one 100 Gb/s NIC each (12.5 GB/s, one port): a commodity cluster.
-SLOW_NODES = "gb_per_s = 12.5\nlatency_us = 10\n\n[left]\ndevices = \"h100:8\"\n\n[right]\ndevices = \"h100:8\"\n"
 #: (model, array, batch, memory limit GiB per device or None for each device's own)
 CASES = (
     ("gpt2-xl", "two-slow-nodes", 64, None),
@@ -97,10 +94,9 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
     evenly), search_cpu_s."""
     out = out_dir_path(out_dir)
     cases = QUICK if quick else CASES
-    tree = Path(tempfile.gettempdir()) / "parplan-two_slow_nodes.toml"  # a scratch file, not a result
-    tree.write_text(SLOW_NODES, encoding="utf-8")
+    tree = two_nodes_file("two_slow_nodes", 12.5, 10)  # one 100 Gb/s link between the nodes: a commodity cluster
     tasks = [Task(f"{m} on {a}, batch {b}", stages_task,
-                  dict(model=m, array=a, batch=b, limit_gib=g, tree_file=str(tree) if a == "two-slow-nodes" else None),
+                  dict(model=m, array=a, batch=b, limit_gib=g, tree_file=tree if a == "two-slow-nodes" else None),
                   cost=8 if "70b" in m else 2 if "llama" in m else 1) for m, a, b, g in cases]
     with_progress_header(NAME, f"{len(tasks)} cases")
     table = pd.DataFrame(run_tasks(NAME, tasks, executor))
