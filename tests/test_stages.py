@@ -333,11 +333,11 @@ def test_pruned_settings_lose_nothing():
     costs = [prices.stage_matrix(g, list(prices.plans(g)), best.setting, in_flight("1f1b", s, len(best.groups), m))[0]
              / m for s, g in enumerate(best.groups)]
     elements = [p.graph.analyze().out_shape[cut_tensor(p.graph, k)].elements for k in bounds[1:-1]]
-    from parplan.costmodel.stages import stage_link, transfer_seconds
+    from parplan.costmodel.stages import cut_seconds
 
     transfers = [np.zeros(units + 1)] + [
-        np.array([math.inf] + [transfer_seconds(e, p.batch / m, p.bytes_per_element, stage_link(p.array, a, b))
-                               for e in elements] + [math.inf]) for a, b in zip(best.groups, best.groups[1:])]
+        np.array([math.inf] + [cut_seconds(p, a, b, e, m) for e in elements] + [math.inf])
+        for a, b in zip(best.groups, best.groups[1:])]
     value, _, _ = _dp(costs, transfers, m)
     assert value == pytest.approx(best.estimate_s, rel=1e-12)
     assert value == pytest.approx(brute_force(costs, transfers, m), rel=1e-12)
@@ -363,3 +363,20 @@ def test_stage_memo_never_changes_a_price():
     assert b.step_time_s == a.step_time_s and dict(b.device_memory_bytes) == dict(a.device_memory_bytes)
     mid = [stage_problem(p, s.first, s.last, s.group).graph for s in stages[1:3]]
     assert structure(mid[0]) == structure(mid[1]) and len(memo) == 3
+
+
+def test_tied_weights_across_stages_pay_one_exchange():
+    """GPT-2's LM head shares the token table: split between two stages, the step adds one
+    message of the table's gradient over the stages' link (section 11), by hand here."""
+    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=16, micro_batches=4)
+    cuts = cut_points(p.graph)
+    n = len(p.graph.analyze().order)
+    stages = [Stage(f, l, g, make_plan(stage_problem(p, f, l, g), "data"))
+              for f, l, g in ((0, cuts[12], "L"), (cuts[12] + 1, n - 1, "R"))]
+    ev = evaluate_pipeline(p, PipelinePlan(tuple(stages)))
+    link = p.array.link  # the root's: between the halves, on min(ports, 2, 2) ports
+    table = 50257 * 768
+    expected = link.latency_s + table * p.bytes_per_element / (link.bytes_per_s * min(link.ports, 2))
+    assert ev.tied_sync_s == pytest.approx(expected, rel=1e-12)
+    one = [Stage(0, n - 1, "", make_plan(p, "data"))]
+    assert evaluate_pipeline(p, PipelinePlan(tuple(one))).tied_sync_s == 0.0

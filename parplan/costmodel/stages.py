@@ -14,7 +14,7 @@ Megatron-LM, torchtitan and GPipe.
 the evaluator's price of its plan on its sub-problem (its ``m`` micro-batches one after the
 other and its gradient exchange, as section 6.4 prices micro-batches); per micro-batch a stage
 takes ``t_s = T_s / m``, and a cut moves the crossing tensor of one micro-batch forward and its
-gradient back (:func:`transfer_seconds`). The step is (section 11)::
+gradient back (:func:`cut_seconds`). The step is (section 11)::
 
     T = sum_s t_s + sum_c x_c + (m - 1) * max(max_s t_s, max_c x_c)
 
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from parplan.costmodel.cost import SideSpec, receive_seconds
 from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.graph import INPUT, Graph, TiedGraph
 from parplan.costmodel.hardware import ArrayNode, signature
@@ -187,13 +188,21 @@ def stage_link(array: ArrayNode, a: str, b: str) -> tuple[float, float, float]:
     return receive_a, receive_b, top.link.latency_s
 
 
-def transfer_seconds(elements_per_sample: float, samples: float, bytes_per_element: float,
-                     link: tuple[float, float, float]) -> float:
-    """One micro-batch across a cut: its activation forward and its gradient back, each a
-    message with the link's latency (section 11)."""
-    receive_a, receive_b, latency = link
-    size = elements_per_sample * samples * bytes_per_element
-    return 2 * latency + size / receive_b + size / receive_a
+def _between(problem: Problem, a: str, b: str) -> SideSpec:
+    """Groups ``a`` and ``b`` as the two sides of section 4's receive time (one message each way)."""
+    receive_a, receive_b, latency = stage_link(problem.array, a, b)
+    return SideSpec(devices=(problem.array.at(a).as_device, problem.array.at(b).as_device),
+                    bytes_per_s=(receive_a, receive_b), latency_s=latency,
+                    bytes_per_element=problem.bytes_per_element)
+
+
+def cut_seconds(problem: Problem, a: str, b: str, elements_per_sample: float, micro_batches: int) -> float:
+    """One micro-batch across the cut from group ``a`` to group ``b``: its activation into ``b``
+    and its gradient back into ``a``, each one message priced by section 4's receive time (the
+    link's latency, the bytes at the receiving group's rate; section 11)."""
+    side = _between(problem, a, b)
+    elements = elements_per_sample * problem.batch / micro_batches
+    return receive_seconds(side, 1, elements) + receive_seconds(side, 0, elements)
 
 
 def pipeline_seconds(stage_seconds: Sequence[float], transfer_s: Sequence[float], micro_batches: int) -> float:
@@ -294,7 +303,6 @@ def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = 
     check_pipeline(problem, plan)
     graph, m, p = problem.graph, problem.micro_batches, len(plan.stages)
     info = graph.analyze()
-    samples = problem.batch / m
     times, evaluations, memory = [], [], {}
     for s, stage in enumerate(plan.stages):
         sub = stage_problem(problem, stage.first, stage.last, stage.group)
@@ -304,11 +312,8 @@ def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = 
         k = in_flight(plan.schedule, s, p, m)
         for path, (state, activations) in ev.node_memory.items():
             memory[stage.group + path] = float(state.sum() + k * activations.sum())
-    transfers = []
-    for a, b in zip(plan.stages, plan.stages[1:]):
-        elements = info.out_shape[cut_tensor(graph, a.last)].elements
-        transfers.append(transfer_seconds(elements, samples, problem.bytes_per_element,
-                                          stage_link(problem.array, a.group, b.group)))
+    transfers = [cut_seconds(problem, a.group, b.group, info.out_shape[cut_tensor(graph, a.last)].elements, m)
+                 for a, b in zip(plan.stages, plan.stages[1:])]
     tied = tied_sync_seconds(problem, plan)
     step = pipeline_seconds(times, transfers, m) + tied
     return PipelineEvaluation(step, tuple(times), tuple(transfers), tied, MappingProxyType(memory),
@@ -333,9 +338,8 @@ def tied_sync_seconds(problem: Problem, plan: PipelinePlan) -> float:
         if a == b:
             continue
         elements = graph._shared(name, owner)  # noqa: SLF001 - the graph's own count of the shared matrix
-        receive_a, receive_b, latency = stage_link(problem.array, plan.stages[a].group, plan.stages[b].group)
-        size = elements * problem.bytes_per_element
-        total += latency + max(size / receive_a, size / receive_b)
+        side = _between(problem, plan.stages[a].group, plan.stages[b].group)
+        total += max(receive_seconds(side, 0, elements), receive_seconds(side, 1, elements))
     return total
 
 

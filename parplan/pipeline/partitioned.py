@@ -52,8 +52,8 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
 from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
-                                      evaluate_pipeline, group_array, in_flight, stage_evaluation, stage_link,
-                                      stage_problem, structure, transfer_seconds, whole_model_stage)
+                                      cut_seconds, evaluate_pipeline, group_array, in_flight, stage_evaluation,
+                                      stage_problem, structure, whole_model_stage)
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.fit import device_limits, fit_plan
 from parplan.solvers.planners import make_plan
@@ -362,9 +362,8 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
         for m, at_m in by_m.items():
             transfers = [np.zeros(units + 1)]
             for a, b in zip(groups, groups[1:]):
-                link = stage_link(problem.array, a, b)
-                transfers.append(np.array([transfer_seconds(e, problem.batch / m, problem.bytes_per_element, link)
-                                           if 0 < i < units else math.inf for i, e in enumerate(cut_elements)]))
+                transfers.append(np.array([cut_seconds(problem, a, b, e, m) if 0 < i < units else math.inf
+                                           for i, e in enumerate(cut_elements)]))
             floor = None  # the cheapest setting's optimum with memory ignored bounds every setting at m
             for setting in sorted(at_m, key=_setting_cost):
                 if prune and floor is not None and floor >= best:
