@@ -297,6 +297,14 @@ def stage_evaluation(sub: Problem, plan: Plan, memo: dict | None = None) -> Eval
     return memo[key]
 
 
+def held_memory(evaluation: Evaluation, held: int) -> dict[str, float]:
+    """Each device's need (leaf path in the stage's group) when the stage holds ``held``
+    micro-batches in flight: its state plus ``held`` times one micro-batch's activations
+    (section 11; ``evaluation`` from :func:`stage_evaluation`)."""
+    return {path: float(state.sum() + held * activations.sum())
+            for path, (state, activations) in evaluation.node_memory.items()}
+
+
 def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = None) -> PipelineEvaluation:
     """Price ``plan`` on ``problem`` (section 11); each stage by :func:`evaluate` on its
     sub-problem (``memo``: see :func:`stage_evaluation`)."""
@@ -309,9 +317,8 @@ def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = 
         ev = stage_evaluation(sub, stage.plan, memo)
         evaluations.append(ev)
         times.append(ev.step_time_s)
-        k = in_flight(plan.schedule, s, p, m)
-        for path, (state, activations) in ev.node_memory.items():
-            memory[stage.group + path] = float(state.sum() + k * activations.sum())
+        held = held_memory(ev, in_flight(plan.schedule, s, p, m))
+        memory.update((stage.group + path, need) for path, need in held.items())
     transfers = [cut_seconds(problem, a.group, b.group, info.out_shape[cut_tensor(graph, a.last)].elements, m)
                  for a, b in zip(plan.stages, plan.stages[1:])]
     tied = tied_sync_seconds(problem, plan)

@@ -52,7 +52,7 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
 from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
-                                      cut_seconds, evaluate_pipeline, group_array, in_flight, stage_evaluation,
+                                      cut_seconds, evaluate_pipeline, group_array, held_memory, in_flight, stage_evaluation,
                                       stage_problem, structure, whole_model_stage)
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.fit import device_limits, fit_plan
@@ -434,8 +434,8 @@ def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Pl
     best, best_key = None, None
     for plan in options:
         ev = stage_evaluation(sub, plan, evals)
-        over = max((float(s.sum() + held * a.sum()) - limits.get(path + leaf, math.inf)
-                    for leaf, (s, a) in ev.node_memory.items()), default=-1.0)
+        over = max((need - limits.get(path + leaf, math.inf) for leaf, need in held_memory(ev, held).items()),
+                   default=-1.0)
         key = (over > 0, ev.step_time_s)
         if best_key is None or key < best_key:
             best, best_key = plan, key
