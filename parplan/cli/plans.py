@@ -301,7 +301,7 @@ def _pipeline_for(saved, problem, where: str):
 
 def _evaluate_pipeline(args: argparse.Namespace, saved, problem, where: str) -> int:
     from parplan.costmodel.stages import evaluate_pipeline
-    from parplan.reporting.report import format_bytes, format_time
+    from parplan.reporting.report import format_time
     from parplan.reporting.stages import pipeline_dict, pipeline_text
 
     for flag, given in (("--bound", args.bound),):
@@ -324,22 +324,30 @@ def _evaluate_pipeline(args: argparse.Namespace, saved, problem, where: str) -> 
             change = (ev.step_time_s - before) / before if before else 0.0
             print(f"saved step time      {format_time(before)}"
                   + ("  (re-priced: the same)" if abs(change) <= 1e-12 else f"  (re-priced here: {change:+.3%})"))
-    caps = {path: (problem.array.at(path).device.memory_bytes if limit in (None, "device") else limit)
-            for path in ev.device_memory_bytes}
-    over = sorted((need - caps[path], path, need) for path, need in ev.device_memory_bytes.items() if need > caps[path])
-    if over:
-        _, path, need = over[-1]
-        print(f"parplan: warning: {len(over)} of {problem.array.count} devices exceed their memory; worst: device "
-              f"{path} needs {format_bytes(need)} of {format_bytes(caps[path])}", file=sys.stderr)
+    _warn_pipeline_overruns(problem, ev, limit, "")
     return 0
+
+
+def _warn_pipeline_overruns(problem, ev, limit, context: str) -> None:
+    """One warning line when devices of a priced pipeline plan exceed their memory (the worst
+    named; :func:`parplan.costmodel.evaluate.memory_overruns` reads the plan's per-device needs)."""
+    from parplan.costmodel.evaluate import memory_overruns
+    from parplan.reporting.report import format_bytes
+
+    over = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
+    if over:
+        path, kind, need, cap = over[0]
+        print(f"parplan: warning: {len(over)} of {problem.array.count} devices exceed their memory{context}; worst: "
+              f"device {path} ({kind}) needs {format_bytes(need)} of {format_bytes(cap)}", file=sys.stderr)
 
 
 def _evaluate_config(args: argparse.Namespace) -> int:
     """``evaluate --config``: a Megatron-LM / torchtitan configuration priced as a parplan plan,
     with ``--gap`` its distance to the best plan found and (one stage) to the proven bound."""
+    from parplan.costmodel.evaluate import memory_overruns
     from parplan.costmodel.stages import evaluate_pipeline
     from parplan.pipeline.configs import config_plan, read_config
-    from parplan.reporting.report import format_bytes, format_time
+    from parplan.reporting.report import format_time
     from parplan.reporting.stages import pipeline_dict, pipeline_text
 
     if args.model is None or args.array is None:
@@ -350,9 +358,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
     problem, plan = config_plan(_problem_for(args, {}), config)
     ev = evaluate_pipeline(problem, plan)
     limit = memory_limit(args.memory_limit)
-    caps = {path: (problem.array.at(path).device.memory_bytes if limit in (None, "device") else limit)
-            for path in ev.device_memory_bytes}
-    over = sorted((need / caps[path], path) for path, need in ev.device_memory_bytes.items() if need > caps[path])
+    over = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
     record = {**pipeline_dict(problem, plan, ev), "config": plan.info["config"], "fits": not over,
               "inputs": run_inputs(args)}
     if args.gap:
@@ -391,10 +397,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
         if "bound_s" in record:
             print(f"proven bound         {format_time(record['bound_s'])} (every partition plan of this array at "
                   f"the configuration's settings): gap {record['gap_to_bound']:.1%}")
-    if over:
-        frac, path = over[-1]
-        print(f"parplan: warning: {len(over)} of {problem.array.count} devices exceed their memory under this "
-              f"configuration; worst: device {path} needs {frac:.2f}x its {format_bytes(caps[path])}", file=sys.stderr)
+    _warn_pipeline_overruns(problem, ev, limit, " under this configuration")
     return 0
 
 
