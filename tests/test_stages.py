@@ -380,3 +380,18 @@ def test_tied_weights_across_stages_pay_one_exchange():
     assert ev.tied_sync_s == pytest.approx(expected, rel=1e-12)
     one = [Stage(0, n - 1, "", make_plan(p, "data"))]
     assert evaluate_pipeline(p, PipelinePlan(tuple(one))).tied_sync_s == 0.0
+
+
+def test_even_ends_divide_the_layers_as_evenly_as_the_cuts_allow():
+    from parplan.costmodel.stages import even_ends
+
+    g = get_model("llama3-8b")
+    order, cuts = g.analyze().order, cut_points(g)
+    for stages in (1, 2, 4, 8, len(cuts) + 1):
+        ends = even_ends(g, stages)
+        assert len(ends) == stages and ends[-1] == len(order) - 1 and list(ends) == sorted(set(ends))
+        assert all(e in cuts for e in ends[:-1])
+    # four stages of a 32-block model end after blocks 7, 15 and 23 (their second residual add)
+    assert [order[e] for e in even_ends(g, 4)[:-1]] == ["layers.7.add2", "layers.15.add2", "layers.23.add2"]
+    with pytest.raises(ConfigError, match="pieces between its cut points"):
+        even_ends(g, len(cuts) + 2)

@@ -44,7 +44,7 @@ def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tre
     """One case: the joint plan, the one-stage and data-parallel-stage candidates, an even split."""
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
-    from parplan.costmodel.stages import PipelinePlan, Stage, cut_points, evaluate_pipeline, stage_problem
+    from parplan.costmodel.stages import PipelinePlan, Stage, evaluate_pipeline, even_ends, stage_problem
     from parplan.models.zoo import get_model
     from parplan.pipeline.partitioned import plan_partitioned, template_planner
     from parplan.solvers.planners import make_plan
@@ -56,7 +56,6 @@ def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tre
     cpu = time.process_time() - t0
     one = [(t, peak, label) for label, t, peak, fits in r.priced if label.startswith("1 stage") and fits]
     data = [(t, peak, label) for label, t, peak, fits in r.priced if "data parallel inside" in label and fits]
-    order = p.graph.analyze().order
     row = {"model": model, "array": array, "devices": p.array.count, "batch": batch,
            "limit_gib": limit_gib if limit_gib is not None else min(d.memory_bytes for d in p.array.devices()) / GIB,
            "joint_step_s": r.evaluation.step_time_s, "joint_peak_gib": r.evaluation.peak_memory_bytes / GIB,
@@ -70,9 +69,7 @@ def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tre
            "even_step_s": None, "search_cpu_s": cpu}
     if len(r.plan.stages) > 1 and len({p.array.at(s.group).devices()[0].name for s in r.plan.stages}) > 1:
         # the same groups and setting with the layers divided as evenly as the cut points allow
-        cuts = cut_points(p.graph)
-        n = len(r.plan.stages)
-        ends = [min(cuts, key=lambda c: abs(c - (k + 1) * len(order) / n)) for k in range(n - 1)] + [len(order) - 1]
+        ends = even_ends(p.graph, len(r.plan.stages))
         stages, first = [], 0
         q = r.problem
         for s, last in zip(r.plan.stages, ends):

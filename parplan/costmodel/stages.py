@@ -89,6 +89,24 @@ def cut_tensor(graph: Graph, k: int) -> str:
     return crossing[0]
 
 
+def even_ends(graph: Graph, stages: int) -> tuple[int, ...]:
+    """The last positions of ``stages`` stages dividing the layers as evenly as the cut points
+    allow (Megatron-LM divides a transformer's layers evenly), each at the cut nearest its share
+    with a cut left for every stage after it."""
+    order = graph.analyze().order
+    cuts = cut_points(graph)
+    if not 1 <= stages <= len(cuts) + 1:
+        raise ConfigError(f"graph '{graph.name}': {stages} stages, but it has {len(cuts) + 1} pieces between its "
+                          "cut points")
+    ends, lo = [], 0
+    for k in range(1, stages):
+        target = k * len(order) / stages - 1
+        i = min(range(lo, len(cuts) - (stages - 1 - k)), key=lambda j: abs(cuts[j] - target))
+        ends.append(cuts[i])
+        lo = i + 1
+    return (*ends, len(order) - 1)
+
+
 def segment(graph: Graph, first: int, last: int) -> Graph:
     """The layers at positions ``first..last`` of the topological order as a graph of their own:
     the tensor crossing into position ``first`` becomes its input (cached per graph)."""

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
-from parplan.costmodel.stages import SCHEDULES, PipelinePlan, Stage, cut_points, stage_problem
+from parplan.costmodel.stages import SCHEDULES, PipelinePlan, Stage, even_ends, stage_problem
 from parplan.errors import ConfigError
 from parplan.readers import parse_json, parse_toml, read_text
 from parplan.solvers.megatron import megatron_plan
@@ -261,17 +261,7 @@ def config_plan(problem: Problem, config: ParallelConfig) -> tuple[Problem, Pipe
     if any(problem.array.at(g).count != n // pp for g in groups):
         raise ConfigError(f"{config.label()}: the groups of depth {depth} of {problem.array.describe()} are not "
                           f"{pp} equal groups of {n // pp} devices")
-    order = problem.graph.analyze().order
-    cuts = cut_points(problem.graph)
-    if pp > len(cuts) + 1:
-        raise ConfigError(f"{config.label()}: {pp} stages but the model has only {len(cuts) + 1} pieces between its "
-                          "cut points")
-    ends = []
-    for k in range(1, pp):
-        target = k * len(order) / pp - 1
-        choice = min((c for c in cuts if c not in ends and (not ends or c > ends[-1])), key=lambda c: abs(c - target))
-        ends.append(choice)
-    ends.append(len(order) - 1)
+    ends = even_ends(problem.graph, pp)
     stages, first = [], 0
     for path, last in zip(groups, ends):
         sub = stage_problem(p, first, last, path)
