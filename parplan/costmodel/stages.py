@@ -136,6 +136,22 @@ def segment(graph: Graph, first: int, last: int) -> Graph:
     return out
 
 
+def groups_at(array: ArrayNode, depth: int) -> tuple[str, ...]:
+    """Paths of the array's groups at ``depth`` of its tree, left to right (a leaf above that
+    depth stands for itself): the stages' groups of a pipeline of that depth."""
+    out: list[str] = []
+
+    def walk(node: ArrayNode, path: str) -> None:
+        if node.is_leaf or len(path) == depth:
+            out.append(path)
+            return
+        walk(node.left, path + "L")
+        walk(node.right, path + "R")
+
+    walk(array, "")
+    return tuple(out)
+
+
 def group_array(array: ArrayNode, path: str) -> ArrayNode:
     """The sub-array at ``path`` as an array of its own (the root's collective kept)."""
     group = array.at(path)

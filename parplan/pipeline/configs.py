@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
-from parplan.costmodel.stages import SCHEDULES, PipelinePlan, Stage, even_ends, stage_problem
+from parplan.costmodel.stages import SCHEDULES, PipelinePlan, Stage, even_ends, groups_at, stage_problem
 from parplan.errors import ConfigError
 from parplan.readers import parse_json, parse_toml, read_text
 from parplan.solvers.megatron import megatron_plan
@@ -245,19 +245,10 @@ def config_plan(problem: Problem, config: ParallelConfig) -> tuple[Problem, Pipe
                           f"data {dp}")
     p = replace(problem, batch=batch, micro_batches=batch // (mbs * dp), zero_stage=config.zero_stage,
                 recompute=config.recompute)
-    groups = []
-
-    def walk(node, path: str) -> None:
-        if len(path) == depth:
-            groups.append(path)
-        elif node.is_leaf:
-            raise ConfigError(f"{config.label()}: {problem.array.describe()} has no {pp} groups of {n // pp} devices "
-                              "to hold the pipeline's stages")
-        else:
-            walk(node.left, path + "L")
-            walk(node.right, path + "R")
-
-    walk(problem.array, "")
+    groups = groups_at(problem.array, depth)
+    if len(groups) != pp:
+        raise ConfigError(f"{config.label()}: {problem.array.describe()} has no {pp} groups of {n // pp} devices "
+                          "to hold the pipeline's stages")
     if any(problem.array.at(g).count != n // pp for g in groups):
         raise ConfigError(f"{config.label()}: the groups of depth {depth} of {problem.array.describe()} are not "
                           f"{pp} equal groups of {n // pp} devices")

@@ -52,7 +52,7 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
 from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
-                                      cut_seconds, evaluate_pipeline, group_array, held_memory, in_flight, stage_evaluation,
+                                      cut_seconds, evaluate_pipeline, group_array, groups_at, held_memory, in_flight, stage_evaluation,
                                       stage_problem, structure, whole_model_stage)
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.fit import device_limits, fit_plan
@@ -121,16 +121,7 @@ def frontiers(array: ArrayNode, max_stages: int) -> list[tuple[str, ...]]:
     order and reversed (when that differs), up to ``max_stages`` groups."""
     out: list[tuple[str, ...]] = []
     for depth in range(array.depth + 1):
-        groups: list[str] = []
-
-        def walk(node: ArrayNode, path: str) -> None:
-            if node.is_leaf or len(path) == depth:
-                groups.append(path)
-                return
-            walk(node.left, path + "L")
-            walk(node.right, path + "R")
-
-        walk(array, "")
+        groups = list(groups_at(array, depth))
         if len(groups) > max_stages:
             break
         for order in (tuple(groups), tuple(reversed(groups))):
