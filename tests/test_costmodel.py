@@ -140,6 +140,54 @@ def test_evaluator_agrees_with_the_independent_reference(case):
         assert math.isclose(ev.device_memory_bytes[k], m, rel_tol=1e-9, abs_tol=1e-9)
 
 
+@st.composite
+def mirrored_cases(draw):
+    """Plans on a homogeneous array whose halves are split alike: every split's share is 1/2 and
+    the right half's plan copies the left's, so the evaluator prices one half for both."""
+    g = draw(graphs(max_weighted=4, max_joins=2))
+    array = parse_array(draw(st.sampled_from(["h100:4", "h100:8", "a100:4"])), latency_s=draw(
+        st.sampled_from([0.0, 1e-6])))
+    p = Problem(g, array, batch=draw(st.sampled_from([8, 512])), zero_stage=draw(st.sampled_from([0, 1, 3])),
+                micro_batches=draw(st.sampled_from([1, 2])), overlap=draw(st.booleans()))
+    drawn = {}
+    for path, _ in array.inner_nodes():
+        if "R" in path:
+            continue
+        choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in p.planning.nodes)
+        drawn[path] = Split(choices, (0.5,) * len(choices))
+    splits = {path: drawn[path.replace("R", "L")] for path, _ in array.inner_nodes()}
+    return p, Plan(splits)
+
+
+@fast(60)
+@given(mirrored_cases())
+def test_the_evaluator_prices_interchangeable_halves_once(case):
+    import parplan.costmodel.evaluate as ev_module
+
+    p, plan = case
+    seen = []
+    real = ev_module._interchangeable
+
+    def spy(*args):
+        seen.append(real(*args))
+        return seen[-1]
+
+    ev_module._interchangeable = spy
+    try:
+        shared = evaluate(p, plan)
+        ev_module._interchangeable = lambda *args: False
+        full = evaluate(p, plan)
+    finally:
+        ev_module._interchangeable = real
+    if all(c in (PartitionType.BATCH, Layout.ROWS) for c in plan.splits[""].choices):
+        assert seen[-1]  # the root's halves hold translated rows: one is priced for both
+    assert shared.rows == full.rows and shared.step_time_s == full.step_time_s
+    assert dict(shared.device_memory_bytes) == dict(full.device_memory_bytes)
+    step, memory = reference_evaluate(p, plan)
+    assert math.isclose(shared.step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
+    assert memory.keys() == shared.device_memory_bytes.keys()
+
+
 @fast(60)
 @given(plan_cases())
 def test_dp_optimum_is_priced_the_same_by_the_reference(case):

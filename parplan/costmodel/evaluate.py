@@ -31,9 +31,10 @@ import numpy as np
 
 from parplan.costmodel.cost import Objective, covered_below, overlap_time, scale_for_sides
 from parplan.costmodel.dims import LayerDims
-from parplan.costmodel.hardware import ArrayNode
+from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.regions import translates
 from parplan.costmodel.split import PlanOptions, SplitProblem, split_terms
 from parplan.errors import ConfigError
 
@@ -214,10 +215,17 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
     below = covered_below(covered, split, has_collective)
     left, right = sp.child_regions(split, needed)
     cuts = sp.child_cuts(split)
-    t_left = _eval(problem, group.left, path + "L", depth + 1, tuple(p[0] for p in pairs), plan, rows,
+    dims_left, dims_right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+    rows_from, memory_from = len(rows), len(memory)
+    t_left = _eval(problem, group.left, path + "L", depth + 1, dims_left, plan, rows,
                    leaf_compute, memory, below, left, cuts, nodes, needed, detail)
-    t_right = _eval(problem, group.right, path + "R", depth + 1, tuple(p[1] for p in pairs), plan, rows,
-                    leaf_compute, memory, below, right, cuts, nodes, needed, detail)
+    if _interchangeable(problem, group, path, plan, dims_left, dims_right, left, right):
+        # the right half is the left one moved: the same times, rows and memory under its own paths
+        t_right = t_left
+        _copy_half(path, rows, rows_from, memory, memory_from, detail)
+    else:
+        t_right = _eval(problem, group.right, path + "R", depth + 1, dims_right, plan, rows,
+                        leaf_compute, memory, below, right, cuts, nodes, needed, detail)
     out = np.zeros(len(dims))
     for v, node in enumerate(pg.nodes):
         if nodes is not None and v not in nodes:
@@ -231,6 +239,35 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         rows.append((path, depth, node.name, split.choices[v].value, split.shares[v], t_left[v], t_right[v],
                      i1, i2, r1 - i1, r2 - i2, s1, s2, out[v]))
     return out
+
+
+def _interchangeable(problem: Problem, group: ArrayNode, path: str, plan: Plan, dims_left, dims_right,
+                     left, right) -> bool:
+    """Whether a split's two halves price alike: interchangeable groups (equal signatures), the
+    same sizes, regions that translate into each other (docs/costmodel.md section 3: every
+    amount depends only on where the boxes lie relative to one another) and the same plan below
+    each. The planners give such halves one plan (:mod:`parplan.solvers.hierarchy`); pricing
+    one of them for both makes a 512-device plan cost its distinct groups, not its 1,023."""
+    if dims_left != dims_right or signature(group.left) != signature(group.right):
+        return False
+    if problem.compat != "accpar-code" and not translates(problem.planning.succs, left, right):
+        return False
+    n = len(path) + 1
+    splits = plan.splits
+    return all(splits.get(path + "R" + key[n:]) == split for key, split in splits.items()
+               if key.startswith(path + "L"))
+
+
+def _copy_half(path: str, rows: list, rows_from: int, memory: dict, memory_from: int, detail: dict | None) -> None:
+    """Repeat what the left half of ``path``'s split added (``rows[rows_from:]``, the memory
+    entries after the first ``memory_from``) for the right half, under its paths."""
+    n = len(path) + 1
+    right = path + "R"
+    rows.extend((right + r[0][n:], *r[1:]) for r in rows[rows_from:])
+    for key in list(memory)[memory_from:]:
+        memory[right + key[n:]] = memory[key]
+        if detail is not None:
+            detail[right + key[n:]] = detail[key]
 
 
 def price_of(ev: Evaluation, options: PlanOptions) -> float:

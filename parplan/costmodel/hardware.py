@@ -124,6 +124,13 @@ class ArrayNode:
         return self.device is not None
 
     @cached_property
+    def structure(self) -> tuple:
+        """:func:`signature`'s key, built once (a half's key is a part of its parent's)."""
+        if self.is_leaf:
+            return (self.device,)
+        return (self.link, self.left.structure, self.right.structure)
+
+    @cached_property
     def interchangeable_halves(self) -> bool:
         """Whether the two halves are interchangeable: the same devices in the same tree
         (:func:`signature`) and the same link bandwidth each way (False on a leaf)."""
@@ -197,10 +204,8 @@ class ArrayNode:
 
 def signature(group: ArrayNode) -> tuple:
     """Structural key of a sub-array: equal keys mean interchangeable groups (same devices in
-    the same tree, same links)."""
-    if group.is_leaf:
-        return (group.device,)
-    return (group.link, signature(group.left), signature(group.right))
+    the same tree, same links). Computed once per group (``ArrayNode.structure``)."""
+    return group.structure
 
 
 def _check_kind(name: str, entry: Mapping) -> DeviceKind:
