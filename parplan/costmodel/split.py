@@ -200,17 +200,29 @@ def factor_scope(planning: PlanningGraph, u: int) -> tuple[int, ...]:
     return (u,) + tuple(sorted(set(planning.succs[u])))
 
 
-def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions) -> tuple[tuple[int, ...], np.ndarray]:
-    """(scope, table): node ``u``'s objective value for every state of every node in its scope."""
+def check_factor_size(sp: SplitProblem, tables, u: int, options: PlanOptions,
+                      max_cells: float = MAX_FACTOR_CELLS) -> None:
+    """Raise :class:`TableTooLarge` if node ``u``'s factor (:func:`node_factor`) would have
+    more than ``max_cells`` cells (at most :data:`MAX_FACTOR_CELLS`). Planners check every
+    node before pricing any, so a split that cannot be planned prices nothing."""
     scope = factor_scope(sp.planning, u)
-    k = len(scope)
     cells = float(np.prod([tables[w].size for w in scope], dtype=float))
-    if cells > MAX_FACTOR_CELLS:
+    limit = min(max_cells, MAX_FACTOR_CELLS)
+    if cells > limit:
         raise TableTooLarge(
-            f"graph '{sp.planning.name}': node '{sp.planning.nodes[u].name}' feeds {k - 1} consumers, and its cost "
-            f"table would have {cells:.3g} cells (limit {MAX_FACTOR_CELLS:.3g}); use a coarser --share-grid "
+            f"graph '{sp.planning.name}': node '{sp.planning.nodes[u].name}' feeds {len(scope) - 1} consumers, and "
+            f"its cost table would have {cells:.3g} cells (limit {limit:.3g}); use a coarser --share-grid "
             f"(now {options.share_grid})"
         )
+
+
+def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions,
+                max_cells: float = MAX_FACTOR_CELLS) -> tuple[tuple[int, ...], np.ndarray]:
+    """(scope, table): node ``u``'s objective value for every state of every node in its scope
+    (:class:`TableTooLarge` above ``max_cells``, at most :data:`MAX_FACTOR_CELLS`)."""
+    scope = factor_scope(sp.planning, u)
+    k = len(scope)
+    check_factor_size(sp, tables, u, options, max_cells)
     groups = sp.groups(u)
     frame, key = _memo_key(sp, tables, u, scope, groups, options.objective)
     raw = _MEMO.get(key)
@@ -311,6 +323,7 @@ __all__ = [
     "PlanOptions",
     "SplitProblem",
     "all_choices",
+    "check_factor_size",
     "factor_scope",
     "node_factor",
     "price_split",

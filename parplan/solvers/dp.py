@@ -32,7 +32,8 @@ from parplan.costmodel.compiled import core as _pricing
 from parplan.costmodel.cost import REL_TOL, ShareMode, node_terms, node_value, share_points
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
-from parplan.costmodel.split import PlanOptions, SplitProblem, all_choices, factor_scope, node_factor, split_tables
+from parplan.costmodel.split import (PlanOptions, SplitProblem, all_choices, check_factor_size, factor_scope, node_factor,
+                                     split_tables)
 from parplan.errors import TableTooLarge
 
 #: Largest table (cells) the DP builds.
@@ -87,7 +88,9 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
     raises each side's compute to a better lower bound, :mod:`parplan.solvers.bound`)."""
     n = len(sp.planning.nodes)
     tables = split_tables(sp, options, relaxed) if tables is None else tables
-    factors = [node_factor(sp, tables, u, options) for u in range(n)]
+    for u in range(n):  # every size first: a split too large for the DP prices nothing
+        check_factor_size(sp, tables, u, options, max_cells)
+    factors = [node_factor(sp, tables, u, options, max_cells) for u in range(n)]
     order = elimination_order([s for s, _ in factors], n)
     # the live tables by id (ids grow with insertion, so sorted ids keep the tables' order, which
     # fixes the order of the sums) and, per node, the ids of the live tables that mention it
@@ -151,15 +154,21 @@ def eliminate(mine, scope: tuple[int, ...], shape: tuple[int, ...], axis: int) -
 
 #: Sweeps of :func:`local_search` over all nodes (each sweep can only lower the objective).
 MAX_SWEEPS = 50
+#: Largest table (cells) of the coarser-grid DP that starts a fallback's local search. The start
+#: only seeds the search, so it is kept cheap: on GoogLeNet / ``h100:8`` a limit of
+#: :data:`MAX_CELLS` put the start on a grid of 8 with 1.4e7-cell tables (3-5 s per split, 72 of
+#: the plan's 83 s); at this limit it is the grid of 4.
+FALLBACK_MAX_CELLS = 2 * 10**6
 
 
-def fallback_split(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CELLS) -> tuple[float, Split, str]:
+def fallback_split(sp: SplitProblem, options: PlanOptions,
+                   max_cells: int = FALLBACK_MAX_CELLS) -> tuple[float, Split, str]:
     """(objective, split, how) for a split whose DP tables are too large (a node read by many
     consumers: Llama's residual stream feeding q, k, v and the next add; DenseNet's concats).
 
-    The exact DP on the coarsest-but-one share grid that fits (half, a quarter, ... of the
-    points) gives a start; :func:`local_search` on the requested grid improves it. No
-    optimality is claimed on the requested grid."""
+    The exact DP on the finest coarser share grid (half, a quarter, ... of the points) whose
+    tables stay within ``max_cells`` gives a start; :func:`local_search` on the requested grid
+    improves it. No optimality is claimed on the requested grid."""
     grid, start, how = options.share_grid // 2, None, "local search from data parallelism"
     while options.shares is ShareMode.FREE and grid >= 2 and start is None:
         try:
@@ -219,5 +228,5 @@ def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = N
     return value, Split(choices, shares)
 
 
-__all__ = ["MAX_CELLS", "continuous_bound", "fallback_split", "local_search", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
+__all__ = ["FALLBACK_MAX_CELLS", "MAX_CELLS", "continuous_bound", "fallback_split", "local_search", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
            "solve_split", "PartitionType"]
