@@ -120,9 +120,16 @@ def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> No
         job = jobs.get()
         if job is None:
             break
-        schedule, seed, steps, lr = pickle.loads(job)
+        kind, payload = pickle.loads(job)
         try:
-            results.put((rank, "ok", run_device(schedule, rank, comm, seed, steps, lr, device)))
+            if kind == "dtensor":  # an exported plan through torch's own DTensor (executor/dtensor.py)
+                from parplan.executor.dtensor import run_dtensor
+
+                problem, export, seed, steps, lr = payload
+                results.put((rank, "ok", run_dtensor(problem, export, rank, seed, steps, lr, device)))
+            else:
+                schedule, seed, steps, lr = payload
+                results.put((rank, "ok", run_device(schedule, rank, comm, seed, steps, lr, device)))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises
             results.put((rank, "error", traceback.format_exc()))
     dist.destroy_process_group()
@@ -158,7 +165,17 @@ class Cluster:
         if len(schedule.leaves) != self.world:
             raise ConfigError(f"run: the plan's array has {len(schedule.leaves)} devices but the cluster "
                               f"{self.world}")
-        job = pickle.dumps((schedule, seed, steps, lr))  # here, so that a failure is raised here
+        return self._run(("schedule", (schedule, seed, steps, lr)))
+
+    def run_torch(self, problem: Problem, export, seed: int = 0, steps: int = 1, lr: float = 0.01) -> list[dict]:
+        """An exported plan (:func:`parplan.executor.export.torch_export`) with torch's DTensor."""
+        if int(np.prod(export.mesh_shape)) != self.world:
+            raise ConfigError(f"run: the export's mesh {export.mesh_shape} does not have the cluster's {self.world} "
+                              "devices")
+        return self._run(("dtensor", (problem, export, seed, steps, lr)))
+
+    def _run(self, work: tuple) -> list[dict]:
+        job = pickle.dumps(work)  # here, so that a failure is raised here
         for q in self.jobs:
             q.put(job)
         out: dict[int, dict] = {}
@@ -336,6 +353,68 @@ def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: fl
                            problem.bytes_per_element)
 
 
+@dataclass(frozen=True)
+class TorchRunReport:
+    """A plan run through torch's DTensor (``run --runtime torch``): its losses and gradients
+    next to one process's, and the collectives torch ran in the last step (``CommDebugMode``'s
+    counts per collective, summed over the processes' views: every process counts the
+    collectives it joins)."""
+
+    losses: tuple[float, ...]
+    reference_losses: tuple[float, ...]
+    max_grad_rel_error: float
+    collectives: dict
+    export: object
+
+    @property
+    def loss_rel_error(self) -> float:
+        return max(abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses))
+
+    @property
+    def numerics_equal(self) -> bool:
+        return self.loss_rel_error <= RTOL and self.max_grad_rel_error <= RTOL
+
+
+def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: float = 0.01,
+              cluster: Cluster | None = None, backend: str = "auto") -> TorchRunReport:
+    """Execute ``plan`` with torch's own DTensor (one process per device of the export's mesh)
+    and compare its losses and gradients with one process's. Raises :class:`ConfigError`
+    naming every part of the plan torch cannot express (:func:`~parplan.executor.export.nearest_plan`
+    gives one it can)."""
+    from parplan.executor.export import torch_export
+    from parplan.executor.torchexec import init_tensors, reference_step
+
+    _require_torch()
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
+        raise ConfigError(f"run: steps must be an integer in [1, 1000] (got {steps!r})")
+    export = torch_export(problem, plan)
+    if not export.expressible:
+        first = "; ".join(f"{a} at {b or 'root'}: {c}" for a, b, c in export.refusals[:3])
+        raise ConfigError(f"run --runtime torch: torch cannot express {len(export.refusals)} part(s) of the plan "
+                          f"({first}); `parplan export --nearest` gives the closest plan it can run")
+    graph_frames(problem)
+    check_runnable(problem)
+    world = int(np.prod(export.mesh_shape))
+    if cluster is None:
+        with Cluster(world, backend) as c:
+            results = c.run_torch(problem, export, seed, steps, lr)
+    else:
+        results = cluster.run_torch(problem, export, seed, steps, lr)
+    weights, inp, target = init_tensors(problem, seed)
+    ref_losses, grads = [], {}
+    for k in range(steps):
+        loss, grads = reference_step(problem, weights, inp, target)
+        ref_losses.append(loss)
+        if k + 1 < steps:
+            weights = {name: weights[name] - lr * g for name, g in grads.items()}
+    worst = 0.0
+    for name, want in grads.items():
+        got = results[0]["grads"][name]
+        scale = max(float(want.abs().max()), 1e-300)
+        worst = max(worst, float(np.abs(got - want.numpy()).max()) / scale)
+    return TorchRunReport(tuple(results[0]["losses"]), tuple(ref_losses), worst, results[0]["collectives"], export)
+
+
 def _grad_error(results: list[dict], ref: dict) -> float:
     """Largest relative error of any weight gradient (every point of every weight must be held
     by some device; replicas must agree)."""
@@ -356,5 +435,5 @@ def _grad_error(results: list[dict], ref: dict) -> float:
     return worst
 
 
-__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "check_runnable", "compare_bytes", "process_bytes",
-           "resolve_backend", "run_plan"]
+__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "TorchRunReport", "check_runnable", "compare_bytes",
+           "process_bytes", "resolve_backend", "run_plan", "run_torch"]

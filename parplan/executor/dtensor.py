@@ -1,0 +1,182 @@
+"""Run an exported plan with PyTorch's own DTensor (``parplan run --runtime torch``,
+docs/interop.md "Run it with torch"). torch is imported here only.
+
+Every process builds the mesh of :func:`parplan.executor.export.torch_export`, distributes
+every weight with its placements, and runs the reference step's network
+(:func:`parplan.executor.torchexec.reference_step`, float64, the same weights, input and
+target from ``seed``) on DTensors. Before a weighted layer or a join its input is
+redistributed to the layout the plan gives it (``NEED``); an IN layer's partial sums are
+reduced (``GIVE``). Products, convolutions and embeddings run as DTensor ops: torch chooses
+and runs the collectives. Element-wise layers act on each device's local part (they act per
+row and column, as parplan prices them), with the columns it holds. The step's collectives are
+counted by torch's ``CommDebugMode``.
+
+Tensors here keep the executor's layout ``(rows, columns, positions)``: the export's
+``Shard(-1)`` (features last, torch's convention) is ``Shard(1)`` here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as tf
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+from parplan.costmodel.graph import INPUT, Add, Concat, Conv2d, Embedding, Linear, Mul, Norm
+from parplan.executor.torchexec import _pair, apply_op, init_tensors, layer_norm, rms_norm
+
+
+def _placement(text: str):
+    """A placement of the export (torch's layout) in the executor's ``(rows, columns, positions)``."""
+    if text == "Replicate()":
+        return Replicate()
+    if text == "Shard(0)":
+        return Shard(0)
+    if text in ("Shard(-1)", "Shard(1)"):
+        return Shard(1)
+    raise ValueError(f"unknown placement {text}")
+
+
+def _weight_placement(text: str):
+    return Replicate() if text == "Replicate()" else Shard(int(text[6:-1]))
+
+
+def _reduced(x: DTensor) -> DTensor:
+    """``x`` with every partial sum reduced (all-reduce to Replicate on those mesh dims)."""
+    if any(isinstance(p, Partial) for p in x.placements):
+        return x.redistribute(x.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
+    return x
+
+
+def _local_columns(x: DTensor) -> np.ndarray:
+    """The global column indices of this process's part of ``x`` (contiguous: dim 1 is split
+    at most once per mesh dim, in mesh order)."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(x.shape, x.device_mesh, x.placements)
+    return np.arange(offset[1], offset[1] + shape[1])
+
+
+def _elementwise(layer, info, x: DTensor) -> DTensor:
+    """An element-wise layer on each process's part of ``x`` (rows and columns it holds)."""
+    x = _reduced(x)
+    local = apply_op(layer, info, x.to_local().contiguous(), _local_columns(x)).contiguous()
+    return DTensor.from_local(local, x.device_mesh, x.placements, shape=_global_shape(local, x),
+                              stride=torch.empty(_global_shape(local, x), dtype=local.dtype).stride())
+
+
+def _global_shape(local: torch.Tensor, like: DTensor) -> torch.Size:
+    """The whole tensor's shape of even parts ``local`` placed as ``like``."""
+    shape = list(local.shape)
+    for i, p in enumerate(like.placements):
+        if isinstance(p, Shard):
+            shape[p.dim] *= like.device_mesh.size(i)
+    return torch.Size(shape)
+
+
+def _conv2d_local(x: DTensor, w: DTensor, layer, s) -> DTensor:
+    """A convolution of rows ``x`` (split by the batch or replicated) with a replicated weight,
+    per process (DTensor's conv2d takes one mesh dimension on the batch): the weight's gradient
+    is a partial sum over the mesh dimensions that split the rows (``local_map``'s rule)."""
+    mesh = x.device_mesh
+    partial = [Partial() if isinstance(p, Shard) else Replicate() for p in x.placements]
+    xl = x.to_local()
+    y = tf.conv2d(xl.reshape(xl.shape[0], s.channels, s.height, s.width), w.to_local(grad_placements=partial),
+                  stride=_pair(layer.stride), padding=_pair(layer.padding))
+    y = y.reshape(y.shape[0], y.shape[1], -1)
+    return DTensor.from_local(y, mesh, x.placements, shape=_global_shape(y, x),
+                              stride=torch.empty(_global_shape(y, x), dtype=y.dtype).stride())
+
+
+def _embedding_local(ids: DTensor, w: DTensor, layer) -> DTensor:
+    """A replicated table looked up by the rows of ``ids`` each process holds (a table that is
+    not a planning node of its own: it is read through a join); its gradient is a partial sum
+    over the mesh dimensions that split the rows."""
+    rows = [p if isinstance(p, Shard) and p.dim == 0 else Replicate() for p in ids.placements]
+    ids = ids.redistribute(ids.device_mesh, rows)
+    partial = [Partial() if isinstance(p, Shard) else Replicate() for p in rows]
+    local = ids.to_local()
+    y = tf.embedding(local.reshape(local.shape[0], -1).long() % layer.num,
+                     w.to_local(grad_placements=partial)).permute(0, 2, 1)
+    return DTensor.from_local(y, ids.device_mesh, rows, shape=_global_shape(y, ids),
+                              stride=torch.empty(_global_shape(y, ids), dtype=y.dtype).stride())
+
+
+def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> DTensor:
+    """The network's output (rows, columns, positions) as a DTensor: ``weights`` are DTensors placed as
+    the export says, ``inp`` the whole input batch (replicated)."""
+    info = problem.graph.analyze()
+    by_name = {e.name: e for e in export.layers}
+    rep = [Replicate()] * mesh.ndim
+    x0 = inp.reshape(problem.batch, inp.shape[1], -1)
+    f = {INPUT: DTensor.from_local(x0, mesh, rep)}  # every process drew the same batch from the seed
+    for name in info.order:
+        layer = problem.graph.layer(name)
+        planned = by_name.get(name)
+        xs = [f[s] for s in layer.inputs]
+        if planned is not None:  # the plan's layout of the node's input(s)
+            need = [_placement(p) for p in planned.input]
+            xs = [_reduced(x).redistribute(mesh, need) for x in xs]
+        if isinstance(layer, Conv2d):  # the export splits convolutions by the batch only
+            y = _conv2d_local(xs[0], weights[name], layer, info.in_shapes[name][0])
+        elif isinstance(layer, Linear) and layer.per_position:
+            y = torch.nn.functional.linear(xs[0].transpose(1, 2), weights[name]).transpose(1, 2)
+        elif isinstance(layer, Linear):
+            y = (xs[0].reshape(problem.batch, -1) @ weights[name].T).reshape(problem.batch, -1, 1)
+        elif isinstance(layer, Embedding) and planned is None:
+            y = _embedding_local(_reduced(xs[0]), weights[name], layer)
+        elif isinstance(layer, Embedding):
+            ids = _reduced(xs[0]).redistribute(mesh, rep).to_local().reshape(problem.batch, -1).long() % layer.num
+            ids = distribute_tensor(ids, mesh, [Shard(0) if isinstance(p, Shard) and p.dim == 0 else Replicate()
+                                                for p in xs[0].placements])
+            y = tf.embedding(ids, weights[name]).permute(0, 2, 1)
+        elif isinstance(layer, Norm) and layer.kind in ("layer", "rms"):  # over the columns: DTensor's reductions
+            y = (layer_norm if layer.kind == "layer" else rms_norm)(_reduced(xs[0]))
+        elif isinstance(layer, Add):
+            y = sum(xs[1:], xs[0])
+        elif isinstance(layer, Mul):
+            y = xs[0] * xs[1]
+        elif isinstance(layer, Concat):
+            y = torch.cat(xs, dim=1)
+        else:
+            y = _elementwise(layer, info, xs[0])
+        if planned is not None:
+            y = _reduced(y).redistribute(mesh, [_placement(p) for p in planned.output])
+        f[name] = y
+    return f[info.order[-1]]
+
+
+def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
+    """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
+    and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    mesh = init_device_mesh(device, export.mesh_shape, mesh_dim_names=export.mesh_dim_names)
+    weights, inp, target = init_tensors(problem, seed)
+    by_name = {e.name: e for e in export.layers}
+    rep = [Replicate()] * mesh.ndim
+    params = {name: distribute_tensor(w.to(device), mesh, [_weight_placement(p) for p in by_name[name].weight]
+                                      if name in by_name else rep)  # a table read through a join: replicated
+              for name, w in weights.items()}
+    target = distribute_tensor(target.to(device), mesh, rep)
+    losses, counts, grads = [], {}, {}
+    for k in range(steps):
+        w = {name: t.detach().requires_grad_() for name, t in params.items()}
+        mode = CommDebugMode()
+        with mode:
+            y = dtensor_forward(problem, export, mesh, w, inp.to(device)).reshape(problem.batch, -1)
+            loss = 0.5 * ((y - target.redistribute(mesh, y.placements)) ** 2).sum()
+            loss.backward()
+            # each gradient reduced to its weight's placements (DTensor leaves a replicated weight's
+            # gradient a partial sum until asked: this is the gradient exchange)
+            grads = {name: t.grad.redistribute(mesh, t.placements) for name, t in w.items()}
+        losses.append(float(loss.full_tensor()))
+        counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
+        if k + 1 < steps:
+            params = {name: (w[name] - lr * grads[name]).detach() for name in params}
+    whole = {name: g.full_tensor().cpu().numpy() for name, g in grads.items()}
+    return {"losses": losses, "grads": whole if rank == 0 else {}, "collectives": counts}
+
+
+__all__ = ["dtensor_forward", "run_dtensor"]
