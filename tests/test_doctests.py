@@ -11,7 +11,7 @@ import parplan
 OPTIONAL = ("parplan.models.importers",)  # need torch / onnx; their own tests cover them
 #: Modules that import torch when loaded: their doctests run where torch is installed (the
 #: README's plain `.[dev]` environment has none).
-NEEDS_TORCH = ("parplan.executor.torchexec",)
+NEEDS_TORCH = ("parplan.executor.torchexec", "parplan.executor.dtensor")
 
 
 def modules():

@@ -15,6 +15,7 @@ from parplan.cli.bench import add_bench_parser
 from parplan.cli.calibrate import add_calibrate_parser
 from parplan.cli.common import GB, GIB
 from parplan.cli.exact import add_exact_parsers
+from parplan.cli.export import add_export_parser
 from parplan.cli.pipeline import add_collectives_parser, add_pipeline_parser
 from parplan.cli.plans import add_plan_parsers
 from parplan.cli.run import add_run_parser
@@ -55,6 +56,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     add_plan_parsers(sub)
     add_run_parser(sub)
+    add_export_parser(sub)
     add_calibrate_parser(sub)
 
     m = sub.add_parser("models", help="list the built-in models")

@@ -58,6 +58,41 @@ def _per_node(report, bpe: float):
 DEFAULT_LR_PER_SAMPLE = 0.08
 
 
+def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
+    """``run --runtime torch``: the plan through torch's own DTensor (docs/interop.md)."""
+    from parplan.executor.export import nearest_plan
+    from parplan.executor.launch import RTOL, resolve_backend, run_torch
+
+    if args.nearest:
+        plan, source = nearest_plan(problem, plan), f"{source} (nearest plan torch can express)"
+    args.backend = resolve_backend(args.backend)
+    print(f"[parplan] running {args.steps} step(s) of {source} with torch's DTensor ({args.backend})...",
+          file=sys.stderr, flush=True)
+    lr = args.lr if args.lr is not None else DEFAULT_LR_PER_SAMPLE / problem.batch
+    start = time.perf_counter()
+    report = run_torch(problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend)
+    wall = time.perf_counter() - start
+    if args.format == "json":
+        print(json.dumps({"model": problem.graph.name, "array": problem.array.describe(), "batch": problem.batch,
+                          "source": source, "runtime": "torch", "steps": args.steps, "lr": lr,
+                          "numerics_equal": report.numerics_equal, "losses": report.losses,
+                          "reference_losses": report.reference_losses, "loss_rel_error": report.loss_rel_error,
+                          "max_grad_rel_error": report.max_grad_rel_error, "collectives": report.collectives,
+                          "mesh_shape": list(report.export.mesh_shape), "wall_s": wall}, indent=2))
+        return 0 if report.numerics_equal else 1
+    print(f"model {problem.graph.name}  array {problem.array.describe()}  batch {problem.batch}  {source}  "
+          f"{args.steps} step(s) in {wall:.1f} s, torch DTensor on a {'x'.join(map(str, report.export.mesh_shape))} "
+          "mesh")
+    print(f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}")
+    verdict = "equal" if report.numerics_equal else "DIFFERENT"
+    print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
+          f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
+    ran = ", ".join(f"{n} {op}" for op, n in sorted(report.collectives.items())) or "none"
+    print(f"collectives          {ran} (last step, one process's view; torch chose them: bytes are not compared "
+          "with the model, see docs/interop.md)")
+    return 0 if report.numerics_equal else 1
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from parplan.executor.launch import RTOL, run_plan
     from parplan.executor.schedule import graph_frames
@@ -65,6 +100,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     csv_path = output_path(args.csv, "--csv") if args.csv else None
     problem, plan, source = _problem_and_plan(args)
+    if args.runtime == "torch":
+        return cmd_run_torch(args, problem, plan, source)
+    if args.nearest:
+        raise ConfigError("run: --nearest goes with --runtime torch")
     n = problem.array.count
     from parplan.executor.launch import check_runnable, resolve_backend
 
@@ -165,6 +204,11 @@ def add_run_parser(sub) -> None:
     r.add_argument("--optimizer-bytes", type=float, default=None, help=argparse.SUPPRESS)
     r.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
     r.add_argument("--share-grid", type=int, default=16, metavar="G", help="share grid of the planner (default 16)")
+    r.add_argument("--runtime", default="reference", choices=("reference", "torch"),
+                   help="reference: parplan's executor (bytes checked against the model); torch: the plan as DTensor "
+                        "placements, run by torch (docs/interop.md)")
+    r.add_argument("--nearest", action="store_true",
+                   help="with --runtime torch: run the nearest plan torch can express (parplan export --nearest)")
     r.set_defaults(func=cmd_run, compat=None)
 
 

@@ -171,7 +171,7 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
             # each gradient reduced to its weight's placements (DTensor leaves a replicated weight's
             # gradient a partial sum until asked: this is the gradient exchange)
             grads = {name: t.grad.redistribute(mesh, t.placements) for name, t in w.items()}
-        losses.append(float(loss.full_tensor()))
+        losses.append(float(loss.detach().full_tensor()))
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
         if k + 1 < steps:
             params = {name: (w[name] - lr * grads[name]).detach() for name in params}

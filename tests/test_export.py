@@ -1,0 +1,142 @@
+"""Export to PyTorch (docs/interop.md): plans as DTensor placements, refusals with reasons, the
+nearest expressible plan, and runs through torch's own DTensor on cpu:4 equal to one process."""
+
+import json
+
+import pytest
+
+from parplan.cli import main
+from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.graph import Activation, Graph, Linear, Shape
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.errors import ConfigError
+from parplan.executor.export import nearest_plan, torch_export
+from parplan.models.zoo import get_model
+from parplan.solvers.megatron import megatron_plan
+from parplan.solvers.planners import make_plan
+
+B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
+
+
+def mlp() -> Graph:
+    return Graph("mlp", Shape(16, 1, 1), (
+        Linear("fc1", ("input",), out_features=32), Activation("relu", ("fc1",), function="relu"),
+        Linear("fc2", ("relu",), out_features=32), Activation("gelu", ("fc2",), function="gelu"),
+        Linear("fc3", ("gelu",), out_features=8)))
+
+
+def test_placements_follow_the_mapping_table():
+    p = Problem(mlp(), parse_array("cpu:4"), batch=8)
+    plan = Plan({path: Split((O, I, B), (0.5,) * 3) if path else Split((B, B, O), (0.5,) * 3)
+                 for path, _ in p.array.inner_nodes()})
+    e = torch_export(p, plan)
+    assert e.expressible and e.mesh_shape == (2, 2) and e.mesh_dim_names == ("l1", "l2")
+    fc1, fc2, fc3 = e.layers
+    assert fc1.weight == ("Replicate()", "Shard(0)") and fc1.input == ("Shard(0)", "Replicate()")
+    assert fc1.output == ("Shard(0)", "Shard(-1)") and fc1.style == "ColwiseParallel on l2, data parallel on l1"
+    assert fc2.weight == ("Replicate()", "Shard(1)") and fc2.input == ("Shard(0)", "Shard(-1)")
+    assert fc2.style == "RowwiseParallel on l2, data parallel on l1"
+    assert fc3.weight == ("Shard(0)", "Replicate()") and fc3.style == "ColwiseParallel on l1, data parallel on l2"
+    assert "distribute_tensor" in e.script() and "'fc2': [Replicate(), Shard(1)]" in e.script()
+
+
+def test_what_torch_cannot_express_is_refused_per_layer_and_the_nearest_plan_is_priced():
+    p = Problem(mlp(), parse_array("cpu:4"), batch=8)
+    plan = Plan({"": Split((B, O, B), (0.25, 0.5, 1.0)), "L": Split((B, B, B), (0.5,) * 3),
+                 "R": Split((O, B, B), (0.5,) * 3)})
+    e = torch_export(p, plan)
+    reasons = {(layer, path): why for layer, path, why in e.refusals}
+    assert "gives the left half 0.25" in reasons[("fc1", "")]
+    assert "one half" in reasons[("fc3", "")]
+    assert "split it differently" in reasons[("fc1", "L")]
+    near = nearest_plan(p, plan)
+    assert torch_export(p, near).expressible
+    assert all(a == 0.5 for s in near.splits.values() for a in s.shares)
+    assert near.splits["L"] == near.splits["R"]
+    assert evaluate(p, near).step_time_s > 0
+
+
+def test_convolutions_split_by_channels_and_attention_with_too_few_groups_are_refused():
+    p = Problem(get_model("lenet"), parse_array("cpu:2"), batch=8)
+    e = torch_export(p, megatron_plan(p, 1))
+    assert any("conv2d over the batch only" in why for _, _, why in e.refusals)
+    assert all(c == "batch" for layer in torch_export(p, nearest_plan(p, megatron_plan(p, 1))).layers
+               if layer.kind == "conv2d" for c in layer.choices)
+    from parplan.models.transformers import gpt_config
+
+    g = Problem(gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"), parse_array("cpu:4"), batch=8)
+    assert any("key/value groups" in why for _, _, why in torch_export(g, megatron_plan(g, 2)).refusals)
+    assert torch_export(g, megatron_plan(g, 1)).expressible
+
+
+def test_arrays_that_are_not_a_mesh_and_pipeline_plans_are_refused():
+    p = Problem(mlp(), parse_array("cpu:3"), batch=8)
+    with pytest.raises(ConfigError, match="full binary tree"):
+        torch_export(p, make_plan(p, "data"))
+    with pytest.raises(ConfigError, match="pipeline"):
+        torch_export(p, object())
+
+
+def test_export_cli_writes_json_and_a_script(tmp_path, capsys):
+    out = tmp_path / "e.json"
+    assert main(["export", "--model", "lenet", "--array", "cpu:4", "--batch", "8", "--planner", "data",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["mesh_shape"] == [2, 2] and doc["expressible"] and doc["layers"][0]["name"] == "conv1"
+    script = tmp_path / "e.py"
+    assert main(["export", "--model", "lenet", "--array", "cpu:4", "--batch", "8", "--out", str(script),
+                 "--nearest"]) == 0
+    compile(script.read_text(), str(script), "exec")
+    capsys.readouterr()
+    assert main(["export", "--model", "lenet", "--array", "h100:4", "--batch", "64"]) == 1
+    text = capsys.readouterr().out
+    assert "torch cannot express" in text and "nearest plan torch can express" in text
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("torch")
+    from parplan.executor.launch import Cluster
+
+    with Cluster(4, "gloo") as c:
+        yield c
+
+
+def _plans(p, names):
+    for name in names:
+        if name.startswith("megatron"):
+            yield name, megatron_plan(p, int(name[-1]))
+        elif name == "nearest":
+            yield name, nearest_plan(p, make_plan(p, "accpar"))
+        else:
+            yield name, make_plan(p, name)
+
+
+@pytest.mark.parametrize("model,names", [
+    ("mlp", ["data", "megatron1", "megatron2", "nearest"]),
+    ("resnet-2block", ["data", "nearest"]),
+    ("gpt-tiny", ["data"]),
+])
+def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, names):
+    from parplan.executor.launch import RTOL, run_torch
+    from parplan.models.transformers import gpt_config
+
+    graph = mlp() if model == "mlp" else gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny") \
+        if model == "gpt-tiny" else get_model(model)
+    p = Problem(graph, parse_array("cpu:4"), batch=8)
+    for name, plan in _plans(p, names):
+        r = run_torch(p, plan, steps=2, cluster=cluster, lr=0.01)
+        assert r.numerics_equal, (name, r.loss_rel_error, r.max_grad_rel_error)
+        assert r.loss_rel_error <= RTOL and len(r.losses) == 2 and r.losses[1] != r.losses[0]
+        if name.startswith("megatron"):
+            assert r.collectives.get("all_reduce", 0) > 0  # the row-parallel layers' partial sums
+
+
+def test_run_torch_refuses_what_it_cannot_express(cluster):
+    from parplan.executor.launch import run_torch
+
+    p = Problem(get_model("lenet"), parse_array("cpu:4"), batch=8)
+    with pytest.raises(ConfigError, match="export --nearest"):
+        run_torch(p, megatron_plan(p, 1), cluster=cluster)
