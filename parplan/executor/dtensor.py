@@ -103,6 +103,37 @@ def _embedding_local(ids: DTensor, w: DTensor, layer) -> DTensor:
                               stride=torch.empty(_global_shape(y, ids), dtype=y.dtype).stride())
 
 
+class _Dense(torch.autograd.Function):
+    """The identity, with each process's part (and its gradient's) made contiguous: DTensor's
+    global strides can call a part contiguous that is a slice or a transpose, and torch's
+    backward then views it and fails."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _dense(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _dense(g)
+
+
+def _dense(x: DTensor) -> DTensor:
+    local = x.to_local()
+    if local.is_contiguous() and x.is_contiguous():
+        return x
+    return DTensor.from_local(local.contiguous(), x.device_mesh, x.placements, shape=x.shape,
+                              stride=torch.empty(x.shape, device="meta").stride())
+
+
+def _per_position(x: DTensor, w: DTensor) -> DTensor:
+    """A linear layer at every position: ``x`` (rows, in, positions), ``w`` (out, in) -> (rows,
+    out, positions), as one 2-D product over the rows x positions (DTensor's ``mm``)."""
+    n, i, s = x.shape
+    x2 = _Dense.apply(x.transpose(1, 2)).reshape(n * s, i)
+    y2 = torch.mm(x2, w.t())
+    return _Dense.apply(_Dense.apply(y2).reshape(n, s, -1).transpose(1, 2))
+
+
 def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> DTensor:
     """The network's output (rows, columns, positions) as a DTensor: ``weights`` are DTensors placed as
     the export says, ``inp`` the whole input batch (replicated)."""
@@ -121,7 +152,7 @@ def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> 
         if isinstance(layer, Conv2d):  # the export splits convolutions by the batch only
             y = _conv2d_local(xs[0], weights[name], layer, info.in_shapes[name][0])
         elif isinstance(layer, Linear) and layer.per_position:
-            y = torch.nn.functional.linear(xs[0].transpose(1, 2), weights[name]).transpose(1, 2)
+            y = _per_position(xs[0], weights[name])
         elif isinstance(layer, Linear):
             y = (xs[0].reshape(problem.batch, -1) @ weights[name].T).reshape(problem.batch, -1, 1)
         elif isinstance(layer, Embedding) and planned is None:
