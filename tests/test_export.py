@@ -117,14 +117,16 @@ def _plans(p, names):
 @pytest.mark.parametrize("model,names", [
     ("mlp", ["data", "megatron1", "megatron2", "nearest"]),
     ("resnet-2block", ["data", "nearest"]),
-    ("gpt-tiny", ["data"]),
+    ("gpt-tiny", ["data", "megatron1"]),
+    ("llama-tiny", ["megatron1"]),
 ])
 def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, names):
     from parplan.executor.launch import RTOL, run_torch
     from parplan.models.transformers import gpt_config
+    from test_executor import llama_like
 
-    graph = mlp() if model == "mlp" else gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny") \
-        if model == "gpt-tiny" else get_model(model)
+    graph = {"mlp": mlp, "gpt-tiny": lambda: gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+             "llama-tiny": lambda: llama_like(4, 2, "gqa")}.get(model, lambda: get_model(model))()
     p = Problem(graph, parse_array("cpu:4"), batch=8)
     for name, plan in _plans(p, names):
         r = run_torch(p, plan, steps=2, cluster=cluster, lr=0.01)
@@ -132,6 +134,8 @@ def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, na
         assert r.loss_rel_error <= RTOL and len(r.losses) == 2 and r.losses[1] != r.losses[0]
         if name.startswith("megatron"):
             assert r.collectives.get("all_reduce", 0) > 0  # the row-parallel layers' partial sums
+    if model == "llama-tiny":  # the fused gate/up projection: each part holds its gate and up columns
+        assert any("fused gate/up" in note for note in torch_export(p, megatron_plan(p, 1)).notes)
 
 
 def test_run_torch_refuses_what_it_cannot_express(cluster):

@@ -178,6 +178,32 @@ def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> 
     return f[info.order[-1]]
 
 
+def glu_orders(problem, export) -> dict[str, torch.Tensor]:
+    """Per fused gate/up projection whose output columns the plan splits (OUT on some mesh
+    dims), the order of its weight's rows that puts each part's gate columns next to its up
+    columns: a part ``p`` of ``P`` holds ``[gate_p | up_p]``, so the gated unit acts on it
+    locally (as parplan prices it; torch users shard ``gate_proj`` and ``up_proj`` each by
+    ``Shard(0)``, which is the same)."""
+    from parplan.costmodel.graph import Glu
+
+    by_name = {e.name: e for e in export.layers}
+    out = {}
+    for layer in problem.graph.layers:
+        if not isinstance(layer, Glu) or layer.inputs[0] not in by_name:
+            continue
+        producer = by_name[layer.inputs[0]]
+        parts = 2 ** sum(c == "out" for c in producer.choices)
+        if parts == 1:
+            continue
+        f = problem.graph.analyze().out_shape[layer.name].channels
+        if f % parts:
+            raise ValueError(f"gated unit '{layer.name}': {f} columns do not split into {parts} parts")
+        k = f // parts
+        out[producer.name] = torch.cat([torch.cat([torch.arange(p * k, (p + 1) * k), f + torch.arange(p * k, (p + 1) * k)])
+                                        for p in range(parts)])
+    return out
+
+
 def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
     """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
     and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted."""
@@ -187,7 +213,9 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
     weights, inp, target = init_tensors(problem, seed)
     by_name = {e.name: e for e in export.layers}
     rep = [Replicate()] * mesh.ndim
-    params = {name: distribute_tensor(w.to(device), mesh, [_weight_placement(p) for p in by_name[name].weight]
+    orders = glu_orders(problem, export)
+    params = {name: distribute_tensor((w[orders[name]] if name in orders else w).to(device), mesh,
+                                      [_weight_placement(p) for p in by_name[name].weight]
                                       if name in by_name else rep)  # a table read through a join: replicated
               for name, w in weights.items()}
     target = distribute_tensor(target.to(device), mesh, rep)
@@ -206,8 +234,13 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
         if k + 1 < steps:
             params = {name: (w[name] - lr * grads[name]).detach() for name in params}
-    whole = {name: g.full_tensor().cpu().numpy() for name, g in grads.items()}
+    whole = {}
+    for name, g in grads.items():
+        full = g.full_tensor().cpu()
+        if name in orders:  # back to the model's order of rows
+            full = torch.empty_like(full).index_copy_(0, orders[name], full)
+        whole[name] = full.numpy()
     return {"losses": losses, "grads": whole if rank == 0 else {}, "collectives": counts}
 
 
-__all__ = ["dtensor_forward", "run_dtensor"]
+__all__ = ["dtensor_forward", "glu_orders", "run_dtensor"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from parplan.costmodel.graph import Attention, Conv2d, Embedding
+from parplan.costmodel.graph import Attention, Conv2d, Embedding, Glu
 from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.errors import ConfigError
@@ -206,6 +206,13 @@ def torch_export(problem: Problem, plan: Plan) -> TorchExport:
                                             "sharding)"))
         layers.append(_layer_export(node, layer, per_level, names, problem.zero_stage))
     notes = []
+    for layer in problem.graph.layers:
+        if isinstance(layer, Glu) and layer.inputs[0] in names_of:
+            fused = next((e for e in layers if e.name == layer.inputs[0]), None)
+            if fused is not None and "out" in fused.choices:
+                notes.append(f"'{fused.name}' is a fused gate/up projection split by OUT: shard its gate rows and its "
+                             "up rows each by Shard(0) (ColwiseParallel on gate_proj and on up_proj), so that each "
+                             f"part of '{layer.name}' holds its gate and up columns")
     if problem.micro_batches > 1:
         notes.append(f"{problem.micro_batches} micro-batches: accumulate gradients over them before the step")
     return TorchExport(mesh, names, tuple(layers), tuple(refusals), problem.zero_stage, problem.micro_batches,
