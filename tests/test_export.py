@@ -144,3 +144,15 @@ def test_run_torch_refuses_what_it_cannot_express(cluster):
     p = Problem(get_model("lenet"), parse_array("cpu:4"), batch=8)
     with pytest.raises(ConfigError, match="export --nearest"):
         run_torch(p, megatron_plan(p, 1), cluster=cluster)
+
+
+def test_data_parallelism_on_two_devices_hands_torch_the_elements_the_model_moves():
+    pytest.importorskip("torch")
+    from parplan.executor.launch import Cluster, run_torch
+
+    p = Problem(get_model("lenet"), parse_array("cpu:2"), batch=4)
+    with Cluster(2, "gloo") as c:
+        r = run_torch(p, make_plan(p, "data"), cluster=c)
+    weights = sum(d.weight_elements for d in p.root_dims())
+    assert r.numerics_equal and r.collectives == {"all_reduce": 5}
+    assert r.payload_elements == {"all_reduce": 2 * weights} and r.model_elements == 2 * weights

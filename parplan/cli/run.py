@@ -78,6 +78,7 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
                           "numerics_equal": report.numerics_equal, "losses": report.losses,
                           "reference_losses": report.reference_losses, "loss_rel_error": report.loss_rel_error,
                           "max_grad_rel_error": report.max_grad_rel_error, "collectives": report.collectives,
+                          "payload_elements": report.payload_elements, "model_elements": report.model_elements,
                           "mesh_shape": list(report.export.mesh_shape), "wall_s": wall}, indent=2))
         return 0 if report.numerics_equal else 1
     print(f"model {problem.graph.name}  array {problem.array.describe()}  batch {problem.batch}  {source}  "
@@ -88,8 +89,11 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
     print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
           f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
     ran = ", ".join(f"{n} {op}" for op, n in sorted(report.collectives.items())) or "none"
-    print(f"collectives          {ran} (last step, one process's view; torch chose them: bytes are not compared "
-          "with the model, see docs/interop.md)")
+    print(f"collectives          {ran} (last step, one process's view; torch chose them)")
+    payload = sum(report.payload_elements.values())
+    print(f"elements moved       torch: {payload:,.0f} handed to its collectives over all processes; parplan's model: "
+          f"{report.model_elements:,.0f} received over all devices (equal for data parallelism on 2 devices; "
+          "otherwise torch's collectives are not the model's re-layouts, see docs/interop.md)")
     return 0 if report.numerics_equal else 1
 
 

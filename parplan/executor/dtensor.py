@@ -204,11 +204,37 @@ def glu_orders(problem, export) -> dict[str, torch.Tensor]:
     return out
 
 
+def _counting_mode():
+    """torch's ``CommDebugMode``, also summing each collective's payload on this process: the
+    elements of its input (``payload``, by collective)."""
+    from collections import Counter
+
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    class Counted(CommDebugMode):
+        def __init__(self):
+            super().__init__()
+            self.payload = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            packet = getattr(func, "_overloadpacket", None)
+            if out is not NotImplemented and packet is not None and args and isinstance(args[0], torch.Tensor):
+                name = str(packet).split(".")[-1].rstrip("_")
+                if name in COLLECTIVES:
+                    self.payload[name] += args[0].numel()
+            return out
+
+    return Counted()
+
+
+#: The collectives whose payload :func:`_counting_mode` sums.
+COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+
+
 def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
     """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
     and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted."""
-    from torch.distributed.tensor.debug import CommDebugMode
-
     mesh = init_device_mesh(device, export.mesh_shape, mesh_dim_names=export.mesh_dim_names)
     weights, inp, target = init_tensors(problem, seed)
     by_name = {e.name: e for e in export.layers}
@@ -219,10 +245,10 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
                                       if name in by_name else rep)  # a table read through a join: replicated
               for name, w in weights.items()}
     target = distribute_tensor(target.to(device), mesh, rep)
-    losses, counts, grads = [], {}, {}
+    losses, counts, grads, payload = [], {}, {}, {}
     for k in range(steps):
         w = {name: t.detach().requires_grad_() for name, t in params.items()}
-        mode = CommDebugMode()
+        mode = _counting_mode()
         with mode:
             y = dtensor_forward(problem, export, mesh, w, inp.to(device)).reshape(problem.batch, -1)
             loss = 0.5 * ((y - target.redistribute(mesh, y.placements)) ** 2).sum()
@@ -232,6 +258,7 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
             grads = {name: t.grad.redistribute(mesh, t.placements) for name, t in w.items()}
         losses.append(float(loss.detach().full_tensor()))
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
+        payload = dict(mode.payload)
         if k + 1 < steps:
             params = {name: (w[name] - lr * grads[name]).detach() for name in params}
     whole = {}
@@ -240,7 +267,7 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
         if name in orders:  # back to the model's order of rows
             full = torch.empty_like(full).index_copy_(0, orders[name], full)
         whole[name] = full.numpy()
-    return {"losses": losses, "grads": whole if rank == 0 else {}, "collectives": counts}
+    return {"losses": losses, "grads": whole if rank == 0 else {}, "collectives": counts, "payload_elements": payload}
 
 
 __all__ = ["dtensor_forward", "glu_orders", "run_dtensor"]

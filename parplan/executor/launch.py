@@ -365,6 +365,11 @@ class TorchRunReport:
     max_grad_rel_error: float
     collectives: dict
     export: object
+    #: per collective, the elements of its inputs summed over the processes (the payload handed
+    #: to torch; what the wire carries depends on torch's algorithm)
+    payload_elements: dict = None
+    #: the elements parplan's model has every side of every split receive for the same plan
+    model_elements: float = 0.0
 
     @property
     def loss_rel_error(self) -> float:
@@ -412,7 +417,12 @@ def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: f
         got = results[0]["grads"][name]
         scale = max(float(want.abs().max()), 1e-300)
         worst = max(worst, float(np.abs(got - want.numpy()).max()) / scale)
-    return TorchRunReport(tuple(results[0]["losses"]), tuple(ref_losses), worst, results[0]["collectives"], export)
+    payload: dict = {}
+    for r in results:
+        for name, b in r["payload_elements"].items():
+            payload[name] = payload.get(name, 0) + b
+    return TorchRunReport(tuple(results[0]["losses"]), tuple(ref_losses), worst, results[0]["collectives"], export,
+                          payload, evaluate(problem, plan).communication_elements)
 
 
 def _grad_error(results: list[dict], ref: dict) -> float:
