@@ -75,8 +75,44 @@ def test_arrays_that_are_not_a_mesh_and_pipeline_plans_are_refused():
     p = Problem(mlp(), parse_array("cpu:3"), batch=8)
     with pytest.raises(ConfigError, match="full binary tree"):
         torch_export(p, make_plan(p, "data"))
-    with pytest.raises(ConfigError, match="pipeline"):
+    with pytest.raises(ConfigError, match="pipeline_export"):
         torch_export(p, object())
+
+
+def test_a_pipeline_plan_exports_its_split_points_schedule_and_each_stage(tmp_path, capsys):
+    from parplan.costmodel.planio import pipeline_document
+    from parplan.costmodel.stages import PipelinePlan, Stage, even_ends, stage_problem
+    from parplan.executor.export import pipeline_export
+    from parplan.models.transformers import gpt_config
+
+    p = Problem(gpt_config(2, 16, 2, 4, vocab=32, name="gpt-2block"), parse_array("cpu:4"), batch=8, micro_batches=4)
+    ends = even_ends(p.graph, 2)
+    stages = []
+    for (first, last), group in zip(((0, ends[0]), (ends[0] + 1, ends[1])), ("L", "R")):
+        sub = stage_problem(p, first, last, group)
+        stages.append(Stage(first, last, group, megatron_plan(sub, 1)))
+    plan = PipelinePlan(tuple(stages), schedule="gpipe")
+    e = pipeline_export(p, plan)
+    order = p.graph.analyze().order
+    assert e.expressible and e.schedule == "ScheduleGPipe" and e.micro_batches == 4
+    assert e.split_points == (order[ends[0] + 1],)
+    assert [st.ranks for st in e.stages] == [(0, 1), (2, 3)]
+    assert all(st.export.mesh_shape == (2,) for st in e.stages)
+    assert any("ColwiseParallel" in layer.style for layer in e.stages[1].export.layers)
+    assert e.notes  # GPT's tied table and head live in different stages
+    # the CLI on a pipeline plan file of a built-in model
+    g = Problem(get_model("gpt2"), parse_array("cpu:4"), batch=8, micro_batches=4)
+    ends = even_ends(g.graph, 2)
+    plan = PipelinePlan(tuple(Stage(first, last, group, megatron_plan(stage_problem(g, first, last, group), 1))
+                              for (first, last), group in zip(((0, ends[0]), (ends[0] + 1, ends[1])), ("L", "R"))))
+    path = tmp_path / "pp.json"
+    path.write_text(json.dumps(pipeline_document(g, plan)))
+    capsys.readouterr()
+    assert main(["export", "--plan", str(path)]) == 0
+    text = capsys.readouterr().out
+    first = g.graph.analyze().order[ends[0] + 1]
+    assert "2 stages, Schedule1F1B, n_microbatches=4" in text and f"(SplitPoint.BEGINNING): {first}" in text
+    assert "ranks 2-3, mesh (2,); ColwiseParallel on l1" in text
 
 
 def test_export_cli_writes_json_and_a_script(tmp_path, capsys):

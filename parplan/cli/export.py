@@ -8,6 +8,7 @@ import json
 import sys
 
 from parplan.cli.common import PLANNER_NAMES, output_path
+from parplan.errors import ConfigError
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -18,6 +19,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.batch is None and not args.plan:
         args.batch = 512
+    if args.plan:
+        from parplan.costmodel.planio import read_plan_file
+
+        saved = read_plan_file(args.plan)
+        if saved.pipeline is not None:
+            return _export_pipeline(args, saved)
     problem, plan, source = _problem_and_plan(args)
     export = torch_export(problem, plan)
     near = None
@@ -64,6 +71,46 @@ def cmd_export(args: argparse.Namespace) -> int:
               f"({(priced[1] / priced[0] - 1) * 100:+.1f}%); `--nearest` exports it, `parplan run --runtime torch "
               "--nearest` runs it")
     return 0 if export.expressible or args.nearest else 1
+
+
+def _export_pipeline(args: argparse.Namespace, saved) -> int:
+    """A pipeline plan file: the stages for torch.distributed.pipelining, each stage's plan as
+    placements on its group (docs/interop.md "Pipeline plans")."""
+    from parplan.cli.plans import _pipeline_for, _problem_for
+    from parplan.executor.export import pipeline_export
+
+    if args.nearest:
+        raise ConfigError("export: --nearest applies to partition plans; export a pipeline stage by stage")
+    problem = _problem_for(args, dict(saved.problem))
+    plan = _pipeline_for(saved, problem, f"plan file '{args.plan}'")
+    export = pipeline_export(problem, plan)
+    out = {**export.to_dict(), "model": problem.graph.name, "array": problem.array.describe(),
+           "batch": problem.batch, "source": f"plan file {args.plan}"}
+    if args.out:
+        path = output_path(args.out, "--out")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2)
+        print(f"wrote {path}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps(out, indent=2))
+        return 0 if export.expressible else 1
+    print(f"plan file {args.plan}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
+          f"torch.distributed.pipelining: {len(export.stages)} stages, {export.schedule}, "
+          f"n_microbatches={export.micro_batches}")
+    print("split points (SplitPoint.BEGINNING): " + (", ".join(export.split_points) or "none"))
+    for k, st in enumerate(export.stages):
+        e = st.export
+        where = f"ranks {st.ranks[0]}-{st.ranks[-1]}" if len(st.ranks) > 1 else f"rank {st.ranks[0]}"
+        mesh = "one device" if e is not None and not e.mesh_shape else (
+            f"mesh {e.mesh_shape}" if e is not None else "no mesh")
+        styles = sorted({layer.style for layer in e.layers if layer.weight}) if e is not None else []
+        print(f"stage {k}: {st.layers[0]} .. {st.layers[-1]} ({len(st.layers)} layers) on {where}, {mesh}"
+              + ("; " + "; ".join(styles) if styles else "; " + st.refusal if st.refusal else ""))
+        for layer, path, reason in (e.refusals if e is not None else ()):
+            print(f"    cannot express {layer} at split {path or 'root'}: {reason}")
+    for note in export.notes:
+        print(f"note: {note}")
+    return 0 if export.expressible else 1
 
 
 def add_export_parser(sub) -> None:

@@ -142,6 +142,70 @@ class TorchExport:
         return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class StageExport:
+    """One pipeline stage: its layers (module paths, in order), the ranks of its group (leaf
+    indices of the whole array, root-first bits) and its plan as DTensor placements."""
+
+    layers: tuple[str, ...]
+    group: str
+    ranks: tuple[int, ...]
+    export: TorchExport | None
+    refusal: str = ""
+
+
+@dataclass(frozen=True)
+class PipelineExport:
+    """A pipeline plan for ``torch.distributed.pipelining``: the split points (the first layer of
+    every stage but the first, ``SplitPoint.BEGINNING``), the schedule class, the micro-batches,
+    and each stage's own export on its group's mesh."""
+
+    stages: tuple[StageExport, ...]
+    schedule: str
+    micro_batches: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def expressible(self) -> bool:
+        return all(st.export is not None and st.export.expressible for st in self.stages)
+
+    @property
+    def split_points(self) -> tuple[str, ...]:
+        return tuple(st.layers[0] for st in self.stages[1:])
+
+    def to_dict(self) -> dict:
+        return {"pipeline": {"schedule": self.schedule, "n_microbatches": self.micro_batches, "notes": list(self.notes),
+                             "split_points_beginning": list(self.split_points), "expressible": self.expressible,
+                             "stages": [{"layers": [st.layers[0], st.layers[-1]], "layer_count": len(st.layers),
+                                         "group": st.group or "root", "ranks": list(st.ranks),
+                                         "refusal": st.refusal or None,
+                                         "export": None if st.export is None else st.export.to_dict()}
+                                        for st in self.stages]}}
+
+
+def pipeline_export(problem: Problem, plan) -> PipelineExport:
+    """A :class:`~parplan.costmodel.stages.PipelinePlan` for ``torch.distributed.pipelining``:
+    per stage its layers, ranks and :func:`torch_export` of its plan on its group."""
+    from parplan.costmodel.stages import stage_problem, tied_sync_seconds
+
+    order = problem.graph.analyze().order
+    leaves = [path for path, _ in _leaves(problem.array, "")]
+    stages = []
+    for st in plan.stages:
+        sub = stage_problem(problem, st.first, st.last, st.group)
+        ranks = tuple(i for i, path in enumerate(leaves) if path.startswith(st.group))
+        try:
+            e, why = torch_export(sub, st.plan), ""
+        except ConfigError as exc:
+            e, why = None, str(exc)
+        stages.append(StageExport(tuple(order[st.first:st.last + 1]), st.group, ranks, e, why))
+    notes = ()
+    if tied_sync_seconds(problem, plan) > 0.0:
+        notes = ("weights tied across stages (a table and a head): torch.distributed.pipelining does not keep them "
+                 "equal; all-reduce their gradients between the two stages each step, as parplan prices it",)
+    return PipelineExport(tuple(stages), SCHEDULES[plan.schedule], problem.micro_batches, notes)
+
+
 def mesh_of(problem: Problem) -> tuple[int, ...] | None:
     """``(2,) * depth`` where the array is a full binary tree of ``2^depth`` devices, else None."""
     a = problem.array
@@ -166,8 +230,7 @@ def _kind(layer) -> str:
 def torch_export(problem: Problem, plan: Plan) -> TorchExport:
     """``plan`` as DTensor placements on a mesh of ``problem.array`` (module docstring)."""
     if not isinstance(plan, Plan):
-        raise ConfigError("export: a pipeline plan's stages are not exported yet; export one stage's plan, or "
-                          "plan without --pipeline")
+        raise ConfigError("export: a pipeline plan goes to pipeline_export (its stages, each exported on its group)")
     mesh = mesh_of(problem)
     if mesh is None:
         raise ConfigError(f"export: array {problem.array.describe()} is not a full binary tree of 2^d devices; "
@@ -258,4 +321,5 @@ def nearest_plan(problem: Problem, plan: Plan) -> Plan:
     return Plan(splits, planner=f"{plan.planner or 'plan'}-torch", info={"nearest_to": plan.planner or "plan"})
 
 
-__all__ = ["GIVE", "LayerExport", "NEED", "TABLE", "TorchExport", "WEIGHT", "mesh_of", "nearest_plan", "torch_export"]
+__all__ = ["GIVE", "LayerExport", "NEED", "PipelineExport", "StageExport", "TABLE", "TorchExport", "WEIGHT", "mesh_of",
+           "nearest_plan", "pipeline_export", "torch_export"]
