@@ -11,6 +11,23 @@ from parplan.cli.common import PLANNER_NAMES, output_path
 from parplan.errors import ConfigError
 
 
+def _written(args: argparse.Namespace, out: dict, script) -> bool:
+    """Write ``out`` to ``--out`` (JSON, or ``script()`` for a .py name where there is one) and
+    print it with ``--format json``; True when the JSON was the output."""
+    if args.out:
+        path = output_path(args.out, "--out")
+        with open(path, "w", encoding="utf-8") as fh:
+            if str(path).endswith(".py") and script is not None:
+                fh.write(script())
+            else:
+                json.dump(out, fh, indent=2)
+        print(f"wrote {path}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps(out, indent=2))
+        return True
+    return False
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from parplan.cli.run import _problem_and_plan
     from parplan.costmodel.evaluate import evaluate
@@ -38,16 +55,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 "source": source + (" (nearest plan torch can express)" if args.nearest else "")})
     if near is not None:
         out["step_time_s"] = {"plan": priced[0], "nearest": priced[1]}
-    if args.out:
-        path = output_path(args.out, "--out")
-        with open(path, "w", encoding="utf-8") as fh:
-            if str(path).endswith(".py"):
-                fh.write(export.script())
-            else:
-                json.dump(out, fh, indent=2)
-        print(f"wrote {path}", file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps(out, indent=2))
+    if _written(args, out, export.script):
         return 0 if export.expressible else 1
     print(f"{out['source']}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
           f"DeviceMesh {export.mesh_shape} dims {', '.join(export.mesh_dim_names)} (l1 = the root split)")
@@ -86,13 +94,7 @@ def _export_pipeline(args: argparse.Namespace, saved) -> int:
     export = pipeline_export(problem, plan)
     out = {**export.to_dict(), "model": problem.graph.name, "array": problem.array.describe(),
            "batch": problem.batch, "source": f"plan file {args.plan}"}
-    if args.out:
-        path = output_path(args.out, "--out")
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=2)
-        print(f"wrote {path}", file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps(out, indent=2))
+    if _written(args, out, None):
         return 0 if export.expressible else 1
     print(f"plan file {args.plan}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
           f"torch.distributed.pipelining: {len(export.stages)} stages, {export.schedule}, "
