@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Problem
 from parplan.costmodel.stages import evaluate_pipeline
 from parplan.errors import ConfigError
@@ -93,3 +95,58 @@ def test_cli_evaluate_config_with_its_gap(capsys):
 
 def test_config_label():
     assert ParallelConfig(tensor=4, data=2, zero_stage=1, recompute=True).label() == "TP4, PP1, DP2, ZeRO-1, recompute"
+
+
+def test_a_parallelize_module_plan_sets_the_tensor_levels(tmp_path):
+    from parplan.pipeline.configs import read_tensor_plan
+    from parplan.solvers.megatron import megatron_plan
+
+    p = Problem(get_model("llama3-8b"), parse_array("h100:16"), batch=32)
+    toml = tmp_path / "tp.toml"
+    toml.write_text('[tensor_plan]\n"layers.*.qkv" = "colwise"\n"layers.*.o" = "rowwise"\n'
+                    '"layers.*.gate_up" = "ColwiseParallel"\n"layers.*.down" = "RowwiseParallel"\n'
+                    '"lm_head" = "colwise"\n')
+    styles = read_tensor_plan(str(toml))
+    assert styles[0] == ("layers.*.qkv", "colwise") and styles[2] == ("layers.*.gate_up", "colwise")
+    cfg = replace(read_config("tp=4,dp=4"), styles=styles)
+    _, plan = config_plan(p, cfg)
+    # Megatron-LM's pairing, written as torch styles: the same plan
+    assert plan.stages[0].plan.splits == megatron_plan(p, 2).splits
+    # another plan: the MLP's down projection column-parallel too, priced differently
+    other = replace(cfg, styles=(("layers.*.down", "colwise"),) + styles)
+    _, changed = config_plan(p, other)
+    assert changed.stages[0].plan.splits["LL"].choices[4] is PartitionType.OUT
+    assert changed.stages[0].plan.splits[""] == plan.stages[0].plan.splits[""]  # data parallel above
+
+
+def test_a_tensor_plan_names_what_it_cannot_express(tmp_path):
+    from parplan.pipeline.configs import read_tensor_plan
+
+    p = Problem(get_model("llama3-8b"), parse_array("h100:8"), batch=16)
+    with pytest.raises(ConfigError, match=r"no colwise or rowwise style for layers\.0\.o, layers\.0\.gate_up"):
+        config_plan(p, replace(read_config("tp=8"), styles=(("layers.*.qkv", "colwise"),)))
+    with pytest.raises(ConfigError, match="sequence parallelism"):
+        config_plan(p, replace(read_config("tp=8"), styles=(("*", "sequence"),)))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('"layers.*.qkv" = "diagonal"\n')
+    with pytest.raises(ConfigError, match="expected colwise, rowwise"):
+        read_tensor_plan(str(bad))
+
+
+def test_a_tensor_plan_in_python_with_torch_styles(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from parplan.cli import main
+
+    src = tmp_path / "plan.py"
+    src.write_text("from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, PrepareModuleInput\n"
+                   "PLAN = {'layers.*': PrepareModuleInput(), 'layers.*.qkv': ColwiseParallel(),\n"
+                   "        'layers.*.o': RowwiseParallel(), 'layers.*.gate_up': ColwiseParallel(),\n"
+                   "        'layers.*.down': RowwiseParallel(), 'lm_head': ColwiseParallel()}\n")
+    args = ["evaluate", "--config", "tp=4,dp=4,zero=1,recompute=yes,mbs=1", "--model", "llama3-8b", "--array",
+            "h100:16", "--batch", "32", "--format", "json"]
+    assert main(args) == 0
+    megatron = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(args + ["--tensor-plan", f"{src}:PLAN"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["step_time_s"] == megatron and "tensor plan of 6 patterns" in doc["config"]
+    assert main(args + ["--tensor-plan", f"{src}:MISSING"]) == 2

@@ -263,8 +263,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError("evaluate needs --plan FILE or --config SPEC (one of them)")
     if args.config is not None:
         return _evaluate_config(args)
-    if args.gap:
-        raise ConfigError("--gap goes with --config (a saved plan's gap: parplan certify)")
+    if args.gap or args.tensor_plan:
+        raise ConfigError(f"{'--gap' if args.gap else '--tensor-plan'} goes with --config (a saved plan's gap: "
+                          "parplan certify)")
     saved = read_plan_file(args.plan)
     problem = _problem_for(args, dict(saved.problem))
     where = f"plan file '{args.plan}'"
@@ -355,6 +356,12 @@ def _evaluate_config(args: argparse.Namespace) -> int:
     if args.bound:
         raise ConfigError("--bound goes with --plan; with --config, --gap reports the bound")
     config = read_config(args.config)
+    if args.tensor_plan is not None:
+        from dataclasses import replace as _replace
+
+        from parplan.pipeline.configs import read_tensor_plan
+
+        config = _replace(config, styles=read_tensor_plan(args.tensor_plan))
     problem, plan = config_plan(_problem_for(args, {}), config)
     ev = evaluate_pipeline(problem, plan)
     limit = memory_limit(args.memory_limit)
@@ -628,6 +635,10 @@ def add_plan_parsers(sub) -> None:
                    help="price a Megatron-LM / torchtitan style configuration instead: a .toml / .json file or "
                         "key=value pairs such as tp=4,dp=4,zero=1,recompute=yes,mbs=1 (docs/interop.md); needs "
                         "--model and --array")
+    e.add_argument("--tensor-plan", default=None, metavar="SPEC",
+                   help="with --config: a torch parallelize_module plan for the tensor levels (module patterns -> "
+                        "colwise/rowwise) in a .toml/.json file, or file.py:NAME (a dict of torch styles); default: "
+                        "Megatron-LM's column/row pairing (docs/interop.md)")
     e.add_argument("--gap", action="store_true",
                    help="with --config: also the best plan parplan finds (plan --pipeline) and the config's gap to "
                         "it; with one stage, the gap to the proven bound over partition plans")

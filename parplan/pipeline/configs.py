@@ -66,12 +66,17 @@ class ParallelConfig:
     global_batch: int | None = None
     schedule: str = "1f1b"
     source: str = ""
+    #: a ``parallelize_module`` plan for the tensor levels: (module pattern, style) pairs in order
+    #: (:func:`read_tensor_plan`); empty: Megatron-LM's column/row pairing
+    styles: tuple[tuple[str, str], ...] = ()
 
     def label(self) -> str:
         parts = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data if self.data is not None else '?'}",
                  f"ZeRO-{self.zero_stage}"] + (["recompute"] if self.recompute else [])
         if self.micro_batch_size is not None:
             parts.append(f"micro-batch {self.micro_batch_size}")
+        if self.styles:
+            parts.append(f"tensor plan of {len(self.styles)} patterns")
         return ", ".join(parts)
 
 
@@ -132,6 +137,9 @@ def _flat(entries: dict, where: str) -> ParallelConfig:
                 raise ConfigError(f"{where}: {raw} = {value!r}: parplan does not model {what}")
             continue
         field = _FLAT.get(key)
+        if key == "tensor_plan":
+            fields["styles"] = _styles(value, f"{where}, tensor_plan")
+            continue
         if field is None:
             continue  # the rest of a training config (learning rate, paths, ...)
         if field == "use_distributed_optimizer":
@@ -216,6 +224,56 @@ def read_config(spec) -> ParallelConfig:
     return _flat(entries, f"config '{text}'")
 
 
+#: torch.distributed.tensor.parallel style classes -> the names tensor plans use.
+_STYLE_CLASSES = {"ColwiseParallel": "colwise", "RowwiseParallel": "rowwise", "SequenceParallel": "sequence",
+                  "PrepareModuleInput": "prepare", "PrepareModuleOutput": "prepare",
+                  "PrepareModuleInputOutput": "prepare"}
+
+
+def _styles(mapping, where: str) -> tuple[tuple[str, str], ...]:
+    """(pattern, style) pairs from a mapping of module paths (``fnmatch`` patterns) to style names
+    (``colwise``, ``rowwise``, ``sequence``, ``prepare``; torch's class names also)."""
+    if not isinstance(mapping, dict) or not mapping:
+        raise ConfigError(f"{where}: expected a table of module paths to styles (colwise, rowwise, ...)")
+    out = []
+    for pattern, style in mapping.items():
+        name = _STYLE_CLASSES.get(type(style).__name__) if not isinstance(style, str) else \
+            _STYLE_CLASSES.get(style, style.strip().lower().removesuffix("parallel"))
+        if name not in ("colwise", "rowwise", "sequence", "prepare"):
+            raise ConfigError(f"{where}: '{pattern}' = {style!r}: expected colwise, rowwise, sequence or prepare "
+                              "(torch's ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModule*)")
+        out.append((str(pattern), name))
+    return tuple(out)
+
+
+def read_tensor_plan(spec: str) -> tuple[tuple[str, str], ...]:
+    """A ``parallelize_module`` plan: a ``.toml`` / ``.json`` table of module paths (``fnmatch``
+    patterns such as ``layers.*.qkv``) to styles (or one under ``tensor_plan``), or
+    ``file.py:NAME``, a Python file whose dict ``NAME`` maps module paths to torch's style
+    objects (the file is run, as ``file.py:factory`` model specs are)."""
+    text = str(spec)
+    file, sep, name = text.rpartition(":")
+    if sep and file.endswith(".py"):
+        import runpy
+
+        if not Path(file).is_file():
+            raise ConfigError(f"tensor plan '{text}': no file {file}")
+        try:
+            scope = runpy.run_path(file)
+        except Exception as exc:  # noqa: BLE001 - the user's file: say what it raised
+            raise ConfigError(f"tensor plan '{text}': running {file} raised {type(exc).__name__}: {exc}") from None
+        if name not in scope:
+            raise ConfigError(f"tensor plan '{text}': {file} defines no '{name}'")
+        return _styles(scope[name], f"tensor plan '{text}'")
+    path = Path(text)
+    where = f"tensor plan '{path}'"
+    body = read_text(path, "tensor plan")
+    doc = parse_json(body, where) if path.suffix.lower() == ".json" else parse_toml(body, where)
+    if isinstance(doc, dict) and isinstance(doc.get("tensor_plan"), dict):
+        doc = doc["tensor_plan"]
+    return _styles(doc, where)
+
+
 def _levels(n: int, what: str) -> int:
     k = int(round(math.log2(n)))
     if 2 ** k != n:
@@ -258,7 +316,7 @@ def config_plan(problem: Problem, config: ParallelConfig) -> tuple[Problem, Pipe
         sub = stage_problem(p, first, last, path)
         if sub.array.depth < tensor_levels:
             raise ConfigError(f"{config.label()}: a stage's group {sub.array.describe()} cannot hold tensor degree {tp}")
-        plan = megatron_plan(sub, tensor_levels) if not sub.array.is_leaf else Plan({}, planner="megatron",
+        plan = megatron_plan(sub, tensor_levels, config.styles) if not sub.array.is_leaf else Plan({}, planner="megatron",
                                                                                  info={"tensor_parallel": 1})
         stages.append(Stage(first, last, path, plan))
         first = last + 1
@@ -266,4 +324,4 @@ def config_plan(problem: Problem, config: ParallelConfig) -> tuple[Problem, Pipe
                            info={"config": config.label(), "source": config.source})
 
 
-__all__ = ["ParallelConfig", "config_plan", "read_config"]
+__all__ = ["ParallelConfig", "config_plan", "read_config", "read_tensor_plan"]

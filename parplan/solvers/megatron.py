@@ -42,16 +42,52 @@ def tensor_choices(problem: Problem) -> tuple:
     return tuple(out)
 
 
-def megatron_plan(problem: Problem, tensor_levels: int) -> Plan:
+#: torch.distributed.tensor.parallel styles (lower case, "Parallel" dropped) -> a tensor level's choice.
+STYLE_CHOICES = {"colwise": PartitionType.OUT, "rowwise": PartitionType.IN}
+
+
+def styled_choices(problem: Problem, styles) -> tuple:
+    """Each planning node's choice at a tensor-parallel level from a ``parallelize_module`` plan:
+    ``styles`` is ``(pattern, style)`` pairs in order (the first whose ``fnmatch`` pattern matches
+    a weighted layer's name decides; ``prepare`` entries only set layouts and are skipped).
+    ``colwise`` is OUT, ``rowwise`` IN; joins keep the residual stream replicated (WHOLE).
+    Sequence parallelism and weighted layers no style names are refused by name: torch runs an
+    unnamed layer whole on every tensor-parallel rank, which no parplan choice does."""
+    from fnmatch import fnmatchcase
+
+    out, unmatched = [], []
+    for node in problem.planning.nodes:
+        if node.is_join:
+            out.append(Layout.WHOLE)
+            continue
+        style = next((st for pattern, st in styles if st != "prepare" and fnmatchcase(node.name, pattern)), None)
+        if style == "sequence":
+            raise ConfigError(f"tensor plan: '{node.name}' is SequenceParallel; parplan does not model sequence "
+                              "parallelism")
+        if style not in STYLE_CHOICES:
+            unmatched.append(node.name)
+            out.append(PartitionType.BATCH)
+            continue
+        out.append(STYLE_CHOICES[style])
+    if unmatched:
+        shown = ", ".join(unmatched[:4]) + (f" and {len(unmatched) - 4} more" if len(unmatched) > 4 else "")
+        raise ConfigError(f"tensor plan: no colwise or rowwise style for {shown}; torch would run each whole on every "
+                          "tensor-parallel rank, which no parplan choice does: give each a style")
+    return tuple(out)
+
+
+def megatron_plan(problem: Problem, tensor_levels: int, styles=None) -> Plan:
     """Tensor parallelism on the lowest ``tensor_levels`` levels of every root-leaf path, data
-    parallelism above (module docstring)."""
+    parallelism above (module docstring). ``styles``: a ``parallelize_module`` plan's
+    ``(pattern, style)`` pairs for the tensor levels instead of Megatron's pairing
+    (:func:`styled_choices`)."""
     depth = problem.array.depth
     if isinstance(tensor_levels, bool) or not isinstance(tensor_levels, int) or not 0 <= tensor_levels <= depth:
         raise ConfigError(f"tensor_levels must be an integer in [0, {depth}] for {problem.array.describe()} "
                           f"(got {tensor_levels!r})")
     nodes = problem.planning.nodes
     n = len(nodes)
-    tensor = Split(tensor_choices(problem), (0.5,) * n)
+    tensor = Split(styled_choices(problem, styles) if styles else tensor_choices(problem), (0.5,) * n)
     data = Split(tuple(Layout.ROWS if v.is_join else PartitionType.BATCH for v in nodes), (0.5,) * n)
     splits = {}
     for path, group in problem.array.inner_nodes():
@@ -60,4 +96,4 @@ def megatron_plan(problem: Problem, tensor_levels: int) -> Plan:
     return Plan(splits, planner="megatron", info={"tensor_parallel": tp, "data_parallel": problem.array.count // tp})
 
 
-__all__ = ["megatron_plan", "tensor_choices"]
+__all__ = ["STYLE_CHOICES", "megatron_plan", "styled_choices", "tensor_choices"]
