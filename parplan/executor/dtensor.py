@@ -235,7 +235,7 @@ COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", 
 def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
     """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
     and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted."""
-    mesh = init_device_mesh(device, export.mesh_shape, mesh_dim_names=export.mesh_dim_names)
+    mesh = init_device_mesh(device.split(":")[0], export.mesh_shape, mesh_dim_names=export.mesh_dim_names)
     weights, inp, target = init_tensors(problem, seed)
     by_name = {e.name: e for e in export.layers}
     rep = [Replicate()] * mesh.ndim
