@@ -140,6 +140,15 @@ def test_evaluator_agrees_with_the_independent_reference(case):
         assert math.isclose(ev.device_memory_bytes[k], m, rel_tol=1e-9, abs_tol=1e-9)
 
 
+@fast(100)
+@given(plan_cases())
+def test_device_memory_alone_equals_the_evaluators(case):
+    from parplan.costmodel.evaluate import device_memory
+
+    p, plan = case
+    assert device_memory(p, plan) == dict(evaluate(p, plan).device_memory_bytes)
+
+
 @st.composite
 def mirrored_cases(draw):
     """Plans on a homogeneous array whose halves are split alike: every split's share is 1/2 and
@@ -183,6 +192,9 @@ def test_the_evaluator_prices_interchangeable_halves_once(case):
         assert seen[-1]  # the root's halves hold translated rows: one is priced for both
     assert shared.rows == full.rows and shared.step_time_s == full.step_time_s
     assert dict(shared.device_memory_bytes) == dict(full.device_memory_bytes)
+    from parplan.costmodel.evaluate import device_memory
+
+    assert device_memory(p, plan) == dict(full.device_memory_bytes)
     step, memory = reference_evaluate(p, plan)
     assert math.isclose(shared.step_time_s, step, rel_tol=1e-9, abs_tol=1e-18)
     assert memory.keys() == shared.device_memory_bytes.keys()

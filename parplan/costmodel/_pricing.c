@@ -674,6 +674,84 @@ PyDoc_STRVAR(values_doc,
 "side 2 at its end)); 1 = communication, the elements both sides receive. steps: the\n"
 "producer's compute seconds, float64 (2, S, K). The other arguments are relayout's.");
 
+/* Whether the call's grid is its members' whole state ranges in scope order (node_factor's full
+ * tables): member j's state is the grid's axis j. */
+static int full_grid(const Call *cl) {
+    if (cl->nd != cl->k || cl->k < 2) return 0;
+    for (int j = 0; j < cl->k; ++j) {
+        if (cl->dims[j] != cl->S[j] || cl->ilen[j] != cl->S[j]) return 0;
+        for (int d = 0; d < cl->nd; ++d)
+            if (cl->str[j][d] != ((d == j && cl->S[j] > 1) ? 1 : 0)) return 0;
+        for (Py_ssize_t x = 0; x < cl->S[j]; ++x)
+            if (cl->idx[j][x] != x) return 0;
+    }
+    return 1;
+}
+
+/* values() over a full grid of point states (K == 1): the same arithmetic as cell() in the same
+ * order, with the producer's fields and each precomputed tensor's offset read once per row of the
+ * last axis instead of once per cell. */
+static void values_full(const Call *cl, const double *s1, const double *s2, int objective, double *o) {
+    int k = cl->k, nt = cl->nt;
+    const double *tu = cl->tabs[0];
+    Py_ssize_t S0 = cl->S[0], last = cl->S[k - 1], st[MAXK], base[MAXK], lstr[MAXK], c = 0;
+    memset(st, 0, sizeof(st));
+    for (int t = 0; t < nt; ++t) {
+        const Tensor *ts = &cl->ts[t];
+        lstr[t] = 0;
+        if (ts->pre)
+            for (int x = 0; x < ts->n; ++x)
+                if (ts->pos[x] == k - 1) lstr[t] = ts->pstr[x + 1];
+    }
+    for (;;) {
+        Py_ssize_t su = st[0];
+        double in0 = fld(tu, S0, F_INTRA0, su), in1 = fld(tu, S0, F_INTRA1, su), ext = fld(tu, S0, F_EXTRA, su);
+        double w0 = fld(tu, S0, F_WINTRA0, su), w1 = fld(tu, S0, F_WINTRA1, su), t1 = s1[su], t2 = s2[su];
+        /* the weight traffic's seconds depend on the producer's state only */
+        double ow0 = cl->sd.overlap ? receive_seconds(&cl->sd, 0, w0, w0) + ext : 0.0;
+        double ow1 = cl->sd.overlap ? receive_seconds(&cl->sd, 1, w1, w1) + ext : 0.0;
+        for (int t = 0; t < nt; ++t) {
+            const Tensor *ts = &cl->ts[t];
+            if (!ts->pre) continue;
+            Py_ssize_t off = su * ts->pstr[0];
+            for (int x = 0; x < ts->n; ++x)
+                if (ts->pos[x] != k - 1) off += st[ts->pos[x]] * ts->pstr[x + 1];
+            base[t] = off;
+        }
+        for (Py_ssize_t xl = 0; xl < last; ++xl, ++c) {
+            double r[2], cm[2], wt[2];
+            st[k - 1] = xl;
+            for (int i = 0; i < 2; ++i) {
+                double x = i ? in1 : in0;
+                for (int t = 0; t < nt; ++t) {
+                    const Tensor *ts = &cl->ts[t];
+                    double moved;
+                    if (ts->pre) moved = ts->pre[i * ts->npre + base[t] + xl * lstr[t]];
+                    else if (ts->uni) moved = closed_form_split(cl, ts, st, i);
+                    else moved = tensor_moved(cl, ts, st, i);
+                    x = x + ts->size * moved;
+                }
+                double w = i ? w1 : w0;
+                r[i] = x;
+                if (cl->sd.overlap) {
+                    wt[i] = i ? ow1 : ow0;
+                    cm[i] = receive_seconds(&cl->sd, i, pmax(x - w, 0.0), 0.0) + wt[i];
+                } else {
+                    wt[i] = 0.0;
+                    cm[i] = receive_seconds(&cl->sd, i, x, w) + ext;
+                }
+            }
+            o[c] = objective == 1 ? r[0] + r[1] : pmax(overlap_time(t1, cm[0], wt[0]), overlap_time(t2, cm[1], wt[1]));
+        }
+        int d = k - 2;
+        for (; d >= 0; --d) {
+            if (++st[d] < cl->S[d]) break;
+            st[d] = 0;
+        }
+        if (d < 0) break;
+    }
+}
+
 static PyObject *values(PyObject *self, PyObject *args) {
     PyObject *tables, *indices, *strides, *shape, *side_t;
     Py_buffer spec, steps, out;
@@ -691,6 +769,12 @@ static PyObject *values(PyObject *self, PyObject *args) {
     }
     double *o = out.buf;
     const double *s1 = steps.buf, *s2 = (const double *)steps.buf + S0 * K;
+    if (K == 1 && cl.cells > 0 && full_grid(&cl)) {
+        values_full(&cl, s1, s2, objective, o);
+        Py_INCREF(Py_None);
+        result = Py_None;
+        goto done;
+    }
     WALK(&cl, {
         double r[2], cm[2], w[2];
         cell(&cl, st, r, cm, w);

@@ -165,6 +165,38 @@ def evaluate(problem: Problem, plan: Plan, node_memory: bool = False) -> Evaluat
     )
 
 
+def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
+    """Every device's memory need under ``plan``: :func:`evaluate`'s ``device_memory_bytes``,
+    the same numbers (the same sizes per side, the same formula at the leaves) without pricing
+    any time. A memory search filters settings with it before it prices them."""
+    check_plan(problem, plan)
+    bpe, opt, zero = problem.bytes_per_element, problem.optimizer_bytes_per_param, problem.zero_stage
+    out: dict[str, float] = {}
+
+    def walk(group: ArrayNode, path: str, dims: tuple[LayerDims, ...]) -> None:
+        if group.is_leaf:
+            out[path] = sum(d.memory_bytes(bpe, opt, zero) for d in dims)
+            return
+        if path not in plan.splits:
+            raise ConfigError(f"plan has no split for group '{path or 'root'}' of array {problem.array.describe()}")
+        split = plan.splits[path]
+        pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
+        left, right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+        start = len(out)
+        walk(group.left, path + "L", left)
+        n = len(path) + 1
+        if left == right and signature(group.left) == signature(group.right) and all(
+                plan.splits.get(path + "R" + key[n:]) == sp for key, sp in plan.splits.items()
+                if key.startswith(path + "L")):
+            for key in list(out)[start:]:  # sizes alike below: the same memory under the right's paths
+                out[path + "R" + key[n:]] = out[key]
+        else:
+            walk(group.right, path + "R", right)
+
+    walk(problem.array, "", problem.root_dims())
+    return out
+
+
 def node_times(problem: Problem, plan: Plan, nodes) -> dict[int, float]:
     """The root times of ``nodes`` (planning-node indices) under ``plan``: what
     :func:`evaluate` gives them, computed for them alone. A node's time reads its own states and

@@ -8,7 +8,8 @@ recomputation x micro-batches), in order:
 
 1. The planner's own plan, priced with every setting: if it fits at ZeRO stage 0-2 without
    recomputation or more micro-batches (which cost exactly its unconstrained time), the least
-   such stage is the answer.
+   such stage is the answer. Its memory comes first (:func:`~parplan.costmodel.evaluate.device_memory`):
+   a setting under which it does not fit is priced only if the search later needs its time.
 2. Otherwise the settings under which it fits, fastest first: the :data:`REPLANNED` fastest are
    planned again with the setting in force.
 3. If none fits, a **memory price** (a Lagrangian term): each state of each split pays ``mu``
@@ -41,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from parplan.costmodel.evaluate import Evaluation, evaluate
+from parplan.costmodel.evaluate import Evaluation, device_memory, evaluate
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.limits import device_capacity
@@ -160,6 +161,15 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
         tried.append(fit)
         return fit
 
+    #: settings under which the planner's plan does not fit, found from its memory alone: priced
+    #: (into ``tried``) only where the search needs their times or the closest plan
+    misses: list[tuple[Problem, Plan, str]] = []
+
+    def price_misses() -> None:
+        for p, plan, how in misses:
+            candidate(p, plan, how)
+        misses.clear()
+
     lightest = max(settings, key=lambda t: (t.zero_stage, t.recompute, t.micro_batches))
     if memory_lower_bound(lightest.apply(problem)) > sum(limits.values()):
         # proven: no plan fits; one plan with the most memory-saving setting shows how close one comes
@@ -174,7 +184,12 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     say(f"memory: planning with {first.label()}")
     base = make_plan(first.apply(problem), planner, progress=progress, **kwargs)
     for t in settings:
-        fit = candidate(t.apply(problem), base, "as planned" if t == Technique() else t.label())
+        p, how = t.apply(problem), "as planned" if t == Technique() else t.label()
+        need = device_memory(p, base)
+        if max(need.get(path, 0.0) / cap for path, cap in limits.items()) > 1.0:
+            misses.append((p, base, how))  # does not fit: its time matters only if nothing does
+            continue
+        fit = candidate(p, base, how)
         if fit.fits and t in plain and t.zero_stage <= 2:
             return fit
     # 2. the settings that make the planner's plan fit, re-planned with each (the fastest first)
@@ -189,6 +204,7 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     # 3. memory prices, with the settings that save the most memory at ZeRO stages 2 and 3
     options = planner_options(planner, kwargs.get("objective"), kwargs.get("shares"), kwargs.get("share_grid"))
     if not found:
+        price_misses()
         step = min(f.evaluation.step_time_s for f in tried)
         for stage in sorted({min(2, lightest.zero_stage), lightest.zero_stage}):
             t = replace(lightest, zero_stage=stage)
@@ -198,6 +214,7 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     exact = False
     if problem.array.depth == 1 and len(problem.planning.nodes) <= EXACT_MAX_NODES and (
             not found or min(found, key=lambda f: f.evaluation.step_time_s).how != "as planned"):
+        price_misses()  # the one-split search and its error read every setting tried
         # one split: the MIP with a memory row per device is the whole problem, setting by setting
         so_far = min(found, key=lambda f: f.evaluation.step_time_s) if found else None
         best, proven = _exact_one_split(problem, settings, limit_bytes, options, candidate, say, so_far)
@@ -211,6 +228,7 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     if found:
         best = min(found, key=lambda f: (f.evaluation.step_time_s, f.peak_fraction))
         return replace(best, exact=exact)
+    price_misses()
     closest = min(tried, key=lambda f: f.peak_fraction)
     raise InfeasibleError(infeasible_message(lightest.apply(problem), limits, closest))
 
