@@ -85,6 +85,11 @@ def test_cli_evaluate_config_with_its_gap(capsys):
     # the best plan parplan finds is never slower, and the proven bound is below both
     assert data["best_step_time_s"] <= data["step_time_s"] * (1 + 1e-12) and data["gap_to_best"] >= -1e-12
     assert data["bound_s"] <= data["step_time_s"] and data["gap_to_bound"] >= 0
+    # where the configuration loses: every layer's time next to its own bound, summing to the step
+    rows = data["layer_bounds"]
+    assert len(rows) == len(Problem(get_model("gpt2"), parse_array("h100:4"), batch=8).planning.nodes)
+    assert abs(sum(r["time_s"] for r in rows) - data["step_time_s"]) <= 1e-9 * data["step_time_s"]
+    assert all(r["excess_s"] >= 0.0 and r["bound_s"] <= r["time_s"] * (1 + 1e-9) for r in rows)
     code = main(["evaluate", "--config", "tp=2", "--model", "gpt2", "--array", "h100:4", "--batch", "8"])
     assert code == 0 and "configuration: TP2, PP1, DP2, ZeRO-0" in capsys.readouterr().out
     code = main(["evaluate", "--config", "tp=2", "--model", "gpt2"])
