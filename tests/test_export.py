@@ -174,6 +174,19 @@ def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, na
         assert any("fused gate/up" in note for note in torch_export(p, megatron_plan(p, 1)).notes)
 
 
+@pytest.mark.parametrize("zero", [1, 3])
+def test_zero_runs_as_fsdp_does_and_equals_one_process(cluster, zero):
+    from parplan.executor.launch import run_torch
+
+    p = Problem(mlp(), parse_array("cpu:4"), batch=8, zero_stage=zero)
+    for plan in (make_plan(p, "data"), megatron_plan(p, 1)):
+        r = run_torch(p, plan, steps=2, cluster=cluster, lr=0.01)
+        assert r.numerics_equal, (zero, r.loss_rel_error, r.max_grad_rel_error)
+        # the gradients are reduce-scattered to the kept shards and the weights all-gathered
+        assert r.collectives.get("reduce_scatter_tensor", 0) > 0 and r.collectives.get("all_gather_into_tensor", 0) > 0
+    assert torch_export(p, make_plan(p, "data")).layers[0].fsdp_dims == ("l1", "l2")
+
+
 def test_run_torch_refuses_what_it_cannot_express(cluster):
     from parplan.executor.launch import run_torch
 

@@ -232,17 +232,34 @@ def _counting_mode():
 COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
 
 
+def _sharded(placements: list, zero_stage: int) -> list:
+    """Where ZeRO keeps a weight's state: on every mesh dim where the weight is replicated (its
+    layer is BATCH there), its rows split (``Shard(0)``), as FSDP2 shards a parameter over the
+    data-parallel dims; unchanged without ZeRO."""
+    if not zero_stage:
+        return list(placements)
+    return [Shard(0) if isinstance(p, Replicate) else p for p in placements]
+
+
 def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
     """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
-    and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted."""
+    and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted.
+
+    ZeRO (the problem's stage; docs/costmodel.md section 6.1) as FSDP2 runs it, with DTensor's
+    redistributions: stage 1-2 reduce-scatter each gradient to the shard a device keeps, update
+    that shard and all-gather the weight; stage 3 keeps only the shard and all-gathers the weight
+    for use in the step (its backward reduce-scatters the gradient)."""
     mesh = init_device_mesh(device.split(":")[0], export.mesh_shape, mesh_dim_names=export.mesh_dim_names)
     weights, inp, target = init_tensors(problem, seed)
     by_name = {e.name: e for e in export.layers}
     rep = [Replicate()] * mesh.ndim
     orders = glu_orders(problem, export)
+    use = {name: [_weight_placement(p) for p in by_name[name].weight] if name in by_name else rep
+           for name in weights}  # a table read through a join: replicated
+    zero = problem.zero_stage
+    keep = {name: _sharded(use[name], zero) for name in weights}
     params = {name: distribute_tensor((w[orders[name]] if name in orders else w).to(device), mesh,
-                                      [_weight_placement(p) for p in by_name[name].weight]
-                                      if name in by_name else rep)  # a table read through a join: replicated
+                                      keep[name] if zero >= 3 else use[name])
               for name, w in weights.items()}
     target = distribute_tensor(target.to(device), mesh, rep)
     losses, counts, grads, payload = [], {}, {}, {}
@@ -250,17 +267,22 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
         w = {name: t.detach().requires_grad_() for name, t in params.items()}
         mode = _counting_mode()
         with mode:
-            y = dtensor_forward(problem, export, mesh, w, inp.to(device)).reshape(problem.batch, -1)
+            used = {name: t.redistribute(mesh, use[name]) for name, t in w.items()} if zero >= 3 else w
+            y = dtensor_forward(problem, export, mesh, used, inp.to(device)).reshape(problem.batch, -1)
             loss = 0.5 * ((y - target.redistribute(mesh, y.placements)) ** 2).sum()
             loss.backward()
-            # each gradient reduced to its weight's placements (DTensor leaves a replicated weight's
-            # gradient a partial sum until asked: this is the gradient exchange)
-            grads = {name: t.grad.redistribute(mesh, t.placements) for name, t in w.items()}
+            # each gradient reduced to where its weight's state lives (DTensor leaves a replicated
+            # weight's gradient a partial sum until asked: this is the gradient exchange)
+            grads = {name: t.grad.redistribute(mesh, keep[name]) for name, t in w.items()}
+            # the update (its collectives belong to the step, so the last step makes one too)
+            if zero >= 3:
+                params = {name: (w[name] - lr * grads[name]).detach() for name in w}
+            else:  # update the kept shard, then every device's whole weight again (an all-gather)
+                params = {name: (w[name].detach().redistribute(mesh, keep[name]) - lr * grads[name])
+                          .redistribute(mesh, use[name]) for name in w}
         losses.append(float(loss.detach().full_tensor()))
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
         payload = dict(mode.payload)
-        if k + 1 < steps:
-            params = {name: (w[name] - lr * grads[name]).detach() for name in params}
     whole = {}
     for name, g in grads.items():
         full = g.full_tensor().cpu()
