@@ -175,10 +175,10 @@ def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, na
 
 
 @pytest.mark.parametrize("zero", [1, 3])
-def test_zero_runs_as_fsdp_does_and_equals_one_process(cluster, zero):
+def test_zero_and_micro_batches_run_as_fsdp_does_and_equal_one_process(cluster, zero):
     from parplan.executor.launch import run_torch
 
-    p = Problem(mlp(), parse_array("cpu:4"), batch=8, zero_stage=zero)
+    p = Problem(mlp(), parse_array("cpu:4"), batch=16, zero_stage=zero, micro_batches=2 if zero == 3 else 1)
     for plan in (make_plan(p, "data"), megatron_plan(p, 1)):
         r = run_torch(p, plan, steps=2, cluster=cluster, lr=0.01)
         assert r.numerics_equal, (zero, r.loss_rel_error, r.max_grad_rel_error)

@@ -140,7 +140,8 @@ def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> 
     info = problem.graph.analyze()
     by_name = {e.name: e for e in export.layers}
     rep = [Replicate()] * mesh.ndim
-    x0 = inp.reshape(problem.batch, inp.shape[1], -1)
+    rows = inp.shape[0]  # the step's batch, or one micro-batch of it
+    x0 = inp.reshape(rows, inp.shape[1], -1)
     f = {INPUT: DTensor.from_local(x0, mesh, rep)}  # every process drew the same batch from the seed
     for name in info.order:
         layer = problem.graph.layer(name)
@@ -154,11 +155,11 @@ def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> 
         elif isinstance(layer, Linear) and layer.per_position:
             y = _per_position(xs[0], weights[name])
         elif isinstance(layer, Linear):
-            y = (xs[0].reshape(problem.batch, -1) @ weights[name].T).reshape(problem.batch, -1, 1)
+            y = (xs[0].reshape(rows, -1) @ weights[name].T).reshape(rows, -1, 1)
         elif isinstance(layer, Embedding) and planned is None:
             y = _embedding_local(_reduced(xs[0]), weights[name], layer)
         elif isinstance(layer, Embedding):
-            ids = _reduced(xs[0]).redistribute(mesh, rep).to_local().reshape(problem.batch, -1).long() % layer.num
+            ids = _reduced(xs[0]).redistribute(mesh, rep).to_local().reshape(rows, -1).long() % layer.num
             ids = distribute_tensor(ids, mesh, [Shard(0) if isinstance(p, Shard) and p.dim == 0 else Replicate()
                                                 for p in xs[0].placements])
             y = tf.embedding(ids, weights[name]).permute(0, 2, 1)
@@ -241,11 +242,19 @@ def _sharded(placements: list, zero_stage: int) -> list:
     return [Shard(0) if isinstance(p, Replicate) else p for p in placements]
 
 
+def _micro_batches(problem) -> list[slice]:
+    """The rows of each of the step's micro-batches (docs/costmodel.md section 6.4)."""
+    m = problem.micro_batches
+    size = problem.batch // m
+    return [slice(j * size, (j + 1) * size) for j in range(m)]
+
+
 def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
     """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
     and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted.
 
-    ZeRO (the problem's stage; docs/costmodel.md section 6.1) as FSDP2 runs it, with DTensor's
+    Micro-batches run one after the other, their gradients accumulating (section 6.4). ZeRO (the
+    problem's stage; docs/costmodel.md section 6.1) as FSDP2 runs it, with DTensor's
     redistributions: stage 1-2 reduce-scatter each gradient to the shard a device keeps, update
     that shard and all-gather the weight; stage 3 keeps only the shard and all-gathers the weight
     for use in the step (its backward reduce-scatters the gradient)."""
@@ -261,16 +270,21 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
     params = {name: distribute_tensor((w[orders[name]] if name in orders else w).to(device), mesh,
                                       keep[name] if zero >= 3 else use[name])
               for name, w in weights.items()}
-    target = distribute_tensor(target.to(device), mesh, rep)
+    target = target.to(device)
     losses, counts, grads, payload = [], {}, {}, {}
     for k in range(steps):
         w = {name: t.detach().requires_grad_() for name, t in params.items()}
         mode = _counting_mode()
+        parts = []
         with mode:
-            used = {name: t.redistribute(mesh, use[name]) for name, t in w.items()} if zero >= 3 else w
-            y = dtensor_forward(problem, export, mesh, used, inp.to(device)).reshape(problem.batch, -1)
-            loss = 0.5 * ((y - target.redistribute(mesh, y.placements)) ** 2).sum()
-            loss.backward()
+            for rows in _micro_batches(problem):  # one after the other, the gradients accumulating
+                used = {name: t.redistribute(mesh, use[name]) for name, t in w.items()} if zero >= 3 else w
+                y = dtensor_forward(problem, export, mesh, used, inp[rows].to(device)).reshape(rows.stop - rows.start,
+                                                                                              -1)
+                part = DTensor.from_local(target[rows], mesh, rep).redistribute(mesh, y.placements)
+                loss = 0.5 * ((y - part) ** 2).sum()
+                loss.backward()
+                parts.append(loss.detach())
             # each gradient reduced to where its weight's state lives (DTensor leaves a replicated
             # weight's gradient a partial sum until asked: this is the gradient exchange)
             grads = {name: t.grad.redistribute(mesh, keep[name]) for name, t in w.items()}
@@ -280,7 +294,7 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
             else:  # update the kept shard, then every device's whole weight again (an all-gather)
                 params = {name: (w[name].detach().redistribute(mesh, keep[name]) - lr * grads[name])
                           .redistribute(mesh, use[name]) for name in w}
-        losses.append(float(loss.detach().full_tensor()))
+        losses.append(sum(float(part.full_tensor()) for part in parts))  # outside the count
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
         payload = dict(mode.payload)
     whole = {}
