@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from parplan.costmodel.graph import Attention, Conv2d, Embedding, Glu
-from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.layout import JOIN_LAYOUTS, Layout, PartitionType, ports
 from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.errors import ConfigError
 
@@ -53,12 +53,12 @@ B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 WEIGHT = {B: "Replicate()", I: "Shard(1)", O: "Shard(0)"}
 #: An embedding table's ``(num, dim)``: IN splits the vocabulary, OUT the embedding dim.
 TABLE = {B: "Replicate()", I: "Shard(0)", O: "Shard(1)"}
-#: The activation a node reads, per choice (torch's layout: batch first, features last).
-NEED = {B: "Shard(0)", I: "Shard(-1)", O: "Replicate()", Layout.ROWS: "Shard(0)", Layout.COLS: "Shard(-1)",
-        Layout.WHOLE: "Replicate()"}
-#: The activation a node gives (IN's partial sums reduced, as parplan prices them).
-GIVE = {B: "Shard(0)", I: "Replicate()", O: "Shard(-1)", Layout.ROWS: "Shard(0)", Layout.COLS: "Shard(-1)",
-        Layout.WHOLE: "Replicate()"}
+#: An activation's placement per layout (torch's layout: batch first, features last).
+PLACEMENT = {Layout.ROWS: "Shard(0)", Layout.COLS: "Shard(-1)", Layout.WHOLE: "Replicate()"}
+#: The activation a node reads and the one it gives (IN's partial sums reduced, as parplan prices
+#: them), per choice: its ports (``layout.ports``) as placements.
+NEED = {c: PLACEMENT[ports(c).need_in] for c in (B, I, O, *JOIN_LAYOUTS)}
+GIVE = {c: PLACEMENT[ports(c).give_out] for c in (B, I, O, *JOIN_LAYOUTS)}
 #: torch.distributed.tensor.parallel's style for a layer split on one mesh dimension.
 STYLE = {I: "RowwiseParallel", O: "ColwiseParallel"}
 SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
@@ -321,5 +321,5 @@ def nearest_plan(problem: Problem, plan: Plan) -> Plan:
     return Plan(splits, planner=f"{plan.planner or 'plan'}-torch", info={"nearest_to": plan.planner or "plan"})
 
 
-__all__ = ["GIVE", "LayerExport", "NEED", "PipelineExport", "StageExport", "TABLE", "TorchExport", "WEIGHT", "mesh_of",
+__all__ = ["GIVE", "LayerExport", "NEED", "PLACEMENT", "PipelineExport", "StageExport", "TABLE", "TorchExport", "WEIGHT", "mesh_of",
            "nearest_plan", "pipeline_export", "torch_export"]
