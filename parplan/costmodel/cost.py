@@ -41,7 +41,7 @@ import numpy as np
 from parplan.costmodel.collective import Collective
 from parplan.costmodel.dims import Device, LayerDims, device_figures
 from parplan.costmodel.compiled import core as _pricing
-from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, ports
+from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, ports, split_axes
 from parplan.costmodel.regions import local_frame, rect_area
 from parplan.errors import TableTooLarge
 
@@ -169,17 +169,16 @@ def scale_for_sides(dims: LayerDims, choice: Choice, a: float) -> tuple[LayerDim
 
 def _one_side(dims: LayerDims, choice: Choice, s: float) -> LayerDims:
     """Dims a side with share ``s`` of a node split by ``choice`` keeps."""
+    axes = split_axes(choice)
     if s <= 0.0:
         return zero_dims(dims)
-    if choice in (PartitionType.BATCH, Layout.ROWS):
-        return dims.scaled(batch=s)
-    if choice is PartitionType.IN:
-        return dims.scaled(in_features=s)
-    if choice is PartitionType.OUT:
-        return dims.scaled(out_features=s)
-    if choice is Layout.COLS:
-        return dims.scaled(in_features=s, out_features=s)
-    return dims
+    if not axes:
+        return dims
+    return dims.scaled(**{_DIMS_OF_AXIS[ax]: s for ax in axes})
+
+
+#: The size a divided region axis scales (section 3's rows / input columns / output columns).
+_DIMS_OF_AXIS = {"rows": "batch", "ins": "in_features", "outs": "out_features"}
 
 
 def receive_seconds(side: "SideSpec", i: int, elements: float, weight_elements: float = 0.0) -> float:
@@ -497,7 +496,7 @@ def cuts_below(above, split) -> tuple[tuple[bool, bool], ...]:
     out = []
     for (rows, cols), c, a in zip(above, split.choices, split.shares):
         both = 0.0 < a < 1.0
-        out.append((rows or (both and c in (PartitionType.BATCH, Layout.ROWS)),
+        out.append((rows or (both and "rows" in split_axes(c)),
                     cols or (both and ports(c).give_out is Layout.COLS)))
     return tuple(out)
 
@@ -506,7 +505,7 @@ def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tup
     """Which nodes the children of a split see as covered by an enclosing BATCH all-reduce."""
     if not has_collective:
         return covered
-    return tuple(cv or c in (PartitionType.BATCH, Layout.ROWS) for cv, c in zip(covered, split.choices))
+    return tuple(cv or "rows" in split_axes(c) for cv, c in zip(covered, split.choices))
 
 
 __all__ = [

@@ -88,6 +88,27 @@ def ports(choice: Choice) -> Ports:
     raise ValueError(f"{choice!r} is not a node choice")
 
 
+#: The axes of a node's region (docs/costmodel.md section 3: rows, input columns, output columns)
+#: each choice divides between the sides: the one table the region algebra, the sides' sizes
+#: (``cost.scale_for_sides``) and the executor's boxes read.
+SPLIT_AXES = {
+    PartitionType.BATCH: ("rows",),
+    PartitionType.IN: ("ins",),
+    PartitionType.OUT: ("outs",),
+    Layout.ROWS: ("rows",),
+    Layout.COLS: ("ins", "outs"),
+    Layout.WHOLE: (),
+}
+
+
+def split_axes(choice: Choice) -> tuple[str, ...]:
+    """:data:`SPLIT_AXES` of ``choice``; a ValueError for anything that is not a node choice."""
+    try:
+        return SPLIT_AXES[choice]
+    except (KeyError, TypeError):
+        raise ValueError(f"{choice!r} is not a node choice") from None
+
+
 class Tensor(Enum):
     """Which tensor a type reduces inside the layer (the intra-layer communication)."""
 

@@ -131,20 +131,16 @@ def _part(lo: float, hi: float, s: float, side: int) -> tuple[float, float]:
 
 def child_region(region: Region, choice, share: float, side: int) -> Region:
     """Side ``side``'s (0 or 1) region of a node split by ``choice`` at side-1 ``share``."""
-    from parplan.costmodel.layout import Layout, PartitionType
+    from parplan.costmodel.layout import split_axes
 
+    axes = split_axes(choice)
     s = share if side == 0 else 1.0 - share
     if s <= 0.0 or region.empty:
         return EMPTY
-    if choice in (PartitionType.BATCH, Layout.ROWS):
-        return Region(_part(*region.rows, s, side), region.ins, region.outs)
-    if choice is PartitionType.IN:
-        return Region(region.rows, _part(*region.ins, s, side), region.outs)
-    if choice is PartitionType.OUT:
-        return Region(region.rows, region.ins, _part(*region.outs, s, side))
-    if choice is Layout.COLS:
-        return Region(region.rows, _part(*region.ins, s, side), _part(*region.outs, s, side))
-    return region
+    if not axes:
+        return region
+    return Region(*(_part(*getattr(region, ax), s, side) if ax in axes else getattr(region, ax)
+                    for ax in ("rows", "ins", "outs")))
 
 
 def rect_area(r: Rect) -> float:

@@ -48,7 +48,7 @@ import numpy as np
 
 from parplan.costmodel.graph import (INPUT, Activation, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten,
                                     Glu, Linear, Mul, Norm, Pool2d, Scale, Tokens)
-from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.layout import Layout, PartitionType, split_axes
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
 
@@ -390,20 +390,21 @@ def _split_cols(cols: np.ndarray, share: float, segments, unit: int = 1) -> tupl
 
 def _split_box(box: Box, choice, share: float, in_frame: Frame, out_frame: Frame, is_join: bool):
     """Children boxes of ``box`` and the executed share (None if segments disagree)."""
+    axes = split_axes(choice)
     if box.empty:
         return box, box, share
-    if choice in (PartitionType.BATCH, Layout.ROWS):
+    if "rows" in axes:
         k = _cut(box.r1 - box.r0, share)
         return (Box(box.r0, box.r0 + k, box.ins, box.outs), Box(box.r0 + k, box.r1, box.ins, box.outs),
                 k / (box.r1 - box.r0))
-    if choice is Layout.WHOLE:
+    if not axes:  # a join's WHOLE
         empty = Box(box.r0, box.r0, box.ins, box.outs)
         if share <= 0.0:
             return empty, box, 0.0
         if share >= 1.0:
             return box, empty, 1.0
         return box, box, share
-    if choice is PartitionType.OUT:
+    if axes == ("outs",):
         a, b, fr = _split_cols(box.outs, share, out_frame.segments, out_frame.unit)
         return Box(box.r0, box.r1, box.ins, a), Box(box.r0, box.r1, box.ins, b), _agree(fr, share)
     a, b, fr = _split_cols(box.ins, share, in_frame.segments, in_frame.unit)  # IN, or a join's COLS
