@@ -95,6 +95,22 @@ def test_multiple_steps_update_the_weights(clusters):
     assert len(r.losses) == 3 and r.losses[2] < r.losses[0]
 
 
+def test_every_layer_kind_is_run_or_refused_by_name():
+    import inspect
+
+    import parplan.costmodel.graph as graph_module
+    from parplan.costmodel.graph import Layer, PatchMerge, Resize
+    from parplan.executor.schedule import RUNS, SUPPORTED
+
+    kinds = {c for _, c in inspect.getmembers(graph_module, inspect.isclass) if issubclass(c, Layer) and c is not Layer}
+    refused = {Resize, PatchMerge}
+    assert kinds == set(RUNS) | refused  # a new kind must be run (RUNS) or refused on purpose
+    assert all(text in SUPPORTED for text in RUNS.values())
+    g = Graph("up", Shape(4, 4, 4), (Resize("r", ("input",), channels=8, height=2, width=2),))
+    with pytest.raises(ConfigError, match=r"is a Resize; the executor runs conv, linear"):
+        build_schedule(Problem(g, parse_array("cpu:2"), batch=4), Plan({"": Split((), ())}))
+
+
 def test_unsupported_layers_and_arrays_are_clear_errors():
     g = Graph("grouped", Shape(4, 4, 4), (Conv2d("c", ("input",), out_channels=4, kernel=1, groups=2, bias=False),))
     p = Problem(g, parse_array("cpu:2"), batch=4)

@@ -54,10 +54,14 @@ from parplan.errors import ConfigError
 
 #: Layer kinds the executor runs without a partition choice (element-wise in the model).
 ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention, Scale, Bias, Glu, Tokens)
+#: Every layer kind the executor runs (graph_frames' dispatch), with how its errors name it;
+#: ``SUPPORTED`` is made from it, and a test checks every kind of the graph is here or refused.
+RUNS = {Conv2d: "conv", Linear: "linear (also per position)", Pool2d: "pooling", Activation: "activations",
+        Norm: "batch, layer and RMS norm", Scale: "learned scales", Bias: "learned biases", Tokens: "class tokens",
+        Glu: "gated units", Attention: "attention cores", Flatten: "flatten", Embedding: "embeddings", Add: "add",
+        Mul: "products (also per-channel gates)", Concat: "concat"}
 #: What the executor runs, for error messages.
-SUPPORTED = ("conv, linear (also per position), pooling, activations, batch, layer and RMS norm, learned scales "
-             "and biases, class tokens, gated units, attention cores, embeddings, add, products (also per-channel "
-             "gates), concat")
+SUPPORTED = ", ".join(RUNS.values())
 #: Activation functions the executor runs.
 FUNCTIONS = ("relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "identity", "dropout", "stochastic_depth")
 #: Row statistics a norm over the features reduces per position (docs/costmodel.md section 2).
