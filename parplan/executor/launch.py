@@ -238,7 +238,7 @@ def _require_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise ConfigError("run: the reference executor needs torch; install it with "
+        raise ConfigError("run: running a plan (the reference executor or torch's DTensor) needs torch; install it with "
                           "pip install 'parplan[torch]' (CPU build: see README)") from None
 
 
