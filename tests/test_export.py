@@ -9,7 +9,7 @@ from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.graph import Activation, Graph, Linear, Shape
 from parplan.costmodel.hardware import parse_array
-from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
 from parplan.executor.export import nearest_plan, torch_export
