@@ -118,17 +118,24 @@ def bound_text(figures: dict) -> str:
     """The ``--bound`` lines of a table report."""
     from parplan.reporting.report import format_time
 
-    lines = [f"global bound         {format_time(figures['global_bound_s'])}  -> gap {figures['global_gap']:.2%} "
-             "(no plan of this array's hierarchy, with any shares, is faster)"]
-    top = sorted(figures["layer_bounds"], key=lambda r: -r["excess_s"])[:BOUND_TOP]
+    return "\n".join([f"global bound         {format_time(figures['global_bound_s'])}  -> gap "
+                      f"{figures['global_gap']:.2%} (no plan of this array's hierarchy, with any shares, is faster)",
+                      *layer_bound_lines(figures["layer_bounds"], figures["per_layer_bound_s"])])
+
+
+def layer_bound_lines(layer_bounds: list[dict], per_layer_bound_s: float) -> list[str]:
+    """The :data:`BOUND_TOP` layers furthest above their own bound (``bound_figures``' rows), as
+    report lines; none when no layer is above its bound."""
+    from parplan.reporting.report import format_time
+
+    top = sorted(layer_bounds, key=lambda r: -r["excess_s"])[:BOUND_TOP]
     top = [r for r in top if r["excess_s"] > 0.0]
-    if top:
-        lines.append(f"  the layers furthest above their own bound (each layer alone: "
-                     f"{format_time(figures['per_layer_bound_s'])} in all):")
-        width = max(len(r["layer"]) for r in top)
-        lines += [f"    {r['layer']:<{width}}  {format_time(r['time_s'])} vs {format_time(r['bound_s'])}: "
-                  f"+{format_time(r['excess_s'])}" for r in top]
-    return "\n".join(lines)
+    if not top:
+        return []
+    width = max(len(r["layer"]) for r in top)
+    return ([f"  the layers furthest above their own bound (each layer alone: {format_time(per_layer_bound_s)} in all):"]
+            + [f"    {r['layer']:<{width}}  {format_time(r['time_s'])} vs {format_time(r['bound_s'])}: "
+               f"+{format_time(r['excess_s'])}" for r in top])
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -406,9 +413,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
         if "bound_s" in record:
             print(f"proven bound         {format_time(record['bound_s'])} (every partition plan of this array at "
                   f"the configuration's settings): gap {record['gap_to_bound']:.1%}")
-            layers = bound_text({"global_bound_s": record["bound_s"], "global_gap": 0.0,
-                                 "per_layer_bound_s": record["per_layer_bound_s"],
-                                 "layer_bounds": record["layer_bounds"]}).split("\n")[1:]
+            layers = layer_bound_lines(record["layer_bounds"], record["per_layer_bound_s"])
             if layers:
                 print("where it loses:\n" + "\n".join(layers))
     _warn_pipeline_overruns(problem, ev, limit, " under this configuration")

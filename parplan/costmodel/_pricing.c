@@ -556,6 +556,30 @@ bad:
 
 /* One cell: each side's elements received, seconds of communication, seconds of it that
  * overlap work (section 4.2). */
+/* A tensor's amount in one cell where it was not precomputed over its members' states. */
+static inline double unprecomputed(const Call *cl, const Tensor *ts, const Py_ssize_t *st, int i) {
+    return ts->uni ? closed_form_split(cl, ts, st, i) : tensor_moved(cl, ts, st, i);
+}
+
+/* Seconds of side i's weight traffic (w elements, per step) with the split's extra seconds, when
+ * it overlaps the work (section 4.2); it depends on the producer's state only. */
+static inline double weight_seconds(const Side *sd, int i, double w, double extra) {
+    return sd->overlap ? receive_seconds(sd, i, w, w) + extra : 0.0;
+}
+
+/* Side i's communication seconds and the part of them that overlaps work, from the elements x it
+ * receives (w of them the weight traffic), the extra seconds and weight_seconds' ow. */
+static inline void side_seconds(const Side *sd, int i, double x, double w, double extra, double ow, double *comm,
+                                double *weight) {
+    if (sd->overlap) { /* the weight traffic is its own message, run alongside the work */
+        *weight = ow;
+        *comm = receive_seconds(sd, i, pmax(x - w, 0.0), 0.0) + ow;
+    } else {
+        *weight = 0.0;
+        *comm = receive_seconds(sd, i, x, w) + extra;
+    }
+}
+
 static inline void cell(const Call *cl, const Py_ssize_t *st, double *r, double *comm, double *weight) {
     const double *tu = cl->tabs[0];
     Py_ssize_t su = st[0], S0 = cl->S[0];
@@ -568,22 +592,14 @@ static inline void cell(const Call *cl, const Py_ssize_t *st, double *r, double 
                 Py_ssize_t off = su * ts->pstr[0];
                 for (int c = 0; c < ts->n; ++c) off += st[ts->pos[c]] * ts->pstr[c + 1];
                 moved = ts->pre[i * ts->npre + off];
-            } else if (ts->uni) {
-                moved = closed_form_split(cl, ts, st, i);
             } else {
-                moved = tensor_moved(cl, ts, st, i);
+                moved = unprecomputed(cl, ts, st, i);
             }
             x = x + ts->size * moved;
         }
         double extra = fld(tu, S0, F_EXTRA, su), w = fld(tu, S0, F_WINTRA0 + i, su);
         r[i] = x;
-        if (cl->sd.overlap) { /* the weight traffic is its own message, run alongside the work */
-            weight[i] = receive_seconds(&cl->sd, i, w, w) + extra;
-            comm[i] = receive_seconds(&cl->sd, i, pmax(x - w, 0.0), 0.0) + weight[i];
-        } else {
-            weight[i] = 0.0;
-            comm[i] = receive_seconds(&cl->sd, i, x, w) + extra;
-        }
+        side_seconds(&cl->sd, i, x, w, extra, weight_seconds(&cl->sd, i, w, extra), &comm[i], &weight[i]);
     }
 }
 
@@ -688,9 +704,9 @@ static int full_grid(const Call *cl) {
     return 1;
 }
 
-/* values() over a full grid of point states (K == 1): the same arithmetic as cell() in the same
- * order, with the producer's fields and each precomputed tensor's offset read once per row of the
- * last axis instead of once per cell. */
+/* values() over a full grid of point states (K == 1): cell()'s terms (the same helpers, in the same
+ * order), with the producer's fields, its weight traffic's seconds and each precomputed tensor's
+ * offset read once per row of the last axis instead of once per cell. */
 static void values_full(const Call *cl, const double *s1, const double *s2, int objective, double *o) {
     int k = cl->k, nt = cl->nt;
     const double *tu = cl->tabs[0];
@@ -707,9 +723,7 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
         Py_ssize_t su = st[0];
         double in0 = fld(tu, S0, F_INTRA0, su), in1 = fld(tu, S0, F_INTRA1, su), ext = fld(tu, S0, F_EXTRA, su);
         double w0 = fld(tu, S0, F_WINTRA0, su), w1 = fld(tu, S0, F_WINTRA1, su), t1 = s1[su], t2 = s2[su];
-        /* the weight traffic's seconds depend on the producer's state only */
-        double ow0 = cl->sd.overlap ? receive_seconds(&cl->sd, 0, w0, w0) + ext : 0.0;
-        double ow1 = cl->sd.overlap ? receive_seconds(&cl->sd, 1, w1, w1) + ext : 0.0;
+        double ow0 = weight_seconds(&cl->sd, 0, w0, ext), ow1 = weight_seconds(&cl->sd, 1, w1, ext);
         for (int t = 0; t < nt; ++t) {
             const Tensor *ts = &cl->ts[t];
             if (!ts->pre) continue;
@@ -726,20 +740,11 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
                 for (int t = 0; t < nt; ++t) {
                     const Tensor *ts = &cl->ts[t];
                     double moved;
-                    if (ts->pre) moved = ts->pre[i * ts->npre + base[t] + xl * lstr[t]];
-                    else if (ts->uni) moved = closed_form_split(cl, ts, st, i);
-                    else moved = tensor_moved(cl, ts, st, i);
+                    moved = ts->pre ? ts->pre[i * ts->npre + base[t] + xl * lstr[t]] : unprecomputed(cl, ts, st, i);
                     x = x + ts->size * moved;
                 }
-                double w = i ? w1 : w0;
                 r[i] = x;
-                if (cl->sd.overlap) {
-                    wt[i] = i ? ow1 : ow0;
-                    cm[i] = receive_seconds(&cl->sd, i, pmax(x - w, 0.0), 0.0) + wt[i];
-                } else {
-                    wt[i] = 0.0;
-                    cm[i] = receive_seconds(&cl->sd, i, x, w) + ext;
-                }
+                side_seconds(&cl->sd, i, x, i ? w1 : w0, ext, i ? ow1 : ow0, &cm[i], &wt[i]);
             }
             o[c] = objective == 1 ? r[0] + r[1] : pmax(overlap_time(t1, cm[0], wt[0]), overlap_time(t2, cm[1], wt[1]));
         }

@@ -170,12 +170,11 @@ def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
     the same numbers (the same sizes per side, the same formula at the leaves) without pricing
     any time. A memory search filters settings with it before it prices them."""
     check_plan(problem, plan)
-    bpe, opt, zero = problem.bytes_per_element, problem.optimizer_bytes_per_param, problem.zero_stage
     out: dict[str, float] = {}
 
     def walk(group: ArrayNode, path: str, dims: tuple[LayerDims, ...]) -> None:
         if group.is_leaf:
-            out[path] = sum(d.memory_bytes(bpe, opt, zero) for d in dims)
+            out[path] = sum(_leaf_memory(problem, dims))
             return
         if path not in plan.splits:
             raise ConfigError(f"plan has no split for group '{path or 'root'}' of array {problem.array.describe()}")
@@ -184,12 +183,8 @@ def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
         left, right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
         start = len(out)
         walk(group.left, path + "L", left)
-        n = len(path) + 1
-        if left == right and signature(group.left) == signature(group.right) and all(
-                plan.splits.get(path + "R" + key[n:]) == sp for key, sp in plan.splits.items()
-                if key.startswith(path + "L")):
-            for key in list(out)[start:]:  # sizes alike below: the same memory under the right's paths
-                out[path + "R" + key[n:]] = out[key]
+        if left == right and signature(group.left) == signature(group.right) and _same_below(plan, path):
+            _copy_half(path, [], 0, out, start, None)  # sizes alike below: the same memory under the right's paths
         else:
             walk(group.right, path + "R", right)
 
@@ -225,10 +220,10 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
                       for v, d in enumerate(dims)])
         np.maximum(leaf_compute, t, out=leaf_compute)
         if nodes is None:
-            opt, zero = problem.optimizer_bytes_per_param, problem.zero_stage
-            each = [d.memory_bytes(bpe, opt, zero) for d in dims]
+            each = _leaf_memory(problem, dims)
             memory[path] = sum(each)
             if detail is not None:
+                opt, zero = problem.optimizer_bytes_per_param, problem.zero_stage
                 state = np.array([d.state_bytes(bpe, opt, zero) for d in dims])
                 detail[path] = (state, np.array(each) - state)
         return t
@@ -284,10 +279,20 @@ def _interchangeable(problem: Problem, group: ArrayNode, path: str, plan: Plan, 
         return False
     if problem.compat != "accpar-code" and not translates(problem.planning.succs, left, right):
         return False
+    return _same_below(plan, path)
+
+
+def _same_below(plan: Plan, path: str) -> bool:
+    """Whether the splits below ``path``'s right half are those below its left half."""
     n = len(path) + 1
-    splits = plan.splits
-    return all(splits.get(path + "R" + key[n:]) == split for key, split in splits.items()
+    return all(plan.splits.get(path + "R" + key[n:]) == split for key, split in plan.splits.items()
                if key.startswith(path + "L"))
+
+
+def _leaf_memory(problem: Problem, dims: tuple[LayerDims, ...]) -> list[float]:
+    """Each node's memory on one device that keeps ``dims`` of it (docs/costmodel.md section 6)."""
+    bpe, opt, zero = problem.bytes_per_element, problem.optimizer_bytes_per_param, problem.zero_stage
+    return [d.memory_bytes(bpe, opt, zero) for d in dims]
 
 
 def _copy_half(path: str, rows: list, rows_from: int, memory: dict, memory_from: int, detail: dict | None) -> None:

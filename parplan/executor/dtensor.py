@@ -188,6 +188,7 @@ def glu_orders(problem, export) -> dict[str, torch.Tensor]:
     from parplan.costmodel.graph import Glu
 
     by_name = {e.name: e for e in export.layers}
+    shapes = problem.graph.analyze().out_shape
     out = {}
     for layer in problem.graph.layers:
         if not isinstance(layer, Glu) or layer.inputs[0] not in by_name:
@@ -196,7 +197,7 @@ def glu_orders(problem, export) -> dict[str, torch.Tensor]:
         parts = 2 ** sum(c == "out" for c in producer.choices)
         if parts == 1:
             continue
-        f = problem.graph.analyze().out_shape[layer.name].channels
+        f = shapes[layer.name].channels
         if f % parts:
             raise ValueError(f"gated unit '{layer.name}': {f} columns do not split into {parts} parts")
         k = f // parts

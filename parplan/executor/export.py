@@ -47,6 +47,7 @@ from parplan.costmodel.graph import Attention, Conv2d, Embedding, Glu
 from parplan.costmodel.layout import JOIN_LAYOUTS, Layout, PartitionType, ports
 from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.errors import ConfigError
+from parplan.solvers.megatron import STYLE_CHOICES, TORCH_STYLES
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 #: A weight's placement per choice (``nn.Linear`` / conv weight: dim 0 out, dim 1 in).
@@ -60,7 +61,7 @@ PLACEMENT = {Layout.ROWS: "Shard(0)", Layout.COLS: "Shard(-1)", Layout.WHOLE: "R
 NEED = {c: PLACEMENT[ports(c).need_in] for c in (B, I, O, *JOIN_LAYOUTS)}
 GIVE = {c: PLACEMENT[ports(c).give_out] for c in (B, I, O, *JOIN_LAYOUTS)}
 #: torch.distributed.tensor.parallel's style for a layer split on one mesh dimension.
-STYLE = {I: "RowwiseParallel", O: "ColwiseParallel"}
+STYLE = {STYLE_CHOICES[name]: cls for cls, name in TORCH_STYLES.items() if name in STYLE_CHOICES}
 SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
 
 
@@ -189,7 +190,7 @@ def pipeline_export(problem: Problem, plan) -> PipelineExport:
     from parplan.costmodel.stages import stage_problem, tied_sync_seconds
 
     order = problem.graph.analyze().order
-    leaves = [path for path, _ in _leaves(problem.array, "")]
+    leaves = _leaf_paths(problem.array)
     stages = []
     for st in plan.stages:
         sub = stage_problem(problem, st.first, st.last, st.group)
@@ -208,19 +209,17 @@ def pipeline_export(problem: Problem, plan) -> PipelineExport:
 
 def mesh_of(problem: Problem) -> tuple[int, ...] | None:
     """``(2,) * depth`` where the array is a full binary tree of ``2^depth`` devices, else None."""
-    a = problem.array
-    depths = {len(path) for path, _ in _leaves(a, "")}
+    depths = {len(path) for path in _leaf_paths(problem.array)}
     if len(depths) != 1:
         return None
     return (2,) * depths.pop()
 
 
-def _leaves(group, path):
-    if group.is_leaf:
-        yield path, group
-        return
-    yield from _leaves(group.left, path + "L")
-    yield from _leaves(group.right, path + "R")
+def _leaf_paths(array) -> list[str]:
+    """Every device's path, left to right (its rank in a row-major mesh of the tree's levels)."""
+    from parplan.formulation.joint import groups_by_path
+
+    return [path for path, group in groups_by_path(array).items() if group.is_leaf]
 
 
 def _kind(layer) -> str:

@@ -387,7 +387,7 @@ def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: f
     naming every part of the plan torch cannot express (:func:`~parplan.executor.export.nearest_plan`
     gives one it can)."""
     from parplan.executor.export import torch_export
-    from parplan.executor.torchexec import init_tensors, reference_step
+    from parplan.executor.torchexec import reference_steps
 
     _require_torch()
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
@@ -405,13 +405,7 @@ def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: f
             results = c.run_torch(problem, export, seed, steps, lr)
     else:
         results = cluster.run_torch(problem, export, seed, steps, lr)
-    weights, inp, target = init_tensors(problem, seed)
-    ref_losses, grads = [], {}
-    for k in range(steps):
-        loss, grads = reference_step(problem, weights, inp, target)
-        ref_losses.append(loss)
-        if k + 1 < steps:
-            weights = {name: weights[name] - lr * g for name, g in grads.items()}
+    ref_losses, grads = reference_steps(problem, seed, steps, lr)
     worst = 0.0
     for name, want in grads.items():
         got = results[0]["grads"][name]

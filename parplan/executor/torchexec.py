@@ -741,8 +741,9 @@ def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: f
             "seconds": seconds}
 
 
-def reference_run(problem, seed: int, steps: int, lr: float):
-    """Losses of every step and the weight gradients of the last, on one process."""
+def reference_steps(problem, seed: int, steps: int, lr: float) -> tuple[list[float], dict]:
+    """Losses of every step and the weight gradients of the last (torch layout), on one process
+    (SGD between steps)."""
     weights, inp, target = init_tensors(problem, seed)
     losses = []
     grads = {}
@@ -752,6 +753,13 @@ def reference_run(problem, seed: int, steps: int, lr: float):
         if k + 1 < steps:
             for name, g in grads.items():
                 weights[name] = weights[name] - lr * g
+    return losses, grads
+
+
+def reference_run(problem, seed: int, steps: int, lr: float):
+    """Losses of every step and the weight gradients of the last, on one process, the gradients
+    on the executor's grids."""
+    losses, grads = reference_steps(problem, seed, steps, lr)
     frames = graph_frames(problem)
     grids = {}
     for name, g in grads.items():
@@ -760,4 +768,5 @@ def reference_run(problem, seed: int, steps: int, lr: float):
     return losses, grids
 
 
-__all__ = ["DeviceStep", "apply_op", "init_tensors", "reference_run", "reference_step", "run_device", "weight_grid"]
+__all__ = ["DeviceStep", "apply_op", "init_tensors", "reference_run", "reference_step", "reference_steps", "run_device",
+           "weight_grid"]

@@ -49,7 +49,7 @@ from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
 from parplan.costmodel.stages import SCHEDULES, PipelinePlan, Stage, even_ends, groups_at, stage_problem
 from parplan.errors import ConfigError
 from parplan.readers import parse_json, parse_toml, read_text
-from parplan.solvers.megatron import megatron_plan
+from parplan.solvers.megatron import TORCH_STYLES, megatron_plan
 
 
 @dataclass(frozen=True)
@@ -224,12 +224,6 @@ def read_config(spec) -> ParallelConfig:
     return _flat(entries, f"config '{text}'")
 
 
-#: torch.distributed.tensor.parallel style classes -> the names tensor plans use.
-_STYLE_CLASSES = {"ColwiseParallel": "colwise", "RowwiseParallel": "rowwise", "SequenceParallel": "sequence",
-                  "PrepareModuleInput": "prepare", "PrepareModuleOutput": "prepare",
-                  "PrepareModuleInputOutput": "prepare"}
-
-
 def _styles(mapping, where: str) -> tuple[tuple[str, str], ...]:
     """(pattern, style) pairs from a mapping of module paths (``fnmatch`` patterns) to style names
     (``colwise``, ``rowwise``, ``sequence``, ``prepare``; torch's class names also)."""
@@ -237,8 +231,8 @@ def _styles(mapping, where: str) -> tuple[tuple[str, str], ...]:
         raise ConfigError(f"{where}: expected a table of module paths to styles (colwise, rowwise, ...)")
     out = []
     for pattern, style in mapping.items():
-        name = _STYLE_CLASSES.get(type(style).__name__) if not isinstance(style, str) else \
-            _STYLE_CLASSES.get(style, style.strip().lower().removesuffix("parallel"))
+        name = TORCH_STYLES.get(type(style).__name__) if not isinstance(style, str) else \
+            TORCH_STYLES.get(style, style.strip().lower().removesuffix("parallel"))
         if name not in ("colwise", "rowwise", "sequence", "prepare"):
             raise ConfigError(f"{where}: '{pattern}' = {style!r}: expected colwise, rowwise, sequence or prepare "
                               "(torch's ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModule*)")

@@ -169,15 +169,30 @@ def fallback_split(sp: SplitProblem, options: PlanOptions,
     The exact DP on the finest coarser share grid (half, a quarter, ... of the points) whose
     tables stay within ``max_cells`` gives a start; :func:`local_search` on the requested grid
     improves it. No optimality is claimed on the requested grid."""
-    grid, start, how = options.share_grid // 2, None, "local search from data parallelism"
-    while options.shares is ShareMode.FREE and grid >= 2 and start is None:
-        try:
-            _, start = frontier_dp(sp, replace(options, share_grid=grid), max_cells)
-            how = f"exact DP on a share grid of {grid}, then local search on {options.share_grid}"
-        except TableTooLarge:
-            grid //= 2
+    start, how = None, "local search from data parallelism"
+    found = finest_grid_dp(sp, options, options.share_grid // 2, max_cells) if options.shares is ShareMode.FREE else None
+    if found is not None:
+        (_, start), grid = found
+        how = f"exact DP on a share grid of {grid}, then local search on {options.share_grid}"
     value, split = local_search(sp, options, start)
     return value, split, how
+
+
+def finest_grid_dp(sp: SplitProblem, options: PlanOptions, grid: int, max_cells: int, tables=None,
+                   last: int = 2) -> tuple[tuple[float, Split], int] | None:
+    """(:func:`frontier_dp`'s result, the grid) on the finest share grid from ``grid`` down
+    (halving, to ``last``) whose tables stay within ``max_cells``; None if none does (with shares
+    not free the grid changes nothing: one try). ``tables``: the options of a grid -> the state
+    tables to use (default :func:`split_tables`')."""
+    while grid >= last:
+        o = replace(options, share_grid=grid)
+        try:
+            return frontier_dp(sp, o, max_cells, tables=None if tables is None else tables(o)), grid
+        except TableTooLarge:
+            if options.shares is not ShareMode.FREE:
+                return None
+            grid //= 2
+    return None
 
 
 def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = None) -> tuple[float, Split]:
@@ -228,5 +243,5 @@ def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = N
     return value, Split(choices, shares)
 
 
-__all__ = ["FALLBACK_MAX_CELLS", "MAX_CELLS", "continuous_bound", "fallback_split", "local_search", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
+__all__ = ["FALLBACK_MAX_CELLS", "MAX_CELLS", "finest_grid_dp", "continuous_bound", "fallback_split", "local_search", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
            "solve_split", "PartitionType"]

@@ -82,9 +82,11 @@ def device_limits(problem: Problem, limit_bytes: float | None) -> dict[str, floa
     return device_capacity(problem, "device" if limit_bytes is None else limit_bytes)
 
 
-def peak_fraction(evaluation: Evaluation, limits: dict[str, float]) -> float:
-    """The largest need over limit of any device."""
-    return max(evaluation.device_memory_bytes.get(path, 0.0) / cap for path, cap in limits.items())
+def peak_fraction(evaluation: Evaluation | dict, limits: dict[str, float]) -> float:
+    """The largest need over limit of any device (``evaluation``: an Evaluation, or its memory
+    by leaf path, as :func:`~parplan.costmodel.evaluate.device_memory` gives it)."""
+    need = evaluation.device_memory_bytes if isinstance(evaluation, Evaluation) else evaluation
+    return max(need.get(path, 0.0) / cap for path, cap in limits.items())
 
 
 def memory_lower_bound(problem: Problem) -> float:
@@ -185,8 +187,7 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     base = make_plan(first.apply(problem), planner, progress=progress, **kwargs)
     for t in settings:
         p, how = t.apply(problem), "as planned" if t == Technique() else t.label()
-        need = device_memory(p, base)
-        if max(need.get(path, 0.0) / cap for path, cap in limits.items()) > 1.0:
+        if peak_fraction(device_memory(p, base), limits) > 1.0:
             misses.append((p, base, how))  # does not fit: its time matters only if nothing does
             continue
         fit = candidate(p, base, how)

@@ -44,6 +44,10 @@ def tensor_choices(problem: Problem) -> tuple:
 
 #: torch.distributed.tensor.parallel styles (lower case, "Parallel" dropped) -> a tensor level's choice.
 STYLE_CHOICES = {"colwise": PartitionType.OUT, "rowwise": PartitionType.IN}
+#: torch's style classes -> the names tensor plans use (``prepare``: layouts only; ``sequence``:
+#: sequence parallelism, which parplan does not model).
+TORCH_STYLES = {"ColwiseParallel": "colwise", "RowwiseParallel": "rowwise", "SequenceParallel": "sequence",
+                "PrepareModuleInput": "prepare", "PrepareModuleOutput": "prepare", "PrepareModuleInputOutput": "prepare"}
 
 
 def styled_choices(problem: Problem, styles) -> tuple:
@@ -96,4 +100,4 @@ def megatron_plan(problem: Problem, tensor_levels: int, styles=None) -> Plan:
     return Plan(splits, planner="megatron", info={"tensor_parallel": tp, "data_parallel": problem.array.count // tp})
 
 
-__all__ = ["STYLE_CHOICES", "megatron_plan", "styled_choices", "tensor_choices"]
+__all__ = ["STYLE_CHOICES", "TORCH_STYLES", "megatron_plan", "styled_choices", "tensor_choices"]

@@ -195,19 +195,12 @@ def _lookahead_root(problem: Problem, opts: PlanOptions, bounds=None) -> Split |
         return None
     from parplan.costmodel.split import SplitProblem
     from parplan.solvers.bound import raised_tables
-    from parplan.solvers.dp import frontier_dp
+    from parplan.solvers.dp import finest_grid_dp
 
     sp = SplitProblem.root(problem)
-    grid = min(opts.share_grid, LOOKAHEAD_GRID)
-    while grid >= 1:  # the finest grid whose tables stay within LOOKAHEAD_MAX_CELLS
-        o = replace(opts, share_grid=grid)
-        try:
-            return frontier_dp(sp, o, LOOKAHEAD_MAX_CELLS, tables=raised_tables(problem, sp, o, solver=bounds))[1]
-        except TableTooLarge:
-            grid //= 2
-            if opts.shares is not ShareMode.FREE:
-                break
-    return None
+    found = finest_grid_dp(sp, opts, min(opts.share_grid, LOOKAHEAD_GRID), LOOKAHEAD_MAX_CELLS,
+                           tables=lambda o: raised_tables(problem, sp, o, solver=bounds), last=1)
+    return None if found is None else found[0][1]
 
 
 def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable, bounds=None,
