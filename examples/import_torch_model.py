@@ -49,8 +49,14 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """A small GPT-style language model (the LM head shares the token embedding)."""
 
-    def __init__(self, vocab: int = 32000, hidden: int = 1024, heads: int = 16, layers: int = 4,
-                 seq: int = 512) -> None:
+    def __init__(
+        self,
+        vocab: int = 32000,
+        hidden: int = 1024,
+        heads: int = 16,
+        layers: int = 4,
+        seq: int = 512,
+    ) -> None:
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, hidden), nn.Embedding(seq, hidden)
         self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(layers))
@@ -72,20 +78,28 @@ def build() -> tuple[nn.Module, tuple[int, ...]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--array", default="a100:4,h100:4", help="accelerator array (default a100:4,h100:4)")
-    parser.add_argument("--batch", type=int, default=8, help="global batch in sequences (default 8)")
+    parser.add_argument(
+        "--array", default="a100:4,h100:4", help="accelerator array (default a100:4,h100:4)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=8, help="global batch in sequences (default 8)"
+    )
     parser.add_argument("--plot", default=None, metavar="PNG", help="also draw the plan")
     args = parser.parse_args()
 
     model, input_shape = build()
     graph = from_torch(model, input_shape, name="tiny-lm")  # token ids: (seq,) per sample
     torch_params = sum(p.numel() for p in model.parameters())
-    print(f"imported {graph.name}: {len(graph.layers)} layers, {len(graph.weighted_layers())} weighted, "
-          f"{graph.parameter_count():,} parameters (torch counts {torch_params:,})\n")
+    print(
+        f"imported {graph.name}: {len(graph.layers)} layers, {len(graph.weighted_layers())} weighted, "
+        f"{graph.parameter_count():,} parameters (torch counts {torch_params:,})\n"
+    )
 
     problem = Problem(graph, parse_array(args.array), batch=args.batch)
     plan = make_plan(problem, "accpar")
-    report = plan_report(problem, plan, evaluate(problem, plan), evaluate(problem, make_plan(problem, "data")))
+    report = plan_report(
+        problem, plan, evaluate(problem, plan), evaluate(problem, make_plan(problem, "data"))
+    )
     print(report.text())
     if args.plot:
         from parplan.reporting.plot import plot_plan

@@ -29,7 +29,9 @@ from parplan.errors import ConfigError
 MAX_FILE_BYTES = 256 * 2**20
 
 
-def read_text(path: str | Path, what: str, error: type[Exception] = ConfigError, hint: str = "") -> str:
+def read_text(
+    path: str | Path, what: str, error: type[Exception] = ConfigError, hint: str = ""
+) -> str:
     """The UTF-8 text of ``path``; ``what`` names the kind of file in messages ("model file")."""
     p = Path(path)
     where = f"{what} '{path}'"
@@ -40,7 +42,9 @@ def read_text(path: str | Path, what: str, error: type[Exception] = ConfigError,
     try:
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise error(f"{where} is {size / 2**20:.0f} MiB; files over {MAX_FILE_BYTES // 2**20} MiB are refused")
+            raise error(
+                f"{where} is {size / 2**20:.0f} MiB; files over {MAX_FILE_BYTES // 2**20} MiB are refused"
+            )
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise error(f"{where} is not UTF-8 text") from None
@@ -58,7 +62,9 @@ def parse_toml(text: str, where: str, error: type[Exception] = ConfigError) -> d
     return _parse(tomllib.loads, tomllib.TOMLDecodeError, "TOML", text, where, error)
 
 
-def _parse(loads, decode_error: type[Exception], kind: str, text: str, where: str, error: type[Exception]):
+def _parse(
+    loads, decode_error: type[Exception], kind: str, text: str, where: str, error: type[Exception]
+):
     try:
         return loads(text)
     except decode_error as exc:

@@ -4,6 +4,11 @@ default run), and slow data generation allowed. Each test sets only its number o
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("parplan", deadline=None, derandomize=True, database=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "parplan",
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile("parplan")

@@ -10,12 +10,37 @@ from itertools import combinations
 
 import numpy as np
 
-from parplan.costmodel.cost import (RECEIVE_EPS, scale_for_sides, RELAX_STEPS, NodeTerms, ShareSet, SideSpec, StateTable, allreduce_factor, ports,
-                                   side_dims)
-from parplan.costmodel.dims import FORWARD_FLOPS, Device, ElementOp, LayerDims, FORWARD_OP_TRAFFIC, WEIGHTED_TRAFFIC
-from parplan.costmodel.layout import LAYOUT_CODE, PARTIAL_TENSOR, Choice, Layout, PartitionType, Tensor
+from parplan.costmodel.cost import (
+    RECEIVE_EPS,
+    scale_for_sides,
+    RELAX_STEPS,
+    NodeTerms,
+    ShareSet,
+    SideSpec,
+    StateTable,
+    allreduce_factor,
+    ports,
+    side_dims,
+)
+from parplan.costmodel.dims import (
+    FORWARD_FLOPS,
+    Device,
+    ElementOp,
+    LayerDims,
+    FORWARD_OP_TRAFFIC,
+    WEIGHTED_TRAFFIC,
+)
+from parplan.costmodel.layout import (
+    LAYOUT_CODE,
+    PARTIAL_TENSOR,
+    Choice,
+    Layout,
+    PartitionType,
+    Tensor,
+)
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
+
 # the product's bisection helper and memo-key helpers (no cost formula in them)
 from parplan.solvers.bound import _SCALED, _min_max, _unnamed
 from parplan.costmodel.regions import ROOT, Rect, Region, local_frame
@@ -27,6 +52,7 @@ _SCALARS = frozenset((float, int, bool, np.float64, np.int64, np.bool_))
 def _code(layout):
     return LAYOUT_CODE[layout] if isinstance(layout, Layout) else np.asarray(layout)
 
+
 def _scalar(layout, s, has) -> tuple[int, float, float] | None:
     """(code, share, has) as plain numbers when one state is asked for, else None."""
     if type(s) not in _SCALARS or not (has is None or type(has) in _SCALARS):
@@ -35,7 +61,12 @@ def _scalar(layout, s, has) -> tuple[int, float, float] | None:
     if type(layout) not in _SCALARS and not isinstance(layout, Layout) and np.ndim(layout):
         return None
     s = float(s)
-    return _code(layout) if isinstance(layout, Layout) else int(layout), s, float(s > 0 if has is None else has)
+    return (
+        _code(layout) if isinstance(layout, Layout) else int(layout),
+        s,
+        float(s > 0 if has is None else has),
+    )
+
 
 def hold_extent(layout, s, has=None):
     """(X, Y) of ``rect(X, Y)``: the region of a tensor a side with own share ``s`` holds in
@@ -51,6 +82,7 @@ def hold_extent(layout, s, has=None):
     y = np.where(code == 0, 1.0, np.where(code == 1, s, has))
     return x, y
 
+
 def need_extent(layout, s, has=None):
     """(x, y) of the L-shape ``rect(x, 1) | rect(1, y)`` a side with own share ``s`` needs in
     ``layout``. Unions of needs are element-wise maxima of these pairs."""
@@ -64,21 +96,25 @@ def need_extent(layout, s, has=None):
     y = np.where(code == 0, 0.0, np.where(code == 1, s, has))
     return x, y
 
+
 def union_needs(needs):
     """Union of L-shapes given as (x, y) pairs (broadcasting)."""
     xs, ys = zip(*needs)
     return _reduce(np.maximum, xs), _reduce(np.maximum, ys)
+
 
 def intersect_holds(holds):
     """Intersection of origin-anchored rectangles given as (X, Y) pairs (broadcasting)."""
     xs, ys = zip(*holds)
     return _reduce(np.minimum, xs), _reduce(np.minimum, ys)
 
+
 def _reduce(op, arrays):
     out = arrays[0]
     for a in arrays[1:]:
         out = op(out, a)
     return out
+
 
 def forward_received(need, hold):
     """Area of the L-shape ``need`` = (x, y) outside the rectangle ``hold`` = (X, Y)."""
@@ -87,13 +123,16 @@ def forward_received(need, hold):
     mx, my = np.minimum(x, hx), np.minimum(y, hy)
     return (x + y - x * y) - (mx * hy + hx * my - mx * my)
 
+
 def backward_received(need, hold):
     """Area of the rectangle ``need`` = (X, Y) outside the rectangle ``hold`` = (X', Y')."""
     x, y = need
     hx, hy = hold
     return x * y - np.minimum(x, hx) * np.minimum(y, hy)
 
+
 # ---- the region algebra (formerly parplan/costmodel/regions.py) -----------------------
+
 
 def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
     """The rectangle a side keeps of a node's port at a split, for arrays of states: ``code``
@@ -105,9 +144,13 @@ def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
             return (x0, x0, y0, y1)
         s, code = float(s), int(code)
         if code == 0:
-            return (x0, x0 + s * (x1 - x0), y0, y1) if side == 0 else (x1 - s * (x1 - x0), x1, y0, y1)
+            return (
+                (x0, x0 + s * (x1 - x0), y0, y1) if side == 0 else (x1 - s * (x1 - x0), x1, y0, y1)
+            )
         if code == 1:
-            return (x0, x1, y0, y0 + s * (y1 - y0)) if side == 0 else (x0, x1, y1 - s * (y1 - y0), y1)
+            return (
+                (x0, x1, y0, y0 + s * (y1 - y0)) if side == 0 else (x0, x1, y1 - s * (y1 - y0), y1)
+            )
         return (x0, x1, y0, y1)
     code, s, has = np.asarray(code), np.asarray(s, dtype=float), np.asarray(has, dtype=bool)
     if side == 0:
@@ -119,9 +162,12 @@ def child_rect(region: Region, port: str, code, s, side: int, has) -> Rect:
     nx1 = np.where(has, nx1, nx0)
     return nx0, nx1, ny0, ny1
 
+
 def area(*rects: Rect):
     """Area of the intersection of rectangles (broadcasting)."""
-    if not any(isinstance(r[1], np.ndarray) or isinstance(r[3], np.ndarray) for r in rects):  # one state
+    if not any(
+        isinstance(r[1], np.ndarray) or isinstance(r[3], np.ndarray) for r in rects
+    ):  # one state
         x0, x1, y0, y1 = rects[0]
         for r in rects[1:]:
             x0, x1, y0, y1 = max(x0, r[0]), min(x1, r[1]), max(y0, r[2]), min(y1, r[3])
@@ -132,6 +178,7 @@ def area(*rects: Rect):
         y0, y1 = np.maximum(y0, r[2]), np.minimum(y1, r[3])
     return np.maximum(x1 - x0, 0.0) * np.maximum(y1 - y0, 0.0)
 
+
 def union_area(rects: list[Rect], *within: Rect):
     """Area of ``(union of rects) & within...`` by inclusion-exclusion."""
     total = 0.0
@@ -140,6 +187,7 @@ def union_area(rects: list[Rect], *within: Rect):
         for sub in combinations(rects, k):
             total = total + sign * area(*sub, *within)
     return total
+
 
 def _both_unions_area(a: list[Rect], b: list[Rect], *within: Rect):
     """Area of ``(union a) & (union b) & within...``."""
@@ -152,9 +200,11 @@ def _both_unions_area(a: list[Rect], b: list[Rect], *within: Rect):
                     total = total + sign * area(*sa, *sb, *within)
     return total
 
+
 def _minus_area(base: list[Rect], minus: list[Rect]):
     """Area of ``(intersection of base) - (union of minus)``."""
     return area(*base) - (union_area(minus, *base) if minus else 0.0)
+
 
 def forward_area(g: Rect, h: list[Rect], p: list[Rect], q: list[Rect], side: int):
     """Area side ``side`` (0 or 1) receives of a producer's output: ``g`` the producer's
@@ -162,7 +212,13 @@ def forward_area(g: Rect, h: list[Rect], p: list[Rect], q: list[Rect], side: int
     side 1/2."""
     if side == 0:
         return union_area(p, g) - union_area(p, h[0])
-    return union_area(q, g) - union_area(q, h[1]) + _both_unions_area(q, p) - _both_unions_area(q, p, g)
+    return (
+        union_area(q, g)
+        - union_area(q, h[1])
+        + _both_unions_area(q, p)
+        - _both_unions_area(q, p, g)
+    )
+
 
 def backward_area(h: list[Rect], m: Rect, p: Rect, q: Rect, side: int):
     """Area side ``side`` receives of one consumer's gradient (``m``, ``p``, ``q`` its regions
@@ -170,6 +226,7 @@ def backward_area(h: list[Rect], m: Rect, p: Rect, q: Rect, side: int):
     if side == 0:
         return area(h[0], m) - area(h[0], p)
     return area(h[1], m) + area(h[1], h[0]) - area(h[1], h[0], m) - area(h[1], q)
+
 
 def backward_presummed(h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect], side: int):
     """Area side ``side`` receives when the sender is one device, which pre-sums the
@@ -191,6 +248,7 @@ def backward_presummed(h: list[Rect], m: list[Rect], p: list[Rect], q: list[Rect
                     total = total + sign * _minus_area(base, minus)
     return total
 
+
 def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
     """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
     section 4): the link latency when it receives anything, plus the bytes at its receive
@@ -203,7 +261,9 @@ def receive_seconds(side: "SideSpec", i: int, elements, weight_elements=0.0):
     if m == 1:
         return side.latency_s * (elements > RECEIVE_EPS) + transfer
     per_step = 1 if side.zero_stage < 2 else m
-    count = np.maximum(m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS))
+    count = np.maximum(
+        m * (elements - weight_elements > RECEIVE_EPS), per_step * (weight_elements > RECEIVE_EPS)
+    )
     return side.latency_s * count + transfer
 
 
@@ -215,7 +275,9 @@ def tensor_elements(dims: LayerDims, tensor: Tensor) -> float:
     return dims.in_elements
 
 
-def weight_exchange(size: float, ss: "ShareSet", zero_stage: int, micro_batches: int) -> tuple[float, float]:
+def weight_exchange(
+    size: float, ss: "ShareSet", zero_stage: int, micro_batches: int
+) -> tuple[float, float]:
     """Elements each side receives per step for the gradient exchange of a weight of ``size``
     elements that a BATCH split with work on both sides replicates (docs/costmodel.md sections
     2, 6.1 and 6.4): a reduce-scatter (side 1 receives ``a size``) and an all-gather (``(1-a) size``)
@@ -227,32 +289,54 @@ def weight_exchange(size: float, ss: "ShareSet", zero_stage: int, micro_batches:
         return size, size
     if zero_stage == 2:  # side 1: m a + (1 - a), side 2: m (1 - a) + a
         return size * (1.0 + (m - 1) * ss.lo), size * (1.0 + (m - 1) * (1.0 - ss.hi))
-    return size * m * (2.0 - ss.hi), size * m * (1.0 + ss.lo)  # m (a + 2 (1 - a)), m ((1 - a) + 2 a)
-
+    return size * m * (2.0 - ss.hi), size * m * (
+        1.0 + ss.lo
+    )  # m (a + 2 (1 - a)), m ((1 - a) + 2 a)
 
 
 # ---- compute, memory and state tables (formerly parplan/costmodel/dims.py and cost.py) ----
 
-def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: str = "gemm",
-                     kernels: int = 0) -> float:
+
+def roofline_seconds(
+    flops: float, traffic_bytes: float, device: Device, kind: str = "gemm", kernels: int = 0
+) -> float:
     """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth), kernels * t0): the roofline
     with a launch roof (docs/costmodel.md section 5)."""
-    t = max(flops / (device.efficiency_of(kind) * device.flops_per_s),
-            traffic_bytes / (device.memory_efficiency * device.memory_bytes_per_s))
-    return max(t, kernels * device.kernel_overhead_s) if kernels and (flops > 0 or traffic_bytes > 0) else t
+    t = max(
+        flops / (device.efficiency_of(kind) * device.flops_per_s),
+        traffic_bytes / (device.memory_efficiency * device.memory_bytes_per_s),
+    )
+    return (
+        max(t, kernels * device.kernel_overhead_s)
+        if kernels and (flops > 0 or traffic_bytes > 0)
+        else t
+    )
 
 
-def op_seconds(op: ElementOp, size: float, device: Device, bytes_per_element: float, micro_batches: int = 1,
-               recompute: bool = False) -> float:
+def op_seconds(
+    op: ElementOp,
+    size: float,
+    device: Device,
+    bytes_per_element: float,
+    micro_batches: int = 1,
+    recompute: bool = False,
+) -> float:
     """Training time of element-wise op ``op`` on ``size`` units of what it is counted per
     (docs/costmodel.md section 5): its roofline with a forward and a backward kernel per
     micro-batch, and its forward again under recomputation (a third of its FLOPs, half its
     traffic, one kernel per micro-batch; section 6.3)."""
     kind = op.kind or "gemm"
-    t = roofline_seconds(size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * micro_batches)
+    t = roofline_seconds(
+        size * op.flops, size * op.traffic * bytes_per_element, device, kind, 2 * micro_batches
+    )
     if recompute:
-        t += roofline_seconds(size * op.flops * FORWARD_FLOPS, size * op.traffic * FORWARD_OP_TRAFFIC
-                              * bytes_per_element, device, kind, micro_batches)
+        t += roofline_seconds(
+            size * op.flops * FORWARD_FLOPS,
+            size * op.traffic * FORWARD_OP_TRAFFIC * bytes_per_element,
+            device,
+            kind,
+            micro_batches,
+        )
     return t
 
 
@@ -266,16 +350,23 @@ def compute_seconds(self, device, bytes_per_element: float) -> float:
         once = self.active * (self.in_elements + self.out_elements) + m * self.weight_elements
         kind = "conv" if self.kernel > 1 else "gemm"
         # forward, backward and gradient products: 3 kernels per micro-batch (section 5)
-        t = roofline_seconds(self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device, kind, 3 * m)
+        t = roofline_seconds(
+            self.flops, WEIGHTED_TRAFFIC * once * bytes_per_element, device, kind, 3 * m
+        )
         if self.recompute:  # forward again: 2 of the 6 FLOP units, 1 of the 3 traffic units
-            t += roofline_seconds(self.flops * FORWARD_FLOPS, once * bytes_per_element, device, kind, m)
+            t += roofline_seconds(
+                self.flops * FORWARD_FLOPS, once * bytes_per_element, device, kind, m
+            )
     for size, ops in ((self.out_elements, self.out_ops), (self.in_elements, self.in_ops)):
         if size > 0:
             for op in ops:
                 t += op_seconds(op, size, device, bytes_per_element, m, self.recompute)
     return t
 
-def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
+
+def memory_bytes(
+    self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
+) -> float:
     """Bytes a device holding these sizes keeps: weights and gradients (``bytes_per_element``
     each), optimizer state, stored activations (docs/costmodel.md section 6). With ZeRO
     stage ``zero`` (section 6.1) the optimizer state (stage >= 1), the gradients (>= 2) and the
@@ -283,9 +374,11 @@ def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: floa
     keeps ``replica`` of them."""
     w = self.weight_elements
     shard = self.replica
-    per_param = (bytes_per_element * (shard if zero >= 3 else 1.0)
-                 + bytes_per_element * (shard if zero >= 2 else 1.0)
-                 + optimizer_bytes_per_param * (shard if zero >= 1 else 1.0))
+    per_param = (
+        bytes_per_element * (shard if zero >= 3 else 1.0)
+        + bytes_per_element * (shard if zero >= 2 else 1.0)
+        + optimizer_bytes_per_param * (shard if zero >= 1 else 1.0)
+    )
     return w * per_param + self.stored_elements * bytes_per_element
 
 
@@ -306,13 +399,17 @@ def _intra_rule(choice: Choice) -> tuple[Tensor | None, bool]:
     tensor = PARTIAL_TENSOR[choice] if isinstance(choice, PartitionType) else None
     if choice is Layout.ROWS:  # a join reading embedding tables: their gradients
         tensor = Tensor.WEIGHT
-    return tensor, ports(choice).give_out is Layout.COLS  # layer norms on divided columns: row statistics
+    return tensor, ports(
+        choice
+    ).give_out is Layout.COLS  # layer norms on divided columns: row statistics
 
 
 _INTRA_RULES = {c.value: _intra_rule(c) for c in (*PartitionType, *Layout)}
 
 
-def build_table(dims, covered, choices, shares, side, in_reduction_elements=None, above=(False, False)) -> StateTable:
+def build_table(
+    dims, covered, choices, shares, side, in_reduction_elements=None, above=(False, False)
+) -> StateTable:
     sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
     k = 1 if all(ss.lo == ss.hi for ss in sets) else RELAX_STEPS + 1
     rows = []
@@ -334,51 +431,89 @@ def build_table(dims, covered, choices, shares, side, in_reduction_elements=None
             # The gradient exchange of the weights a BATCH split replicates (a join's tables at
             # ROWS) is per step; everything else a node receives is per micro-batch (section 6.4).
             weighted = c is PartitionType.BATCH or (c is Layout.ROWS and size > 0)
-            wsize = weight_exchange(size, ss, side.zero_stage, side.micro_batches) if weighted and split \
+            wsize = (
+                weight_exchange(size, ss, side.zero_stage, side.micro_batches)
+                if weighted and split
                 else (0.0, 0.0)
+            )
             asize = (0.0, 0.0) if weighted else (size, size)
             if dims.recompute and split and not weighted:
                 # recomputation runs the forward again, with its exchanges inside the node: an IN
                 # split's partial-sum reduction, and the forward half of the row statistics
                 # (those this split divides, and those side 1 forwards; section 6.3)
                 again = (size if c is PartitionType.IN else 0.0) + 0.5 * (
-                    dims.row_exchange_elements if p.give_out is Layout.COLS else 0.0)
-                forwarded = 0.5 * dims.row_exchange_elements if above[1] and c in (PartitionType.IN,
-                                                                                     Layout.WHOLE) else 0.0
+                    dims.row_exchange_elements if p.give_out is Layout.COLS else 0.0
+                )
+                forwarded = (
+                    0.5 * dims.row_exchange_elements
+                    if above[1] and c in (PartitionType.IN, Layout.WHOLE)
+                    else 0.0
+                )
                 asize = (size + again, size + again + forwarded)
             x = 0.0
             if side.collective is not None and weighted:
                 if split and not covered:
-                    x = side.collective.allreduce_seconds(side.hosts, size * bpe, min(side.bytes_per_s) / side.ports,
-                                                          side.latency_s)
+                    x = side.collective.allreduce_seconds(
+                        side.hosts, size * bpe, min(side.bytes_per_s) / side.ports, side.latency_s
+                    )
                     x *= allreduce_factor(side.zero_stage, side.micro_batches)
                 wsize = (0.0, 0.0)
             # a table's total forwarded by side 1 is a weight gradient; row statistics are activations
-            wextra = dims.tables * dims.in_features if split and above[0] and c in (PartitionType.OUT,
-                                                                                   Layout.WHOLE) else 0.0
+            wextra = (
+                dims.tables * dims.in_features
+                if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE)
+                else 0.0
+            )
             low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
             if k == 1:  # a point: each side's compute at its own share (the dims just built)
                 steps = [[compute_seconds(low[i], side.devices[i], bpe)] for i in (0, 1)]
             else:
                 grid = np.linspace(ss.lo, ss.hi, k)
-                steps = [[compute_seconds(side_dims(dims, c, g, i, ss.has[i]), side.devices[i], bpe)
-                          for g in grid] for i in (0, 1)]
-            rows.append((c, ss.lo, ss.hi, ss.has, LAYOUT_CODE[p.give_out], LAYOUT_CODE[p.need_in],
-                         [steps[0][0], steps[1][-1]],
-                         [memory_bytes(d, bpe, side.optimizer_bytes_per_param, side.zero_stage) for d in low],
-                         [wsize[0] + asize[0], wsize[1] + asize[1] + extra], x, steps,
-                         [wsize[0], wsize[1] + wextra]))
+                steps = [
+                    [
+                        compute_seconds(side_dims(dims, c, g, i, ss.has[i]), side.devices[i], bpe)
+                        for g in grid
+                    ]
+                    for i in (0, 1)
+                ]
+            rows.append(
+                (
+                    c,
+                    ss.lo,
+                    ss.hi,
+                    ss.has,
+                    LAYOUT_CODE[p.give_out],
+                    LAYOUT_CODE[p.need_in],
+                    [steps[0][0], steps[1][-1]],
+                    [
+                        memory_bytes(d, bpe, side.optimizer_bytes_per_param, side.zero_stage)
+                        for d in low
+                    ],
+                    [wsize[0] + asize[0], wsize[1] + asize[1] + extra],
+                    x,
+                    steps,
+                    [wsize[0], wsize[1] + wextra],
+                )
+            )
     cols = list(zip(*rows))
-    return StateTable(tuple(cols[0]), np.array(cols[1], dtype=float), np.array(cols[2], dtype=float),
-               np.array(cols[3], dtype=bool).T.reshape(2, -1), np.array(cols[4]), np.array(cols[5]),
-               np.array(cols[6]).T.reshape(2, -1), np.array(cols[7]).T.reshape(2, -1),
-               np.array(cols[8]).T.reshape(2, -1), np.array(cols[9], dtype=float),
-               np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
-               np.array(cols[11]).T.reshape(2, -1))
-
+    return StateTable(
+        tuple(cols[0]),
+        np.array(cols[1], dtype=float),
+        np.array(cols[2], dtype=float),
+        np.array(cols[3], dtype=bool).T.reshape(2, -1),
+        np.array(cols[4]),
+        np.array(cols[5]),
+        np.array(cols[6]).T.reshape(2, -1),
+        np.array(cols[7]).T.reshape(2, -1),
+        np.array(cols[8]).T.reshape(2, -1),
+        np.array(cols[9], dtype=float),
+        np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
+        np.array(cols[11]).T.reshape(2, -1),
+    )
 
 
 # ---- the per-node bound recursion (formerly parplan/solvers/bound.py's _Bound) ----------
+
 
 class OracleBound:
     """Memoised ``LB_g(d)`` for one node's choices over the array's groups."""
@@ -409,7 +544,10 @@ class OracleBound:
         the sizes a split scales (B, Di and Do), so one memo serves every node whose other sizes
         and choices are these (repeated blocks: ResNet-152's 36 identical bottlenecks of a
         stage share theirs), at every split that asks."""
-        kind = (tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED), tuple(choices))
+        kind = (
+            tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED),
+            tuple(choices),
+        )
         self.memo = self.memos.setdefault(kind, {})
 
     def signature(self, group: ArrayNode) -> int:
@@ -429,7 +567,9 @@ class OracleBound:
             # exchange may hide behind the work below it (section 4.2): 0 stays a bound
             size = 0.0
         first = receive_seconds(side, 0, size)
-        return first, (first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size))
+        return first, (
+            first if side.bytes_per_s[0] == side.bytes_per_s[1] else receive_seconds(side, 1, size)
+        )
 
     def lb(self, group: ArrayNode, dims: LayerDims, choices) -> float:
         key = (self.signature(group), dims.batch, dims.in_features, dims.out_features)
@@ -445,11 +585,17 @@ class OracleBound:
         if same is None:
             same = self.same[id(group)] = group.interchangeable_halves
         # interchangeable halves do the same as each other: one side stands for both
-        best = self.lb(left, dims, choices) if same else min(self.lb(left, dims, choices), self.lb(right, dims, choices))
+        best = (
+            self.lb(left, dims, choices)
+            if same
+            else min(self.lb(left, dims, choices), self.lb(right, dims, choices))
+        )
         for c in choices:
             c1, c2 = self.comm(group, dims, c)
             if same:
-                best = min(best, self.lb(left, side_dims(dims, c, 0.5, 0, True), choices) + max(c1, c2))
+                best = min(
+                    best, self.lb(left, side_dims(dims, c, 0.5, 0, True), choices) + max(c1, c2)
+                )
             else:
                 best = min(best, self._bisect(left, right, dims, c, c1, c2, choices))
         self.memo[key] = best
@@ -468,10 +614,6 @@ class OracleBound:
         return _min_max(a, b, g)
 
 
-
-
-
-
 def floored_time(t, floor):
     """The floor of a node's time (formerly cost.floored_time, numpy)."""
     if np.ndim(floor) == 0 and not floor > 0:
@@ -486,7 +628,10 @@ def overlap_time(work, comm, weight):
 
 # ---- node_terms (formerly parplan/costmodel/cost.py) -----------------------------------
 
-def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True) -> NodeTerms:
+
+def node_terms(
+    tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True
+) -> NodeTerms:
     """Time terms of node ``u`` with its state index ``idx[u]`` and each consumer's ``idx[v]``
     (integer arrays that broadcast; ``tables[v]`` the :class:`StateTable` of node ``v``;
     ``groups`` from :func:`output_groups` at the root's sizes; ``regions`` every node's
@@ -496,7 +641,11 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
     iu = idx[u]
     # every region in the node's local frame: translates price alike, to the last bit
     consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
-    reg = local_frame(regions, u, consumers) if regions is not None else dict.fromkeys((u, *consumers), ROOT)
+    reg = (
+        local_frame(regions, u, consumers)
+        if regions is not None
+        else dict.fromkeys((u, *consumers), ROOT)
+    )
 
     def ends(tab, i, side_):
         big, small = (tab.hi[i], tab.lo[i]) if side_ == 0 else (1.0 - tab.lo[i], 1.0 - tab.hi[i])
@@ -530,8 +679,14 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                 big[j].append(child_rect(reg[v], "in", tv.need[iv], b, j, tv.has[j][iv]))
         rects[k] = (small, big)
     if rects:
-        hold = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu]) for j in (0, 1)]
-        wants = [child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu]) for j in (0, 1)]
+        hold = [
+            child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[0], j, t.has[j][iu])
+            for j in (0, 1)
+        ]
+        wants = [
+            child_rect(reg[u], "out", t.give[iu], ends(t, iu, j)[1], j, t.has[j][iu])
+            for j in (0, 1)
+        ]
     received, intra, comm, weight = [], [], [], []
     for i in (0, 1):
         r = t.intra[i][iu]
@@ -563,7 +718,9 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
                         moved = moved + backward_area(wants, m[x], big[0][x], big[1][x], i)
             r = r + size * moved
         received.append(r)
-        if side.overlap:  # the weight traffic is its own message, run alongside the work (section 4.2)
+        if (
+            side.overlap
+        ):  # the weight traffic is its own message, run alongside the work (section 4.2)
             w = t.wintra[i][iu]
             weight.append(receive_seconds(side, i, w, w) + t.extra[iu])
             comm.append(receive_seconds(side, i, np.maximum(r - w, 0.0)) + weight[i])
@@ -571,5 +728,11 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
             comm.append(receive_seconds(side, i, r, t.wintra[i][iu]) + t.extra[iu])
     compute = (t.compute[0][iu], t.compute[1][iu])
     steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
-    return NodeTerms(compute, (comm[0], comm[1]), (received[0], received[1]), (intra[0], intra[1]), steps,
-                     (weight[0], weight[1]) if weight else (0.0, 0.0))
+    return NodeTerms(
+        compute,
+        (comm[0], comm[1]),
+        (received[0], received[1]),
+        (intra[0], intra[1]),
+        steps,
+        (weight[0], weight[1]) if weight else (0.0, 0.0),
+    )

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from itertools import product
 
-PORTS = {"batch": ("rows", "rows"), "in": ("cols", "whole"), "out": ("whole", "cols"),
-         "rows": ("rows", "rows"), "cols": ("cols", "cols"), "whole": ("whole", "whole")}
+PORTS = {
+    "batch": ("rows", "rows"),
+    "in": ("cols", "whole"),
+    "out": ("whole", "cols"),
+    "rows": ("rows", "rows"),
+    "cols": ("cols", "cols"),
+    "whole": ("whole", "whole"),
+}
 PARTIAL = {"batch": "W", "in": "out", "out": "in"}
 
 
@@ -22,8 +28,14 @@ def child_box(box, choice: str, a: float, side: int):
     s = a if side == 0 else 1.0 - a
     if box is None or s <= 0:
         return None
-    axes = {"batch": ("rows",), "rows": ("rows",), "in": ("ins",), "out": ("outs",), "cols": ("ins", "outs"),
-            "whole": ()}[choice]
+    axes = {
+        "batch": ("rows",),
+        "rows": ("rows",),
+        "in": ("ins",),
+        "out": ("outs",),
+        "cols": ("ins", "outs"),
+        "whole": (),
+    }[choice]
     out = dict(box)
     for ax in axes:
         lo, hi = box[ax]
@@ -83,7 +95,10 @@ def sizes(d: dict) -> tuple[float, float, float, float]:
 
 def _eff(dev, kind: str) -> float:
     """Section 5's achieved fraction of peak for FLOPs of ``kind``."""
-    own = {"conv": getattr(dev, "conv_efficiency", None), "attention": getattr(dev, "attention_efficiency", None)}
+    own = {
+        "conv": getattr(dev, "conv_efficiency", None),
+        "attention": getattr(dev, "attention_efficiency", None),
+    }
     return own.get(kind) if own.get(kind) is not None else dev.efficiency
 
 
@@ -119,7 +134,11 @@ def memory_b(d: dict, bpe: float, opt: float, zero: int = 0, rows: float = 1.0) 
     """Bytes a device keeps; ``rows``: the length of its box's row interval, i.e. the part of the
     batch it holds, which is its share of a replicated weight's ZeRO shards (section 6.1)."""
     _, w, fin, fout = sizes(d)
-    stored = (d["top"] * fin if d["k"] else 0.0) + fout * sum(o.stored for o in d["out_ops"]) + fin * sum(o.stored for o in d["in_ops"])
+    stored = (
+        (d["top"] * fin if d["k"] else 0.0)
+        + fout * sum(o.stored for o in d["out_ops"])
+        + fin * sum(o.stored for o in d["in_ops"])
+    )
     if d.get("rc"):  # recomputation keeps only the checkpoint: a product's input
         stored = fin if d["k"] else 0.0
     stored /= d["mb"]  # activations are held for one micro-batch at a time
@@ -131,9 +150,23 @@ def memory_b(d: dict, bpe: float, opt: float, zero: int = 0, rows: float = 1.0) 
 
 def raw(node, batch, recompute: bool = False, micro_batches: int = 1) -> dict:
     d = node.dims
-    return {"B": float(batch), "rc": recompute, "mb": micro_batches, "Di": d.in_features, "Do": d.out_features, "Si": d.in_spatial, "So": d.out_spatial,
-            "k": d.kernel, "g": d.groups, "out_ops": d.out_ops, "in_ops": d.in_ops, "tables": d.tables,
-            "rowx": sum(op.row_exchange for op in d.out_ops), "E": d.experts, "top": d.active}
+    return {
+        "B": float(batch),
+        "rc": recompute,
+        "mb": micro_batches,
+        "Di": d.in_features,
+        "Do": d.out_features,
+        "Si": d.in_spatial,
+        "So": d.out_spatial,
+        "k": d.kernel,
+        "g": d.groups,
+        "out_ops": d.out_ops,
+        "in_ops": d.in_ops,
+        "tables": d.tables,
+        "rowx": sum(op.row_exchange for op in d.out_ops),
+        "E": d.experts,
+        "top": d.active,
+    }
 
 
 def group_device(group):
@@ -150,10 +183,13 @@ def group_device(group):
         attention_efficiency = sum(x.flops_per_s * _eff(x, "attention") for x in devs) / gemm
         memory_efficiency = 1.0
         kernel_overhead_s = min(x.kernel_overhead_s for x in devs)
+
     return D
 
 
-def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0, mb=1, overlap=False):
+def split_comm(
+    pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0, mb=1, overlap=False
+):
     """Per node, per side: (seconds of communication, elements received, seconds of it that
     overlap the side's work) at one split.
 
@@ -162,7 +198,10 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
     working)."""
     above = above or [(False, False)] * len(pg.nodes)
     n = len(pg.nodes)
-    kids = [[child_box(boxes[v], split.choices[v].value, split.shares[v], i) for v in range(n)] for i in (0, 1)]
+    kids = [
+        [child_box(boxes[v], split.choices[v].value, split.shares[v], i) for v in range(n)]
+        for i in (0, 1)
+    ]
     out = []
     for u in range(n):
         cu, au = split.choices[u].value, split.shares[u]
@@ -184,7 +223,9 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
             _, w, fin, fout = sizes(dims[u])
             if cu in ("in", "out") and both:
                 recv += {"in": fout, "out": fin}[cu]
-            if cu == "in" and both and dims[u]["rc"]:  # recomputation reduces the forward partial again
+            if (
+                cu == "in" and both and dims[u]["rc"]
+            ):  # recomputation reduces the forward partial again
                 recv += fout
             replicated = w if cu == "batch" else (tables if cu == "rows" else 0.0)
             if both and replicated > 0:
@@ -193,10 +234,16 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
                 # per micro-batch a reduce-scatter and an all-gather before forward and backward
                 mine = au if i == 0 else 1 - au
                 other = 1 - mine
-                wrecv += {0: mine + other, 1: mine + other, 2: mb * mine + other,
-                          3: mb * (mine + 2 * other)}[zero] * replicated
+                wrecv += {
+                    0: mine + other,
+                    1: mine + other,
+                    2: mb * mine + other,
+                    3: mb * (mine + 2 * other),
+                }[zero] * replicated
             again = 1.5 if dims[u]["rc"] else 1.0  # recomputation: the forward half once more
-            if PORTS[cu][1] == "cols" and both:  # layer norms' row statistics, columns on both sides
+            if (
+                PORTS[cu][1] == "cols" and both
+            ):  # layer norms' row statistics, columns on both sides
                 recv += stats * again
             if i == 1 and both:  # a total reduced above reaches side 1; side 2 gets it from there
                 if above[u][0] and cu in ("out", "whole"):
@@ -211,29 +258,59 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
                 # forward: side 1 gets what it needs of the group's holding from side 2; side 2 also
                 # what landed on side 1 from outside the group
                 if i == 0:
-                    fwd = area_where(lambda x: any(x[:k]) and x[k] and not x[k + 1], *pq[0], g, h[0])
+                    fwd = area_where(
+                        lambda x: any(x[:k]) and x[k] and not x[k + 1], *pq[0], g, h[0]
+                    )
                 else:
-                    fwd = area_where(lambda x: any(x[:k]) and not x[k] and (x[k + 1] or any(x[k + 2:])),
-                                     *pq[1], h[1], g, *pq[0])
+                    fwd = area_where(
+                        lambda x: any(x[:k]) and not x[k] and (x[k + 1] or any(x[k + 2 :])),
+                        *pq[1],
+                        h[1],
+                        g,
+                        *pq[0],
+                    )
                 if leaf_pair:  # one device pre-sums every consumer's gradient: one value per point
                     if i == 0:
-                        bwd = area_where(lambda x: x[0] and any(x[1 + j] and not x[1 + k + j] for j in range(k)),
-                                         h[0], *m, *pq[0])
+                        bwd = area_where(
+                            lambda x: x[0] and any(x[1 + j] and not x[1 + k + j] for j in range(k)),
+                            h[0],
+                            *m,
+                            *pq[0],
+                        )
                     else:
-                        bwd = area_where(lambda x: x[0] and any(not x[2 + k + j] and (x[2 + j] or x[1])
-                                                                for j in range(k)), h[1], h[0], *m, *pq[1])
+                        bwd = area_where(
+                            lambda x: (
+                                x[0]
+                                and any(not x[2 + k + j] and (x[2 + j] or x[1]) for j in range(k))
+                            ),
+                            h[1],
+                            h[0],
+                            *m,
+                            *pq[1],
+                        )
                 else:  # groups send each consumer's gradient apart
                     bwd = 0.0
                     for j in range(k):
                         if i == 0:
-                            bwd += area_where(lambda x: x[0] and x[1] and not x[2], h[0], m[j], pq[0][j])
+                            bwd += area_where(
+                                lambda x: x[0] and x[1] and not x[2], h[0], m[j], pq[0][j]
+                            )
                         else:
-                            bwd += area_where(lambda x: x[0] and not x[1] and (x[2] or x[3]),
-                                              h[1], pq[1][j], m[j], h[0])
+                            bwd += area_where(
+                                lambda x: x[0] and not x[1] and (x[2] or x[3]),
+                                h[1],
+                                pq[1][j],
+                                m[j],
+                                h[0],
+                            )
                 recv += size * (fwd + bwd)
             # section 4: a side receives at its direction's bandwidth through every port of the
             # link (a switched fabric gives each device of the smaller half its own)
-            one_port = link.bytes_per_s if i == 0 or link.right_bytes_per_s is None else link.right_bytes_per_s
+            one_port = (
+                link.bytes_per_s
+                if i == 0 or link.right_bytes_per_s is None
+                else link.right_bytes_per_s
+            )
             bw = link.ports * one_port
             if overlap:  # section 4.2: the weight exchange is its own message, beside the work
                 w_lat = link.latency_s * ((1 if zero < 2 else mb) if wrecv > 1e-9 else 0)
@@ -244,7 +321,9 @@ def split_comm(pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, 
             if mb == 1:
                 lat = link.latency_s if recv + wrecv > 1e-9 else 0.0
             else:  # a latency per micro-batch; the per-step exchange rides on the last (ZeRO-2/3: its own)
-                lat = link.latency_s * max(mb if recv > 1e-9 else 0, (1 if zero < 2 else mb) if wrecv > 1e-9 else 0)
+                lat = link.latency_s * max(
+                    mb if recv > 1e-9 else 0, (1 if zero < 2 else mb) if wrecv > 1e-9 else 0
+                )
             recv += wrecv
             per_side.append((lat + recv * bpe / bw, recv, 0.0))
         out.append(per_side)
@@ -265,31 +344,63 @@ def reference_evaluate(problem, plan):
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
-    roots = [raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes]
+    roots = [
+        raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes
+    ]
 
     def rec(group, path, dims, boxes, above):
         if group.is_leaf:
             dev = group.device
-            memory[path] = sum(memory_b(d, bpe, opt, problem.zero_stage, b["rows"][1] - b["rows"][0] if b else 0.0)
-                               for d, b in zip(dims, boxes))
+            memory[path] = sum(
+                memory_b(d, bpe, opt, problem.zero_stage, b["rows"][1] - b["rows"][0] if b else 0.0)
+                for d, b in zip(dims, boxes)
+            )
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf
-        comm = split_comm(pg, dims, roots, boxes, split, group.link, bpe, pair, above, problem.zero_stage,
-                          problem.micro_batches, problem.overlap)
+        comm = split_comm(
+            pg,
+            dims,
+            roots,
+            boxes,
+            split,
+            group.link,
+            bpe,
+            pair,
+            above,
+            problem.zero_stage,
+            problem.micro_batches,
+            problem.overlap,
+        )
         below = []
         for (r, c), ch, a in zip(above, split.choices, split.shares):
             both = 0 < a < 1
-            below.append((r or (both and ch.value in ("batch", "rows")),
-                          c or (both and PORTS[ch.value][1] == "cols")))
+            below.append(
+                (
+                    r or (both and ch.value in ("batch", "rows")),
+                    c or (both and PORTS[ch.value][1] == "cols"),
+                )
+            )
         left = [scaled(d, c.value, a) for d, c, a in zip(dims, split.choices, split.shares)]
         right = [scaled(d, c.value, 1 - a) for d, c, a in zip(dims, split.choices, split.shares)]
         lb = [child_box(b, c.value, a, 0) for b, c, a in zip(boxes, split.choices, split.shares)]
         rb = [child_box(b, c.value, a, 1) for b, c, a in zip(boxes, split.choices, split.shares)]
-        tl, tr = rec(group.left, path + "L", left, lb, below), rec(group.right, path + "R", right, rb, below)
-        return [max(side_time(tl[v], comm[v][0]), side_time(tr[v], comm[v][1])) for v in range(len(dims))]
+        tl, tr = (
+            rec(group.left, path + "L", left, lb, below),
+            rec(group.right, path + "R", right, rb, below),
+        )
+        return [
+            max(side_time(tl[v], comm[v][0]), side_time(tr[v], comm[v][1]))
+            for v in range(len(dims))
+        ]
 
-    times = rec(problem.array, "", roots, [dict(ROOT_BOX) for _ in pg.nodes], [(False, False)] * len(pg.nodes))
+    times = rec(
+        problem.array,
+        "",
+        roots,
+        [dict(ROOT_BOX) for _ in pg.nodes],
+        [(False, False)] * len(pg.nodes),
+    )
     return sum(times), memory
 
 
@@ -299,9 +410,19 @@ def reference_split_time(problem, split):
     bpe = problem.bytes_per_element
     dims = [raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes]
     a = problem.array
-    comm = split_comm(pg, dims, dims, [dict(ROOT_BOX) for _ in pg.nodes], split, a.link, bpe,
-                      a.left.is_leaf and a.right.is_leaf, zero=problem.zero_stage, mb=problem.micro_batches,
-                      overlap=problem.overlap)
+    comm = split_comm(
+        pg,
+        dims,
+        dims,
+        [dict(ROOT_BOX) for _ in pg.nodes],
+        split,
+        a.link,
+        bpe,
+        a.left.is_leaf and a.right.is_leaf,
+        zero=problem.zero_stage,
+        mb=problem.micro_batches,
+        overlap=problem.overlap,
+    )
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0
     for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares)):

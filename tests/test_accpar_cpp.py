@@ -40,18 +40,31 @@ LEVELS = 7
 
 
 def _published(model: str) -> tuple[list[str], dict[tuple[str, int], dict]]:
-    lines = [line for line in (DATA / f"{model}_plans.csv").read_text().splitlines() if not line.startswith("#")]
+    lines = [
+        line
+        for line in (DATA / f"{model}_plans.csv").read_text().splitlines()
+        if not line.startswith("#")
+    ]
     rows = list(csv.DictReader(lines))
     layers = [c for c in rows[0] if c not in ("planner", "level", "dp_comm", "printed_comm")]
-    table = {(r["planner"], int(r["level"])): {"types": [int(r[n]) for n in layers],
-                                                "dp_comm": float(r["dp_comm"]),
-                                                "printed_comm": float(r["printed_comm"])} for r in rows}
+    table = {
+        (r["planner"], int(r["level"])): {
+            "types": [int(r[n]) for n in layers],
+            "dp_comm": float(r["dp_comm"]),
+            "printed_comm": float(r["printed_comm"]),
+        }
+        for r in rows
+    }
     return layers, table
 
 
 def _case(model):
-    problem = Problem(load_layer_table(DATA / f"{model}.csv"), parse_array("h100:128"), batch=512,
-                      compat="accpar-code")
+    problem = Problem(
+        load_layer_table(DATA / f"{model}.csv"),
+        parse_array("h100:128"),
+        batch=512,
+        compat="accpar-code",
+    )
     layers, table = _published(model)
     assert [n.name for n in problem.planning.nodes if not n.is_join] == layers
     return model, problem, table
@@ -108,7 +121,12 @@ def test_per_level_communication_equals_the_published_code(case, planner):
         terms = split_terms(sp, split.choices, split.shares)
         for side in (0, 1):
             received = sum(float(t.received[side]) for t in terms)
-            assert received == table[(planner, level)]["printed_comm"], (model, planner, level, side)
+            assert received == table[(planner, level)]["printed_comm"], (
+                model,
+                planner,
+                level,
+                side,
+            )
         dims, group, path = child_dims(dims, split)[0], group.left, path + "L"
 
 
@@ -158,13 +176,17 @@ def _transcribed(layers, shortcuts, types=3):
 def _fc_table(widths, shortcuts):
     rows = ["name,type,in_channels,out_channels,in_h,in_w,out_h,out_w,kernel,link,shortcut"]
     for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        rows.append(f"f{i},fc,{a},{b},1,1,1,1,1,resize,{f'f{shortcuts[i]}' if i in shortcuts else ''}")
+        rows.append(
+            f"f{i},fc,{a},{b},1,1,1,1,1,resize,{f'f{shortcuts[i]}' if i in shortcuts else ''}"
+        )
     return "\n".join(rows) + "\n"
 
 
 def _solve_table(text, batch, planner="accpar"):
     p = Problem(load_layer_table(text), parse_array("h100:2"), batch=batch, compat="accpar-code")
-    split, value = solve_split_cpp(SplitProblem.root(p), planner_options(planner, "communication", "half"))
+    split, value = solve_split_cpp(
+        SplitProblem.root(p), planner_options(planner, "communication", "half")
+    )
     return [CODE[c] for c, n in zip(split.choices, p.planning.nodes) if not n.is_join], value / 2
 
 
@@ -204,8 +226,12 @@ def test_running_minimum_skips_the_type_one_shortcut():
 
 
 @settings(max_examples=60)
-@given(st.lists(st.sampled_from([1, 2, 3, 4, 8, 16, 64]), min_size=3, max_size=8), st.integers(1, 4),
-       st.sampled_from([2, 3]), st.sampled_from(["accpar", "hypar"]))
+@given(
+    st.lists(st.sampled_from([1, 2, 3, 4, 8, 16, 64]), min_size=3, max_size=8),
+    st.integers(1, 4),
+    st.sampled_from([2, 3]),
+    st.sampled_from(["accpar", "hypar"]),
+)
 def test_cpp_rules_equal_the_transcription(widths, batch, back, planner):
     n = len(widths) - 1
     shortcuts = {l: l - back for l in range(back + 1, n, back)}
@@ -221,4 +247,5 @@ def test_resnet_tables_have_the_cpp_view():
     assert all(end - start == 3 for end, start in view.shortcuts.items())
     # a real torchvision-style ResNet (downsample branches) has none: parplan's own DP plans it
     from parplan.models.zoo import get_model
+
     assert cpp_view(Problem(get_model("resnet18"), parse_array("h100:2"), batch=8).planning) is None

@@ -12,13 +12,18 @@ ROOT = Path(__file__).resolve().parents[1] / "parplan"
 
 #: Layer of each top-level part of the package, lowest first (docs/architecture.md).
 LAYERS = {
-    "errors": 0, "readers": 0,
+    "errors": 0,
+    "readers": 0,
     "collectives": 1,
     "costmodel": 2,
     "formulation": 3,
     "solvers": 4,
-    "models": 5, "pipeline": 5, "executor": 5, "calibration": 5,
-    "reporting": 6, "bench": 6,
+    "models": 5,
+    "pipeline": 5,
+    "executor": 5,
+    "calibration": 5,
+    "reporting": 6,
+    "bench": 6,
     "cli": 7,
 }
 
@@ -52,8 +57,11 @@ def test_every_part_has_a_layer():
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_upward_imports(path):
     mine = path.relative_to(ROOT).parts[0].removesuffix(".py")
-    bad = [(line, module) for line, module in _imports(path)
-           if _part(module) in LAYERS and LAYERS[_part(module)] > LAYERS[mine]]
+    bad = [
+        (line, module)
+        for line, module in _imports(path)
+        if _part(module) in LAYERS and LAYERS[_part(module)] > LAYERS[mine]
+    ]
     assert not bad, f"{path.relative_to(ROOT.parent)} (layer {mine}) imports from above: {bad}"
 
 
@@ -70,7 +78,12 @@ def _module_graph() -> dict[str, set[str]]:
     for name, path in paths.items():
         deps = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("parplan") and not node.level:
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("parplan")
+                and not node.level
+            ):
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
                     deps.add(full if full in paths else node.module)

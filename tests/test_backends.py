@@ -11,7 +11,13 @@ from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError, SolverError
 from parplan.formulation.mip import ModelBuilder, MipModel, build_mip
 from parplan.solvers.backends.cbc import import_pulp, to_pulp
-from parplan.solvers.backends import BACKENDS, SolveOptions, Termination, available_backends, get_backend
+from parplan.solvers.backends import (
+    BACKENDS,
+    SolveOptions,
+    Termination,
+    available_backends,
+    get_backend,
+)
 from parplan.solvers.backends import registry
 from parplan.solvers.backends.cbc import parse_cbc_log
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
@@ -35,16 +41,22 @@ def test_registry_flags_and_status_maps():
 
 
 def test_unknown_backend_names_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown backend 'gurobi'; valid backends: scip, cbc, highs, cpsat"):
+    with pytest.raises(
+        ConfigError, match="unknown backend 'gurobi'; valid backends: scip, cbc, highs, cpsat"
+    ):
         get_backend("gurobi")
 
 
 def test_missing_library_is_reported_without_importing(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "highspy" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "highspy" else real(name, *a)
+    )
     assert not BACKENDS["highs"].available
     assert "highs" not in registry.available_backends()
-    with pytest.raises(SolverError, match=r"backend 'highs' needs the Python modules \['highspy'\]"):
+    with pytest.raises(
+        SolverError, match=r"backend 'highs' needs the Python modules \['highspy'\]"
+    ):
         get_backend("highs")
 
 
@@ -89,7 +101,9 @@ def market_split(m: int = 4, n: int = 36, seed: int = 7) -> MipModel:
     for i in range(m):
         a = [rng.randint(0, 99) for _ in range(n)]
         sp, sm = b.var(f"sp{i}", 0, 10**4, True), b.var(f"sm{i}", 0, 10**4, True)
-        b.constraint("one_hot", f"row{i}", list(zip(x, a)) + [(sp, 1.0), (sm, -1.0)], "==", sum(a) // 2)
+        b.constraint(
+            "one_hot", f"row{i}", list(zip(x, a)) + [(sp, 1.0), (sm, -1.0)], "==", sum(a) // 2
+        )
         b.objective(sp, 1.0)
         b.objective(sm, 1.0)
     return b.build()
@@ -143,14 +157,16 @@ def test_solvers_survive_highspy_loaded_first():
     import subprocess
     import sys
 
-    code = ("import highspy\n"
-            "from parplan.solvers.backends import get_backend, SolveOptions\n"
-            "from tests.test_backends import knapsack\n"
-            "m, a = knapsack()\n"
-            "for b in ('scip', 'cpsat', 'cbc', 'highs'):\n"
-            "    r = get_backend(b).solve(m, SolveOptions())\n"
-            "    assert r.termination.value == 'optimal' and abs(r.objective - a) < 1e-9, b\n"
-            "print('ok')\n")
+    code = (
+        "import highspy\n"
+        "from parplan.solvers.backends import get_backend, SolveOptions\n"
+        "from tests.test_backends import knapsack\n"
+        "m, a = knapsack()\n"
+        "for b in ('scip', 'cpsat', 'cbc', 'highs'):\n"
+        "    r = get_backend(b).solve(m, SolveOptions())\n"
+        "    assert r.termination.value == 'optimal' and abs(r.objective - a) < 1e-9, b\n"
+        "print('ok')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.stdout.strip() == "ok", out.stderr
 
@@ -166,55 +182,80 @@ def test_pulp_trap_cbc_time_limit_reported_optimal_by_pulp():
 
 
 def test_cbc_log_parser():
-    log = ("Result - Stopped on time limit\n\nObjective value:                12.5\n"
-           "Lower bound:                    10.25\nGap:                            0.22\n")
+    log = (
+        "Result - Stopped on time limit\n\nObjective value:                12.5\n"
+        "Lower bound:                    10.25\nGap:                            0.22\n"
+    )
     out = parse_cbc_log(log)
     assert out["result"] == "Stopped on time limit"
     assert out["objective"] == 12.5 and not out["no_solution"]
     assert out["bound"] == pytest.approx(10.245, abs=1e-12)  # 10.25 printed: less half a last digit
-    assert parse_cbc_log("Cbc0038I No solution found this major pass\nResult - Optimal solution found\n"
-                         "Objective value: 3\n")["no_solution"] is False
+    assert (
+        parse_cbc_log(
+            "Cbc0038I No solution found this major pass\nResult - Optimal solution found\n"
+            "Objective value: 3\n"
+        )["no_solution"]
+        is False
+    )
 
 
 # Excerpts of real CBC 2.10.3 logs (PuLP's bundled binary), one per way a run can end optimal.
-COMPLETED = ("Cbc0010I After 0 nodes, 1 on tree, -932.73154 best solution, best possible -947.52242 (0.01 seconds)\n"
-             "Cbc0001I Search completed - best objective -932.7315413250599, took 241 iterations and 34 nodes\n"
-             "Result - Optimal solution found\n\nObjective value:                932.73154133\n")
-INTEGRAL = ("Cutoff increment increased from 1e-05 to 0.9999\n"
-            "Cbc0001I Search completed - best objective -841, took 44 iterations and 2 nodes (0.01 seconds)\n"
-            "Result - Optimal solution found\n\nObjective value:                841.00000000\n")
-GAP_EXIT = ("Cbc0011I Exiting as integer gap of 961.01944 less than 1e-10 or 2%\n"
-            "Cbc0001I Search completed - best objective -89442.726980305, took 0 iterations and 0 nodes\n"
-            "Result - Optimal solution found (within gap tolerance)\n\n"
-            "Objective value:                -89442.72698031\nLower bound:                    -90403.746\n")
+COMPLETED = (
+    "Cbc0010I After 0 nodes, 1 on tree, -932.73154 best solution, best possible -947.52242 (0.01 seconds)\n"
+    "Cbc0001I Search completed - best objective -932.7315413250599, took 241 iterations and 34 nodes\n"
+    "Result - Optimal solution found\n\nObjective value:                932.73154133\n"
+)
+INTEGRAL = (
+    "Cutoff increment increased from 1e-05 to 0.9999\n"
+    "Cbc0001I Search completed - best objective -841, took 44 iterations and 2 nodes (0.01 seconds)\n"
+    "Result - Optimal solution found\n\nObjective value:                841.00000000\n"
+)
+GAP_EXIT = (
+    "Cbc0011I Exiting as integer gap of 961.01944 less than 1e-10 or 2%\n"
+    "Cbc0001I Search completed - best objective -89442.726980305, took 0 iterations and 0 nodes\n"
+    "Result - Optimal solution found (within gap tolerance)\n\n"
+    "Objective value:                -89442.72698031\nLower bound:                    -90403.746\n"
+)
 
 
 def test_cbc_bound_is_read_from_the_log_never_from_the_requested_gap():
     from parplan.solvers.backends.cbc import STATUS_MAP, optimal_bound
 
     # A completed search proves the best objective less CBC's cutoff increment (1e-5 default).
-    assert optimal_bound(parse_cbc_log(COMPLETED)) == pytest.approx(-932.7315413250599 - 1e-5, abs=1e-12)
+    assert optimal_bound(parse_cbc_log(COMPLETED)) == pytest.approx(
+        -932.7315413250599 - 1e-5, abs=1e-12
+    )
     # Integral objective: CBC raised the increment below the objective's step, so V itself.
     assert optimal_bound(parse_cbc_log(INTEGRAL)) == -841.0
     # Exited on the gap: CBC's printed lower bound, rounded down by half its last digit.
     assert STATUS_MAP["Optimal solution found (within gap tolerance)"] is Termination.OPTIMAL
     assert optimal_bound(parse_cbc_log(GAP_EXIT)) == pytest.approx(-90403.7465, abs=1e-9)
     no_lower = GAP_EXIT.replace("Lower bound:                    -90403.746\n", "")
-    assert optimal_bound(parse_cbc_log(no_lower)) == pytest.approx(-89442.726980305 - 961.019445, abs=1e-9)
+    assert optimal_bound(parse_cbc_log(no_lower)) == pytest.approx(
+        -89442.726980305 - 961.019445, abs=1e-9
+    )
     # Preprocessing left an LP: its optimum; otherwise the root relaxation is still a bound.
-    lp = ("Continuous objective value is 450000 - 0.00 seconds\nCbc3007W No integer variables - nothing to do\n"
-          "Result - Optimal solution found\n\nObjective value:                450000.00000000\n")
+    lp = (
+        "Continuous objective value is 450000 - 0.00 seconds\nCbc3007W No integer variables - nothing to do\n"
+        "Result - Optimal solution found\n\nObjective value:                450000.00000000\n"
+    )
     assert optimal_bound(parse_cbc_log(lp)) == pytest.approx(450000 - 5e-9, abs=1e-9)
     assert optimal_bound(parse_cbc_log(lp.replace("Cbc3007W", "Cbc0000X"))) == 449999.5
     # Nothing that proves a bound: none (the certificate cannot then say optimal).
-    assert optimal_bound(parse_cbc_log("Result - Optimal solution found\nObjective value: 3\n")) is None
+    assert (
+        optimal_bound(parse_cbc_log("Result - Optimal solution found\nObjective value: 3\n"))
+        is None
+    )
 
 
 def test_cbc_bound_includes_the_objective_constant():
     import dataclasses
 
-    b = ModelBuilder("const"); x = b.var("x", 0, 3, True); y = b.var("y", 0, 3, False)
-    b.objective(x, -1.0); b.objective(y, 0.37)
+    b = ModelBuilder("const")
+    x = b.var("x", 0, 3, True)
+    y = b.var("y", 0, 3, False)
+    b.objective(x, -1.0)
+    b.objective(y, 0.37)
     b.constraint("one_hot", "c", [(x, 2.0), (y, -1.0)], "<=", 5.5)
     model = dataclasses.replace(b.build(), objective_constant=100.0)
     r = get_backend("cbc").solve(model, SolveOptions())
@@ -257,11 +298,15 @@ def test_lp_and_mps_files_round_trip(tmp_path):
     _, back = pulp.LpProblem.fromMPS(str(mps))  # PuLP reads the MPS file: same size
     assert len(back.variables()) == model.n_vars and len(back.constraints) == model.n_constraints
     # HiGHS (in a child process: its library must not meet OR-Tools') solves both files
-    code = ("import highspy, sys\n"
-            "for f in sys.argv[1:]:\n"
-            "    h = highspy.Highs(); h.setOptionValue('output_flag', False); h.readModel(f); h.run()\n"
-            "    print('objective', h.getInfo().objective_function_value)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(lp), str(mps)], capture_output=True, text=True, check=True)
+    code = (
+        "import highspy, sys\n"
+        "for f in sys.argv[1:]:\n"
+        "    h = highspy.Highs(); h.setOptionValue('output_flag', False); h.readModel(f); h.run()\n"
+        "    print('objective', h.getInfo().objective_function_value)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(lp), str(mps)], capture_output=True, text=True, check=True
+    )
     values = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("objective ")]
     assert len(values) == 2, out.stdout
     for value in values:
@@ -281,12 +326,18 @@ def test_a_solver_child_past_its_time_limit_is_a_time_limit_not_an_error(monkeyp
         raise subprocess.TimeoutExpired("child", 1)
 
     monkeypatch.setattr(subprocess, "run", late)
-    raw = solve_in_subprocess("parplan.solvers.backends.highs", None, SolveOptions(time_limit_s=2.0))
+    raw = solve_in_subprocess(
+        "parplan.solvers.backends.highs", None, SolveOptions(time_limit_s=2.0)
+    )
     assert raw.termination is Termination.TIME_LIMIT and not raw.has_solution
     assert "time limit 2 s" in raw.message
-    no_words = raw.__class__(Termination.ERROR, False, None, None, None, "CP-SAT", "9", 0.5, "UNKNOWN")
+    no_words = raw.__class__(
+        Termination.ERROR, False, None, None, None, "CP-SAT", "9", 0.5, "UNKNOWN"
+    )
     assert "UNKNOWN" in _default_message(Status.ERROR, no_words, SolveOptions())
-    assert "before finding a plan" in _default_message(Status.TIME_LIMIT, no_words, SolveOptions(time_limit_s=3))
+    assert "before finding a plan" in _default_message(
+        Status.TIME_LIMIT, no_words, SolveOptions(time_limit_s=3)
+    )
 
 
 def test_a_killed_or_failed_solver_child_says_why_and_exits_3(monkeypatch, capsys):
@@ -299,10 +350,14 @@ def test_a_killed_or_failed_solver_child_says_why_and_exits_3(monkeypatch, capsy
     from parplan.errors import SolverError
     from parplan.solvers.backends.base import child_failure
 
-    banner = "Running HiGHS 1.11\nIncludes third-party software components, see THIRD_PARTY_NOTICES.md"
+    banner = (
+        "Running HiGHS 1.11\nIncludes third-party software components, see THIRD_PARTY_NOTICES.md"
+    )
     killed = child_failure("parplan.solvers.backends.highs", -signal.SIGKILL, banner)
     assert "killed by SIGKILL" in killed and "memory" in killed and "THIRD_PARTY" not in killed
-    failed = child_failure("parplan.solvers.backends.highs", 1, banner + "\nTraceback...\nMemoryError: out")
+    failed = child_failure(
+        "parplan.solvers.backends.highs", 1, banner + "\nTraceback...\nMemoryError: out"
+    )
     assert failed.endswith("MemoryError: out") and "exit status 1" in failed
 
     def boom(*args, **kwargs):

@@ -14,7 +14,14 @@ import pytest
 from parplan.bench import BENCHMARKS
 from parplan.bench import ablations, accpar, dp_vs_exact, hypar, scaling
 from parplan.bench.common import (
-    ExecutorSpec, Task, TaskError, fit_exponent, geomean, make_array, run_kwargs, run_tasks,
+    ExecutorSpec,
+    Task,
+    TaskError,
+    fit_exponent,
+    geomean,
+    make_array,
+    run_kwargs,
+    run_tasks,
 )
 from parplan.errors import ConfigError
 
@@ -43,12 +50,16 @@ def test_run_tasks_serial_keeps_task_order_and_reports_progress(capsys):
     assert run_tasks("demo", tasks, SERIAL, log=sys.stderr) == [0, 1, 4, 9]
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 4
-    assert err[0].startswith("[bench demo] 1/4 t3 done (") and err[0].endswith(" s)")  # largest cost first
+    assert err[0].startswith("[bench demo] 1/4 t3 done (") and err[0].endswith(
+        " s)"
+    )  # largest cost first
 
 
 def test_run_tasks_local_pool_matches_serial():
     tasks = [Task(f"t{i}", pow, {"base": i, "exp": 3}) for i in range(5)]
-    assert run_tasks("demo", tasks, ExecutorSpec("local", workers=2), log=None) == [i**3 for i in range(5)]
+    assert run_tasks("demo", tasks, ExecutorSpec("local", workers=2), log=None) == [
+        i**3 for i in range(5)
+    ]
 
 
 def _nap(secs):
@@ -87,11 +98,17 @@ def test_failing_task_names_the_benchmark_and_task():
             run_tasks("demo", tasks, spec, log=None)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"kind": "mpi"}, "executor must be one of local, dask, serial (got 'mpi')"),
-    ({"workers": 0}, "workers must be an integer >= 1 (got 0)"),
-    ({"kind": "local", "scheduler": "tcp://x:8786"}, "a scheduler address needs --executor dask"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kind": "mpi"}, "executor must be one of local, dask, serial (got 'mpi')"),
+        ({"workers": 0}, "workers must be an integer >= 1 (got 0)"),
+        (
+            {"kind": "local", "scheduler": "tcp://x:8786"},
+            "a scheduler address needs --executor dask",
+        ),
+    ],
+)
 def test_executor_spec_errors(kwargs, message):
     with pytest.raises(ConfigError) as err:
         ExecutorSpec(**kwargs)
@@ -122,7 +139,9 @@ def test_make_array_scales_every_link():
     base = make_array("tpu-v2:2,tpu-v3:2", bandwidth_gbps=10)
     scaled = make_array("tpu-v2:2,tpu-v3:2", bandwidth_gbps=10, scale=0.1)
     links = [(p, n.link.bytes_per_s) for p, n in base.inner_nodes()]
-    assert [(p, bw * 0.1) for p, bw in links] == [(p, n.link.bytes_per_s) for p, n in scaled.inner_nodes()]
+    assert [(p, bw * 0.1) for p, bw in links] == [
+        (p, n.link.bytes_per_s) for p, n in scaled.inner_nodes()
+    ]
     assert math.isclose(scaled.link.bytes_per_s, 1e9, rel_tol=1e-12)
 
 
@@ -140,10 +159,21 @@ def test_synthetic_graphs_have_the_requested_size_and_are_seeded():
 
 
 def test_accpar_explanation_names_the_term_that_makes_hypar_slower():
-    row = {"speedup_owt": 4.0, "speedup_hypar": 3.0, "speedup_accpar": 5.0, "data_compute_fraction": 0.1,
-           "activation_weight_ratio": 10.0, "fc_weight_fraction": 0.9, "accpar_compute_fraction": 0.5,
-           "hypar_compute_s": 4e-3, "owt_compute_s": 2e-3, "hypar_other_s": 1e-3, "owt_other_s": 1e-3,
-           "hypar_comm_bytes": 1e9, "owt_comm_bytes": 1e9}
+    row = {
+        "speedup_owt": 4.0,
+        "speedup_hypar": 3.0,
+        "speedup_accpar": 5.0,
+        "data_compute_fraction": 0.1,
+        "activation_weight_ratio": 10.0,
+        "fc_weight_fraction": 0.9,
+        "accpar_compute_fraction": 0.5,
+        "hypar_compute_s": 4e-3,
+        "owt_compute_s": 2e-3,
+        "hypar_other_s": 1e-3,
+        "owt_other_s": 1e-3,
+        "hypar_comm_bytes": 1e9,
+        "owt_comm_bytes": 1e9,
+    }
     out = accpar.explain(row)
     assert not out["paper_order"]
     assert out["ordering"] == "HyPar 3.00x < OWT 4.00x < AccPar 5.00x"
@@ -162,7 +192,11 @@ def test_exact_top_down_certifies_every_split_and_stops_on_budget():
     assert row["status"] == "split-optimal" and row["splits"] == row["splits_optimal"] == 3
     assert row["root_bound"] <= row["step_time_s"] * (1 + 1e-9) and 0.0 <= row["gap"] < 1.0
     stopped = exact_top_down(problem, "scip", time_limit_s=20, budget_s=1e-3)
-    assert stopped["status"] == "budget" and math.isnan(stopped["step_time_s"]) and stopped["splits"] == 0
+    assert (
+        stopped["status"] == "budget"
+        and math.isnan(stopped["step_time_s"])
+        and stopped["splits"] == 0
+    )
     assert "budget of 0.001 s used after 0 splits" in stopped["message"]
 
 
@@ -172,11 +206,37 @@ def test_exact_top_down_certifies_every_split_and_stops_on_budget():
 def test_accpar_quick(tmp_path):
     table = accpar.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "accpar")
-    _has_columns(csv, ["bandwidth", "bandwidth_gbps", "primary", "model", "array", "devices", "levels", "batch",
-                       "speedup_owt", "speedup_hypar", "speedup_accpar", "speedup_topdown", "speedup_exact",
-                       "speedup_bound", "exact_status", "exact_gap", "speedup_data_half", "data_compute_fraction",
-                       "ordering", "paper_order", "dominant_term", "note", "data_step_s", "accpar_step_s",
-                       "accpar_comm_bytes", "hypar_compute_s"])
+    _has_columns(
+        csv,
+        [
+            "bandwidth",
+            "bandwidth_gbps",
+            "primary",
+            "model",
+            "array",
+            "devices",
+            "levels",
+            "batch",
+            "speedup_owt",
+            "speedup_hypar",
+            "speedup_accpar",
+            "speedup_topdown",
+            "speedup_exact",
+            "speedup_bound",
+            "exact_status",
+            "exact_gap",
+            "speedup_data_half",
+            "data_compute_fraction",
+            "ordering",
+            "paper_order",
+            "dominant_term",
+            "note",
+            "data_step_s",
+            "accpar_step_s",
+            "accpar_comm_bytes",
+            "hypar_compute_s",
+        ],
+    )
     summary = pd.read_csv(tmp_path / "accpar_summary.csv")
     _has_columns(summary, ["bandwidth", "planner", "geomean", "arithmean", "paper"])
     assert len(table) == len(accpar.QUICK["models"]) * (1 + len(accpar.QUICK["sweep_gbps"]))
@@ -189,7 +249,11 @@ def test_accpar_quick(tmp_path):
     assert (table.speedup_accpar >= 1 - 1e-9).all()
     md = (tmp_path / "accpar.md").read_text()
     # the quick run is not the paper's setup: no paper row, no replication claimed (issue 36)
-    assert "paper (mean)" not in md and "no replication is claimed" in md and "Per model: ordering and why" in md
+    assert (
+        "paper (mean)" not in md
+        and "no replication is claimed" in md
+        and "Per model: ordering and why" in md
+    )
     assert not accpar.paper_setup(table.array.iloc[0], table.batch.iloc[0])
     assert accpar.paper_setup(accpar.DEFAULT_ARRAY, accpar.DEFAULT_BATCH)
     # the published C++'s own networks: its plan and parplan's, each priced by both models
@@ -207,11 +271,32 @@ def test_accpar_quick(tmp_path):
 def test_hypar_quick(tmp_path):
     table = hypar.run(tmp_path, quick=True, executor=ExecutorSpec("local", workers=2))
     csv = _outputs(tmp_path, "hypar")
-    _has_columns(csv, ["bandwidth", "primary", "model", "label", "devices", "levels", "batch", "bytes_per_element",
-                       "speedup_hypar", "speedup_model", "speedup_accpar", "data_comm_bytes", "hypar_comm_bytes",
-                       "model_comm_bytes", "comm_reduction_hypar", "hypar_plan"])
+    _has_columns(
+        csv,
+        [
+            "bandwidth",
+            "primary",
+            "model",
+            "label",
+            "devices",
+            "levels",
+            "batch",
+            "bytes_per_element",
+            "speedup_hypar",
+            "speedup_model",
+            "speedup_accpar",
+            "data_comm_bytes",
+            "hypar_comm_bytes",
+            "model_comm_bytes",
+            "comm_reduction_hypar",
+            "hypar_plan",
+        ],
+    )
     levels = pd.read_csv(tmp_path / "hypar_levels.csv")
-    _has_columns(levels, ["model", "planner", "level", "letters", "model_parallel_layers", "level_comm_bytes"])
+    _has_columns(
+        levels,
+        ["model", "planner", "level", "letters", "model_parallel_layers", "level_comm_bytes"],
+    )
     assert (table.bytes_per_element == 8).all()
     prim = table[table.primary]
     # per-level traffic adds up to the total the evaluator reports
@@ -227,9 +312,29 @@ def test_hypar_quick(tmp_path):
 def test_dp_vs_exact_quick(tmp_path):
     table = dp_vs_exact.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "dp-vs-exact")
-    _has_columns(csv, ["model", "nodes", "depth", "devices", "backend", "dp_wall_s", "dp_step_s", "exact_wall_s",
-                       "exact_step_s", "status", "root_objective", "root_bound", "root_gap", "gap", "root_match",
-                       "dp_minus_exact_rel", "splits", "splits_optimal"])
+    _has_columns(
+        csv,
+        [
+            "model",
+            "nodes",
+            "depth",
+            "devices",
+            "backend",
+            "dp_wall_s",
+            "dp_step_s",
+            "exact_wall_s",
+            "exact_step_s",
+            "status",
+            "root_objective",
+            "root_bound",
+            "root_gap",
+            "gap",
+            "root_match",
+            "dp_minus_exact_rel",
+            "splits",
+            "splits_optimal",
+        ],
+    )
     q = dp_vs_exact.QUICK
     assert len(table) == len(q["models"]) * len(q["depths"]) * len(q["backends"])
     assert set(table.status) <= {"optimal", "split-optimal"}
@@ -245,8 +350,24 @@ def test_dp_vs_exact_quick(tmp_path):
 def test_scaling_quick(tmp_path):
     table = scaling.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "scaling")
-    _has_columns(csv, ["series", "study", "kind", "planner", "backend", "size", "layers", "depth", "devices",
-                       "splits_solved", "wall_s", "cpu_s", "status"])
+    _has_columns(
+        csv,
+        [
+            "series",
+            "study",
+            "kind",
+            "planner",
+            "backend",
+            "size",
+            "layers",
+            "depth",
+            "devices",
+            "splits_solved",
+            "wall_s",
+            "cpu_s",
+            "status",
+        ],
+    )
     fits = pd.read_csv(tmp_path / "scaling_fits.csv")
     _has_columns(fits, ["study", "series", "exponent_wall", "exponent_cpu", "linear"])
     assert set(table.study) == {"layers", "depth", "exact"}
@@ -256,8 +377,19 @@ def test_scaling_quick(tmp_path):
 def test_ablations_quick(tmp_path):
     table = ablations.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "ablations")
-    _has_columns(csv, ["model", "variant", "removed", "step_s", "rel_to_accpar", "rel_to_topdown",
-                       "speedup_over_data", "comm_bytes"])
+    _has_columns(
+        csv,
+        [
+            "model",
+            "variant",
+            "removed",
+            "step_s",
+            "rel_to_accpar",
+            "rel_to_topdown",
+            "speedup_over_data",
+            "comm_bytes",
+        ],
+    )
     assert set(table.variant) == set(ablations.VARIANTS)
     ref = table[table.variant == "accpar"]
     assert (ref.rel_to_accpar == 1.0).all()
@@ -271,8 +403,14 @@ def test_ablations_quick(tmp_path):
 def test_ablations_allreduce_variants_replan_exactly_on_one_split(tmp_path):
     """On one split the DP is exact under any all-reduce model, so the replanned AccPar can be no
     slower than the default model's plan repriced, nor than data parallelism (both in its space)."""
-    table = ablations.run(tmp_path, executor=SERIAL, models=("alexnet", "resnet18"), array="tpu-v2:1,tpu-v3:1",
-                          batch=64, variants=tuple(ablations._COLLECTIVE))
+    table = ablations.run(
+        tmp_path,
+        executor=SERIAL,
+        models=("alexnet", "resnet18"),
+        array="tpu-v2:1,tpu-v3:1",
+        batch=64,
+        variants=tuple(ablations._COLLECTIVE),
+    )
     sub = table[table.variant.isin(ablations._COLLECTIVE)]
     assert len(sub) == 6
     assert (sub.step_s <= sub.pairwise_plan_step_s * (1 + 1e-9)).all()
@@ -288,8 +426,24 @@ def test_ablations_allreduce_variants_replan_exactly_on_one_split(tmp_path):
 def test_cli_bench_runs_a_benchmark_and_prints_its_summary(tmp_path, capsys):
     from parplan.cli import main
 
-    assert main(["bench", "ablations", "--quick", "--executor", "serial", "--models", "alexnet",
-                 "--variants", "share-half", "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "ablations",
+                "--quick",
+                "--executor",
+                "serial",
+                "--models",
+                "alexnet",
+                "--variants",
+                "share-half",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "# AccPar ablations" in captured.out
     assert "[bench ablations] wrote" in captured.err
@@ -321,9 +475,13 @@ def test_every_benchmark_is_registered_and_its_options_map_to_run():
     assert set(BENCH_HELP) == set(BENCHMARKS)
     parser = argparse.ArgumentParser()
     add_bench_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["bench", "accpar", "--bandwidth", "10", "--sweep", "1,100", "--no-exact"])
+    args = parser.parse_args(
+        ["bench", "accpar", "--bandwidth", "10", "--sweep", "1,100", "--no-exact"]
+    )
     kw = run_kwargs(accpar.run, args)
-    assert kw["bandwidth_gbps"] == 10.0 and kw["sweep_gbps"] == (1.0, 100.0) and kw["exact"] is False
+    assert (
+        kw["bandwidth_gbps"] == 10.0 and kw["sweep_gbps"] == (1.0, 100.0) and kw["exact"] is False
+    )
     for name, module in BENCHMARKS.items():
         mod = importlib.import_module(module)
         assert callable(mod.run)
@@ -363,10 +521,16 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
     table = run(tmp_path, quick=True)
     dp = table[table.what.str.startswith("DP")]
     assert len(dp) == 4 and (dp.ratio > 0).all()  # the planner's DP, and the C++'s DP loop alone
-    assert all(math.isclose(r.ratio, r.parplan_ms / RECORDED_CPP_MS[(r.model, r.what.split("(")[1].split(",")[0])])
-               for r in dp.itertuples())
+    assert all(
+        math.isclose(
+            r.ratio, r.parplan_ms / RECORDED_CPP_MS[(r.model, r.what.split("(")[1].split(",")[0])]
+        )
+        for r in dp.itertuples()
+    )
     assert sorted(table.what[table.what.str.startswith("DP loop only")]) == [
-        "DP loop only (accpar, 7 levels)", "DP loop only (hypar, 7 levels)"]
+        "DP loop only (accpar, 7 levels)",
+        "DP loop only (hypar, 7 levels)",
+    ]
     rules = table[table.what.str.startswith("C++ rules")]
     assert len(rules) == 2 and (rules.ratio > 0).all()
     md = (tmp_path / "speed.md").read_text()
@@ -391,8 +555,22 @@ def test_pipeline_quick(tmp_path):
 
     table = pipeline.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "pipeline")
-    _has_columns(csv, ["profile", "machine", "devices", "plan", "stages", "code_s", "parplan_s",
-                       "code_speedup_vs_dp", "parplan_speedup_vs_dp", "code_dp_s", "parplan_dp_s"])
+    _has_columns(
+        csv,
+        [
+            "profile",
+            "machine",
+            "devices",
+            "plan",
+            "stages",
+            "code_s",
+            "parplan_s",
+            "code_speedup_vs_dp",
+            "parplan_speedup_vs_dp",
+            "code_dp_s",
+            "parplan_dp_s",
+        ],
+    )
     assert len(table) == 2 * len(pipeline.QUICK["profiles"]) * len(pipeline.QUICK["machines"])
     code, mine = table[table.plan == "pipedream-code"], table[table.plan == "parplan"]
     # each model's own plan is the best under that model (chains: every plan is priced by both)
@@ -409,8 +587,21 @@ def test_bound_quick(tmp_path):
 
     table = bound.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "bound")
-    _has_columns(csv, ["model", "array", "accpar_step_s", "best_step_s", "bound_s", "gap", "root_gap", "meets_goal",
-                       "top_excess_layer", "top_excess_share"])
+    _has_columns(
+        csv,
+        [
+            "model",
+            "array",
+            "accpar_step_s",
+            "best_step_s",
+            "bound_s",
+            "gap",
+            "root_gap",
+            "meets_goal",
+            "top_excess_layer",
+            "top_excess_share",
+        ],
+    )
     assert len(table) == len(bound.QUICK["models"]) * len(bound.QUICK["arrays"])
     assert (table.bound_s <= table.best_step_s * (1 + 1e-9)).all() and (table.gap >= 0).all()
     assert (table.best_step_s <= table.accpar_step_s).all()
@@ -426,9 +617,14 @@ def test_bound_quick(tmp_path):
     row = table.iloc[0]
     p = Problem(get_model(row["model"]), parse_array(row["array"]), batch=int(row["batch"]))
     times = evaluate(p, make_plan(p, "accpar")).node_time_s
-    excess = {n.name: max(0.0, t - b) for n, t, b in zip(p.planning.nodes, times, hierarchy_bound(p).node_s)}
+    excess = {
+        n.name: max(0.0, t - b)
+        for n, t, b in zip(p.planning.nodes, times, hierarchy_bound(p).node_s)
+    }
     assert row["top_excess_layer"] == max(excess, key=excess.get)
-    assert row["top_excess_share"] == pytest.approx(max(excess.values()) / sum(excess.values()), rel=1e-9)
+    assert row["top_excess_share"] == pytest.approx(
+        max(excess.values()) / sum(excess.values()), rel=1e-9
+    )
 
 
 def test_joint_quick(tmp_path):
@@ -436,9 +632,23 @@ def test_joint_quick(tmp_path):
 
     table = joint.run(tmp_path, quick=True, executor=SERIAL)
     csv = _outputs(tmp_path, "joint")
-    _has_columns(csv, ["model", "array", "shares", "accpar_step_s", "status", "joint_step_s", "joint_bound_s",
-                       "global_bound_s", "dp_over_joint", "joint_over_bound", "portfolio_step_s",
-                       "portfolio_over_joint"])
+    _has_columns(
+        csv,
+        [
+            "model",
+            "array",
+            "shares",
+            "accpar_step_s",
+            "status",
+            "joint_step_s",
+            "joint_bound_s",
+            "global_bound_s",
+            "dp_over_joint",
+            "joint_over_bound",
+            "portfolio_step_s",
+            "portfolio_over_joint",
+        ],
+    )
     assert len(table) == len(joint.QUICK["models"]) * len(joint.QUICK["arrays"])
     # the portfolio tries the top-down DP first, and no plan beats the global bound
     assert (table.portfolio_step_s <= table.accpar_step_s * (1 + 1e-12)).all()
@@ -454,7 +664,10 @@ def test_joint_quick(tmp_path):
     assert list(sizes.depth) == [0, 1, 2] and list(sizes.cells_built) == [9, 81, 729]
     assert (sizes.frames_alternating <= sizes.cells_built).all()
     assert (sizes.frames_leftmost <= sizes.frames_alternating).all()
-    assert "## Why the joint model stops at 8-16 devices (lenet, `h100:8`" in (tmp_path / "joint.md").read_text()
+    assert (
+        "## Why the joint model stops at 8-16 devices (lenet, `h100:8`"
+        in (tmp_path / "joint.md").read_text()
+    )
 
 
 def test_a_worker_killed_by_the_system_is_reported_plainly():
@@ -465,9 +678,15 @@ def test_a_worker_killed_by_the_system_is_reported_plainly():
     from parplan.bench.common import ExecutorSpec, Task, WorkerLost, run_tasks
     from parplan.errors import ParplanError
 
-    with pytest.raises(WorkerLost, match="worker process died while running '(also )?dies'.*--workers 1") as info:
-        run_tasks("t", [Task("dies", os.abort), Task("also dies", os.abort)], ExecutorSpec("local", workers=2),
-                  log=None)
+    with pytest.raises(
+        WorkerLost, match="worker process died while running '(also )?dies'.*--workers 1"
+    ) as info:
+        run_tasks(
+            "t",
+            [Task("dies", os.abort), Task("also dies", os.abort)],
+            ExecutorSpec("local", workers=2),
+            log=None,
+        )
     assert isinstance(info.value, ParplanError)
 
 
@@ -475,7 +694,9 @@ def test_memory_quick(tmp_path):
     from parplan.bench import memory
 
     table = memory.run(tmp_path, quick=True, executor=SERIAL)
-    assert {"free_step_s", "fit_step_s", "fit_peak_gib", "zero_stage", "megatron_step_s"} <= set(table.columns)
+    assert {"free_step_s", "fit_step_s", "fit_peak_gib", "zero_stage", "megatron_step_s"} <= set(
+        table.columns
+    )
     vgg = table[table.model == "vgg16"].iloc[0]
     # VGG-16 at batch 2048 does not fit two 32 GiB V100s with memory ignored; the default plan fits
     assert not vgg.free_fits and vgg.fit_peak_gib <= vgg.device_memory_gib
@@ -494,7 +715,11 @@ def test_calibration_quick(tmp_path):
     row = table.iloc[0]
     assert row.model == "tv:resnet50" and row.measured_ms > 0
     assert abs(row.calibrated_ratio - 1) < abs(row.datasheet_ratio - 1)
-    assert math.isclose(row.calibrated_ms / row.datasheet_ms, row.calibrated_ratio / row.datasheet_ratio, rel_tol=1e-9)
+    assert math.isclose(
+        row.calibrated_ms / row.datasheet_ms,
+        row.calibrated_ratio / row.datasheet_ratio,
+        rel_tol=1e-9,
+    )
     md = (tmp_path / "calibration.md").read_text()
     assert md.startswith("# Calibrated devices") and "| linear | 24 |" in md
 
@@ -504,7 +729,6 @@ def test_calibration_bench_refuses_a_folder_without_measurements(tmp_path):
 
     with pytest.raises(ConfigError, match="needs calibration.csv, steps.csv and one device file"):
         calibration.run(tmp_path, quick=True, executor=SERIAL, measured=str(tmp_path))
-
 
 
 def test_stages_quick(tmp_path):
@@ -523,8 +747,15 @@ def test_sweep_rows_carry_their_axes_and_failures(tmp_path, capsys):
     from parplan.bench.sweep import COLUMNS, sweep
     from parplan.cli import main
 
-    t = sweep(["lenet", "nope"], ["h100:2"], planners=["accpar", "data"], batches=[32, 64], bandwidths=[None, 5.0],
-              executor=SERIAL, log=None)
+    t = sweep(
+        ["lenet", "nope"],
+        ["h100:2"],
+        planners=["accpar", "data"],
+        batches=[32, 64],
+        bandwidths=[None, 5.0],
+        executor=SERIAL,
+        log=None,
+    )
     assert list(t.columns) == list(COLUMNS) and len(t) == 2 * 2 * 2 * 2
     ok, bad = t[t.error.isna()], t[t.error.notna()]
     assert len(ok) == len(bad) == 8 and bad.error.str.contains("unknown model 'nope'").all()
@@ -532,8 +763,24 @@ def test_sweep_rows_carry_their_axes_and_failures(tmp_path, capsys):
     # a slower link never makes the same plan faster; accpar never loses to data parallelism
     assert (ok.step_time_s <= ok.data_parallel_step_time_s * (1 + 1e-12)).all()
     out = tmp_path / "s.csv"
-    assert main(["sweep", "--models", "lenet", "--arrays", "h100:2,h100:4", "--latencies", "1,10",
-                 "--executor", "serial", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--models",
+                "lenet",
+                "--arrays",
+                "h100:2,h100:4",
+                "--latencies",
+                "1,10",
+                "--executor",
+                "serial",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(out)
     assert len(table) == 4 and set(table.latency_us) == {1.0, 10.0} and table.error.isna().all()
     with pytest.raises(ConfigError, match="unknown planner"):
@@ -545,10 +792,45 @@ def test_sweep_rows_carry_their_axes_and_failures(tmp_path, capsys):
 def test_plan_outputs_carry_the_inputs_they_ran_with(capsys):
     from parplan.cli import main
 
-    assert main(["plan", "--model", "lenet", "--array", "h100:2", "--bandwidth", "10", "--latency", "3",
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "lenet",
+                "--array",
+                "h100:2",
+                "--bandwidth",
+                "10",
+                "--latency",
+                "3",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     inputs = json.loads(capsys.readouterr().out)["inputs"]
-    assert inputs["bandwidth_gb_per_s"] == 10 and inputs["latency_us"] == 3 and inputs["memory_limit"] == "device"
-    assert main(["plan", "--model", "lenet", "--array", "h100:2", "--bandwidth", "10", "--format", "csv"]) == 0
+    assert (
+        inputs["bandwidth_gb_per_s"] == 10
+        and inputs["latency_us"] == 3
+        and inputs["memory_limit"] == "device"
+    )
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "lenet",
+                "--array",
+                "h100:2",
+                "--bandwidth",
+                "10",
+                "--format",
+                "csv",
+            ]
+        )
+        == 0
+    )
     frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert (frame.bandwidth_gb_per_s == 10).all() and (frame.array_source == "h100:2").all()

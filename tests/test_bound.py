@@ -21,8 +21,17 @@ from parplan.solvers.bound import global_bound, hierarchy_bound, pair_bound, roo
 from parplan.solvers.planners import make_plan
 from test_brute import fast, graphs
 
-ARRAYS = ("h100:2", "tpu-v2:1,tpu-v3:1", "h100:4", "tpu-v2:2,tpu-v3:2", "a100:1,h100:3", "v100:8",
-          "tpu-v3:2,h100:2@ring:ring", "examples/two_pods.toml", "asymmetric")
+ARRAYS = (
+    "h100:2",
+    "tpu-v2:1,tpu-v3:1",
+    "h100:4",
+    "tpu-v2:2,tpu-v3:2",
+    "a100:1,h100:3",
+    "v100:8",
+    "tpu-v3:2,h100:2@ring:ring",
+    "examples/two_pods.toml",
+    "asymmetric",
+)
 #: Two halves whose links differ each way, the right half itself split unevenly.
 ASYMMETRIC = """gb_per_s = 20
 gb_per_s_left = 20
@@ -55,13 +64,19 @@ def _array(spec: str, bw: float, lat: float):
 @st.composite
 def random_plans(draw):
     g = draw(graphs(max_weighted=4, max_joins=2))
-    array = _array(draw(st.sampled_from(ARRAYS)), draw(st.sampled_from([1e9, 1e10, 1e11])),
-                   draw(st.sampled_from([0.0, 1e-6, 1e-5])))
+    array = _array(
+        draw(st.sampled_from(ARRAYS)),
+        draw(st.sampled_from([1e9, 1e10, 1e11])),
+        draw(st.sampled_from([0.0, 1e-6, 1e-5])),
+    )
     p = Problem(g, array, batch=draw(st.sampled_from([1, 8, 64, 512])), bytes_per_element=2.0)
     splits = {}
     share = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0))
     for path, _ in p.array.inner_nodes():
-        choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in p.planning.nodes)
+        choices = tuple(
+            draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER))
+            for n in p.planning.nodes
+        )
         shares = tuple(draw(share) for _ in p.planning.nodes)
         splits[path] = Split(choices, shares)
     return p, Plan(splits, planner="random")
@@ -86,8 +101,14 @@ def test_planned_plans_do_not_beat_it_either(case):
         assert bound <= evaluate(p, make_plan(p, planner)).step_time_s * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("model, array, most", [("alexnet", "h100:16", 0.15), ("resnet18", "h100:16", 0.05),
-                                                ("vgg16", "tpu-v2:2,tpu-v3:2", 0.25)])
+@pytest.mark.parametrize(
+    "model, array, most",
+    [
+        ("alexnet", "h100:16", 0.15),
+        ("resnet18", "h100:16", 0.05),
+        ("vgg16", "tpu-v2:2,tpu-v3:2", 0.25),
+    ],
+)
 def test_bound_is_close_on_homogeneous_arrays(model, array, most):
     """Tight where it matters: within a few percent of the accpar plan (measured: AlexNet 8.7%,
     ResNet-18 1.5% on h100:16), far above the root-split bound's reach."""
@@ -96,7 +117,10 @@ def test_bound_is_close_on_homogeneous_arrays(model, array, most):
     b = hierarchy_bound(p)
     assert b.bound_s <= plan_s * (1 + 1e-9)
     assert plan_s / b.bound_s - 1 <= most
-    assert len(b.node_s) == len(p.planning.nodes) and abs(sum(b.node_s) - b.bound_s) <= 1e-12 * b.bound_s
+    assert (
+        len(b.node_s) == len(p.planning.nodes)
+        and abs(sum(b.node_s) - b.bound_s) <= 1e-12 * b.bound_s
+    )
 
 
 @pytest.mark.parametrize("model", ["lenet", "lenet-c"])
@@ -115,7 +139,10 @@ def test_pair_bound_prices_re_layouts_the_per_node_bound_drops(model):
     names = [n.name for n in p.planning.nodes]
     gains = {(names[w], names[u]): g for (w, u), g in pair_gains(p, per_node.node_s).items()}
     top = max(gains, key=gains.get)
-    assert top == ("conv2", "conv3" if model == "lenet" else "ip1")  # conv2's hand-over to one device
+    assert top == (
+        "conv2",
+        "conv3" if model == "lenet" else "ip1",
+    )  # conv2's hand-over to one device
     assert all(g < 0.01 * gains[top] for e, g in gains.items() if e != top)
     assert global_bound(p).bound_s == pytest.approx(max(pair, root_dp_bound(p)), rel=1e-12)
 
@@ -133,15 +160,23 @@ def test_pair_budget_takes_the_largest_tensors_first_and_every_subset_bounds():
     assert pair_bound(p, per_node, budget=0) == per_node.bound_s
     some = pair_gains(p, per_node.node_s, budget=1)  # one edge: the first is started, then none
     dims, pg = p.root_dims(), p.planning
-    size = {(w, u): max(pg.nodes[u].fractions[q] for v, q in pg.out_edges[w] if v == u) * dims[u].in_elements
-            for w, u in full}
+    size = {
+        (w, u): max(pg.nodes[u].fractions[q] for v, q in pg.out_edges[w] if v == u)
+        * dims[u].in_elements
+        for w, u in full
+    }
     assert list(some) == [max(full, key=lambda e: (size[e], -list(full).index(e)))]
     assert all(some[e] == full[e] for e in some)
     solver = node_bounds(p)
     _both(p, solver=solver)  # warms the per-kind memos the pair bound then shares
     assert pair_gains(p, per_node.node_s, solver=solver) == pytest.approx(full, rel=1e-12)
     plan_s = evaluate(p, make_plan(p, "accpar")).step_time_s
-    assert per_node.bound_s <= per_node.bound_s + matching_gain(some) <= pair_bound(p, per_node) <= plan_s
+    assert (
+        per_node.bound_s
+        <= per_node.bound_s + matching_gain(some)
+        <= pair_bound(p, per_node)
+        <= plan_s
+    )
 
 
 def test_large_arrays_get_the_pair_bound_within_its_budget(monkeypatch):
@@ -164,6 +199,7 @@ def test_large_arrays_get_the_pair_bound_within_its_budget(monkeypatch):
     assert got >= max(hierarchy_bound(small).bound_s, root_dp_bound(small))
     assert got <= evaluate(small, make_plan(small, "accpar")).step_time_s * (1 + 1e-9)
 
+
 def test_compat_problems_are_refused():
     p = Problem(get_model("lenet"), parse_array("h100:2"), batch=8, compat="hypar")
     with pytest.raises(ConfigError, match="parplan's own cost model"):
@@ -181,11 +217,14 @@ def _all_plans(p, shares):
         yield Plan({path: Split((c,), (a,)) for path, (c, a) in zip(paths, combo)}, planner="all")
 
 
-@pytest.mark.parametrize("array, shares, exact", [
-    ("h100:4", (0.0, 0.25, 0.5, 0.75, 1.0), True),
-    ("v100:2,a100:2", (0.0, 0.25, 0.5, 0.75, 1.0), False),
-    ("tpu-v2:1,tpu-v3:1", tuple(k / 64 for k in range(65)), False),
-])
+@pytest.mark.parametrize(
+    "array, shares, exact",
+    [
+        ("h100:4", (0.0, 0.25, 0.5, 0.75, 1.0), True),
+        ("v100:2,a100:2", (0.0, 0.25, 0.5, 0.75, 1.0), False),
+        ("tpu-v2:1,tpu-v3:1", tuple(k / 64 for k in range(65)), False),
+    ],
+)
 @pytest.mark.parametrize("out, batch", [(64, 512), (4096, 8)])
 def test_one_layer_bound_is_the_global_optimum(array, shares, exact, out, batch):
     """With one layer there is no re-layout to drop: on interchangeable halves the bound is the
@@ -193,7 +232,9 @@ def test_one_layer_bound_is_the_global_optimum(array, shares, exact, out, batch)
     elsewhere brute force on a share grid lands just above it."""
     from parplan.costmodel.graph import Conv2d, Graph, Shape
 
-    g = Graph("one", Shape(256, 8, 8), (Conv2d("c", ("input",), out_channels=out, kernel=3, padding=1),))
+    g = Graph(
+        "one", Shape(256, 8, 8), (Conv2d("c", ("input",), out_channels=out, kernel=3, padding=1),)
+    )
     p = Problem(g, parse_array(array, bandwidth_bytes_per_s=25e9, latency_s=2e-6), batch=batch)
     best = min(evaluate(p, plan).step_time_s for plan in _all_plans(p, shares))
     bound = hierarchy_bound(p).bound_s
@@ -216,7 +257,22 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
     assert not c.contradictions
     # the communication objective has no step-time bound
     assert certify(p, "hypar", "highs").global_bound_s is None
-    assert main(["certify", "--model", "lenet", "--array", "h100:2", "--batch", "64", "--backend", "highs"]) == 0
+    assert (
+        main(
+            [
+                "certify",
+                "--model",
+                "lenet",
+                "--array",
+                "h100:2",
+                "--batch",
+                "64",
+                "--backend",
+                "highs",
+            ]
+        )
+        == 0
+    )
     assert "global gap" in capsys.readouterr().out
 
 
@@ -225,8 +281,13 @@ def tiny(draw):
     """2-3 planning nodes on 3-4 devices (two or three splits), shares on a grid of 1/2."""
     g = draw(graphs(max_weighted=2, max_joins=1))
     array = draw(st.sampled_from(["h100:1,a100:2", "tpu-v3:2,tpu-v2:1", "v100:3", "h100:4"]))
-    p = Problem(g, parse_array(array, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
-                               latency_s=1e-6), batch=draw(st.sampled_from([8, 512])))
+    p = Problem(
+        g,
+        parse_array(
+            array, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])), latency_s=1e-6
+        ),
+        batch=draw(st.sampled_from([8, 512])),
+    )
     return p
 
 
@@ -261,8 +322,14 @@ def test_lookahead_finds_the_global_optimum_the_recursion_misses():
     from parplan.solvers.brute import brute_force_global
     from parplan.solvers.dp import PlanOptions
 
-    g = Graph("two", Shape(64, 1, 1), (Conv2d("a", ("input",), out_channels=16, kernel=1),
-                                       Conv2d("b", ("a",), out_channels=512, kernel=1)))
+    g = Graph(
+        "two",
+        Shape(64, 1, 1),
+        (
+            Conv2d("a", ("input",), out_channels=16, kernel=1),
+            Conv2d("b", ("a",), out_channels=512, kernel=1),
+        ),
+    )
     p = Problem(g, parse_array("h100:1,a100:2", bandwidth_bytes_per_s=1e9, latency_s=1e-6), batch=8)
     _, best = brute_force_global(p, PlanOptions(share_grid=2))
     top_down = evaluate(p, make_plan(p, "accpar-topdown", share_grid=2)).step_time_s
@@ -293,18 +360,27 @@ def test_lookahead_at_every_level_beats_every_other_criterion():
 
     options = planners.planner_options("accpar")
     asked = []
-    solver = planners._lookahead_levels(p, options, lambda sp: asked.append(sp.path) or solve_split(sp, options))
+    solver = planners._lookahead_levels(
+        p, options, lambda sp: asked.append(sp.path) or solve_split(sp, options)
+    )
     plan_top_down(p, solver, "probe")
-    assert asked and all(p.array.at(path).left.is_leaf and p.array.at(path).right.is_leaf for path in asked)
+    assert asked and all(
+        p.array.at(path).left.is_leaf and p.array.at(path).right.is_leaf for path in asked
+    )
 
 
 def test_spread_levels_are_the_splits_with_interchangeable_group_halves():
     from parplan.solvers.planners import spread_levels
 
-    assert spread_levels(Problem(get_model("lenet"), parse_array("h100:8"), batch=8)) == [[""], ["L", "R"]]
+    assert spread_levels(Problem(get_model("lenet"), parse_array("h100:8"), batch=8)) == [
+        [""],
+        ["L", "R"],
+    ]
     tpu = spread_levels(Problem(get_model("lenet"), parse_array("tpu-v2:8,tpu-v3:8"), batch=8))
     assert tpu == [["L", "R"], ["LL", "LR", "RL", "RR"]]  # not the root: its halves differ
-    assert spread_levels(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=8)) == []
+    assert (
+        spread_levels(Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=8)) == []
+    )
 
 
 def test_spread_keeps_the_classifier_on_both_halves_and_beats_the_look_ahead():
@@ -317,7 +393,9 @@ def test_spread_keeps_the_classifier_on_both_halves_and_beats_the_look_ahead():
 
     p = Problem(get_model("alexnet"), parse_array("h100:32", fabric="papers"), batch=512)
     options = planners.planner_options("accpar")
-    looked = plan_top_down(p, planners._lookahead_levels(p, options, planners._solver(options, [])), "probe")
+    looked = plan_top_down(
+        p, planners._lookahead_levels(p, options, planners._solver(options, [])), "probe"
+    )
     assert planners._one_sided(looked, planners.spread_levels(p)[0], len(p.planning.nodes))
     plan = make_plan(p, "accpar")
     step = evaluate(p, plan).step_time_s
@@ -339,7 +417,7 @@ def test_spread_keeps_the_classifier_on_both_halves_and_beats_the_look_ahead():
 def test_raised_tables_at_a_group_bound_that_groups_halves():
     """raised_tables at a group below the root raises each side's compute to at least that
     side's own per-node bound, never lowers it, and leaves the states alone."""
-    from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
+    from parplan.costmodel.split import PlanOptions, split_tables
     from parplan.solvers.bound import node_bounds, raised_tables
     from parplan.solvers.hierarchy import plan_top_down
     from parplan.solvers.dp import solve_split
@@ -394,5 +472,7 @@ def test_certify_handles_a_four_way_fork_whose_root_relaxation_is_too_large():
     layers.append(Concat("cat", tuple(f"b{i}" for i in range(4))))
     p = Problem(Graph("fork4", Shape(3, 8, 8), tuple(layers)), parse_array("h100:2"), batch=8)
     bound = global_bound(p).bound_s  # certify's bound: it raised TableTooLarge here
-    assert bound >= hierarchy_bound(p).bound_s  # at least the per-node bound (the pair bound may add)
+    assert (
+        bound >= hierarchy_bound(p).bound_s
+    )  # at least the per-node bound (the pair bound may add)
     assert 0 < bound <= evaluate(p, make_plan(p, "accpar")).step_time_s

@@ -26,6 +26,8 @@ from parplan.models.zoo import get_model
 
 DEVICES = ("tpu-v2", "tpu-v3", "v100", "a100", "h100")
 TOL = {"scip": 1e-9, "cbc": 1e-8, "highs": 1e-9, "cpsat": 1e-6}
+
+
 def fast(examples: int):
     """Deterministic (derandomized), no deadline: the examples are fixed and reproducible."""
     return settings(max_examples=examples)
@@ -53,7 +55,11 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False):
                 layers.append(Add(f"add{i}", (a, b)))
                 tensors.append((f"add{i}", dict(tensors)[a]))
             else:
-                a, b = draw(st.permutations([n for n, _ in tensors]))[:2] if len(tensors) > 1 else ("input", "input")
+                a, b = (
+                    draw(st.permutations([n for n, _ in tensors]))[:2]
+                    if len(tensors) > 1
+                    else ("input", "input")
+                )
                 layers.append(Concat(f"cat{i}", (a, b)))
                 tensors.append((f"cat{i}", dict(tensors)[a] + dict(tensors)[b]))
             continue
@@ -73,29 +79,40 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False):
 def problems(draw, chain=False, max_weighted=4):
     g = draw(graphs(chain=chain, max_weighted=max_weighted, max_joins=2))
     left, right = draw(st.sampled_from(DEVICES)), draw(st.sampled_from(DEVICES))
-    array = parse_array(f"{left}:1,{right}:1",
-                        bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e10, 1e11, 1e12])),
-                        latency_s=draw(st.sampled_from([0.0, 1e-6, 1e-5])))
+    array = parse_array(
+        f"{left}:1,{right}:1",
+        bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e10, 1e11, 1e12])),
+        latency_s=draw(st.sampled_from([0.0, 1e-6, 1e-5])),
+    )
     batch = draw(st.sampled_from([1, 8, 64, 512]))
     # the memory techniques change what a split costs (ZeRO-3's gathers, recomputation's forward,
     # micro-batches' latencies and weight reads): every solver must agree on them too
-    return Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
-                   zero_stage=draw(st.sampled_from([0, 0, 2, 3])), recompute=draw(st.booleans()),
-                   micro_batches=draw(st.sampled_from([1, 1, 4])) if batch > 1 else 1, overlap=draw(st.booleans()))
+    return Problem(
+        g,
+        array,
+        batch=batch,
+        bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
+        zero_stage=draw(st.sampled_from([0, 0, 2, 3])),
+        recompute=draw(st.booleans()),
+        micro_batches=draw(st.sampled_from([1, 1, 4])) if batch > 1 else 1,
+        overlap=draw(st.booleans()),
+    )
 
 
 #: Free shares on a coarse grid keep brute force (states ^ nodes) small.
-OPTIONS = st.sampled_from([
-    PlanOptions(share_grid=2),
-    PlanOptions(share_grid=3),
-    planner_options("hypar"),
-    planner_options("owt"),
-    planner_options("data"),
-    planner_options("data-half"),
-    PlanOptions(Objective.TIME, ShareMode.HALF),
-    PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL),
-    planner_options("hypar", objective="time", shares="free", share_grid=2),
-])
+OPTIONS = st.sampled_from(
+    [
+        PlanOptions(share_grid=2),
+        PlanOptions(share_grid=3),
+        planner_options("hypar"),
+        planner_options("owt"),
+        planner_options("data"),
+        planner_options("data-half"),
+        PlanOptions(Objective.TIME, ShareMode.HALF),
+        PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL),
+        planner_options("hypar", objective="time", shares="free", share_grid=2),
+    ]
+)
 
 
 def same(a: float, b: float, rel: float) -> bool:
@@ -146,7 +163,9 @@ def test_brute_force_top_down_matches_the_dp_planner():
     plan, ev = brute_force(p, opts)
     from parplan.solvers.planners import make_plan
 
-    assert same(ev.step_time_s, evaluate(p, make_plan(p, "accpar-topdown", options=opts)).step_time_s, 1e-9)
+    assert same(
+        ev.step_time_s, evaluate(p, make_plan(p, "accpar-topdown", options=opts)).step_time_s, 1e-9
+    )
     assert set(plan.splits) == {"", "L", "R"}
 
 

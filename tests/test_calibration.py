@@ -37,24 +37,48 @@ def _synthetic(dev, sizes):
     attention cores of comparable work, streaming ops over n^2 elements."""
     ms = []
     for n in sizes:
-        for op, flops, bytes_, kernels in (("linear", 6.0 * n**3, 6.0 * n * n, 3), ("conv", 54.0 * n**3, 8.0 * n * n, 3),
-                                           ("attention", 12.0 * n**3, 8.0 * n * n, 2), ("memory", 0.0, 64.0 * n * n, 2)):
-            ms.append(Measurement(op, str(n), flops, bytes_, kernels, _roof(flops, bytes_, dev, KINDS[op], kernels)))
+        for op, flops, bytes_, kernels in (
+            ("linear", 6.0 * n**3, 6.0 * n * n, 3),
+            ("conv", 54.0 * n**3, 8.0 * n * n, 3),
+            ("attention", 12.0 * n**3, 8.0 * n * n, 2),
+            ("memory", 0.0, 64.0 * n * n, 2),
+        ):
+            ms.append(
+                Measurement(
+                    op,
+                    str(n),
+                    flops,
+                    bytes_,
+                    kernels,
+                    _roof(flops, bytes_, dev, KINDS[op], kernels),
+                )
+            )
     return ms
 
 
 @settings(max_examples=15)
-@given(st.floats(0.2, 0.95), st.floats(0.1, 0.9), st.floats(0.1, 0.9), st.floats(0.3, 0.95),
-       st.sampled_from([0.0, 2e-6, 1e-5, 4e-5]))
+@given(
+    st.floats(0.2, 0.95),
+    st.floats(0.1, 0.9),
+    st.floats(0.1, 0.9),
+    st.floats(0.3, 0.95),
+    st.sampled_from([0.0, 2e-6, 1e-5, 4e-5]),
+)
 def test_fit_recovers_the_figures_that_made_the_times(e, e_conv, e_att, m, t0):
     dev = _Dev(e, e_conv, e_att, m, t0)
     ms = _synthetic(dev, [16, 64, 256, 1024, 4096, 8192, 16384])
     fit = fit_device(ms, PEAK, HBM)
-    for got, want in ((fit.efficiency, e), (fit.conv_efficiency, e_conv), (fit.attention_efficiency, e_att),
-                      (fit.memory_efficiency, m)):
+    for got, want in (
+        (fit.efficiency, e),
+        (fit.conv_efficiency, e_conv),
+        (fit.attention_efficiency, e_att),
+        (fit.memory_efficiency, m),
+    ):
         assert math.isclose(got, want, rel_tol=0.01), (got, want)
     if t0 > 0:  # the 16-wide ops sit on the launch roof: it is measured, and recovered
-        assert any(_roof(m.flops, m.bytes_, dev, KINDS[m.op], m.kernels) == m.kernels * t0 for m in ms)
+        assert any(
+            _roof(m.flops, m.bytes_, dev, KINDS[m.op], m.kernels) == m.kernels * t0 for m in ms
+        )
         assert math.isclose(fit.kernel_overhead_s, t0, rel_tol=0.02)
     else:  # no roof in the times: any t0 under every op's own time fits them, none above
         assert all(m.kernels * fit.kernel_overhead_s <= m.seconds * 1.01 for m in ms)
@@ -75,7 +99,10 @@ def test_a_device_faster_than_its_datasheet_is_clamped_and_said():
 
 def test_fit_link_recovers_a_ring_all_reduce():
     n, bw, lat = 4, 40e9, 3e-6
-    ms = [Measurement("allreduce", str(b), 0.0, float(b), 6, 6 * (lat + b / (n * bw))) for b in (1e3, 1e6, 1e8, 1e9)]
+    ms = [
+        Measurement("allreduce", str(b), 0.0, float(b), 6, 6 * (lat + b / (n * bw)))
+        for b in (1e3, 1e6, 1e8, 1e9)
+    ]
     got_bw, got_lat = fit_link(ms, n)
     assert math.isclose(got_bw, bw, rel_tol=1e-6) and math.isclose(got_lat, lat, rel_tol=1e-6)
     with pytest.raises(ConfigError, match="at least 2 sizes"):
@@ -94,7 +121,9 @@ def test_bad_measurements_are_refused():
 def test_the_device_file_loads_and_prices_with_the_fitted_figures(tmp_path):
     dev = _Dev(0.6, 0.4, 0.3, 0.9, 1e-5)
     fit = fit_device(_synthetic(dev, [256, 1024, 4096]), PEAK, HBM)
-    text = device_file_text("gpu-measured", fit, 80e9, 450e9, 2e-6, 'a "quoted" GPU', ["measured here", "fit: fine"])
+    text = device_file_text(
+        "gpu-measured", fit, 80e9, 450e9, 2e-6, 'a "quoted" GPU', ["measured here", "fit: fine"]
+    )
     path = tmp_path / "gpu.toml"
     path.write_text(text)
     kind = load_devices(path)["gpu-measured"]
@@ -122,7 +151,11 @@ def test_calibrate_on_this_cpu_writes_a_usable_device_file(tmp_path):
     ops = {m.op for m in c.measurements}
     assert ops == {"linear", "conv", "attention", "memory"}
     assert all(m.seconds > 0 for m in c.measurements)
-    assert 0 < c.fit.efficiency <= 1 and 0 < c.fit.memory_efficiency <= 1 and c.fit.kernel_overhead_s >= 0
+    assert (
+        0 < c.fit.efficiency <= 1
+        and 0 < c.fit.memory_efficiency <= 1
+        and c.fit.kernel_overhead_s >= 0
+    )
     table = c.table()
     assert len(table) == len(c.measurements) and (table.predicted_ms > 0).all()
     path = tmp_path / "here.toml"
@@ -142,13 +175,16 @@ def test_collectives_are_measured_over_local_processes():
     assert bw > 0 and lat >= 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--ops", "linear,gemv"], "--ops: unknown op class 'gemv'"),
-    (["--ops", "conv"], "--ops must include linear"),
-    (["--dtype", "int8"], "--dtype must be one of"),
-    (["--device", "tpu"], "--device must be auto, cpu, cuda"),
-    (["--like", "nope"], "--like: unknown device 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ops", "linear,gemv"], "--ops: unknown op class 'gemv'"),
+        (["--ops", "conv"], "--ops must include linear"),
+        (["--dtype", "int8"], "--dtype must be one of"),
+        (["--device", "tpu"], "--device must be auto, cpu, cuda"),
+        (["--like", "nope"], "--like: unknown device 'nope'"),
+    ],
+)
 def test_bad_calibrate_input_is_one_line(args, message, capsys):
     from parplan.cli import main
 
@@ -169,8 +205,16 @@ def test_the_recorded_h200_file_is_the_fit_of_its_recorded_measurements():
     folder = resources.files("parplan").joinpath("data/calibration")
     ops = pd.read_csv(str(folder.joinpath("calibration.csv")))
     kind = load_devices(str(folder.joinpath("h200-measured.toml")))["h200-measured"]
-    ms = [Measurement(r.op, r.shape, r.flops, r.bytes, int(r.kernels), r.measured_ms / 1e3) for r in ops.itertuples()]
+    ms = [
+        Measurement(r.op, r.shape, r.flops, r.bytes, int(r.kernels), r.measured_ms / 1e3)
+        for r in ops.itertuples()
+    ]
     fit = fit_device(ms, kind.flops_per_s, kind.memory_bytes_per_s)
-    for key in ("efficiency", "conv_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead_s"):
+    for key in (
+        "efficiency",
+        "conv_efficiency",
+        "attention_efficiency",
+        "memory_efficiency",
+        "kernel_overhead_s",
+    ):
         assert math.isclose(getattr(fit, key), getattr(kind, key), rel_tol=1e-3), key
-

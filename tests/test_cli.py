@@ -16,7 +16,9 @@ def run(capsys, *argv):
 
 
 def test_plan_table_reports_speedup_and_level_table(capsys):
-    code, out, err = run(capsys, "plan", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2", "--planner", "accpar")
+    code, out, err = run(
+        capsys, "plan", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2", "--planner", "accpar"
+    )
     assert code == 0, err
     assert "speedup" in out and "types per level" in out
     assert "level 1 (1 split" in out and "level 2 (2 splits" in out
@@ -24,14 +26,27 @@ def test_plan_table_reports_speedup_and_level_table(capsys):
 
 
 def test_plan_json_has_step_time_levels_and_layers(capsys):
-    code, out, _ = run(capsys, "plan", "--model", "resnet18", "--array", "h100:4", "--format", "json", "--batch", "64")
+    code, out, _ = run(
+        capsys,
+        "plan",
+        "--model",
+        "resnet18",
+        "--array",
+        "h100:4",
+        "--format",
+        "json",
+        "--batch",
+        "64",
+    )
     assert code == 0
     data = json.loads(out)
     assert data["step_time_s"] > 0 and data["devices"] == 4 and data["batch"] == 64
     assert set(data["levels"]) == {"root", "L", "R"}
     root = data["levels"]["root"]
     assert len(root["types"]) == len(root["shares"]) == len(data["nodes"])
-    assert {"layer", "type", "share", "compute_s", "communication_s", "time_s"} <= set(data["layers"][0])
+    assert {"layer", "type", "share", "compute_s", "communication_s", "time_s"} <= set(
+        data["layers"][0]
+    )
     assert data["speedup_over_data_parallel"] >= 1 - 1e-9
 
 
@@ -42,15 +57,30 @@ def test_plan_csv(capsys):
     assert header[:4] == ["layer", "kind", "type", "share"] and len(out.splitlines()) == 9
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["plan", "--model", "resnet51", "--array", "h100:2"], "unknown model 'resnet51'"),
-    (["plan", "--model", "vgg16", "--array", "b200:2"], "unknown device 'b200'; valid devices: a100, cpu, h100, h200"),
-    (["plan", "--model", "vgg16", "--array", "h100:x"], "count must be an integer"),
-    (["plan", "--model", "vgg16", "--array", "h100:2", "--planner", "foo"], "unknown planner 'foo'"),
-    (["plan", "--model", "vgg16", "--array", "h100:2", "--batch", "0"], "batch must be an integer in [1, "),
-    (["plan", "--model", "vgg16", "--array", "h100:2", "--bandwidth", "-1"], "bandwidth must be > 0"),
-    (["plan", "--model", "missing.toml", "--array", "h100:2"], "missing.toml"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["plan", "--model", "resnet51", "--array", "h100:2"], "unknown model 'resnet51'"),
+        (
+            ["plan", "--model", "vgg16", "--array", "b200:2"],
+            "unknown device 'b200'; valid devices: a100, cpu, h100, h200",
+        ),
+        (["plan", "--model", "vgg16", "--array", "h100:x"], "count must be an integer"),
+        (
+            ["plan", "--model", "vgg16", "--array", "h100:2", "--planner", "foo"],
+            "unknown planner 'foo'",
+        ),
+        (
+            ["plan", "--model", "vgg16", "--array", "h100:2", "--batch", "0"],
+            "batch must be an integer in [1, ",
+        ),
+        (
+            ["plan", "--model", "vgg16", "--array", "h100:2", "--bandwidth", "-1"],
+            "bandwidth must be > 0",
+        ),
+        (["plan", "--model", "missing.toml", "--array", "h100:2"], "missing.toml"),
+    ],
+)
 def test_user_mistakes_give_one_clear_line_and_status_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2
@@ -65,8 +95,12 @@ def test_models_and_devices_listings(capsys):
 
 
 def test_console_script_runs_in_a_subprocess():
-    res = subprocess.run([sys.executable, "-m", "parplan.cli", "plan", "--model", "lenet", "--array", "h100:2"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "parplan.cli", "plan", "--model", "lenet", "--array", "h100:2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "step time" in res.stdout
 
@@ -79,8 +113,10 @@ def test_cli_planner_names_match_the_planners():
 
 
 def test_help_does_not_import_the_planners_or_the_benchmarks():
-    code = ("import sys; from parplan.cli import build_parser; build_parser(['plan']); "
-            "print(sorted(m for m in ('parplan.solvers.planners', 'benchmarks', 'pandas') if m in sys.modules))")
+    code = (
+        "import sys; from parplan.cli import build_parser; build_parser(['plan']); "
+        "print(sorted(m for m in ('parplan.solvers.planners', 'benchmarks', 'pandas') if m in sys.modules))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"
@@ -89,8 +125,17 @@ def test_help_does_not_import_the_planners_or_the_benchmarks():
 def test_public_api():
     import parplan
 
-    for name in ("Problem", "Plan", "parse_array", "load_model", "plan", "solve", "certify", "evaluate",
-                 "global_bound"):
+    for name in (
+        "Problem",
+        "Plan",
+        "parse_array",
+        "load_model",
+        "plan",
+        "solve",
+        "certify",
+        "evaluate",
+        "global_bound",
+    ):
         assert name in parplan.__all__ and callable(getattr(parplan, name))
     assert isinstance(parplan.__version__, str) and parplan.__version__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -105,8 +150,18 @@ def test_bad_solver_numbers_are_one_line(capsys):
     ):
         code, _, err = run(capsys, "solve", "--model", "lenet", "--array", "h100:2", *argv)
         assert code == 2 and message in err and "Traceback" not in err
-    code, out, err = run(capsys, "solve", "--model", "lenet", "--array", "h100:2", "--time-limit", "1e300",
-                         "--seed", str(10**30))
+    code, out, err = run(
+        capsys,
+        "solve",
+        "--model",
+        "lenet",
+        "--array",
+        "h100:2",
+        "--time-limit",
+        "1e300",
+        "--seed",
+        str(10**30),
+    )
     assert code == 0 and "optimal" in out, err
 
 
@@ -119,7 +174,12 @@ def test_solve_and_certify_outputs_carry_run_metadata(capsys):
     code, out, err = run(capsys, "certify", *problem, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["model"] == "lenet" and doc["batch"] == 8 and doc["planner"] == "accpar" and doc["parplan_version"]
+    assert (
+        doc["model"] == "lenet"
+        and doc["batch"] == 8
+        and doc["planner"] == "accpar"
+        and doc["parplan_version"]
+    )
     code, out, err = run(capsys, "solve", *problem, "--format", "csv")
     frame = pd.read_csv(io.StringIO(out))
     assert code == 0 and set(frame.model) == {"lenet"} and set(frame.batch) == {8}
@@ -132,13 +192,25 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     import parplan
     from parplan.solvers.bound import global_bound
 
-    p = parplan.Problem(parplan.load_model("lenet"), parplan.parse_array("h100:4"), batch=512,
-                        overlap=True)  # the CLI's default (docs/costmodel.md section 4.2)
+    p = parplan.Problem(
+        parplan.load_model("lenet"), parplan.parse_array("h100:4"), batch=512, overlap=True
+    )  # the CLI's default (docs/costmodel.md section 4.2)
     bound = global_bound(p)
     ev = parplan.evaluate(p, parplan.plan(p, "accpar"))
     saved = tmp_path / "p.json"
-    code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--format", "json",
-                         "--save", str(saved))
+    code, out, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "lenet",
+        "--array",
+        "h100:4",
+        "--bound",
+        "--format",
+        "json",
+        "--save",
+        str(saved),
+    )
     assert code == 0, err
     data = json.loads(out)
     assert len(data["layers"]) == len(p.planning.nodes)  # the report's own layers are kept
@@ -147,7 +219,10 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     rows = data["layer_bounds"]
     assert [r["bound_s"] for r in rows] == pytest.approx(list(bound.node_s), rel=1e-12)
     assert [r["time_s"] for r in rows] == pytest.approx(list(ev.node_time_s), rel=1e-12)
-    assert all(r["excess_s"] == pytest.approx(max(0.0, r["time_s"] - r["bound_s"]), abs=1e-18) for r in rows)
+    assert all(
+        r["excess_s"] == pytest.approx(max(0.0, r["time_s"] - r["bound_s"]), abs=1e-18)
+        for r in rows
+    )
     assert data["per_layer_bound_s"] == pytest.approx(sum(bound.node_s), rel=1e-12)
     assert data["per_layer_bound_s"] <= data["global_bound_s"] <= data["step_time_s"]
     code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound")
@@ -157,7 +232,9 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     worst = max(rows, key=lambda r: r["excess_s"])
     listed = out.split("furthest above their own bound")[1].splitlines()[1]
     assert listed.split()[0] == worst["layer"]
-    code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--format", "csv")
+    code, out, err = run(
+        capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--format", "csv"
+    )
     assert code == 0, err
     import io
 
@@ -170,5 +247,11 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     code, out, err = run(capsys, "evaluate", "--plan", str(saved), "--bound", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["global_gap"] == pytest.approx(data["global_gap"], rel=1e-12)
-    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--compat", "hypar")
-    assert code != 0 and "global bound is for parplan's own cost model" in err and "Traceback" not in err
+    code, _, err = run(
+        capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--compat", "hypar"
+    )
+    assert (
+        code != 0
+        and "global bound is for parplan's own cost model" in err
+        and "Traceback" not in err
+    )

@@ -81,11 +81,15 @@ def test_parse_topology_and_errors():
         parse_topology("torus")
     with pytest.raises(ConfigError, match=r"topology 'ring' needs a node count: --nodes N"):
         parse_topology("ring")
-    with pytest.raises(ConfigError, match="topology 'hypercube': not one of ring, mesh, torus, fattree"):
+    with pytest.raises(
+        ConfigError, match="topology 'hypercube': not one of ring, mesh, torus, fattree"
+    ):
         parse_topology("hypercube")
     with pytest.raises(ConfigError, match=r"dims '4by4': expected ROWSxCOLS or XxYxZ, as in '4x4'"):
         parse_topology("mesh", dims="4by4")
-    with pytest.raises(ConfigError, match=r"topology 'ring8': ports must be an integer from 1 to 4 \(got 5\)"):
+    with pytest.raises(
+        ConfigError, match=r"topology 'ring8': ports must be an integer from 1 to 4 \(got 5\)"
+    ):
         ring(8, ports=5)
     with pytest.raises(ConfigError, match=r"fat tree: 10 hosts do not divide into leaves of 4"):
         fat_tree(10, hosts_per_leaf=4)
@@ -102,11 +106,16 @@ def test_edge_list_file(tmp_path):
         assert validate_schedule(build_schedule(alg, t)).ok
     bad = tmp_path / "bad.txt"
     bad.write_text("0 1\n1 2 fast\n")
-    with pytest.raises(ConfigError, match=r"topology file '.*bad.txt' line 2: bandwidth and latency must be numbers"):
+    with pytest.raises(
+        ConfigError,
+        match=r"topology file '.*bad.txt' line 2: bandwidth and latency must be numbers",
+    ):
         from_edge_list(bad)
     for line in ("0 1 10 nan", "0 1 inf", "0 1 0"):
         bad.write_text(line + "\n")
-        with pytest.raises(ConfigError, match="need a finite GB/s > 0 and a finite latency_us >= 0"):
+        with pytest.raises(
+            ConfigError, match="need a finite GB/s > 0 and a finite latency_us >= 0"
+        ):
             from_edge_list(bad)
     apart = tmp_path / "apart.txt"
     apart.write_text("0 1\n2 3\n")
@@ -174,7 +183,11 @@ def test_multitree_builds_one_spanning_tree_per_root(topologies):
         assert len(copies) == topo.size - 1
         assert nx.is_arborescence(tree) and [n for n, d in tree.in_degree() if d == 0] == [root]
         # Every tree edge is a physical link, used down in all-gather step t and up in step T+1-t.
-        ups = {(t.dst, t.src): t.step for t in sched.transfers if t.op is Op.REDUCE and t.chunks == (root,)}
+        ups = {
+            (t.dst, t.src): t.step
+            for t in sched.transfers
+            if t.op is Op.REDUCE and t.chunks == (root,)
+        }
         for t in copies:
             assert topo.graph.has_edge(t.src, t.dst)
             assert ups[(t.src, t.dst)] == 2 * T + 1 - t.step
@@ -201,9 +214,18 @@ def test_multitree_is_optimal_where_the_bound_is_tight(topologies):
 
 
 @settings(max_examples=25)
-@given(n=st.integers(3, 12), extra=st.integers(0, 10), ports=st.integers(1, 4), seed=st.integers(0, 10_000))
+@given(
+    n=st.integers(3, 12),
+    extra=st.integers(0, 10),
+    ports=st.integers(1, 4),
+    seed=st.integers(0, 10_000),
+)
 def test_random_graphs_get_valid_schedules(n, extra, ports, seed):
-    g = nx.random_labeled_tree(n, seed=seed) if hasattr(nx, "random_labeled_tree") else nx.random_tree(n, seed=seed)
+    g = (
+        nx.random_labeled_tree(n, seed=seed)
+        if hasattr(nx, "random_labeled_tree")
+        else nx.random_tree(n, seed=seed)
+    )
     rng = __import__("random").Random(seed)
     for _ in range(extra):
         u, v = rng.sample(range(n), 2)
@@ -237,7 +259,9 @@ def test_validator_reports_contention_ports_and_missing_data():
     # The same transfer twice in a step: its link is used twice and its sender's port too.
     dup = validate_schedule(_replace(good, list(good.transfers) + [first]))
     assert not dup.ok
-    assert any(f"link {first.route[0][0]}->{first.route[0][1]} used 2 times" in p for p in dup.problems)
+    assert any(
+        f"link {first.route[0][0]}->{first.route[0][1]} used 2 times" in p for p in dup.problems
+    )
     assert any("uses 2 ports (has 1)" in p for p in dup.problems)
     assert any("adds contributions twice" in p for p in dup.problems)
     # Dropping the last all-gather step leaves hosts without the full result.
@@ -257,14 +281,18 @@ def test_time_model_matches_closed_forms():
     bw, lat, data = 10e9, 2e-6, 8e9
     topo = ring(8, bytes_per_s=bw, latency_s=lat, ports=1)
     # Ring: 2 (N-1) steps of latency + D/N / B.
-    assert math.isclose(allreduce_seconds("ring", topo, data), 2 * 7 * (lat + data / 8 / bw), rel_tol=REL)
+    assert math.isclose(
+        allreduce_seconds("ring", topo, data), 2 * 7 * (lat + data / 8 / bw), rel_tol=REL
+    )
     t = torus2d(4, 4, bytes_per_s=bw, latency_s=lat)
     mt = build_schedule("multitree", t)
     expected = mt.steps * (lat + data / 16 / bw)
     assert math.isclose(schedule_seconds(mt, data), expected, rel_tol=REL)
     # Fat tree: a step's time is its longest route (4 hops between leaves).
     f = fat_tree(4, hosts_per_leaf=2, bytes_per_s=bw, latency_s=lat, ports=1)
-    assert math.isclose(allreduce_seconds("ring", f, data), 2 * 3 * (4 * lat + data / 4 / bw), rel_tol=REL)
+    assert math.isclose(
+        allreduce_seconds("ring", f, data), 2 * 3 * (4 * lat + data / 4 / bw), rel_tol=REL
+    )
 
 
 def test_time_grows_with_size_and_algorithm_names_are_checked(topologies):
@@ -279,15 +307,21 @@ def test_time_grows_with_size_and_algorithm_names_are_checked(topologies):
         allreduce_seconds("ring", topo, -1)
 
 
-@pytest.mark.parametrize("name", ["ring16", "mesh4x4", "mesh8x8", "torus4x4", "torus8x8", "fattree16"])
+@pytest.mark.parametrize(
+    "name", ["ring16", "mesh4x4", "mesh8x8", "torus4x4", "torus8x8", "fattree16"]
+)
 def test_multitree_no_slower_than_ring_at_64mb(topologies, name):
     topo = topologies[name]
-    assert allreduce_seconds("multitree", topo, MB64) <= allreduce_seconds("ring", topo, MB64) * (1 + REL)
+    assert allreduce_seconds("multitree", topo, MB64) <= allreduce_seconds("ring", topo, MB64) * (
+        1 + REL
+    )
 
 
 def test_tree_beats_ring_for_small_messages(topologies):
     topo = topologies["mesh8x8"]
-    assert allreduce_seconds("dbtree", topo, 32 * 2**10) < allreduce_seconds("ring", topo, 32 * 2**10)
+    assert allreduce_seconds("dbtree", topo, 32 * 2**10) < allreduce_seconds(
+        "ring", topo, 32 * 2**10
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -324,12 +358,25 @@ def _parser():
 
 
 def test_cli_allreduce_table_and_json(capsys, tmp_path):
-    args = _parser().parse_args(["allreduce", "--topology", "torus", "--dims", "4x4", "--ports", "4"])
+    args = _parser().parse_args(
+        ["allreduce", "--topology", "torus", "--dims", "4x4", "--ports", "4"]
+    )
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "all-reduce of 64 MiB on torus4x4" in out and "multitree" in out and "False" not in out
-    args = _parser().parse_args(["allreduce", "--topology", "ring:8", "--algorithm", "multitree",
-                                 "--bytes", "32KB", "--format", "json"])
+    args = _parser().parse_args(
+        [
+            "allreduce",
+            "--topology",
+            "ring:8",
+            "--algorithm",
+            "multitree",
+            "--bytes",
+            "32KB",
+            "--format",
+            "json",
+        ]
+    )
     assert args.func(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["bytes"] == 32768 and data["results"][0]["algorithm"] == "multitree"
@@ -349,6 +396,7 @@ def test_cli_allreduce_user_errors():
 
 
 # ------------------------------------------------- MultiTree's neighbour order and the ring floor
+
 
 def _multitree_phase_steps(topo):
     from parplan.collectives.allreduce import build_schedule
@@ -387,14 +435,22 @@ def test_multitree_neighbour_order_is_a_parameter():
 
 
 @settings(max_examples=30)
-@given(kind=st.sampled_from(["ring", "mesh", "torus", "fattree"]), rows=st.integers(2, 5), cols=st.integers(2, 5),
-       ports=st.integers(1, 4))
+@given(
+    kind=st.sampled_from(["ring", "mesh", "torus", "fattree"]),
+    rows=st.integers(2, 5),
+    cols=st.integers(2, 5),
+    ports=st.integers(1, 4),
+)
 def test_multitree_never_takes_more_steps_than_ring(kind, rows, cols, ports):
     from parplan.collectives.allreduce import build_schedule
 
     n = rows * cols
-    topo = {"ring": lambda: ring(n, ports=min(ports, 2)), "mesh": lambda: mesh2d(rows, cols, ports=ports),
-            "torus": lambda: torus2d(rows, cols, ports=ports), "fattree": lambda: fat_tree(max(n, 4), ports=ports)}[kind]()
+    topo = {
+        "ring": lambda: ring(n, ports=min(ports, 2)),
+        "mesh": lambda: mesh2d(rows, cols, ports=ports),
+        "torus": lambda: torus2d(rows, cols, ports=ports),
+        "fattree": lambda: fat_tree(max(n, 4), ports=ports),
+    }[kind]()
     multi, flat = build_schedule("multitree", topo), build_schedule("ring", topo)
     assert validate_schedule(multi).ok
     assert multi.steps <= flat.steps

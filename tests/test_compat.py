@@ -5,7 +5,7 @@ import pytest
 from parplan.costmodel.graph import Conv2d, Graph, Pool2d, Shape
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.layout import PartitionType
-from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.problem import Problem
 from parplan.costmodel.split import SplitProblem, split_terms
 from parplan.costmodel.evaluate import evaluate
 from parplan.errors import ConfigError
@@ -50,7 +50,9 @@ def test_compat_plans_and_prices_alexnet_at_most_as_native():
     plan = make_plan(native, "hypar")
     # Pooled sizes are never larger, so HyPar's rule never prices a plan higher.
     assert evaluate(hypar, plan).step_time_s <= evaluate(native, plan).step_time_s
-    assert evaluate(hypar, make_plan(hypar, "hypar")).step_time_s <= evaluate(hypar, plan).step_time_s * (1 + 1e-12)
+    assert evaluate(hypar, make_plan(hypar, "hypar")).step_time_s <= evaluate(
+        hypar, plan
+    ).step_time_s * (1 + 1e-12)
 
 
 def test_unknown_compat_is_refused():
@@ -63,8 +65,26 @@ def test_cli_compat_and_plan_file_round_trip(tmp_path, capsys):
     from parplan.costmodel.planio import read_plan_file
 
     path = tmp_path / "p.json"
-    assert main(["plan", "--model", "alexnet", "--array", "h100:4", "--batch", "64", "--planner", "hypar",
-                 "--compat", "hypar", "--save", str(path)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "alexnet",
+                "--array",
+                "h100:4",
+                "--batch",
+                "64",
+                "--planner",
+                "hypar",
+                "--compat",
+                "hypar",
+                "--save",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert read_plan_file(path).problem["compat"] == "hypar"
     capsys.readouterr()
     assert main(["evaluate", "--plan", str(path)]) == 0

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.graph import Attention, Flatten, Graph, Linear, Shape
-from parplan.costmodel.hardware import DeviceKind, load_devices, parse_array
+from parplan.costmodel.graph import Attention, Graph, Linear, Shape
+from parplan.costmodel.hardware import load_devices, parse_array
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -35,16 +35,25 @@ def compute_bound_devices():
 
 
 def mlp():
-    return Graph("mlp", Shape(100), (
-        Linear("fc1", ("input",), out_features=50, bias=False),
-        Linear("fc2", ("fc1",), out_features=20, bias=False),
-    ))
+    return Graph(
+        "mlp",
+        Shape(100),
+        (
+            Linear("fc1", ("input",), out_features=50, bias=False),
+            Linear("fc2", ("fc1",), out_features=20, bias=False),
+        ),
+    )
 
 
 def test_hand_computed_two_layer_plan():
     # two compute-bound devices, 1 GB/s link, no latency, 2 bytes per element, batch 8
-    p = Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e9, latency_s=0.0,
-                                   devices=compute_bound_devices()), batch=8)
+    p = Problem(
+        mlp(),
+        parse_array(
+            "h100:2", bandwidth_bytes_per_s=1e9, latency_s=0.0, devices=compute_bound_devices()
+        ),
+        batch=8,
+    )
     c = p.array.left.flops_per_s
     ev = evaluate(p, Plan({"": Split((B, I), (0.5, 0.25))}))
     f1, f2 = 6 * 8 * 100 * 50, 6 * 8 * 50 * 20
@@ -66,19 +75,39 @@ def test_data_parallel_closed_form_on_a_homogeneous_hierarchy():
     pairs over 1, so a layer's gradient costs 2 |W| / (2 BW) + 2 |W| / BW: a ring all-reduce's
     2 (n - 1) / n |W| / BW, n = 4; with one link per split (the papers') 2 |W| / BW at each level."""
     for fabric, ports in (("devices", (2, 1)), ("papers", (1, 1))):
-        p = Problem(get_model("vgg11"), parse_array("h100:4", bandwidth_bytes_per_s=50e9, latency_s=1e-6,
-                                                    devices=compute_bound_devices(), fabric=fabric), batch=64,
-                    optimizer_bytes_per_param=12.0)
-        plan = Plan({k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes)) for k in ("", "L", "R")})
+        p = Problem(
+            get_model("vgg11"),
+            parse_array(
+                "h100:4",
+                bandwidth_bytes_per_s=50e9,
+                latency_s=1e-6,
+                devices=compute_bound_devices(),
+                fabric=fabric,
+            ),
+            batch=64,
+            optimizer_bytes_per_param=12.0,
+        )
+        plan = Plan(
+            {
+                k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes))
+                for k in ("", "L", "R")
+            }
+        )
         ev = evaluate(p, plan)
         c = p.array.left.left.flops_per_s
         ops = sum(d.op_flops for d in p.root_dims())
-        assert ops == 0.0  # VGG's element-wise layers cost HBM time only, which is free on these devices
-        expected = sum(d.flops / (4 * c) + sum(1e-6 + 2 * d.weight_elements / (k * 50e9) for k in ports)
-                       for d in p.root_dims())
+        assert (
+            ops == 0.0
+        )  # VGG's element-wise layers cost HBM time only, which is free on these devices
+        expected = sum(
+            d.flops / (4 * c) + sum(1e-6 + 2 * d.weight_elements / (k * 50e9) for k in ports)
+            for d in p.root_dims()
+        )
         assert math.isclose(ev.step_time_s, expected, rel_tol=1e-12), fabric
         # every device keeps all weights, gradients and Adam state and a quarter of the activations
-        mem = sum(d.weight_elements * (2 * 2 + 12) + 2 * d.stored_elements / 4 for d in p.root_dims())
+        mem = sum(
+            d.weight_elements * (2 * 2 + 12) + 2 * d.stored_elements / 4 for d in p.root_dims()
+        )
         assert set(ev.device_memory_bytes) == {"LL", "LR", "RL", "RR"}
         assert all(math.isclose(m, mem, rel_tol=1e-12) for m in ev.device_memory_bytes.values())
 
@@ -87,7 +116,10 @@ def test_data_parallel_closed_form_on_a_homogeneous_hierarchy():
 def plans(draw, problem):
     splits = {}
     for path, _ in problem.array.inner_nodes():
-        choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in problem.planning.nodes)
+        choices = tuple(
+            draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER))
+            for n in problem.planning.nodes
+        )
         shares = tuple(draw(st.sampled_from(SHARES)) for _ in problem.planning.nodes)
         splits[path] = Split(choices, shares)
     return Plan(splits)
@@ -101,10 +133,17 @@ def device_kinds(draw):
     if not draw(st.booleans()):
         return kinds
     fraction = st.sampled_from([0.3, 0.55, 0.8, 1.0])
-    return {k: replace(d, efficiency=draw(fraction), conv_efficiency=draw(st.sampled_from([None, 0.4, 0.9])),
-                       attention_efficiency=draw(st.sampled_from([None, 0.35])), memory_efficiency=draw(fraction),
-                       kernel_overhead_s=draw(st.sampled_from([0.0, 5e-6, 1e-3])))
-            for k, d in kinds.items()}
+    return {
+        k: replace(
+            d,
+            efficiency=draw(fraction),
+            conv_efficiency=draw(st.sampled_from([None, 0.4, 0.9])),
+            attention_efficiency=draw(st.sampled_from([None, 0.35])),
+            memory_efficiency=draw(fraction),
+            kernel_overhead_s=draw(st.sampled_from([0.0, 5e-6, 1e-3])),
+        )
+        for k, d in kinds.items()
+    }
 
 
 def kinds_of(problem):
@@ -119,12 +158,23 @@ def plan_cases(draw):
     text = ",".join(f"{k}:1" for k in kinds)
     if draw(st.integers(0, 3)) == 0:  # a switched node: links of 2 ports at the root (section 4.1)
         text = draw(st.sampled_from(["h100:4", "a100:2,a100:2", "h100:3"]))
-    array = parse_array(text, bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
-                        latency_s=draw(st.sampled_from([0.0, 1e-6])), devices=draw(device_kinds()))
+    array = parse_array(
+        text,
+        bandwidth_bytes_per_s=draw(st.sampled_from([1e9, 1e11])),
+        latency_s=draw(st.sampled_from([0.0, 1e-6])),
+        devices=draw(device_kinds()),
+    )
     batch = draw(st.sampled_from([1, 8, 512]))
-    p = Problem(g, array, batch=batch, bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
-                zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])), recompute=draw(st.booleans()),
-                micro_batches=draw(st.sampled_from([1, 1, 2, 4])) if batch > 1 else 1, overlap=draw(st.booleans()))
+    p = Problem(
+        g,
+        array,
+        batch=batch,
+        bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
+        zero_stage=draw(st.sampled_from([0, 0, 1, 2, 3])),
+        recompute=draw(st.booleans()),
+        micro_batches=draw(st.sampled_from([1, 1, 2, 4])) if batch > 1 else 1,
+        overlap=draw(st.booleans()),
+    )
     return p, draw(plans(p))
 
 
@@ -154,15 +204,26 @@ def mirrored_cases(draw):
     """Plans on a homogeneous array whose halves are split alike: every split's share is 1/2 and
     the right half's plan copies the left's, so the evaluator prices one half for both."""
     g = draw(graphs(max_weighted=4, max_joins=2))
-    array = parse_array(draw(st.sampled_from(["h100:4", "h100:8", "a100:4"])), latency_s=draw(
-        st.sampled_from([0.0, 1e-6])))
-    p = Problem(g, array, batch=draw(st.sampled_from([8, 512])), zero_stage=draw(st.sampled_from([0, 1, 3])),
-                micro_batches=draw(st.sampled_from([1, 2])), overlap=draw(st.booleans()))
+    array = parse_array(
+        draw(st.sampled_from(["h100:4", "h100:8", "a100:4"])),
+        latency_s=draw(st.sampled_from([0.0, 1e-6])),
+    )
+    p = Problem(
+        g,
+        array,
+        batch=draw(st.sampled_from([8, 512])),
+        zero_stage=draw(st.sampled_from([0, 1, 3])),
+        micro_batches=draw(st.sampled_from([1, 2])),
+        overlap=draw(st.booleans()),
+    )
     drawn = {}
     for path, _ in array.inner_nodes():
         if "R" in path:
             continue
-        choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in p.planning.nodes)
+        choices = tuple(
+            draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER))
+            for n in p.planning.nodes
+        )
         drawn[path] = Split(choices, (0.5,) * len(choices))
     splits = {path: drawn[path.replace("R", "L")] for path, _ in array.inner_nodes()}
     return p, Plan(splits)
@@ -204,10 +265,17 @@ def test_the_evaluator_prices_interchangeable_halves_once(case):
 @given(plan_cases())
 def test_dp_optimum_is_priced_the_same_by_the_reference(case):
     p, _ = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
-                                        devices=kinds_of(p)),
-                   batch=p.batch, zero_stage=p.zero_stage, recompute=p.recompute, micro_batches=p.micro_batches,
-                   overlap=p.overlap)
+    root = Problem(
+        p.graph,
+        parse_array(
+            "tpu-v2:1,h100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6, devices=kinds_of(p)
+        ),
+        batch=p.batch,
+        zero_stage=p.zero_stage,
+        recompute=p.recompute,
+        micro_batches=p.micro_batches,
+        overlap=p.overlap,
+    )
     value, split = frontier_dp(SplitProblem.root(root), PlanOptions(share_grid=4))
     assert math.isclose(value, reference_split_time(root, split), rel_tol=1e-9)
 
@@ -225,7 +293,9 @@ def _with_identity_join(pg: PlanningGraph, after: int) -> PlanningGraph:
     nodes = list(pg.nodes)
     u = nodes[after]
     size = u.dims.out_features * u.dims.out_spatial
-    join = PlanNode("identity", True, False, LayerDims(1, size, size, 1, 1, 0), (after,), (1.0,), (), (u.name,))
+    join = PlanNode(
+        "identity", True, False, LayerDims(1, size, size, 1, 1, 0), (after,), (1.0,), (), (u.name,)
+    )
     out = []
     for v, node in enumerate(nodes):
         shift = tuple(p + 1 if p > after else p for p in node.preds)
@@ -233,20 +303,26 @@ def _with_identity_join(pg: PlanningGraph, after: int) -> PlanningGraph:
             shift = tuple(after + 1 if p == after else p for p in shift)
             node = replace(node, sources=("identity",) * len(shift))
         out.append(replace(node, preds=shift))
-    return PlanningGraph(pg.name, tuple(out[:after + 1] + [join] + out[after + 1:]))
+    return PlanningGraph(pg.name, tuple(out[: after + 1] + [join] + out[after + 1 :]))
 
 
 @fast(120)
 @given(st.lists(st.integers(1, 512), min_size=3, max_size=6), st.data())
 def test_a_pass_through_join_never_lowers_the_optimum(widths, data):
-    array = parse_array(f"{data.draw(st.sampled_from(DEVICES))}:1,{data.draw(st.sampled_from(DEVICES))}:1",
-                        bandwidth_bytes_per_s=data.draw(st.sampled_from([1e9, 1e11])),
-                        latency_s=data.draw(st.sampled_from([0.0, 1e-6])))
+    array = parse_array(
+        f"{data.draw(st.sampled_from(DEVICES))}:1,{data.draw(st.sampled_from(DEVICES))}:1",
+        bandwidth_bytes_per_s=data.draw(st.sampled_from([1e9, 1e11])),
+        latency_s=data.draw(st.sampled_from([0.0, 1e-6])),
+    )
     p = Problem(_chain(widths), array, batch=data.draw(st.sampled_from([1, 16, 512])))
     sp = SplitProblem.root(p)
     after = data.draw(st.integers(0, len(widths) - 3))
     pg2 = _with_identity_join(sp.planning, after)
-    dims2 = sp.dims[:after + 1] + (pg2.nodes[after + 1].dims.scaled(batch=p.batch),) + sp.dims[after + 1:]
+    dims2 = (
+        sp.dims[: after + 1]
+        + (pg2.nodes[after + 1].dims.scaled(batch=p.batch),)
+        + sp.dims[after + 1 :]
+    )
     sp2 = replace(sp, planning=pg2, dims=dims2)
     opts = PlanOptions(share_grid=8)
     base, _ = frontier_dp(sp, opts)
@@ -255,11 +331,15 @@ def test_a_pass_through_join_never_lowers_the_optimum(widths, data):
 
 
 def test_attention_flops_are_priced():
-    g = Graph("attn", Shape(64, 128), (
-        Linear("qkv", ("input",), out_features=3 * 64, per_position=True, bias=False),
-        Attention("core", ("qkv",), heads=4),
-        Linear("proj", ("core",), out_features=64, per_position=True, bias=False),
-    ))
+    g = Graph(
+        "attn",
+        Shape(64, 128),
+        (
+            Linear("qkv", ("input",), out_features=3 * 64, per_position=True, bias=False),
+            Attention("core", ("qkv",), heads=4),
+            Linear("proj", ("core",), out_features=64, per_position=True, bias=False),
+        ),
+    )
     p = Problem(g, parse_array("h100:2"), batch=4)
     d = p.root_dims()
     # QK^T and AV, forward and backward: 3 * 2 * 2 * B * S^2 * hidden
@@ -273,7 +353,7 @@ def test_gpt2_training_flops_include_attention():
     weighted = sum(d.flops for d in dims)
     attention = sum(d.op_flops for d in dims)
     # 12 layers x 12 * S^2 * hidden at S = 1024, hidden = 768
-    assert math.isclose(attention, 12 * 12 * 1024 ** 2 * 768, rel_tol=1e-12)
+    assert math.isclose(attention, 12 * 12 * 1024**2 * 768, rel_tol=1e-12)
     assert 0.10 < attention / (weighted + attention) < 0.30
 
 
@@ -282,9 +362,15 @@ def memory_cases(draw):
     g = draw(graphs(max_weighted=3, max_joins=1))
     kinds = (draw(st.sampled_from(DEVICES)), draw(st.sampled_from(DEVICES)))
     batch = draw(st.sampled_from([1, 64]))
-    p = Problem(g, parse_array(f"{kinds[0]}:1,{kinds[1]}:1", bandwidth_bytes_per_s=1e10), batch=batch,
-                zero_stage=draw(st.sampled_from([0, 1, 2, 3])), recompute=draw(st.booleans()),
-                micro_batches=draw(st.sampled_from([1, 4])) if batch > 1 else 1, overlap=draw(st.booleans()))
+    p = Problem(
+        g,
+        parse_array(f"{kinds[0]}:1,{kinds[1]}:1", bandwidth_bytes_per_s=1e10),
+        batch=batch,
+        zero_stage=draw(st.sampled_from([0, 1, 2, 3])),
+        recompute=draw(st.booleans()),
+        micro_batches=draw(st.sampled_from([1, 4])) if batch > 1 else 1,
+        overlap=draw(st.booleans()),
+    )
     sp = SplitProblem.root(p)
     _, dp_split = frontier_dp(sp, PlanOptions(share_grid=2))
     need = plan_memory_bytes(sp, dp_split)
@@ -325,7 +411,9 @@ def test_no_certified_plan_exceeds_its_memory_limit_1000_instances(case):
 
 def test_per_side_bandwidths_are_used(tmp_path):
     f = tmp_path / "array.json"
-    f.write_text('{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}')
+    f.write_text(
+        '{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}'
+    )
     p = Problem(mlp(), parse_array(str(f)), batch=8)
     ev = evaluate(p, Plan({"": Split((B, B), (0.5, 0.5))}))
     row = ev.breakdown.iloc[0]
@@ -344,8 +432,17 @@ def test_device_efficiency_scales_compute():
     kinds = compute_bound_devices()
     half = {k: replace(d, efficiency=0.5) for k, d in kinds.items()}
     plan = Plan({"": Split((B, B), (0.5, 0.5))})
-    t = [evaluate(Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=k),
-                          batch=8), plan).step_time_s for k in (kinds, half)]
+    t = [
+        evaluate(
+            Problem(
+                mlp(),
+                parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=k),
+                batch=8,
+            ),
+            plan,
+        ).step_time_s
+        for k in (kinds, half)
+    ]
     assert math.isclose(t[1], 2 * t[0], rel_tol=1e-9)
 
 
@@ -353,8 +450,10 @@ def test_calibrated_figures_hand_computed():
     """Section 5: a linear layer at efficiency 0.5 with a launch time of 1 ms: 3 kernels per busy
     side and micro-batch make the launch roof; a side with share 0 pays none; conv_efficiency
     does not apply to a 1x1 product; HBM at memory_efficiency."""
-    kinds = {k: replace(d, efficiency=0.5, conv_efficiency=0.1, kernel_overhead_s=1e-3) for k, d in
-             compute_bound_devices().items()}
+    kinds = {
+        k: replace(d, efficiency=0.5, conv_efficiency=0.1, kernel_overhead_s=1e-3)
+        for k, d in compute_bound_devices().items()
+    }
     g = Graph("one", Shape(100), (Linear("fc", ("input",), out_features=50, bias=False),))
     arr = parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=kinds)
     c = arr.left.flops_per_s
@@ -363,11 +462,18 @@ def test_calibrated_figures_hand_computed():
     for shares, mb, want in (((0.5,), 1, 3e-3), ((0.0,), 1, 3e-3), ((0.5,), 2, 6e-3)):
         ev = evaluate(Problem(g, arr, batch=8, micro_batches=mb), Plan({"": Split((B,), shares)}))
         assert math.isclose(ev.node_time_s[0], want, rel_tol=1e-12), (shares, mb)
-    slow = {k: replace(d, memory_bytes_per_s=1e7, memory_efficiency=0.25, efficiency=1.0) for k, d in kinds.items()}
-    p = Problem(g, parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=slow), batch=8)
+    slow = {
+        k: replace(d, memory_bytes_per_s=1e7, memory_efficiency=0.25, efficiency=1.0)
+        for k, d in kinds.items()
+    }
+    p = Problem(
+        g, parse_array("h100:2", bandwidth_bytes_per_s=1e30, latency_s=0.0, devices=slow), batch=8
+    )
     ev = evaluate(p, Plan({"": Split((B,), (0.5,))}))
     moved = 3 * (4 * 100 + 100 * 50 + 4 * 50) * 2  # 3 (|F_in| + |W| + |F_out|) bf16 bytes
-    assert math.isclose(ev.node_time_s[0], moved / 0.25e7, rel_tol=1e-12)  # HBM-bound, above the launch roof
+    assert math.isclose(
+        ev.node_time_s[0], moved / 0.25e7, rel_tol=1e-12
+    )  # HBM-bound, above the launch roof
     assert moved / 0.25e7 > 3e-3
 
 
@@ -377,8 +483,13 @@ def test_continuous_bound_is_below_every_plan_with_any_shares(case, grid):
     """The interval relaxation bounds plans whose shares lie anywhere in [0, 1]: finer grids,
     and random off-grid shares, never price below it."""
     p, plan = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
-                                        devices=kinds_of(p)), batch=p.batch)
+    root = Problem(
+        p.graph,
+        parse_array(
+            "tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6, devices=kinds_of(p)
+        ),
+        batch=p.batch,
+    )
     sp = SplitProblem.root(root)
     bound = continuous_bound(sp, PlanOptions(share_grid=grid))
     for finer in (grid, 5):
@@ -399,8 +510,13 @@ def test_continuous_bound_holds_at_lower_splits(case, grid, leaf_pair):
     from parplan.solvers.hierarchy import child_dims
 
     p, plan = case
-    root = Problem(p.graph, parse_array("tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6,
-                                        devices=kinds_of(p)), batch=p.batch)
+    root = Problem(
+        p.graph,
+        parse_array(
+            "tpu-v2:1,a100:1", bandwidth_bytes_per_s=1e10, latency_s=1e-6, devices=kinds_of(p)
+        ),
+        batch=p.batch,
+    )
     top = SplitProblem.root(root)
     left, _ = child_dims(top.dims, plan.root)
     regions, _ = top.child_regions(plan.root)
@@ -422,12 +538,26 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
     from parplan.models.transformers import bert_config, gpt_config
     from test_executor_cases import plans as executor_plans
 
-    g = data.draw(st.sampled_from([gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
-                                   bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]))
-    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"])),
-                               devices=data.draw(device_kinds())), batch=4,
-                zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])), recompute=data.draw(st.booleans()),
-                micro_batches=data.draw(st.sampled_from([1, 2, 4])), overlap=data.draw(st.booleans()))
+    g = data.draw(
+        st.sampled_from(
+            [
+                gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+                bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny"),
+            ]
+        )
+    )
+    p = Problem(
+        g,
+        parse_array(
+            data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:3"])),
+            devices=data.draw(device_kinds()),
+        ),
+        batch=4,
+        zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])),
+        recompute=data.draw(st.booleans()),
+        micro_batches=data.draw(st.sampled_from([1, 2, 4])),
+        overlap=data.draw(st.booleans()),
+    )
     plan = data.draw(executor_plans(p))
     step, memory = reference_evaluate(p, plan)
     ev = evaluate(p, plan)
@@ -443,7 +573,9 @@ def test_scaled_dims_equal_constructed_ones():
 
     from parplan.costmodel.dims import ElementOp, LayerDims
 
-    d = LayerDims(32.0, 64.0, 128.0, 49, 196, 9, 2, (ElementOp("gelu", 8.0, 2.0, 1.0),), (), 3.0, 4, 2)
+    d = LayerDims(
+        32.0, 64.0, 128.0, 49, 196, 9, 2, (ElementOp("gelu", 8.0, 2.0, 1.0),), (), 3.0, 4, 2
+    )
     s = d.scaled(0.5, 0.25, 2.0)
     want = dataclasses.replace(d, batch=16.0, in_features=16.0, out_features=256.0, replica=0.5)
     assert s == want and hash(s) == hash(want) and vars(s) == vars(want)
@@ -452,21 +584,33 @@ def test_scaled_dims_equal_constructed_ones():
         s.batch = 1.0
 
 
-@pytest.mark.parametrize("zero, factors", [(0, (1.0, 1.0)), (1, (1.0, 1.0)), (2, (1.25, 1.75)), (3, (3.5, 2.5))])
+@pytest.mark.parametrize(
+    "zero, factors", [(0, (1.0, 1.0)), (1, (1.0, 1.0)), (2, (1.25, 1.75)), (3, (3.5, 2.5))]
+)
 def test_hand_computed_gradient_exchange_with_zero_and_micro_batches(zero, factors):
     """Two micro-batches, data parallel at share 1/4 (docs/costmodel.md sections 6.1 and 6.4):
     side 1 receives a reduce-scatter of its quarter and an all-gather of the other three
     quarters per step (|W| in all); ZeRO-2 reduce-scatters per micro-batch (2 x 1/4 + 3/4 on
     side 1, 2 x 3/4 + 1/4 on side 2); ZeRO-3 also gathers the other side's shard twice per
     micro-batch (2 x (1/4 + 2 x 3/4) and 2 x (3/4 + 2 x 1/4))."""
-    p = Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e9, latency_s=1e-6, devices=compute_bound_devices()),
-                batch=8, zero_stage=zero, micro_batches=2)
+    p = Problem(
+        mlp(),
+        parse_array(
+            "h100:2", bandwidth_bytes_per_s=1e9, latency_s=1e-6, devices=compute_bound_devices()
+        ),
+        batch=8,
+        zero_stage=zero,
+        micro_batches=2,
+    )
     ev = evaluate(p, Plan({"": Split((B, B), (0.25, 0.25))}))
     c = p.array.left.flops_per_s
     for v, (w, f) in enumerate(((100 * 50, 6 * 8 * 100 * 50), (50 * 20, 6 * 8 * 50 * 20))):
         # the gradient exchange pays one latency per step at stages 0-1, one per micro-batch at 2-3
         lat = 1e-6 * (1 if zero < 2 else 2)
-        t = max(0.25 * f / c + lat + 2 * factors[0] * w / 1e9, 0.75 * f / c + lat + 2 * factors[1] * w / 1e9)
+        t = max(
+            0.25 * f / c + lat + 2 * factors[0] * w / 1e9,
+            0.75 * f / c + lat + 2 * factors[1] * w / 1e9,
+        )
         assert math.isclose(ev.node_time_s[v], t, rel_tol=1e-12)
     # stored activations (each layer's input) for one micro-batch of 4 samples x 3/4 on side 2
     shard = {0: (1, 1, 1), 1: (1, 1, 0.75), 2: (1, 0.75, 0.75), 3: (0.75, 0.75, 0.75)}[zero]
@@ -476,13 +620,20 @@ def test_hand_computed_gradient_exchange_with_zero_and_micro_batches(zero, facto
 
 
 def test_recomputation_stores_the_checkpoint_and_pays_the_forward_again():
-    p = Problem(mlp(), parse_array("h100:2", bandwidth_bytes_per_s=1e9, latency_s=0.0, devices=compute_bound_devices()),
-                batch=8)
+    p = Problem(
+        mlp(),
+        parse_array(
+            "h100:2", bandwidth_bytes_per_s=1e9, latency_s=0.0, devices=compute_bound_devices()
+        ),
+        batch=8,
+    )
     q = replace(p, recompute=True)
     plan = Plan({"": Split((B, B), (0.5, 0.5))})
     a, b = evaluate(p, plan), evaluate(q, plan)
     flops = 6 * 8 * (100 * 50 + 50 * 20)
-    assert math.isclose(b.step_time_s - a.step_time_s, flops / 3 / 2 / p.array.left.flops_per_s, rel_tol=1e-9)
+    assert math.isclose(
+        b.step_time_s - a.step_time_s, flops / 3 / 2 / p.array.left.flops_per_s, rel_tol=1e-9
+    )
     # an MLP's layers store only their inputs: recomputation keeps exactly that
     assert b.device_memory_bytes == a.device_memory_bytes
 
@@ -532,15 +683,28 @@ def test_overlap_time_hand_computed_and_its_inverse():
     rng = np.random.default_rng(7)
     work, weight = rng.uniform(0, 10, 500), rng.uniform(0, 5, 500)
     comm = weight + rng.uniform(0, 5, 500)
-    assert np.allclose(_child_floor(overlap_time(work, comm, weight), comm, weight), work, rtol=1e-12, atol=1e-12)
+    assert np.allclose(
+        _child_floor(overlap_time(work, comm, weight), comm, weight), work, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_problems_and_evaluations_have_one_line_reprs():
     """Issue 36: a Problem's dataclass repr listed every layer and device (6,244 characters)."""
-    p = Problem(get_model("vgg16"), parse_array("tpu-v2:2,tpu-v3:2"), batch=512, zero_stage=1, overlap=True)
+    p = Problem(
+        get_model("vgg16"), parse_array("tpu-v2:2,tpu-v3:2"), batch=512, zero_stage=1, overlap=True
+    )
     text = repr(p)
-    assert text.startswith("Problem('vgg16': ") and "zero_stage=1" in text and "overlap=True" in text
+    assert (
+        text.startswith("Problem('vgg16': ") and "zero_stage=1" in text and "overlap=True" in text
+    )
     assert "micro_batches" not in text and len(text) < 300 and "\n" not in text
-    ev = evaluate(p, Plan({k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes))
-                           for k in ("", "L", "R")}))
+    ev = evaluate(
+        p,
+        Plan(
+            {
+                k: Split((B,) * len(p.planning.nodes), (0.5,) * len(p.planning.nodes))
+                for k in ("", "L", "R")
+            }
+        ),
+    )
     assert repr(ev).startswith("Evaluation(step_time_s=") and len(repr(ev)) < 300

@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md")),
-         REPO / "benchmarks" / "results" / "README.md"]
+PAGES = [
+    REPO / "README.md",
+    REPO / "CHANGELOG.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    REPO / "benchmarks" / "results" / "README.md",
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -19,7 +23,10 @@ def _anchor(heading: str) -> str:
 
 
 def _anchors(page: Path) -> set[str]:
-    return {_anchor(m.group(1)) for m in re.finditer(r"^#+\s+(.+)$", page.read_text(encoding="utf-8"), re.M)}
+    return {
+        _anchor(m.group(1))
+        for m in re.finditer(r"^#+\s+(.+)$", page.read_text(encoding="utf-8"), re.M)
+    }
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))

@@ -1,7 +1,6 @@
 """Exact solving with certificates: DP == exact on the zoo, memory limits, hierarchy, joint model, CLI."""
 
 import math
-import time
 from dataclasses import replace
 
 import pytest
@@ -10,18 +9,19 @@ from parplan.cli import main
 from parplan.costmodel.cost import Objective
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
-from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model
 from parplan.solvers.backends import SolveOptions, get_backend
-from parplan.solvers.dp import PlanOptions, SplitProblem, continuous_bound, frontier_dp
+from parplan.solvers.dp import PlanOptions, SplitProblem
 from parplan.solvers.exact import price_of, require_plan, solve_exact, solve_split_exact
 from parplan.solvers.planners import make_plan, planner_options
 from parplan.models.zoo import MODELS, get_model
 
 PAIR = "tpu-v2:1,tpu-v3:1"
-CHAINS = [m for m in MODELS if Problem(get_model(m), parse_array(PAIR), batch=512).planning.is_chain]
+CHAINS = [
+    m for m in MODELS if Problem(get_model(m), parse_array(PAIR), batch=512).planning.is_chain
+]
 DAGS = [m for m in MODELS if m not in CHAINS]
 #: A coarse share grid keeps the exact models of whole zoo networks small in the default run.
 COARSE = PlanOptions(share_grid=4)
@@ -48,7 +48,9 @@ def test_exact_equals_dp_on_zoo_chains(name):
     assert math.isclose(cert.model_objective, cert.objective, rel_tol=1e-9)
     assert cert.bound <= cert.objective * (1 + 1e-9) and cert.gap <= 1e-6
     # the relaxation over share intervals bounds continuous shares from below
-    assert cert.continuous_bound <= cert.objective and any("finer grid could gain" in n for n in cert.notes)
+    assert cert.continuous_bound <= cert.objective and any(
+        "finer grid could gain" in n for n in cert.notes
+    )
 
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet50"])
@@ -59,7 +61,9 @@ def test_resnets_exact_equals_dp(name):
     dp = dp_price(p, share_grid=2)
     assert cert.status == "optimal"
     assert cert.bound <= dp * (1 + 1e-9)
-    assert abs(dp - cert.objective) <= 1e-9 * dp  # the DP is exact on DAGs too: equal, not just bounded
+    assert (
+        abs(dp - cert.objective) <= 1e-9 * dp
+    )  # the DP is exact on DAGs too: equal, not just bounded
 
 
 @pytest.mark.parametrize("planner", ["hypar", "owt", "data", "data-half", "model"])
@@ -78,7 +82,9 @@ def test_memory_limit_changes_the_plan_and_it_fits():
     limit = 0.9 * free.evaluation.peak_memory_bytes  # the unconstrained optimum does not fit
     r = solve_exact(p, "highs", COARSE, memory_limit_bytes=limit)
     assert r.plan is not None and r.evaluation.peak_memory_bytes <= limit * (1 + 1e-9)
-    assert r.plan.root.choices != free.plan.root.choices or r.plan.root.shares != free.plan.root.shares
+    assert (
+        r.plan.root.choices != free.plan.root.choices or r.plan.root.shares != free.plan.root.shares
+    )
     cert = r.certificate
     assert cert.status == "optimal"
     assert cert.bound <= cert.objective * (1 + 1e-9)
@@ -92,13 +98,17 @@ def test_memory_too_small_says_which_family_and_how_much():
     r = solve_exact(p, "highs", COARSE, memory_limit_bytes=small)
     cert = r.certificate
     assert r.plan is None and cert.status == "infeasible" and cert.failed_family == "memory"
-    assert "memory: the split of the 2-device group (45 | 123 TFLOP/s) needs at least" in cert.message
+    assert (
+        "memory: the split of the 2-device group (45 | 123 TFLOP/s) needs at least" in cert.message
+    )
     assert "GiB" in cert.message
     with pytest.raises(InfeasibleError, match="needs at least"):
         require_plan(r)
     # the stated need is enough: a limit just above it is feasible
     factor = float(cert.message.split("needs at least ")[1].split("x")[0])
-    assert solve_exact(p, "highs", COARSE, memory_limit_bytes=small * factor * 1.0002).plan is not None
+    assert (
+        solve_exact(p, "highs", COARSE, memory_limit_bytes=small * factor * 1.0002).plan is not None
+    )
 
 
 def test_memory_limit_with_cpsat_fits_and_is_bounded():
@@ -114,7 +124,9 @@ def test_memory_limit_with_cpsat_fits_and_is_bounded():
 def test_memory_need_model_recovers_the_capacity_factor():
     sp = SplitProblem.root(problem("vgg16"))
     model, _ = build_mip(sp, COARSE, memory=MemoryLimit((2 * GIB, 2 * GIB)))
-    r = get_backend("scip").solve(memory_need_model(model.without("edge_link")), SolveOptions(time_limit_s=60))
+    r = get_backend("scip").solve(
+        memory_need_model(model.without("edge_link")), SolveOptions(time_limit_s=60)
+    )
     assert r.termination.value == "optimal" and r.objective > 1.0
     with pytest.raises(ConfigError, match="unknown constraint families"):
         model.without("memroy")
@@ -124,10 +136,14 @@ def test_hierarchy_level_by_level_certificate():
     p = problem("alexnet", "tpu-v2:2,tpu-v3:2")
     r = solve_exact(p, "scip", COARSE)
     cert = r.certificate
-    assert set(cert.splits) == {"", "L", "R"} and all(c.status == "optimal" for c in cert.splits.values())
+    assert set(cert.splits) == {"", "L", "R"} and all(
+        c.status == "optimal" for c in cert.splits.values()
+    )
     assert cert.scope == "level-by-level"
     dp = dp_price(p)
-    assert cert.bound <= min(dp, cert.objective)  # the root bound holds for every plan of the hierarchy
+    assert cert.bound <= min(
+        dp, cert.objective
+    )  # the root bound holds for every plan of the hierarchy
     assert cert.status == "feasible" and cert.gap > 1e-6
     assert any("level-by-level" in n for n in cert.notes)
 
@@ -174,14 +190,59 @@ def test_time_limit_on_a_hard_planning_instance_is_not_optimal():
 
 
 def test_cli_certify_and_solve(capsys, tmp_path):
-    assert main(["certify", "--model", "alexnet", "--array", PAIR, "--backend", "cbc", "--share-grid", "4"]) == 0
+    assert (
+        main(
+            [
+                "certify",
+                "--model",
+                "alexnet",
+                "--array",
+                PAIR,
+                "--backend",
+                "cbc",
+                "--share-grid",
+                "4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "status      optimal" in out and "DP - exact  0.000e+00" in out
     lp = tmp_path / "m.lp"
-    assert main(["solve", "--model", "lenet", "--array", PAIR, "--write-lp", str(lp), "--share-grid", "4"]) == 0
+    assert (
+        main(
+            [
+                "solve",
+                "--model",
+                "lenet",
+                "--array",
+                PAIR,
+                "--write-lp",
+                str(lp),
+                "--share-grid",
+                "4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "certificate" in out and "status          optimal" in out and lp.exists()
-    assert main(["solve", "--model", "vgg16", "--array", PAIR, "--memory-limit", "3", "--share-grid", "4"]) == 1
+    assert (
+        main(
+            [
+                "solve",
+                "--model",
+                "vgg16",
+                "--array",
+                PAIR,
+                "--memory-limit",
+                "3",
+                "--share-grid",
+                "4",
+            ]
+        )
+        == 1
+    )
     assert "needs at least" in capsys.readouterr().out
     assert main(["solve", "--model", "lenet", "--array", PAIR, "--backend", "gurobi"]) == 2
     assert "unknown backend 'gurobi'" in capsys.readouterr().err
@@ -202,7 +263,6 @@ def test_certify_every_zoo_model(name, backend):
 def test_a_solver_stopped_without_a_positive_bound_is_reported_not_a_crash(monkeypatch):
     """A time-limited solver can return a plan with a best bound of 0 (the scaling benchmark hit
     it on a long chain): the certificate says so instead of dividing by the bound."""
-    from dataclasses import replace
 
     import parplan.solvers.exact as exact_module
 
@@ -217,6 +277,8 @@ def test_a_solver_stopped_without_a_positive_bound_is_reported_not_a_crash(monke
             return replace(raw, bound=0.0)
 
     monkeypatch.setattr(exact_module, "get_backend", lambda name: Stopped(real(name)))
-    split, cert = solve_split_exact(SplitProblem.root(problem("lenet")), "highs", PlanOptions(share_grid=4))
+    split, cert = solve_split_exact(
+        SplitProblem.root(problem("lenet")), "highs", PlanOptions(share_grid=4)
+    )
     assert split is not None and not cert.is_optimal
     assert any("interval relaxation" in n for n in cert.notes)

@@ -42,7 +42,11 @@ def clusters():
 
 
 def _check(report):
-    assert report.numerics_equal, (report.losses, report.reference_losses, report.max_grad_rel_error)
+    assert report.numerics_equal, (
+        report.losses,
+        report.reference_losses,
+        report.max_grad_rel_error,
+    )
     diff = report.differences()
     assert report.bytes_equal, diff.to_string()
 
@@ -50,8 +54,9 @@ def _check(report):
 @pytest.mark.parametrize("devices", [2, 4])
 def test_random_dags_and_plans(clusters, devices):
     @seed(1234 + devices)
-    @settings(max_examples=5,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=5, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(data=st.data())
     def prop(data):
         graph = data.draw(dags())
@@ -64,10 +69,14 @@ def test_random_dags_and_plans(clusters, devices):
 
 def test_known_plan_counts_by_hand(clusters):
     """Two convs on 2 devices, c1 BATCH at 1/2 and c2 OUT at 3/4; every figure by hand."""
-    g = Graph("two", Shape(4, 4, 4), (
-        Conv2d("c1", ("input",), out_channels=4, kernel=3, padding=1, bias=False),
-        Conv2d("c2", ("c1",), out_channels=4, kernel=1, bias=False),
-    ))
+    g = Graph(
+        "two",
+        Shape(4, 4, 4),
+        (
+            Conv2d("c1", ("input",), out_channels=4, kernel=3, padding=1, bias=False),
+            Conv2d("c2", ("c1",), out_channels=4, kernel=1, bias=False),
+        ),
+    )
     p = Problem(g, parse_array("cpu:2"), batch=BATCH)
     plan = Plan({"": Split((PartitionType.BATCH, PartitionType.OUT), (0.5, 0.75))})
     r = run_plan(p, plan, cluster=clusters(2))
@@ -83,11 +92,15 @@ def test_known_plan_counts_by_hand(clusters):
 
 
 def test_multiple_steps_update_the_weights(clusters):
-    g = Graph("mlp", Shape(8), (
-        Linear("a", ("input",), out_features=8, bias=False),
-        Activation("r", ("a",), function="tanh"),
-        Linear("b", ("r",), out_features=4, bias=False),
-    ))
+    g = Graph(
+        "mlp",
+        Shape(8),
+        (
+            Linear("a", ("input",), out_features=8, bias=False),
+            Activation("r", ("a",), function="tanh"),
+            Linear("b", ("r",), out_features=4, bias=False),
+        ),
+    )
     p = Problem(g, parse_array("cpu:2"), batch=BATCH)
     plan = Plan({"": Split((PartitionType.IN, PartitionType.OUT), (0.5, 0.25))})
     r = run_plan(p, plan, steps=3, lr=0.05, cluster=clusters(2))
@@ -102,7 +115,11 @@ def test_every_layer_kind_is_run_or_refused_by_name():
     from parplan.costmodel.graph import Layer, PatchMerge, Resize
     from parplan.executor.schedule import RUNS, SUPPORTED
 
-    kinds = {c for _, c in inspect.getmembers(graph_module, inspect.isclass) if issubclass(c, Layer) and c is not Layer}
+    kinds = {
+        c
+        for _, c in inspect.getmembers(graph_module, inspect.isclass)
+        if issubclass(c, Layer) and c is not Layer
+    }
     refused = {Resize, PatchMerge}
     assert kinds == set(RUNS) | refused  # a new kind must be run (RUNS) or refused on purpose
     assert all(text in SUPPORTED for text in RUNS.values())
@@ -112,26 +129,48 @@ def test_every_layer_kind_is_run_or_refused_by_name():
 
 
 def test_unsupported_layers_and_arrays_are_clear_errors():
-    g = Graph("grouped", Shape(4, 4, 4), (Conv2d("c", ("input",), out_channels=4, kernel=1, groups=2, bias=False),))
+    g = Graph(
+        "grouped",
+        Shape(4, 4, 4),
+        (Conv2d("c", ("input",), out_channels=4, kernel=1, groups=2, bias=False),),
+    )
     p = Problem(g, parse_array("cpu:2"), batch=4)
     with pytest.raises(ConfigError, match="grouped convolution"):
         build_schedule(p, Plan({"": Split((PartitionType.BATCH,), (0.5,))}))
-    q = Problem(Graph("one", Shape(4), (Linear("a", ("input",), out_features=4, bias=False),)),
-                parse_array("cpu:4@ring:ring"), batch=4)
+    q = Problem(
+        Graph("one", Shape(4), (Linear("a", ("input",), out_features=4, bias=False),)),
+        parse_array("cpu:4@ring:ring"),
+        batch=4,
+    )
     with pytest.raises(ConfigError, match="all-reduce collective"):
-        build_schedule(q, Plan({p_: Split((PartitionType.BATCH,), (0.5,)) for p_, _ in q.array.inner_nodes()}))
+        build_schedule(
+            q, Plan({p_: Split((PartitionType.BATCH,), (0.5,)) for p_, _ in q.array.inner_nodes()})
+        )
     with pytest.raises(ConfigError, match="steps must be"):
         run_plan(q, Plan({}), steps=0)
     from parplan.models.transformers import llama_config
 
-    for graph, message in ((llama_config(1, 16, 2, 2, 8, 4, 32), "embedding 'embed' is read through 'layers.0.norm1'"),
-                           (llama_config(1, 16, 2, 2, 8, 4, 32, experts=4, top_k=2), "mixture-of-experts")):
-        if "experts" in message:  # past the embedding check: feed the blocks from a join of two tables
+    for graph, message in (
+        (llama_config(1, 16, 2, 2, 8, 4, 32), "embedding 'embed' is read through 'layers.0.norm1'"),
+        (llama_config(1, 16, 2, 2, 8, 4, 32, experts=4, top_k=2), "mixture-of-experts"),
+    ):
+        if (
+            "experts" in message
+        ):  # past the embedding check: feed the blocks from a join of two tables
             graph = llama_like(2, 2, "moe", experts=4)
         r = Problem(graph, parse_array("cpu:2"), batch=4)
         with pytest.raises(ConfigError, match=message):
-            build_schedule(r, Plan({"": Split(tuple(n.choices[0] for n in r.planning.nodes),
-                                              (0.5,) * len(r.planning.nodes))}))
+            build_schedule(
+                r,
+                Plan(
+                    {
+                        "": Split(
+                            tuple(n.choices[0] for n in r.planning.nodes),
+                            (0.5,) * len(r.planning.nodes),
+                        )
+                    }
+                ),
+            )
 
 
 def llama_like(heads, kv_heads, name, experts=1):
@@ -141,25 +180,49 @@ def llama_like(heads, kv_heads, name, experts=1):
 
     h, d, f, seq, vocab = 16, 16 // heads, 12, 4, 32
     moe = {"experts": experts, "top_k": 2} if experts > 1 else {}
-    return Graph(name, Shape(1, seq, 1), (
-        Embedding("tok", ("input",), num=vocab, dim=h), Embedding("pos", ("input",), num=seq, dim=h),
-        Add("embed", ("tok", "pos")), Norm("n1", ("embed",), kind="rms"),
-        Linear("qkv", ("n1",), out_features=(heads + 2 * kv_heads) * d, bias=False, per_position=True),
-        Attention("attn", ("qkv",), heads=heads, kv_heads=kv_heads if kv_heads != heads else 0, rotary=True),
-        Linear("o", ("attn",), out_features=h, bias=False, per_position=True), Add("add1", ("embed", "o")),
-        Norm("n2", ("add1",), kind="rms"),
-        Linear("gu", ("n2",), out_features=2 * f, bias=False, per_position=True, **moe),
-        Glu("glu", ("gu",), function="silu"), Linear("down", ("glu",), out_features=h, bias=False, per_position=True),
-        Add("add2", ("add1", "down")), Norm("n", ("add2",), kind="rms"),
-        Linear("head", ("n",), out_features=vocab, bias=False, per_position=True)))
+    return Graph(
+        name,
+        Shape(1, seq, 1),
+        (
+            Embedding("tok", ("input",), num=vocab, dim=h),
+            Embedding("pos", ("input",), num=seq, dim=h),
+            Add("embed", ("tok", "pos")),
+            Norm("n1", ("embed",), kind="rms"),
+            Linear(
+                "qkv",
+                ("n1",),
+                out_features=(heads + 2 * kv_heads) * d,
+                bias=False,
+                per_position=True,
+            ),
+            Attention(
+                "attn",
+                ("qkv",),
+                heads=heads,
+                kv_heads=kv_heads if kv_heads != heads else 0,
+                rotary=True,
+            ),
+            Linear("o", ("attn",), out_features=h, bias=False, per_position=True),
+            Add("add1", ("embed", "o")),
+            Norm("n2", ("add1",), kind="rms"),
+            Linear("gu", ("n2",), out_features=2 * f, bias=False, per_position=True, **moe),
+            Glu("glu", ("gu",), function="silu"),
+            Linear("down", ("glu",), out_features=h, bias=False, per_position=True),
+            Add("add2", ("add1", "down")),
+            Norm("n", ("add2",), kind="rms"),
+            Linear("head", ("n",), out_features=vocab, bias=False, per_position=True),
+        ),
+    )
 
 
 def transformer_graphs(family: str):
     from parplan.models.transformers import bert_config, gpt_config
 
     if family == "gpt-bert":
-        return [gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
-                bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny")]
+        return [
+            gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+            bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny"),
+        ]
     if family == "vit":  # patch convolution, class token, learned position table
         from parplan.models.transformers import vit_config
 
@@ -180,11 +243,15 @@ def test_transformers_random_plans(clusters, family, devices):
     graphs = transformer_graphs(family)
 
     @seed({"gpt-bert": 77, "llama": 5, "vit": 3}[family] + devices)
-    @settings(max_examples=6 if family == "gpt-bert" else 4,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=6 if family == "gpt-bert" else 4,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(data=st.data())
     def prop(data):
-        problem = Problem(data.draw(st.sampled_from(graphs)), parse_array(f"cpu:{devices}"), batch=4)
+        problem = Problem(
+            data.draw(st.sampled_from(graphs)), parse_array(f"cpu:{devices}"), batch=4
+        )
         _check(run_plan(problem, data.draw(plans(problem)), cluster=clusters(devices)))
 
     prop()
@@ -192,17 +259,27 @@ def test_transformers_random_plans(clusters, family, devices):
 
 def test_join_layouts_round_trip(clusters):
     """A residual add in each of its three layouts, at shares that leave one side idle."""
-    g = Graph("res", Shape(4, 4, 4), (
-        Conv2d("a", ("input",), out_channels=4, kernel=3, padding=1, bias=False),
-        Conv2d("b", ("a",), out_channels=4, kernel=3, padding=1, bias=False),
-        Add("sum", ("a", "b")),
-        Conv2d("c", ("sum",), out_channels=4, kernel=1, bias=False),
-    ))
+    g = Graph(
+        "res",
+        Shape(4, 4, 4),
+        (
+            Conv2d("a", ("input",), out_channels=4, kernel=3, padding=1, bias=False),
+            Conv2d("b", ("a",), out_channels=4, kernel=3, padding=1, bias=False),
+            Add("sum", ("a", "b")),
+            Conv2d("c", ("sum",), out_channels=4, kernel=1, bias=False),
+        ),
+    )
     p = Problem(g, parse_array("cpu:2"), batch=BATCH)
     for layout in Layout:
         for share in (0.0, 0.25, 1.0):
-            plan = Plan({"": Split((PartitionType.OUT, PartitionType.BATCH, layout, PartitionType.IN),
-                                   (0.5, 0.75, share, 0.5))})
+            plan = Plan(
+                {
+                    "": Split(
+                        (PartitionType.OUT, PartitionType.BATCH, layout, PartitionType.IN),
+                        (0.5, 0.75, share, 0.5),
+                    )
+                }
+            )
             _check(run_plan(p, plan, cluster=clusters(2)))
 
 
@@ -223,8 +300,22 @@ def test_cli_runs_a_saved_resnet_plan(tmp_path, capsys, devices):
     from parplan.cli import main
 
     plan_file = tmp_path / "r.json"
-    assert main(["plan", "--model", "resnet-2block", "--array", f"cpu:{devices}", "--batch", "8",
-                 "--save", str(plan_file)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "resnet-2block",
+                "--array",
+                f"cpu:{devices}",
+                "--batch",
+                "8",
+                "--save",
+                str(plan_file),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["run", "--plan", str(plan_file), "--csv", str(tmp_path / "b.csv")]) == 0
     out = capsys.readouterr().out
@@ -240,7 +331,10 @@ def test_cli_run_mistakes_are_one_line(capsys):
 
     assert main(["run", "--planner", "accpar"]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == "parplan: error: run: give --model and --array (and optionally --planner), or --plan FILE"
+    assert (
+        err.strip()
+        == "parplan: error: run: give --model and --array (and optionally --planner), or --plan FILE"
+    )
     assert main(["run", "--model", "gpt2", "--array", "cpu:2", "--batch", "2"]) == 2
     assert "each process would need about" in capsys.readouterr().err
 
@@ -290,14 +384,25 @@ def test_recomputation_and_zero_stages_run_and_count_as_priced(clusters, family,
     IN reduction and its norms' forward statistics (docs/costmodel.md section 6.3); ZeRO-1/2
     move the bytes of stage 0 (section 6.1). Numerics equal the reference and every element
     received equals the model's, on random plans."""
+
     @seed({"dags": 11, "llama": 21, "gpt-bert": 31}[family] + devices)
-    @settings(max_examples=3,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=3, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(data=st.data())
     def prop(data):
-        graph = data.draw(dags()) if family == "dags" else data.draw(st.sampled_from(transformer_graphs(family)))
-        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=BATCH if family == "dags" else 4,
-                          recompute=True, zero_stage=data.draw(st.sampled_from([0, 1, 2])))
+        graph = (
+            data.draw(dags())
+            if family == "dags"
+            else data.draw(st.sampled_from(transformer_graphs(family)))
+        )
+        problem = Problem(
+            graph,
+            parse_array(f"cpu:{devices}"),
+            batch=BATCH if family == "dags" else 4,
+            recompute=True,
+            zero_stage=data.draw(st.sampled_from([0, 1, 2])),
+        )
         _check(run_plan(problem, data.draw(plans(problem)), cluster=clusters(devices)))
 
     prop()
@@ -310,47 +415,81 @@ def test_zero_3_shards_gathers_and_updates_as_priced(clusters, devices):
     before backward, and updates only its shard; two SGD steps (the second computes with the
     gathered updates) match the reference, and the elements received (reduce-scatter and two
     gathers per BATCH split) equal the model's (docs/costmodel.md section 6.1)."""
+
     @seed(41 + devices)
-    @settings(max_examples=4,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=4, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(data=st.data())
     def prop(data):
-        problem = Problem(data.draw(dags()), parse_array(f"cpu:{devices}"), batch=BATCH, zero_stage=3,
-                          recompute=data.draw(st.booleans()))
+        problem = Problem(
+            data.draw(dags()),
+            parse_array(f"cpu:{devices}"),
+            batch=BATCH,
+            zero_stage=3,
+            recompute=data.draw(st.booleans()),
+        )
         report = run_plan(problem, data.draw(plans(problem)), steps=2, cluster=clusters(devices))
-        assert report.numerics_equal, (report.losses, report.reference_losses, report.max_grad_rel_error)
+        assert report.numerics_equal, (
+            report.losses,
+            report.reference_losses,
+            report.max_grad_rel_error,
+        )
         # a shard's boundary falls between whole weight points (each a kernel, or a flattened
         # input's positions): where the share times the points is not whole, the reduce-scatter
         # and the gathers round it; the model's continuous shard differs by less than one point
         from parplan.executor.schedule import graph_frames, weight_cell
 
         frames = graph_frames(problem)
-        point = max(weight_cell(problem.graph.layer(n.name), frames[problem.graph.layer(n.name).inputs[0]])
-                    for n in problem.planning.nodes if not n.is_join)
+        point = max(
+            weight_cell(problem.graph.layer(n.name), frames[problem.graph.layer(n.name).inputs[0]])
+            for n in problem.planning.nodes
+            if not n.is_join
+        )
         diff = report.differences()
-        assert (diff.phase == "intra").all() and (diff.difference.abs() < point).all(), diff.to_string()
+        assert (diff.phase == "intra").all() and (diff.difference.abs() < point).all(), (
+            diff.to_string()
+        )
 
     prop()
 
 
 @pytest.mark.parametrize("devices", [2, 4])
 @pytest.mark.parametrize("zero, micro", [(3, 1), (2, 2), (3, 2), (1, 4)])
-def test_sharded_and_micro_batched_counts_equal_the_model_where_shards_are_whole(clusters, devices, zero, micro):
+def test_sharded_and_micro_batched_counts_equal_the_model_where_shards_are_whole(
+    clusters, devices, zero, micro
+):
     """With every share at 1/2 (whole shards), the elements of ZeRO-2/3 with micro-batches equal
     the model's exactly: a reduce-scatter per micro-batch at stages 2-3, two gathers per
     micro-batch at stage 3, one exchange per step below (docs/costmodel.md sections 6.1, 6.4)."""
+
     @seed(43 + devices + 10 * zero + micro)
-    @settings(max_examples=3,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=3, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(data=st.data())
     def prop(data):
-        graph = Graph("even", Shape(4), (Linear("a", ("input",), out_features=8, bias=False),
-                                         Activation("r", ("a",), function="relu"),
-                                         Linear("b", ("r",), out_features=4, bias=False)))
-        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=BATCH, zero_stage=zero, micro_batches=micro)
+        graph = Graph(
+            "even",
+            Shape(4),
+            (
+                Linear("a", ("input",), out_features=8, bias=False),
+                Activation("r", ("a",), function="relu"),
+                Linear("b", ("r",), out_features=4, bias=False),
+            ),
+        )
+        problem = Problem(
+            graph, parse_array(f"cpu:{devices}"), batch=BATCH, zero_stage=zero, micro_batches=micro
+        )
         choices = [PartitionType.BATCH, PartitionType.BATCH, PartitionType.IN, PartitionType.OUT]
-        plan = Plan({path: Split(tuple(data.draw(st.sampled_from(choices)) for _ in range(2)), (0.5, 0.5))
-                     for path, _ in problem.array.inner_nodes()})
+        plan = Plan(
+            {
+                path: Split(
+                    tuple(data.draw(st.sampled_from(choices)) for _ in range(2)), (0.5, 0.5)
+                )
+                for path, _ in problem.array.inner_nodes()
+            }
+        )
         _check(run_plan(problem, plan, steps=2, cluster=clusters(devices)))
 
     prop()
@@ -363,20 +502,31 @@ def test_micro_batches_run_and_count_as_priced(clusters, family, devices):
     rows is cut to the micro-batch's, weight gradients accumulate and are exchanged once (at
     ZeRO-2/3 reduce-scattered after every micro-batch, ZeRO-3 gathering the weights in each);
     two steps match the reference and every element received equals the model's."""
+
     @seed({"dags": 61, "llama": 71}[family] + devices)
-    @settings(max_examples=4,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=4, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(data=st.data())
     def prop(data):
         if family == "dags":
             graph, batch, stages = data.draw(dags()), BATCH, [0, 1, 2, 3]
         else:
             graph, batch, stages = data.draw(st.sampled_from(transformer_graphs(family))), 4, [0, 1]
-        problem = Problem(graph, parse_array(f"cpu:{devices}"), batch=batch,
-                          micro_batches=data.draw(st.sampled_from([2, 4])), zero_stage=data.draw(st.sampled_from(stages)),
-                          recompute=data.draw(st.booleans()))
+        problem = Problem(
+            graph,
+            parse_array(f"cpu:{devices}"),
+            batch=batch,
+            micro_batches=data.draw(st.sampled_from([2, 4])),
+            zero_stage=data.draw(st.sampled_from(stages)),
+            recompute=data.draw(st.booleans()),
+        )
         report = run_plan(problem, data.draw(plans(problem)), steps=2, cluster=clusters(devices))
-        assert report.numerics_equal, (report.losses, report.reference_losses, report.max_grad_rel_error)
+        assert report.numerics_equal, (
+            report.losses,
+            report.reference_losses,
+            report.max_grad_rel_error,
+        )
         diff = report.differences()
         if problem.zero_stage < 3:
             assert diff.empty, diff.to_string()
@@ -405,7 +555,9 @@ def test_a_diverged_training_is_named_by_its_first_non_finite_step():
     from parplan.executor.launch import ExecutionReport
 
     def report(reference):
-        return ExecutionReport(tuple(reference), tuple(reference), 0.0, pd.DataFrame(), pd.DataFrame(), {}, (), 2.0)
+        return ExecutionReport(
+            tuple(reference), tuple(reference), 0.0, pd.DataFrame(), pd.DataFrame(), {}, (), 2.0
+        )
 
     assert report([3.0, 1e300, math.inf, math.nan]).diverged_at == 3
     assert report([3.0, 2.0]).diverged_at is None
@@ -419,8 +571,25 @@ def test_cli_reports_a_diverged_training_as_such(capsys):
     from parplan.cli import main
     from parplan.cli.run import DEFAULT_LR_PER_SAMPLE
 
-    code = main(["run", "--model", "lenet", "--array", "cpu:2", "--batch", "8", "--steps", "3", "--lr", "1e150",
-                 "--format", "json"])
+    code = main(
+        [
+            "run",
+            "--model",
+            "lenet",
+            "--array",
+            "cpu:2",
+            "--batch",
+            "8",
+            "--steps",
+            "3",
+            "--lr",
+            "1e150",
+            "--format",
+            "json",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert code == 1 and data["diverged_at_step"] is not None and data["lr"] == 1e150
-    assert DEFAULT_LR_PER_SAMPLE / 8 == 0.01  # the old fixed default, at batch 8 (test_cli_runs_... runs it)
+    assert (
+        DEFAULT_LR_PER_SAMPLE / 8 == 0.01
+    )  # the old fixed default, at batch 8 (test_cli_runs_... runs it)

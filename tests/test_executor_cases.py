@@ -2,8 +2,21 @@
 
 from hypothesis import strategies as st
 
-from parplan.costmodel.graph import (Activation, Add, Bias, Concat, Conv2d, Flatten, Glu, Graph, Linear, Mul, Norm,
-                                    Pool2d, Scale, Shape)
+from parplan.costmodel.graph import (
+    Activation,
+    Add,
+    Bias,
+    Concat,
+    Conv2d,
+    Flatten,
+    Graph,
+    Linear,
+    Mul,
+    Norm,
+    Pool2d,
+    Scale,
+    Shape,
+)
 from parplan.costmodel.problem import Plan, Split
 
 SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -29,11 +42,15 @@ def dags(draw):
         weighted += 1
         kernel = draw(st.sampled_from((1, 3)))
         name = name or f"c{k}"
-        layers.append(Conv2d(name, (src,), out_channels=out, kernel=kernel, padding=kernel // 2, bias=False))
+        layers.append(
+            Conv2d(name, (src,), out_channels=out, kernel=kernel, padding=kernel // 2, bias=False)
+        )
         return name
 
     while weighted < target:
-        block = draw(st.sampled_from(("conv", "residual", "concat", "fork_add", "product", "gate", "rms")))
+        block = draw(
+            st.sampled_from(("conv", "residual", "concat", "fork_add", "product", "gate", "rms"))
+        )
         if block in ("residual", "gate") and last.startswith("cat"):
             block = "fork_add"
         if block == "conv" or target - weighted < 2:
@@ -65,7 +82,9 @@ def dags(draw):
             layers.append(Activation(f"g{k}", (a,), function="sigmoid"))
             layers.append(Mul(f"mul{k}", (f"g{k}", b)))
             last = f"mul{k}"
-        elif block == "gate":  # squeeze and excitation: pool to 1 x 1, a 1 x 1 conv, sigmoid, times x
+        elif (
+            block == "gate"
+        ):  # squeeze and excitation: pool to 1 x 1, a 1 x 1 conv, sigmoid, times x
             k += 1
             layers.append(Pool2d(f"sq{k}", (last,), mode="avg", output_size=(1, 1)))
             gate = conv(f"sq{k}", channels)

@@ -21,31 +21,53 @@ B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 
 
 def mlp() -> Graph:
-    return Graph("mlp", Shape(16, 1, 1), (
-        Linear("fc1", ("input",), out_features=32), Activation("relu", ("fc1",), function="relu"),
-        Linear("fc2", ("relu",), out_features=32), Activation("gelu", ("fc2",), function="gelu"),
-        Linear("fc3", ("gelu",), out_features=8)))
+    return Graph(
+        "mlp",
+        Shape(16, 1, 1),
+        (
+            Linear("fc1", ("input",), out_features=32),
+            Activation("relu", ("fc1",), function="relu"),
+            Linear("fc2", ("relu",), out_features=32),
+            Activation("gelu", ("fc2",), function="gelu"),
+            Linear("fc3", ("gelu",), out_features=8),
+        ),
+    )
 
 
 def test_placements_follow_the_mapping_table():
     p = Problem(mlp(), parse_array("cpu:4"), batch=8)
-    plan = Plan({path: Split((O, I, B), (0.5,) * 3) if path else Split((B, B, O), (0.5,) * 3)
-                 for path, _ in p.array.inner_nodes()})
+    plan = Plan(
+        {
+            path: Split((O, I, B), (0.5,) * 3) if path else Split((B, B, O), (0.5,) * 3)
+            for path, _ in p.array.inner_nodes()
+        }
+    )
     e = torch_export(p, plan)
     assert e.expressible and e.mesh_shape == (2, 2) and e.mesh_dim_names == ("l1", "l2")
     fc1, fc2, fc3 = e.layers
     assert fc1.weight == ("Replicate()", "Shard(0)") and fc1.input == ("Shard(0)", "Replicate()")
-    assert fc1.output == ("Shard(0)", "Shard(-1)") and fc1.style == "ColwiseParallel on l2, data parallel on l1"
+    assert (
+        fc1.output == ("Shard(0)", "Shard(-1)")
+        and fc1.style == "ColwiseParallel on l2, data parallel on l1"
+    )
     assert fc2.weight == ("Replicate()", "Shard(1)") and fc2.input == ("Shard(0)", "Shard(-1)")
     assert fc2.style == "RowwiseParallel on l2, data parallel on l1"
-    assert fc3.weight == ("Shard(0)", "Replicate()") and fc3.style == "ColwiseParallel on l1, data parallel on l2"
+    assert (
+        fc3.weight == ("Shard(0)", "Replicate()")
+        and fc3.style == "ColwiseParallel on l1, data parallel on l2"
+    )
     assert "distribute_tensor" in e.script() and "'fc2': [Replicate(), Shard(1)]" in e.script()
 
 
 def test_what_torch_cannot_express_is_refused_per_layer_and_the_nearest_plan_is_priced():
     p = Problem(mlp(), parse_array("cpu:4"), batch=8)
-    plan = Plan({"": Split((B, O, B), (0.25, 0.5, 1.0)), "L": Split((B, B, B), (0.5,) * 3),
-                 "R": Split((O, B, B), (0.5,) * 3)})
+    plan = Plan(
+        {
+            "": Split((B, O, B), (0.25, 0.5, 1.0)),
+            "L": Split((B, B, B), (0.5,) * 3),
+            "R": Split((O, B, B), (0.5,) * 3),
+        }
+    )
     e = torch_export(p, plan)
     reasons = {(layer, path): why for layer, path, why in e.refusals}
     assert "gives the left half 0.25" in reasons[("fc1", "")]
@@ -62,12 +84,18 @@ def test_convolutions_split_by_channels_and_attention_with_too_few_groups_are_re
     p = Problem(get_model("lenet"), parse_array("cpu:2"), batch=8)
     e = torch_export(p, megatron_plan(p, 1))
     assert any("conv2d over the batch only" in why for _, _, why in e.refusals)
-    assert all(c == "batch" for layer in torch_export(p, nearest_plan(p, megatron_plan(p, 1))).layers
-               if layer.kind == "conv2d" for c in layer.choices)
+    assert all(
+        c == "batch"
+        for layer in torch_export(p, nearest_plan(p, megatron_plan(p, 1))).layers
+        if layer.kind == "conv2d"
+        for c in layer.choices
+    )
     from parplan.models.transformers import gpt_config
 
     g = Problem(gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"), parse_array("cpu:4"), batch=8)
-    assert any("key/value groups" in why for _, _, why in torch_export(g, megatron_plan(g, 2)).refusals)
+    assert any(
+        "key/value groups" in why for _, _, why in torch_export(g, megatron_plan(g, 2)).refusals
+    )
     assert torch_export(g, megatron_plan(g, 1)).expressible
 
 
@@ -85,7 +113,12 @@ def test_a_pipeline_plan_exports_its_split_points_schedule_and_each_stage(tmp_pa
     from parplan.executor.export import pipeline_export
     from parplan.models.transformers import gpt_config
 
-    p = Problem(gpt_config(2, 16, 2, 4, vocab=32, name="gpt-2block"), parse_array("cpu:4"), batch=8, micro_batches=4)
+    p = Problem(
+        gpt_config(2, 16, 2, 4, vocab=32, name="gpt-2block"),
+        parse_array("cpu:4"),
+        batch=8,
+        micro_batches=4,
+    )
     ends = even_ends(p.graph, 2)
     stages = []
     for (first, last), group in zip(((0, ends[0]), (ends[0] + 1, ends[1])), ("L", "R")):
@@ -103,27 +136,67 @@ def test_a_pipeline_plan_exports_its_split_points_schedule_and_each_stage(tmp_pa
     # the CLI on a pipeline plan file of a built-in model
     g = Problem(get_model("gpt2"), parse_array("cpu:4"), batch=8, micro_batches=4)
     ends = even_ends(g.graph, 2)
-    plan = PipelinePlan(tuple(Stage(first, last, group, megatron_plan(stage_problem(g, first, last, group), 1))
-                              for (first, last), group in zip(((0, ends[0]), (ends[0] + 1, ends[1])), ("L", "R"))))
+    plan = PipelinePlan(
+        tuple(
+            Stage(first, last, group, megatron_plan(stage_problem(g, first, last, group), 1))
+            for (first, last), group in zip(((0, ends[0]), (ends[0] + 1, ends[1])), ("L", "R"))
+        )
+    )
     path = tmp_path / "pp.json"
     path.write_text(json.dumps(pipeline_document(g, plan)))
     capsys.readouterr()
     assert main(["export", "--plan", str(path)]) == 0
     text = capsys.readouterr().out
     first = g.graph.analyze().order[ends[0] + 1]
-    assert "2 stages, Schedule1F1B, n_microbatches=4" in text and f"(SplitPoint.BEGINNING): {first}" in text
+    assert (
+        "2 stages, Schedule1F1B, n_microbatches=4" in text
+        and f"(SplitPoint.BEGINNING): {first}" in text
+    )
     assert "ranks 2-3, mesh (2,); ColwiseParallel on l1" in text
 
 
 def test_export_cli_writes_json_and_a_script(tmp_path, capsys):
     out = tmp_path / "e.json"
-    assert main(["export", "--model", "lenet", "--array", "cpu:4", "--batch", "8", "--planner", "data",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                "lenet",
+                "--array",
+                "cpu:4",
+                "--batch",
+                "8",
+                "--planner",
+                "data",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
-    assert doc["mesh_shape"] == [2, 2] and doc["expressible"] and doc["layers"][0]["name"] == "conv1"
+    assert (
+        doc["mesh_shape"] == [2, 2] and doc["expressible"] and doc["layers"][0]["name"] == "conv1"
+    )
     script = tmp_path / "e.py"
-    assert main(["export", "--model", "lenet", "--array", "cpu:4", "--batch", "8", "--out", str(script),
-                 "--nearest"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                "lenet",
+                "--array",
+                "cpu:4",
+                "--batch",
+                "8",
+                "--out",
+                str(script),
+                "--nearest",
+            ]
+        )
+        == 0
+    )
     compile(script.read_text(), str(script), "exec")
     capsys.readouterr()
     assert main(["export", "--model", "lenet", "--array", "h100:4", "--batch", "64"]) == 1
@@ -150,19 +223,25 @@ def _plans(p, names):
             yield name, make_plan(p, name)
 
 
-@pytest.mark.parametrize("model,names", [
-    ("mlp", ["data", "megatron1", "megatron2"]),
-    ("resnet-2block", ["data", "nearest"]),
-    ("gpt-tiny", ["data", "megatron1"]),
-    ("llama-tiny", ["megatron1"]),
-])
+@pytest.mark.parametrize(
+    "model,names",
+    [
+        ("mlp", ["data", "megatron1", "megatron2"]),
+        ("resnet-2block", ["data", "nearest"]),
+        ("gpt-tiny", ["data", "megatron1"]),
+        ("llama-tiny", ["megatron1"]),
+    ],
+)
 def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, names):
     from parplan.executor.launch import RTOL, run_torch
     from parplan.models.transformers import gpt_config
     from test_executor import llama_like
 
-    graph = {"mlp": mlp, "gpt-tiny": lambda: gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
-             "llama-tiny": lambda: llama_like(4, 2, "gqa")}.get(model, lambda: get_model(model))()
+    graph = {
+        "mlp": mlp,
+        "gpt-tiny": lambda: gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+        "llama-tiny": lambda: llama_like(4, 2, "gqa"),
+    }.get(model, lambda: get_model(model))()
     p = Problem(graph, parse_array("cpu:4"), batch=8)
     for name, plan in _plans(p, names):
         r = run_torch(p, plan, steps=2, cluster=cluster, lr=0.01)
@@ -170,7 +249,9 @@ def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, na
         assert r.loss_rel_error <= RTOL and len(r.losses) == 2 and r.losses[1] != r.losses[0]
         if name.startswith("megatron"):
             assert r.collectives.get("all_reduce", 0) > 0  # the row-parallel layers' partial sums
-    if model == "llama-tiny":  # the fused gate/up projection: each part holds its gate and up columns
+    if (
+        model == "llama-tiny"
+    ):  # the fused gate/up projection: each part holds its gate and up columns
         assert any("fused gate/up" in note for note in torch_export(p, megatron_plan(p, 1)).notes)
 
 
@@ -178,12 +259,17 @@ def test_torch_runs_the_exported_plan_as_one_process_computes(cluster, model, na
 def test_zero_and_micro_batches_run_as_fsdp_does_and_equal_one_process(cluster, zero):
     from parplan.executor.launch import run_torch
 
-    p = Problem(mlp(), parse_array("cpu:4"), batch=16, zero_stage=zero, micro_batches=2 if zero == 3 else 1)
+    p = Problem(
+        mlp(), parse_array("cpu:4"), batch=16, zero_stage=zero, micro_batches=2 if zero == 3 else 1
+    )
     for plan in (make_plan(p, "data"), megatron_plan(p, 1)):
         r = run_torch(p, plan, steps=2, cluster=cluster, lr=0.01)
         assert r.numerics_equal, (zero, r.loss_rel_error, r.max_grad_rel_error)
         # the gradients are reduce-scattered to the kept shards and the weights all-gathered
-        assert r.collectives.get("reduce_scatter_tensor", 0) > 0 and r.collectives.get("all_gather_into_tensor", 0) > 0
+        assert (
+            r.collectives.get("reduce_scatter_tensor", 0) > 0
+            and r.collectives.get("all_gather_into_tensor", 0) > 0
+        )
     assert torch_export(p, make_plan(p, "data")).layers[0].fsdp_dims == ("l1", "l2")
 
 

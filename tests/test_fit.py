@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.planio import save_plan
-from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.models.zoo import get_model
 from parplan.costmodel.split import PlanOptions, SplitProblem
@@ -32,8 +32,11 @@ EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examp
 def fit_cases(draw, sizes=(2, 4)):
     g = draw(graphs(max_weighted=3, max_joins=1))
     kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from(sizes)))]
-    p = Problem(g, parse_array(",".join(f"{k}:1" for k in kinds), bandwidth_bytes_per_s=1e10),
-                batch=draw(st.sampled_from([1, 4, 64])))
+    p = Problem(
+        g,
+        parse_array(",".join(f"{k}:1" for k in kinds), bandwidth_bytes_per_s=1e10),
+        batch=draw(st.sampled_from([1, 4, 64])),
+    )
     peak = evaluate(p, make_plan(p, "accpar", share_grid=2)).peak_memory_bytes
     micro = draw(st.sampled_from([1, 2])) if p.batch > 1 else 1
     return p, max(peak, 1.0) * draw(st.sampled_from([0.1, 0.3, 0.45, 0.7, 0.9, 1.3])), micro
@@ -45,7 +48,9 @@ def _fitting_optimum(p: Problem, limit: float, micro: int) -> float:
     best = float("inf")
     for zero, recompute in product(range(4), (False, True)):
         q = replace(p, zero_stage=zero, recompute=recompute, micro_batches=micro)
-        value, _ = brute_force_split(SplitProblem.root(q), PlanOptions(share_grid=2), (limit, limit))
+        value, _ = brute_force_split(
+            SplitProblem.root(q), PlanOptions(share_grid=2), (limit, limit)
+        )
         best = min(best, value)
     return best
 
@@ -53,7 +58,9 @@ def _fitting_optimum(p: Problem, limit: float, micro: int) -> float:
 def _check_fit_case(case):
     p, limit, micro = case
     try:
-        fit = fit_plan(p, "accpar", limit_bytes=limit, plan_kwargs={"share_grid": 2}, micro_batches=micro)
+        fit = fit_plan(
+            p, "accpar", limit_bytes=limit, plan_kwargs={"share_grid": 2}, micro_batches=micro
+        )
     except InfeasibleError as exc:
         if p.array.count == 2:  # one split: the search is exact, so no plan on the grid fits
             assert "no plan fits" in str(exc)
@@ -63,7 +70,9 @@ def _check_fit_case(case):
     assert max(memory.values()) <= limit * (1 + 1e-9)
     assert fit.fits and math.isclose(fit.peak_fraction, max(memory.values()) / limit, rel_tol=1e-9)
     if p.array.count == 2:  # the fastest fitting plan: DP or MIP == brute force
-        assert math.isclose(fit.evaluation.step_time_s, _fitting_optimum(p, limit, micro), rel_tol=1e-7)
+        assert math.isclose(
+            fit.evaluation.step_time_s, _fitting_optimum(p, limit, micro), rel_tol=1e-7
+        )
     return "fit"
 
 
@@ -85,8 +94,12 @@ def test_a_fitting_plan_fits_1000_instances(case):
 def test_the_memory_lower_bound_is_below_every_plan(data):
     """Every plan, at every ZeRO stage, keeps at least the bound summed over its devices."""
     g = data.draw(graphs(max_weighted=4, max_joins=2))
-    p = Problem(g, parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:1"]))),
-                batch=data.draw(st.sampled_from([1, 8, 64])), zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])))
+    p = Problem(
+        g,
+        parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:1"]))),
+        batch=data.draw(st.sampled_from([1, 8, 64])),
+        zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])),
+    )
     plan = data.draw(random_plans(p))
     _, memory = reference_evaluate(p, plan)
     assert sum(memory.values()) >= memory_lower_bound(p) * (1 - 1e-12)
@@ -107,7 +120,22 @@ def test_zero_stages_are_searched_least_first():
 def test_an_impossible_limit_is_one_error_with_the_least_memory_needed(capsys):
     from parplan.cli import main
 
-    assert main(["plan", "--model", "vgg11", "--array", "h100:2", "--batch", "64", "--memory-limit", "0.5"]) == 2
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "vgg11",
+                "--array",
+                "h100:2",
+                "--batch",
+                "64",
+                "--memory-limit",
+                "0.5",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no plan fits" in err[0] and "per device on average" in err[0]
     with pytest.raises(ConfigError):
@@ -129,18 +157,24 @@ def test_megatron_plan_is_tensor_inside_data_across():
     plan = megatron_plan(p, 2)
     names = [n.name for n in p.planning.nodes]
     tensor = dict(zip(names, plan.splits["LR"].choices))
-    assert [tensor[f"layers.3.{x}"].value for x in ("qkv", "o", "add1", "gate_up", "down", "add2")] == [
-        "out", "in", "whole", "out", "in", "whole"]
+    assert [
+        tensor[f"layers.3.{x}"].value for x in ("qkv", "o", "add1", "gate_up", "down", "add2")
+    ] == ["out", "in", "whole", "out", "in", "whole"]
     assert tensor["lm_head"].value == "out"
     assert {c.value for c in plan.splits[""].choices} == {"batch", "rows"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("array, batch, tensor_levels", [
-    ("h100:8", 16, 2),  # data 2 x tensor 4
-    (str(EXAMPLES / "two_h100_nodes.toml"), 32, 2),  # data 4 x tensor 4, two nodes at 50 GB/s
-])
-def test_llama3_8b_plans_fit_and_are_no_slower_than_megatron(tmp_path, capsys, array, batch, tensor_levels):
+@pytest.mark.parametrize(
+    "array, batch, tensor_levels",
+    [
+        ("h100:8", 16, 2),  # data 2 x tensor 4
+        (str(EXAMPLES / "two_h100_nodes.toml"), 32, 2),  # data 4 x tensor 4, two nodes at 50 GB/s
+    ],
+)
+def test_llama3_8b_plans_fit_and_are_no_slower_than_megatron(
+    tmp_path, capsys, array, batch, tensor_levels
+):
     """Issue 30's must-show: ``parplan plan`` fits 80 GB and is no slower than the hand-written
     Megatron-style plan, which is written as a plan file and priced by ``parplan evaluate``."""
     import json
@@ -150,9 +184,39 @@ def test_llama3_8b_plans_fit_and_are_no_slower_than_megatron(tmp_path, capsys, a
     p = Problem(get_model("llama3-8b"), parse_array(array), batch=batch)
     hand = tmp_path / "megatron.json"
     save_plan(hand, p, megatron_plan(p, tensor_levels))
-    assert main(["evaluate", "--plan", str(hand), "--model", "llama3-8b", "--array", array, "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--plan",
+                str(hand),
+                "--model",
+                "llama3-8b",
+                "--array",
+                array,
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     theirs = json.loads(capsys.readouterr().out)
-    assert main(["plan", "--model", "llama3-8b", "--array", array, "--batch", str(batch), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "llama3-8b",
+                "--array",
+                array,
+                "--batch",
+                str(batch),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     ours = json.loads(capsys.readouterr().out)
     assert ours["memory_overruns"] == [] and ours["peak_device_memory_bytes"] <= 80 * 2**30
     assert theirs["memory_overruns"] == []
@@ -164,7 +228,9 @@ def test_certify_with_a_memory_limit_and_no_exact_plan_reports_instead_of_crashi
     not iterable`` when the exact solver had no plan."""
     from parplan.cli import main
 
-    code = main(["certify", "--model", "vgg16", "--array", "tpu-v2:1,tpu-v3:1", "--memory-limit", "3"])
+    code = main(
+        ["certify", "--model", "vgg16", "--array", "tpu-v2:1,tpu-v3:1", "--memory-limit", "3"]
+    )
     out = capsys.readouterr().out
     assert code == 1 and "infeasible" in out and "x the memory it has" in out
 
@@ -176,7 +242,13 @@ def test_certify_with_a_memory_limit_works_on_every_backend(fraction):
     from parplan.solvers.backends import available_backends
     from parplan.solvers.exact import certify
 
-    p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64, zero_stage=1, micro_batches=2)
+    p = Problem(
+        get_model("lenet"),
+        parse_array("tpu-v2:1,tpu-v3:1"),
+        batch=64,
+        zero_stage=1,
+        micro_batches=2,
+    )
     options = PlanOptions(share_grid=2)
     need = max(evaluate(p, make_plan(p, "accpar", share_grid=2)).device_memory_bytes.values())
     limit = need * fraction
@@ -201,9 +273,12 @@ def test_precision_sets_element_and_optimizer_bytes_unless_given():
     parser = argparse.ArgumentParser()
     add_problem_arguments(parser)
     base = ["--model", "lenet", "--array", "h100:2"]
-    for extra, want in (([], (2.0, 12.0)), (["--precision", "fp32"], (4.0, 8.0)),
-                        (["--precision", "fp16"], (2.0, 12.0)),
-                        (["--precision", "fp32", "--optimizer-bytes", "4"], (4.0, 4.0))):
+    for extra, want in (
+        ([], (2.0, 12.0)),
+        (["--precision", "fp32"], (4.0, 8.0)),
+        (["--precision", "fp16"], (2.0, 12.0)),
+        (["--precision", "fp32", "--optimizer-bytes", "4"], (4.0, 4.0)),
+    ):
         p = problem_from_args(parser.parse_args(base + extra))
         assert (p.bytes_per_element, p.optimizer_bytes_per_param) == want, extra
 
@@ -219,9 +294,17 @@ def test_overlap_keeps_the_lm_head_on_both_nodes():
 
     times, shares = {}, {}
     for overlap in (False, True):
-        p = Problem(get_model("llama3-8b"), parse_array("examples/two_h100_nodes.toml"), batch=32, overlap=overlap)
+        p = Problem(
+            get_model("llama3-8b"),
+            parse_array("examples/two_h100_nodes.toml"),
+            batch=32,
+            overlap=overlap,
+        )
         fit = fit_plan(p, "accpar")
         head = p.planning.index("lm_head")
-        times[overlap], shares[overlap] = fit.evaluation.step_time_s, fit.plan.splits[""].shares[head]
+        times[overlap], shares[overlap] = (
+            fit.evaluation.step_time_s,
+            fit.plan.splits[""].shares[head],
+        )
     assert shares[False] in (0.0, 1.0) and 0.0 < shares[True] < 1.0
     assert times[True] < times[False]

@@ -51,7 +51,9 @@ class Gpt(nn.Module):
         return self.head(self.ln_f(x))
 
 
-@pytest.mark.parametrize("layers,hidden,heads,seq,vocab,batch", [(2, 64, 4, 128, 500, 2), (1, 96, 3, 256, 300, 1)])
+@pytest.mark.parametrize(
+    "layers,hidden,heads,seq,vocab,batch", [(2, 64, 4, 128, 500, 2), (1, 96, 3, 256, 300, 1)]
+)
 def test_training_flops_match_torch_flop_counter(layers, hidden, heads, seq, vocab, batch):
     torch.manual_seed(0)
     model = Gpt(layers, hidden, heads, seq, vocab)
@@ -59,7 +61,9 @@ def test_training_flops_match_torch_flop_counter(layers, hidden, heads, seq, voc
     with FlopCounterMode(display=False) as counter:
         model(ids).sum().backward()
     measured = counter.get_total_flops()
-    p = Problem(gpt_config(layers, hidden, heads, seq, vocab=vocab), parse_array("h100:2"), batch=batch)
+    p = Problem(
+        gpt_config(layers, hidden, heads, seq, vocab=vocab), parse_array("h100:2"), batch=batch
+    )
     priced = sum(d.total_flops for d in p.root_dims())
     # torch counts no gradient for the input ids' embedding; parplan's first weighted layer (the
     # first qkv) computes E for its input, which only an embedding consumes: identical products

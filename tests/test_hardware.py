@@ -19,7 +19,9 @@ def test_published_tpu_figures():
 def test_short_forms_build_balanced_trees():
     a = parse_array("tpu-v2:128,tpu-v3:128")
     assert a.count == 256 and a.depth == 8
-    assert {d.name for d in a.left.devices()} == {"tpu-v2"} and {d.name for d in a.right.devices()} == {"tpu-v3"}
+    assert {d.name for d in a.left.devices()} == {"tpu-v2"} and {
+        d.name for d in a.right.devices()
+    } == {"tpu-v3"}
     assert math.isclose(a.left.flops_per_s, 128 * 45e12)
     h = parse_array("h100:8")
     assert h.count == 8 and h.depth == 3 and len(list(h.inner_nodes())) == 7
@@ -36,21 +38,28 @@ def test_link_defaults_and_overrides():
 
 def test_user_device_file_and_tree_file(tmp_path):
     f = tmp_path / "dev.toml"
-    f.write_text('[mychip]\nflops_per_s = 1e12\nmemory_bytes = 1e9\nmemory_bytes_per_s = 1e11\n'
-                 'link_bytes_per_s = 1e10\nlink_latency_s = 0\n')
+    f.write_text(
+        "[mychip]\nflops_per_s = 1e12\nmemory_bytes = 1e9\nmemory_bytes_per_s = 1e11\n"
+        "link_bytes_per_s = 1e10\nlink_latency_s = 0\n"
+    )
     kinds = load_devices(f)
     assert parse_array("mychip:4", devices=kinds).flops_per_s == 4e12
     tree = tmp_path / "arr.json"
-    tree.write_text('{"left": {"devices": "h100:2"}, "right": {"device": "a100"}, "gb_per_s": 25, "latency_us": 3}')
+    tree.write_text(
+        '{"left": {"devices": "h100:2"}, "right": {"device": "a100"}, "gb_per_s": 25, "latency_us": 3}'
+    )
     t = parse_array(str(tree))
     assert t.count == 3 and t.link.bytes_per_s == 25e9 and math.isclose(t.link.latency_s, 3e-6)
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ("h100:0", "count must be > 0"),
-    ("foo:2", "unknown device 'foo'"),
-    ("", "array must be a string"),
-])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("h100:0", "count must be > 0"),
+        ("foo:2", "unknown device 'foo'"),
+        ("", "array must be a string"),
+    ],
+)
 def test_bad_arrays(spec, msg):
     with pytest.raises(HardwareError, match=msg):
         parse_array(spec)
@@ -73,19 +82,26 @@ def test_group_at_a_path():
 
 def test_interchangeable_halves(tmp_path):
     """Same devices in the same tree and the same link each way; never a leaf."""
-    assert parse_array("h100:8").interchangeable_halves and parse_array("h100:8").left.interchangeable_halves
+    assert (
+        parse_array("h100:8").interchangeable_halves
+        and parse_array("h100:8").left.interchangeable_halves
+    )
     assert not parse_array("tpu-v2:1,tpu-v3:1").interchangeable_halves  # different devices
     assert not parse_array("h100:3").interchangeable_halves  # one device against two
     assert not parse_array("h100:1").interchangeable_halves
     tree = tmp_path / "asym.json"
-    tree.write_text('{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}')
+    tree.write_text(
+        '{"left": {"device": "h100"}, "right": {"device": "h100"}, "gb_per_s_left": 1, "gb_per_s_right": 100}'
+    )
     assert not parse_array(str(tree)).interchangeable_halves  # a link faster one way
 
 
 def _links(spec, **kw):
     """Per split path: (one port's GB/s, ports, latency us) of parse_array(spec)."""
-    return {p: (n.link.bytes_per_s / 1e9, n.link.ports, round(n.link.latency_s * 1e6, 3))
-            for p, n in parse_array(spec, **kw).inner_nodes()}
+    return {
+        p: (n.link.bytes_per_s / 1e9, n.link.ports, round(n.link.latency_s * 1e6, 3))
+        for p, n in parse_array(spec, **kw).inner_nodes()
+    }
 
 
 def test_switched_nodes_and_network_rails_give_a_port_per_device():
@@ -93,11 +109,19 @@ def test_switched_nodes_and_network_rails_give_a_port_per_device():
     device of the smaller half at 450 GB/s; between nodes, a 50 GB/s rail per GPU of the smaller
     half; TPUs and mixed kinds one link; ``fabric="papers"`` one link everywhere."""
     one = _links("h100:8")
-    assert one[""] == (450.0, 4, 2.0) and one["L"] == (450.0, 2, 2.0) and one["LL"] == (450.0, 1, 2.0)
+    assert (
+        one[""] == (450.0, 4, 2.0) and one["L"] == (450.0, 2, 2.0) and one["LL"] == (450.0, 1, 2.0)
+    )
     two = _links("h100:16")
-    assert two[""] == (50.0, 8, 5.0) and two["L"] == (450.0, 4, 2.0) and two["RRR"] == (450.0, 1, 2.0)
+    assert (
+        two[""] == (50.0, 8, 5.0) and two["L"] == (450.0, 4, 2.0) and two["RRR"] == (450.0, 1, 2.0)
+    )
     three = _links("h100:24")  # nodes split 2 | 1: the one node's 8 rails
-    assert three[""] == (50.0, 8, 5.0) and three["L"] == (50.0, 8, 5.0) and three["R"] == (450.0, 4, 2.0)
+    assert (
+        three[""] == (50.0, 8, 5.0)
+        and three["L"] == (50.0, 8, 5.0)
+        and three["R"] == (450.0, 4, 2.0)
+    )
     assert _links("h100:8,h100:8") == two  # two parts of one switched kind: two nodes
     assert _links("a100:16")[""] == (25.0, 8, 5.0)
     assert _links("h100:6")[""] == (450.0, 3, 2.0) and _links("h100:6")["L"] == (450.0, 1, 2.0)
@@ -113,21 +137,31 @@ def test_switched_nodes_and_network_rails_give_a_port_per_device():
 
 def test_tree_files_take_ports_and_device_files_take_a_fabric(tmp_path):
     tree = tmp_path / "t.toml"
-    tree.write_text('gb_per_s = 50\nports = 4\n[left]\ndevices = "h100:4"\n[right]\ndevices = "h100:4"\n')
+    tree.write_text(
+        'gb_per_s = 50\nports = 4\n[left]\ndevices = "h100:4"\n[right]\ndevices = "h100:4"\n'
+    )
     assert _links(str(tree))[""] == (50.0, 4, 2.0)
-    tree.write_text('gb_per_s = 50\nports = 5\n[left]\ndevices = "h100:4"\n[right]\ndevices = "h100:4"\n')
-    with pytest.raises(HardwareError, match="'ports' must be an integer from 1 to the smaller half's 4 devices"):
+    tree.write_text(
+        'gb_per_s = 50\nports = 5\n[left]\ndevices = "h100:4"\n[right]\ndevices = "h100:4"\n'
+    )
+    with pytest.raises(
+        HardwareError, match="'ports' must be an integer from 1 to the smaller half's 4 devices"
+    ):
         parse_array(str(tree))
     dev = tmp_path / "d.toml"
-    base = ("[x]\nflops_per_s = 1e12\nmemory_bytes = 1e9\nmemory_bytes_per_s = 1e9\nlink_bytes_per_s = 1e9\n"
-            "link_latency_s = 0\n")
+    base = (
+        "[x]\nflops_per_s = 1e12\nmemory_bytes = 1e9\nmemory_bytes_per_s = 1e9\nlink_bytes_per_s = 1e9\n"
+        "link_latency_s = 0\n"
+    )
     dev.write_text(base + "switch_devices = 2\nnic_bytes_per_s = 1e8\n")
     links = _links("x:4", devices=load_devices(dev))
     assert links[""] == (0.1, 2, 0.0) and links["L"] == (1.0, 1, 0.0)  # no nic latency: the link's
-    for bad, message in (("switch_devices = 1.5", "switch_devices must be an integer >= 0"),
-                         ("switch_devices = true", "switch_devices must be an integer >= 0"),
-                         ("nic_bytes_per_s = 0", "nic_bytes_per_s must be > 0"),
-                         ("nic_latency_s = -1", "nic_latency_s must be >= 0")):
+    for bad, message in (
+        ("switch_devices = 1.5", "switch_devices must be an integer >= 0"),
+        ("switch_devices = true", "switch_devices must be an integer >= 0"),
+        ("nic_bytes_per_s = 0", "nic_bytes_per_s must be > 0"),
+        ("nic_latency_s = -1", "nic_latency_s must be >= 0"),
+    ):
         dev.write_text(base + bad + "\n")
         with pytest.raises(HardwareError, match=message):
             load_devices(dev)
@@ -149,5 +183,7 @@ def test_bad_device_names_and_collectives_are_one_clear_error(tmp_path):
 def test_machine_names_count_nodes():
     """``dgx-h100:N`` is N nodes of 8 H100s (issue 31's built-in machines)."""
     assert _links("dgx-h100:2") == _links("h100:16")
-    assert parse_array("dgx-a100:3").count == 24 and parse_array("hgx-h200:1").describe() == "h200:8"
+    assert (
+        parse_array("dgx-a100:3").count == 24 and parse_array("hgx-h200:1").describe() == "h200:8"
+    )
     assert parse_array("DGX-H100:1,tpu-v3:8").count == 16

@@ -40,17 +40,31 @@ class Net:
         self.rng = np.random.default_rng(seed)
 
     def w(self, name, *shape):
-        self.inits.append(numpy_helper.from_array(self.rng.standard_normal(shape).astype(np.float32), name))
+        self.inits.append(
+            numpy_helper.from_array(self.rng.standard_normal(shape).astype(np.float32), name)
+        )
         return name
 
     def ints(self, name, values):
-        self.nodes.append(oh.make_node("Constant", [], [name], value=numpy_helper.from_array(
-            np.array(values, dtype=np.int64), name)))
+        self.nodes.append(
+            oh.make_node(
+                "Constant",
+                [],
+                [name],
+                value=numpy_helper.from_array(np.array(values, dtype=np.int64), name),
+            )
+        )
         return name
 
     def scalar(self, name, value):
-        self.nodes.append(oh.make_node("Constant", [], [name], value=numpy_helper.from_array(
-            np.array(value, dtype=np.float32), name)))
+        self.nodes.append(
+            oh.make_node(
+                "Constant",
+                [],
+                [name],
+                value=numpy_helper.from_array(np.array(value, dtype=np.float32), name),
+            )
+        )
         return name
 
     def op(self, op_type, inputs, output=None, name=None, outputs=None, **attrs):
@@ -59,8 +73,13 @@ class Net:
         return outs[0] if len(outs) == 1 else outs
 
     def model(self, x, out, opset=17, name="g"):
-        graph = oh.make_graph(self.nodes, name, [x], [oh.make_tensor_value_info(out, TensorProto.FLOAT, None)],
-                              self.inits)
+        graph = oh.make_graph(
+            self.nodes,
+            name,
+            [x],
+            [oh.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+            self.inits,
+        )
         return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
 
 
@@ -74,7 +93,11 @@ def cnn_model():
     h = n.op("Relu", [h], "r1")
     p = n.op("MaxPool", [h], "pool", kernel_shape=[2, 2], strides=[2, 2])
     h = n.op("Conv", [p, n.w("c2.w", 16, 16, 3, 3)], "c2", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    h = n.op("BatchNormalization", [h, n.w("bn.s", 16), n.w("bn.b", 16), n.w("bn.m", 16), n.w("bn.v", 16)], "bn")
+    h = n.op(
+        "BatchNormalization",
+        [h, n.w("bn.s", 16), n.w("bn.b", 16), n.w("bn.m", 16), n.w("bn.v", 16)],
+        "bn",
+    )
     h = n.op("Add", [h, p], "add")
     h = n.op("Relu", [h], "r2")
     c = n.op("Conv", [h, n.w("c3.w", 8, 16, 1, 1), n.w("c3.b", 8)], "c3")
@@ -86,19 +109,23 @@ def cnn_model():
 
 
 def cnn_by_hand():
-    return Graph("cnn", Shape(3, 32, 32), (
-        Conv2d("c1", (INPUT,), out_channels=16, kernel=(3, 3), padding=(1, 1)),
-        Activation("r1", ("c1",)),
-        Pool2d("pool", ("r1",), mode="max", kernel=(2, 2), stride=(2, 2)),
-        Conv2d("c2", ("pool",), out_channels=16, kernel=(3, 3), padding=(1, 1), bias=False),
-        Norm("bn", ("c2",), kind="batch"),
-        Add("add", ("bn", "pool")),
-        Activation("r2", ("add",)),
-        Conv2d("c3", ("r2",), out_channels=8, kernel=(1, 1)),
-        Concat("cat", ("c3", "r2")),
-        Pool2d("gap", ("cat",), mode="avg", output_size=(1, 1)),
-        Linear("fc", ("gap",), out_features=10),
-    ))
+    return Graph(
+        "cnn",
+        Shape(3, 32, 32),
+        (
+            Conv2d("c1", (INPUT,), out_channels=16, kernel=(3, 3), padding=(1, 1)),
+            Activation("r1", ("c1",)),
+            Pool2d("pool", ("r1",), mode="max", kernel=(2, 2), stride=(2, 2)),
+            Conv2d("c2", ("pool",), out_channels=16, kernel=(3, 3), padding=(1, 1), bias=False),
+            Norm("bn", ("c2",), kind="batch"),
+            Add("add", ("bn", "pool")),
+            Activation("r2", ("add",)),
+            Conv2d("c3", ("r2",), out_channels=8, kernel=(1, 1)),
+            Concat("cat", ("c3", "r2")),
+            Pool2d("gap", ("cat",), mode="avg", output_size=(1, 1)),
+            Linear("fc", ("gap",), out_features=10),
+        ),
+    )
 
 
 def test_cnn_matches_hand_built_graph():
@@ -139,7 +166,9 @@ def gpt_block_model(h=64, heads=4, seq=16, vocab=100):
     a = n.op("LayerNormalization", [x, n.w("ln1.g", h), n.w("ln1.b", h)], "ln1", axis=-1)
     a = n.op("MatMul", [a, n.w("qkv.w", h, 3 * h)], "qkv")
     a = n.op("Add", [a, n.w("qkv.b", 3 * h)], "qkv_bias")
-    q, k, v = n.op("Split", [a, n.ints("sizes", [h, h, h])], outputs=["q", "k", "v"], name="split", axis=2)
+    q, k, v = n.op(
+        "Split", [a, n.ints("sizes", [h, h, h])], outputs=["q", "k", "v"], name="split", axis=2
+    )
     heads_shape = n.ints("heads_shape", [0, seq, heads, d])
     q = n.op("Transpose", [n.op("Reshape", [q, heads_shape], "q4")], "qt", perm=[0, 2, 1, 3])
     k = n.op("Transpose", [n.op("Reshape", [k, heads_shape], "k4")], "kt", perm=[0, 2, 3, 1])
@@ -148,15 +177,25 @@ def gpt_block_model(h=64, heads=4, seq=16, vocab=100):
     s = n.op("Div", [s, n.scalar("scale", math.sqrt(d))], "scaled")
     s = n.op("Softmax", [s], "probs", axis=-1)
     y = n.op("MatMul", [s, v], "attn")
-    y = n.op("Reshape", [n.op("Transpose", [y], "yt", perm=[0, 2, 1, 3]), n.ints("seq_shape", [0, seq, h])], "y")
-    y = n.op("Add", [n.op("MatMul", [y, n.w("proj.w", h, h)], "proj"), n.w("proj.b", h)], "proj_bias")
+    y = n.op(
+        "Reshape",
+        [n.op("Transpose", [y], "yt", perm=[0, 2, 1, 3]), n.ints("seq_shape", [0, seq, h])],
+        "y",
+    )
+    y = n.op(
+        "Add", [n.op("MatMul", [y, n.w("proj.w", h, h)], "proj"), n.w("proj.b", h)], "proj_bias"
+    )
     x = n.op("Add", [x, y], "add1")
     m = n.op("LayerNormalization", [x, n.w("ln2.g", h), n.w("ln2.b", h)], "ln2", axis=-1)
-    m = n.op("Add", [n.op("MatMul", [m, n.w("fc1.w", h, 4 * h)], "fc1"), n.w("fc1.b", 4 * h)], "fc1_bias")
+    m = n.op(
+        "Add", [n.op("MatMul", [m, n.w("fc1.w", h, 4 * h)], "fc1"), n.w("fc1.b", 4 * h)], "fc1_bias"
+    )
     e = n.op("Erf", [n.op("Div", [m, n.scalar("sqrt2", math.sqrt(2.0))], "gelu_div")], "gelu_erf")
     e = n.op("Add", [e, n.scalar("one", 1.0)], "gelu_add")
     m = n.op("Mul", [n.op("Mul", [m, e], "gelu_mul"), n.scalar("half", 0.5)], "gelu")
-    m = n.op("Add", [n.op("MatMul", [m, n.w("fc2.w", 4 * h, h)], "fc2"), n.w("fc2.b", h)], "fc2_bias")
+    m = n.op(
+        "Add", [n.op("MatMul", [m, n.w("fc2.w", 4 * h, h)], "fc2"), n.w("fc2.b", h)], "fc2_bias"
+    )
     x = n.op("Add", [x, m], "add2")
     x = n.op("LayerNormalization", [x, n.w("lnf.g", h), n.w("lnf.b", h)], "ln_f", axis=-1)
     n.op("MatMul", [x, n.op("Transpose", ["wte"], "wte_t", perm=[1, 0])], "lm_head")
@@ -174,7 +213,9 @@ def test_gpt_block_equals_gpt_config():
     assert isinstance(attn, Attention) and attn.heads == 4 and attn.inputs == ("qkv",)
     assert g.layer("qkv").bias is True and g.layer("qkv").per_position  # the Add of qkv.b folded in
     assert g.layer("gelu_erf").function == "gelu"  # x * (1 + erf(x / sqrt 2)) / 2
-    assert g.layer("wpe_lookup").inputs == (INPUT,)  # positions from a constant read the token input
+    assert g.layer("wpe_lookup").inputs == (
+        INPUT,
+    )  # positions from a constant read the token input
     assert g.layer("add1").inputs == ("embed", "proj")  # the residual join
 
 
@@ -183,9 +224,16 @@ def test_gelu_node_and_symbolic_sizes():
     x = oh.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", 32])
     h = n.op("Add", [n.op("MatMul", ["x", n.w("w1", 32, 64)], "fc1"), n.w("b1", 64)], "fc1_bias")
     h = n.op("Gelu", [h], "act")
-    n.op("ReduceMean", [n.op("MatMul", [h, n.w("w2", 64, 8)], "fc2"), n.ints("axes", [1])], "pool", keepdims=0)
+    n.op(
+        "ReduceMean",
+        [n.op("MatMul", [h, n.w("w2", 64, 8)], "fc2"), n.ints("axes", [1])],
+        "pool",
+        keepdims=0,
+    )
     model = n.model(x, "pool", opset=20, name="mlp")
-    with pytest.raises(GraphError, match=r"model 'mlp': input 'x' dim 1 is symbolic \('S'\); pass input_shape"):
+    with pytest.raises(
+        GraphError, match=r"model 'mlp': input 'x' dim 1 is symbolic \('S'\); pass input_shape"
+    ):
         from_onnx(model)
     g = from_onnx(model, input_shape=(10, 32))
     assert g.input_shape == Shape(32, 10, 1)
@@ -205,7 +253,9 @@ def test_unsupported_ops_are_root_causes():
     with pytest.raises(GraphError) as info:
         from_onnx(n.model(x, "glu", name="bad"))
     msg = str(info.value)
-    assert msg.startswith("model 'bad': 2 operator(s) the onnx importer cannot map to the layer graph: "), msg
+    assert msg.startswith(
+        "model 'bad': 2 operator(s) the onnx importer cannot map to the layer graph: "
+    ), msg
     assert "Conv x1 at conv1d_a (a Conv whose weight is not a 4-D initializer" in msg
     assert "Cos x1 at cos" in msg and "Sin" not in msg and "glu" not in msg
     assert "Supported: Conv, Gemm, MatMul" in msg
@@ -218,9 +268,16 @@ def test_input_errors(tmp_path):
         from_onnx(bad)
     a = oh.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 4])
     b = oh.make_tensor_value_info("b", TensorProto.FLOAT, ["N", 4])
-    graph = oh.make_graph([oh.make_node("Add", ["a", "b"], ["y"])], "two", [a, b],
-                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    with pytest.raises(GraphError, match=r"model 'two': needs exactly one data input \(not an initializer\); has a, b"):
+    graph = oh.make_graph(
+        [oh.make_node("Add", ["a", "b"], ["y"])],
+        "two",
+        [a, b],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(
+        GraphError,
+        match=r"model 'two': needs exactly one data input \(not an initializer\); has a, b",
+    ):
         from_onnx(oh.make_model(graph))
 
 
@@ -270,7 +327,9 @@ def test_real_torch_onnx_export_of_decomposed_patterns():
         buf = io.BytesIO()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(block, (torch.zeros(2, 16, 32),), buf, dynamo=False, opset_version=opset)
+            torch.onnx.export(
+                block, (torch.zeros(2, 16, 32),), buf, dynamo=False, opset_version=opset
+            )
         model = onnx.load_from_string(buf.getvalue())
         ops = {n.op_type for n in model.graph.node}
         assert {"Pow", "ReduceMean", "Sqrt", "Softmax", "Sigmoid", "Clip"} <= ops
@@ -278,8 +337,22 @@ def test_real_torch_onnx_export_of_decomposed_patterns():
         g = from_onnx(model, name="block")
         kinds = [type(layer).__name__ for layer in g.layers]
         assert kinds == [type(layer).__name__ for layer in reference.layers]
-        assert kinds.count("Norm") == 2 and kinds.count("Attention") == 1 and kinds.count("Glu") == 1
-        assert [layer.kind for layer in g.layers if kinds[g.layers.index(layer)] == "Norm"] == ["rms", "rms"]
-        assert [layer.function for layer in g.layers if type(layer).__name__ == "Activation"] == ["gelu", "relu6"]
-        assert g.parameter_count() == reference.parameter_count() == sum(p.numel() for p in block.parameters())
-        assert sum(p.flops for p in layer_profiles(g, 1)) == sum(p.flops for p in layer_profiles(reference, 1))
+        assert (
+            kinds.count("Norm") == 2 and kinds.count("Attention") == 1 and kinds.count("Glu") == 1
+        )
+        assert [layer.kind for layer in g.layers if kinds[g.layers.index(layer)] == "Norm"] == [
+            "rms",
+            "rms",
+        ]
+        assert [layer.function for layer in g.layers if type(layer).__name__ == "Activation"] == [
+            "gelu",
+            "relu6",
+        ]
+        assert (
+            g.parameter_count()
+            == reference.parameter_count()
+            == sum(p.numel() for p in block.parameters())
+        )
+        assert sum(p.flops for p in layer_profiles(g, 1)) == sum(
+            p.flops for p in layer_profiles(reference, 1)
+        )

@@ -12,7 +12,16 @@ F = torch.nn.functional
 
 from parplan.costmodel.dims import layer_profiles  # noqa: E402
 from parplan.costmodel.evaluate import evaluate  # noqa: E402
-from parplan.costmodel.graph import Add, Attention, Concat, Embedding, Flatten, Linear, Pool2d, Shape  # noqa: E402
+from parplan.costmodel.graph import (  # noqa: E402
+    Add,
+    Attention,
+    Concat,
+    Embedding,
+    Flatten,
+    Linear,
+    Pool2d,
+    Shape,
+)
 from parplan.costmodel.hardware import parse_array  # noqa: E402
 from parplan.costmodel.problem import Problem  # noqa: E402
 from parplan.errors import ConfigError, GraphError  # noqa: E402
@@ -43,7 +52,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(planes)
         self.downsample = None
         if stride != 1 or cin != planes:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
+            )
 
     def forward(self, x):
         identity = x if self.downsample is None else self.downsample(x)
@@ -62,7 +73,9 @@ class ResNet18(nn.Module):
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         stages, cin = [], 64
         for i, planes in enumerate((64, 128, 256, 512)):
-            stages.append(nn.Sequential(BasicBlock(cin, planes, 2 if i else 1), BasicBlock(planes, planes, 1)))
+            stages.append(
+                nn.Sequential(BasicBlock(cin, planes, 2 if i else 1), BasicBlock(planes, planes, 1))
+            )
             cin = planes
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
@@ -162,7 +175,10 @@ def test_resnet18_equals_zoo():
     assert len(g.weighted_layers()) == len(zoo.weighted_layers()) == 21
     info, zinfo = g.analyze(), zoo.analyze()
     assert info.out_shape["layer4.1.conv2"] == zinfo.out_shape["layer4.1.conv2"] == Shape(512, 7, 7)
-    assert g.layer("layer1.0.add").inputs == ("layer1.0.bn2", "maxpool")  # residual join of the block input
+    assert g.layer("layer1.0.add").inputs == (
+        "layer1.0.bn2",
+        "maxpool",
+    )  # residual join of the block input
     assert g.layer("layer2.0.add").inputs == ("layer2.0.bn2", "layer2.0.downsample.1")
     # the same planning problem: data parallelism moves the same amount and takes the same time
     arr = parse_array("tpu-v2:1,tpu-v3:1")
@@ -173,11 +189,15 @@ def test_resnet18_equals_zoo():
 
 
 def test_import_keeps_module_state():
-    model = nn.Sequential(BasicBlock(3, 8, 2), nn.Flatten(), nn.Dropout(), nn.Linear(8 * 4 * 4, 2)).train()
+    model = nn.Sequential(
+        BasicBlock(3, 8, 2), nn.Flatten(), nn.Dropout(), nn.Linear(8 * 4 * 4, 2)
+    ).train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     g = from_torch(model, (3, 8, 8))
     assert all(m.training for m in model.modules())
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BN statistics untouched
+    assert all(
+        torch.equal(before[k], v) for k, v in model.state_dict().items()
+    )  # BN statistics untouched
     assert g.parameter_count() == torch_params(model)
     model.eval()
     from_torch(model, (3, 8, 8))
@@ -206,14 +226,20 @@ def test_small_bert_equals_bert_config(capture):
     assert g.parameter_count() == zoo.parameter_count() == torch_params(model)
     assert flops(g) == flops(zoo)
     kinds = [type(layer).__name__ for layer in g.layers]
-    assert kinds.count("Attention") == 2 and kinds.count("Concat") == 0 and kinds.count("Embedding") == 3
+    assert (
+        kinds.count("Attention") == 2
+        and kinds.count("Concat") == 0
+        and kinds.count("Embedding") == 3
+    )
     assert kinds.count("Pool2d") == 1  # x[:, 0] picks the [CLS] position
     # separate q, k, v projections of one input are fused into one, as the zoo builds them
     attn = [layer for layer in g.layers if isinstance(layer, Attention)][0]
     qkv = g.layer(attn.inputs[0])
     assert isinstance(qkv, Linear) and qkv.out_features == 3 * 128 and qkv.bias and attn.heads == 4
     assert g.analyze().out_shape[attn.name] == Shape(128, 32, 1)
-    pick = "getitem" if capture == "fx" else "select"  # layer names follow each frontend's node names
+    pick = (
+        "getitem" if capture == "fx" else "select"
+    )  # layer names follow each frontend's node names
     assert isinstance(g.layer(pick), Pool2d)
 
 
@@ -262,26 +288,35 @@ def test_multihead_attention_module_and_flatten(capture):
     net = Net()
     g = from_torch(net, (16,), capture=capture)
     assert g.parameter_count() == torch_params(net)
-    assert [type(layer).__name__ for layer in g.layers if type(layer).__name__ in ("Linear", "Attention")] == \
-        ["Linear", "Attention", "Linear", "Linear"]  # in_proj, the core, out_proj, fc
+    assert [
+        type(layer).__name__
+        for layer in g.layers
+        if type(layer).__name__ in ("Linear", "Attention")
+    ] == ["Linear", "Attention", "Linear", "Linear"]  # in_proj, the core, out_proj, fc
     assert flops(g) == flops(gpt_like_mha(16, 32, 4, 5))
     flat = [layer for layer in g.layers if isinstance(layer, Flatten)]
-    assert len(flat) == 1 and isinstance(g.layer(flat[0].inputs[0]), Add)  # view(B, -1) of the (32, 16) sum
+    assert len(flat) == 1 and isinstance(
+        g.layer(flat[0].inputs[0]), Add
+    )  # view(B, -1) of the (32, 16) sum
 
 
 def gpt_like_mha(seq, hidden, heads, out):
     """The same network written in the IR."""
     from parplan.costmodel.graph import Graph
 
-    return Graph("mha", Shape(1, seq, 1), (
-        Embedding("emb", ("input",), num=100, dim=hidden),
-        Linear("in", ("emb",), out_features=3 * hidden, per_position=True),
-        Attention("attn", ("in",), heads=heads),
-        Linear("out", ("attn",), out_features=hidden, per_position=True),
-        Add("add", ("emb", "out")),
-        Flatten("flat", ("add",)),
-        Linear("fc", ("flat",), out_features=out),
-    ))
+    return Graph(
+        "mha",
+        Shape(1, seq, 1),
+        (
+            Embedding("emb", ("input",), num=100, dim=hidden),
+            Linear("in", ("emb",), out_features=3 * hidden, per_position=True),
+            Attention("attn", ("in",), heads=heads),
+            Linear("out", ("attn",), out_features=hidden, per_position=True),
+            Add("add", ("emb", "out")),
+            Flatten("flat", ("add",)),
+            Linear("fc", ("flat",), out_features=out),
+        ),
+    )
 
 
 def test_unsupported_ops_are_root_causes_at_module_paths():
@@ -308,8 +343,12 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
     with pytest.raises(GraphError) as info:
         from_torch(Bad(), (4, 16), name="bad")
     msg = str(info.value)
-    assert msg.startswith("model 'bad': 2 operator(s) the torch importer cannot map to the layer graph: "), msg
-    assert "aten.conv1d x1 at encoder.0.conv" in msg  # encoder.1's conv reads its output: not a root cause
+    assert msg.startswith(
+        "model 'bad': 2 operator(s) the torch importer cannot map to the layer graph: "
+    ), msg
+    assert (
+        "aten.conv1d x1 at encoder.0.conv" in msg
+    )  # encoder.1's conv reads its output: not a root cause
     assert "aten.group_norm x1 at gn" in msg  # sin reads gn's output: not reported
     assert "Supported: convolutions (2-D)" in msg
 
@@ -320,14 +359,19 @@ def test_user_errors():
             return x if x.sum() > 0 else -x
 
     # where in the model capture failed, and that the fx fallback failed too
-    with pytest.raises(GraphError, match=r"model 'Branchy': torch.export cannot capture it: at .*test_import_torch.py:"
-                       r"\d+ in forward \(`return x if x.sum\(\) > 0 else -x`\).*torch.fx fallback failed too"):
+    with pytest.raises(
+        GraphError,
+        match=r"model 'Branchy': torch.export cannot capture it: at .*test_import_torch.py:"
+        r"\d+ in forward \(`return x if x.sum\(\) > 0 else -x`\).*torch.fx fallback failed too",
+    ):
         from_torch(Branchy(), (4,))
     with pytest.raises(GraphError, match=r"model 'Branchy': torch.fx cannot trace it"):
         from_torch(Branchy(), (4,), capture="fx")
     with pytest.raises(GraphError, match=r"cannot capture it.*check input_shape"):
         from_torch(nn.Linear(4, 2), (5,), capture="export")
-    with pytest.raises(GraphError, match=r"running it on an example input of shape \(1, 5\).*check input_shape"):
+    with pytest.raises(
+        GraphError, match=r"running it on an example input of shape \(1, 5\).*check input_shape"
+    ):
         from_torch(nn.Linear(4, 2), (5,), capture="fx")
     with pytest.raises(ConfigError, match=r"input_shape must be positive sizes"):
         from_torch(nn.Linear(4, 2), (0,))
@@ -339,16 +383,20 @@ def test_user_errors():
 
 def test_load_external_python_factory(tmp_path):
     src = tmp_path / "mymodels.py"
-    src.write_text(textwrap.dedent("""
+    src.write_text(
+        textwrap.dedent("""
         import torch.nn as nn
         def mlp():
             return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)), (32,)
         def not_a_model():
             return 3
-    """))
+    """)
+    )
     g = load_external(f"{src}:mlp")
     assert g.name == "mymodels.mlp" and g.parameter_count() == 32 * 64 + 64 + 64 * 10 + 10
-    with pytest.raises(ConfigError, match=r"must return a parplan Graph or an \(nn.Module, input_shape\) pair"):
+    with pytest.raises(
+        ConfigError, match=r"must return a parplan Graph or an \(nn.Module, input_shape\) pair"
+    ):
         load_external(f"{src}:not_a_model")
     with pytest.raises(ConfigError, match=r"has no function 'missing'"):
         load_external(f"{src}:missing")
@@ -406,40 +454,75 @@ def test_register_module_and_op():
 
     def sorted_mlp(c):  # the module as two linear layers (the sort is a permutation: free)
         b, m = c.builder, c.module
-        h = b.linear(f"{c.name}.fc1", c.inputs[0], c.in_shapes[0], m.hidden, bias=False, key=f"{c.name}.w1")
+        h = b.linear(
+            f"{c.name}.fc1", c.inputs[0], c.in_shapes[0], m.hidden, bias=False, key=f"{c.name}.w1"
+        )
         h = b.activation(f"{c.name}.relu", h, "relu")
-        return b.linear(f"{c.name}.fc2", h, (*c.in_shapes[0][:-1], m.hidden), c.out_shape[-1], bias=False,
-                        key=f"{c.name}.w2")
+        return b.linear(
+            f"{c.name}.fc2",
+            h,
+            (*c.in_shapes[0][:-1], m.hidden),
+            c.out_shape[-1],
+            bias=False,
+            key=f"{c.name}.w2",
+        )
 
     register_module(Sorted, sorted_mlp)
     try:
-        with pytest.raises(GraphError, match=r"1 operator\(s\) .*: parplan_test.proj x1 at top level\. Supported"):
+        with pytest.raises(
+            GraphError, match=r"1 operator\(s\) .*: parplan_test.proj x1 at top level\. Supported"
+        ):
             from_torch(net, (8, 16), name="net")
     except BaseException:
         unregister(Sorted)
         raise
-    register_op("parplan_test::proj", lambda c: c.builder.linear(c.name, c.inputs[0], c.in_shapes[0],
-                                                                 c.inputs[1].shape[1], bias=False, key=c.inputs[1].key))
+    register_op(
+        "parplan_test::proj",
+        lambda c: c.builder.linear(
+            c.name,
+            c.inputs[0],
+            c.in_shapes[0],
+            c.inputs[1].shape[1],
+            bias=False,
+            key=c.inputs[1].key,
+        ),
+    )
     try:
         g = from_torch(net, (8, 16), name="net")
     finally:
         unregister(Sorted)
         unregister("parplan_test::proj")
     kinds = [(layer.name, type(layer).__name__) for layer in g.layers]
-    assert kinds == [("inp", "Linear"), ("block.fc1", "Linear"), ("block.relu", "Activation"),
-                     ("block.fc2", "Linear"), ("proj", "Linear")]
+    assert kinds == [
+        ("inp", "Linear"),
+        ("block.fc1", "Linear"),
+        ("block.relu", "Activation"),
+        ("block.fc2", "Linear"),
+        ("proj", "Linear"),
+    ]
     # the op reuses inp's weight: counted once, as torch counts it
     assert g.parameter_count() == torch_params(net)
     assert g.analyze().out_shape["proj"] == Shape(16, 8, 1)
 
 
 def test_captured_programs_are_used_as_they_are():
-    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10))
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10)
+    )
     program = torch.export.export(net, (torch.zeros(5, 3, 16, 16),))
-    graphs = [from_torch(program, name="ep"), from_torch(program.module(), name="gm"),
-              from_torch(net, (3, 16, 16), name="m", capture="export"), from_torch(net, (3, 16, 16), capture="fx")]
+    graphs = [
+        from_torch(program, name="ep"),
+        from_torch(program.module(), name="gm"),
+        from_torch(net, (3, 16, 16), name="m", capture="export"),
+        from_torch(net, (3, 16, 16), capture="fx"),
+    ]
     for g in graphs:  # the input shape is read off the program; no re-tracing
-        assert [type(layer).__name__ for layer in g.layers] == ["Conv2d", "Activation", "Flatten", "Linear"]
+        assert [type(layer).__name__ for layer in g.layers] == [
+            "Conv2d",
+            "Activation",
+            "Flatten",
+            "Linear",
+        ]
         assert g.input_shape == Shape(3, 16, 16) and g.parameter_count() == torch_params(net)
     with torch.device("meta"):  # weights never allocated
         big = nn.Sequential(nn.Linear(8192, 28672), nn.SiLU(), nn.Linear(28672, 8192))

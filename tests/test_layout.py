@@ -6,7 +6,14 @@ import math
 import pytest
 
 from parplan.costmodel.layout import Layout, PartitionType, transition_table
-from pricing_oracle import backward_received, forward_received, hold_extent, intersect_holds, need_extent, union_needs
+from pricing_oracle import (
+    backward_received,
+    forward_received,
+    hold_extent,
+    intersect_holds,
+    need_extent,
+    union_needs,
+)
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 
@@ -29,7 +36,9 @@ EQUAL_SHARE_TABLE = {
 def test_equal_shares_give_the_classic_table(pair, a):
     side1, side2 = transition_table(*pair, a)
     assert math.isclose(side1, EQUAL_SHARE_TABLE[pair](a), abs_tol=1e-15)
-    assert math.isclose(side2, EQUAL_SHARE_TABLE[pair](1 - a), abs_tol=1e-15)  # side 2: swap a and 1 - a
+    assert math.isclose(
+        side2, EQUAL_SHARE_TABLE[pair](1 - a), abs_tol=1e-15
+    )  # side 2: swap a and 1 - a
 
 
 def test_half_share_equals_published_hypar_table():
@@ -58,7 +67,9 @@ def test_a_side_without_work_needs_nothing_and_holds_nothing():
 def test_join_at_share_zero_is_no_free_converter():
     # rows(1/2) -> join rows(0) -> cols(1/2) costs at least the direct rows -> cols re-layout
     direct = sum(transition_table(B, I, 0.5, 0.5))
-    via = sum(transition_table(B, Layout.ROWS, 0.5, 0.0)) + sum(transition_table(Layout.ROWS, I, 0.0, 0.5))
+    via = sum(transition_table(B, Layout.ROWS, 0.5, 0.0)) + sum(
+        transition_table(Layout.ROWS, I, 0.0, 0.5)
+    )
     assert via >= direct
 
 

@@ -104,13 +104,19 @@ def level_plans(draw):
     0, 1/2 or 1: groups of a depth then have the same sizes and state tables, and their regions
     differ (translates or not), so the memo is asked for the same tables in many frames."""
     g = draw(graphs(max_weighted=4, max_joins=2))
-    p = Problem(g, parse_array(draw(st.sampled_from(["h100:4", "h100:8", "v100:8@ring:ring"]))),
-                batch=draw(st.sampled_from([8, 64])))
+    p = Problem(
+        g,
+        parse_array(draw(st.sampled_from(["h100:4", "h100:8", "v100:8@ring:ring"]))),
+        batch=draw(st.sampled_from([8, 64])),
+    )
     by_depth = {}
     splits = {}
     for path, _ in p.array.inner_nodes():
         if len(path) not in by_depth:
-            choices = tuple(draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER)) for n in p.planning.nodes)
+            choices = tuple(
+                draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER))
+                for n in p.planning.nodes
+            )
             shares = tuple(draw(st.sampled_from([0.0, 0.5, 0.5, 1.0])) for _ in p.planning.nodes)
             by_depth[len(path)] = Split(choices, shares)
         splits[path] = by_depth[len(path)]
@@ -123,8 +129,14 @@ def test_groups_of_a_depth_are_priced_in_their_own_frames(case):
     assert_memo_changes_nothing(*case)
 
 
-@pytest.mark.parametrize("model,array", [("vgg11", "h100:16"), ("resnet-2block", "tpu-v2:2,tpu-v3:2"),
-                                         ("alexnet", "tpu-v2:4,tpu-v3:4")])
+@pytest.mark.parametrize(
+    "model,array",
+    [
+        ("vgg11", "h100:16"),
+        ("resnet-2block", "tpu-v2:2,tpu-v3:2"),
+        ("alexnet", "tpu-v2:4,tpu-v3:4"),
+    ],
+)
 def test_plans_do_not_depend_on_the_memo(model, array):
     p = Problem(get_model(model), parse_array(array), batch=256)
     split.clear_memo()
@@ -143,5 +155,7 @@ def test_sibling_groups_share_entries(monkeypatch):
     p = Problem(get_model("vgg11"), parse_array("h100:16"), batch=256)
     split.clear_memo()
     plan = make_plan(p, "accpar-topdown", objective="communication", shares="half")
-    asked = len(plan.splits) * len(p.planning.nodes) * 2  # a factor and the chosen split's terms per node
+    asked = (
+        len(plan.splits) * len(p.planning.nodes) * 2
+    )  # a factor and the chosen split's terms per node
     assert 0 < len(calls) < asked / 2

@@ -7,7 +7,18 @@ from pathlib import Path
 import pytest
 
 import parplan.models.modelfile as modelfile_module
-from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Flatten, Graph, Linear, Norm, Pool2d, Shape
+from parplan.costmodel.graph import (
+    Activation,
+    Add,
+    Concat,
+    Conv2d,
+    Flatten,
+    Graph,
+    Linear,
+    Norm,
+    Pool2d,
+    Shape,
+)
 from parplan.errors import ConfigError, GraphError
 from parplan.models.modelfile import (
     dumps_model_toml,
@@ -26,22 +37,33 @@ ZOO_NAMES = ", ".join(MODELS)
 
 
 def _conv(name, src, out, k, s=1, p=0):
-    return Conv2d(name, (src,), out_channels=out, kernel=(k, k), stride=(s, s), padding=(p, p), bias=False)
+    return Conv2d(
+        name, (src,), out_channels=out, kernel=(k, k), stride=(s, s), padding=(p, p), bias=False
+    )
 
 
 def tiny_resnet_in_code() -> Graph:
     """The graph examples/tiny_resnet.toml describes, built directly."""
     layers = [
-        _conv("conv1", "input", 16, 3, p=1), Norm("bn1", ("conv1",)), Activation("relu", ("bn1",)),
-        _conv("block1.conv1", "relu", 16, 3, p=1), Norm("block1.bn1", ("block1.conv1",)),
+        _conv("conv1", "input", 16, 3, p=1),
+        Norm("bn1", ("conv1",)),
+        Activation("relu", ("bn1",)),
+        _conv("block1.conv1", "relu", 16, 3, p=1),
+        Norm("block1.bn1", ("block1.conv1",)),
         Activation("block1.relu1", ("block1.bn1",)),
-        _conv("block1.conv2", "block1.relu1", 16, 3, p=1), Norm("block1.bn2", ("block1.conv2",)),
-        Add("block1.add", ("block1.bn2", "relu")), Activation("block1.relu", ("block1.add",)),
-        _conv("block2.conv1", "block1.relu", 32, 3, s=2, p=1), Norm("block2.bn1", ("block2.conv1",)),
+        _conv("block1.conv2", "block1.relu1", 16, 3, p=1),
+        Norm("block1.bn2", ("block1.conv2",)),
+        Add("block1.add", ("block1.bn2", "relu")),
+        Activation("block1.relu", ("block1.add",)),
+        _conv("block2.conv1", "block1.relu", 32, 3, s=2, p=1),
+        Norm("block2.bn1", ("block2.conv1",)),
         Activation("block2.relu1", ("block2.bn1",)),
-        _conv("block2.conv2", "block2.relu1", 32, 3, p=1), Norm("block2.bn2", ("block2.conv2",)),
-        _conv("block2.downsample.0", "block1.relu", 32, 1, s=2), Norm("block2.downsample.1", ("block2.downsample.0",)),
-        Add("block2.add", ("block2.bn2", "block2.downsample.1")), Activation("block2.relu", ("block2.add",)),
+        _conv("block2.conv2", "block2.relu1", 32, 3, p=1),
+        Norm("block2.bn2", ("block2.conv2",)),
+        _conv("block2.downsample.0", "block1.relu", 32, 1, s=2),
+        Norm("block2.downsample.1", ("block2.downsample.0",)),
+        Add("block2.add", ("block2.bn2", "block2.downsample.1")),
+        Activation("block2.relu", ("block2.add",)),
         Pool2d("avgpool", ("block2.relu",), mode="avg", output_size=(1, 1)),
         Flatten("flatten", ("avgpool",)),
         Linear("fc", ("flatten",), out_features=10),
@@ -70,8 +92,22 @@ def test_json_description_equals_graph_built_in_code(tmp_path):
         "input": [4, 8, 8],
         "layers": [
             {"name": "a", "type": "conv2d", "out_channels": 6, "kernel": [3, 3], "padding": 1},
-            {"name": "b", "type": "maxpool", "kernel": 3, "stride": 1, "padding": 1, "inputs": ["a"]},
-            {"name": "c", "type": "conv", "out_channels": 2, "kernel": 1, "bias": False, "inputs": ["a"]},
+            {
+                "name": "b",
+                "type": "maxpool",
+                "kernel": 3,
+                "stride": 1,
+                "padding": 1,
+                "inputs": ["a"],
+            },
+            {
+                "name": "c",
+                "type": "conv",
+                "out_channels": 2,
+                "kernel": 1,
+                "bias": False,
+                "inputs": ["a"],
+            },
             {"name": "cat", "type": "concat", "inputs": ["b", "c"]},
             {"name": "ln", "type": "layernorm", "affine": False},
             {"name": "drop", "type": "dropout"},
@@ -81,16 +117,20 @@ def test_json_description_equals_graph_built_in_code(tmp_path):
     }
     path = tmp_path / "diamond.json"
     path.write_text(json.dumps(data))
-    expected = Graph("diamond", Shape(4, 8, 8), (
-        Conv2d("a", ("input",), out_channels=6, kernel=(3, 3), padding=(1, 1)),
-        Pool2d("b", ("a",), mode="max", kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
-        Conv2d("c", ("a",), out_channels=2, kernel=(1, 1), bias=False),
-        Concat("cat", ("b", "c")),
-        Norm("ln", ("cat",), kind="layer", affine=False),
-        Activation("drop", ("ln",), function="dropout"),
-        Flatten("flat", ("drop",)),
-        Linear("out", ("flat",), out_features=3),
-    ))
+    expected = Graph(
+        "diamond",
+        Shape(4, 8, 8),
+        (
+            Conv2d("a", ("input",), out_channels=6, kernel=(3, 3), padding=(1, 1)),
+            Pool2d("b", ("a",), mode="max", kernel=(3, 3), stride=(1, 1), padding=(1, 1)),
+            Conv2d("c", ("a",), out_channels=2, kernel=(1, 1), bias=False),
+            Concat("cat", ("b", "c")),
+            Norm("ln", ("cat",), kind="layer", affine=False),
+            Activation("drop", ("ln",), function="dropout"),
+            Flatten("flat", ("drop",)),
+            Linear("out", ("flat",), out_features=3),
+        ),
+    )
     g = load_model_file(path)
     assert g == expected
     assert g.analyze().out_shape["cat"] == Shape(6 + 2, 8, 8)
@@ -98,9 +138,11 @@ def test_json_description_equals_graph_built_in_code(tmp_path):
 
 def test_name_defaults_to_file_stem_and_inputs_to_previous_layer(tmp_path):
     path = tmp_path / "mlp.toml"
-    path.write_text('input = [784]\n[[layer]]\nname = "h"\ntype = "linear"\nout_features = 32\n'
-                    '[[layer]]\nname = "act"\ntype = "act"\nfunction = "gelu"\n'
-                    '[[layer]]\nname = "o"\ntype = "FC"\nout_features = 10\ninputs = "act"\n')
+    path.write_text(
+        'input = [784]\n[[layer]]\nname = "h"\ntype = "linear"\nout_features = 32\n'
+        '[[layer]]\nname = "act"\ntype = "act"\nfunction = "gelu"\n'
+        '[[layer]]\nname = "o"\ntype = "FC"\nout_features = 10\ninputs = "act"\n'
+    )
     g = load_model_file(path)
     assert g.name == "mlp"
     assert [layer.inputs for layer in g.layers] == [("input",), ("h",), ("act",)]
@@ -108,7 +150,9 @@ def test_name_defaults_to_file_stem_and_inputs_to_previous_layer(tmp_path):
     assert g.parameter_count() == 784 * 32 + 32 + 32 * 10 + 10
 
 
-@pytest.mark.parametrize("name", ["lenet", "alexnet", "vgg-c", "resnet50", "sfc", "lenet-c", "cifar-c"])
+@pytest.mark.parametrize(
+    "name", ["lenet", "alexnet", "vgg-c", "resnet50", "sfc", "lenet-c", "cifar-c"]
+)
 def test_dict_round_trip_of_zoo_models(name):
     g = get_model(name)
     assert graph_from_dict(graph_to_dict(g)) == g
@@ -131,49 +175,89 @@ def _one_layer(**layer):
     return {"name": "m", "input": [3, 8, 8], "layer": [{"name": "x", **layer}]}
 
 
-@pytest.mark.parametrize("layer, message", [
-    ({"type": "conv", "out_channels": 4, "kernal": 3},
-     "m: layer 'x': unknown key 'kernal' for type 'conv' (did you mean 'kernel'?); valid keys: name, type, inputs, "
-     "out_channels, kernel, stride, padding, groups, bias"),
-    ({"type": "convolution", "out_channels": 4},
-     "m: layer 'x': unknown type 'convolution'; valid types: conv, conv2d, linear, fc, pool, maxpool, avgpool, act, "
-     "relu, dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, add, concat"),
-    ({"out_channels": 4},
-     "m: layer 'x': missing 'type'; valid types: conv, conv2d, linear, fc, pool, maxpool, avgpool, act, relu, "
-     "dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, add, concat"),
-    ({"type": "maxpool", "mode": "avg"},
-     "m: layer 'x': type 'maxpool' means mode = 'max' (got 'avg'); use type 'pool' with mode = 'avg'"),
-    ({"type": "conv", "out_channels": 4, "kernel": [3, 3, 3]},
-     "m: layer 'x': kernel must be an int or a pair [h, w] of ints (got [3, 3, 3])"),
-    ({"type": "conv", "out_channels": 4.0},
-     "m: layer 'x': out_channels must be an int (got 4.0)"),
-    ({"type": "fc", "out_features": 4, "bias": "yes"},
-     "m: layer 'x': bias must be true or false (got 'yes')"),
-    ({"type": "conv", "out_channels": 4, "inputs": ["nope"]},
-     "m: layer 'x': unknown input 'nope' (not a layer of graph 'm' nor 'input')"),
-    ({"type": "conv", "out_channels": 0},
-     "m: layer 'x': out_channels must be > 0 (got 0)"),
-    ({"type": "conv", "out_channels": 4, "inputs": []},
-     "m: layer 'x': 'inputs' must be a non-empty list of layer names (got [])"),
-])
+@pytest.mark.parametrize(
+    "layer, message",
+    [
+        (
+            {"type": "conv", "out_channels": 4, "kernal": 3},
+            "m: layer 'x': unknown key 'kernal' for type 'conv' (did you mean 'kernel'?); "
+            "valid keys: name, type, inputs, "
+            "out_channels, kernel, stride, padding, groups, bias",
+        ),
+        (
+            {"type": "convolution", "out_channels": 4},
+            "m: layer 'x': unknown type 'convolution'; valid types: conv, conv2d, linear, fc, pool, "
+            "maxpool, avgpool, act, "
+            "relu, dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, add, concat",
+        ),
+        (
+            {"out_channels": 4},
+            "m: layer 'x': missing 'type'; valid types: conv, conv2d, linear, fc, pool, maxpool, avgpool, act, relu, "
+            "dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, add, concat",
+        ),
+        (
+            {"type": "maxpool", "mode": "avg"},
+            "m: layer 'x': type 'maxpool' means mode = 'max' (got 'avg'); use type 'pool' with mode = 'avg'",
+        ),
+        (
+            {"type": "conv", "out_channels": 4, "kernel": [3, 3, 3]},
+            "m: layer 'x': kernel must be an int or a pair [h, w] of ints (got [3, 3, 3])",
+        ),
+        (
+            {"type": "conv", "out_channels": 4.0},
+            "m: layer 'x': out_channels must be an int (got 4.0)",
+        ),
+        (
+            {"type": "fc", "out_features": 4, "bias": "yes"},
+            "m: layer 'x': bias must be true or false (got 'yes')",
+        ),
+        (
+            {"type": "conv", "out_channels": 4, "inputs": ["nope"]},
+            "m: layer 'x': unknown input 'nope' (not a layer of graph 'm' nor 'input')",
+        ),
+        ({"type": "conv", "out_channels": 0}, "m: layer 'x': out_channels must be > 0 (got 0)"),
+        (
+            {"type": "conv", "out_channels": 4, "inputs": []},
+            "m: layer 'x': 'inputs' must be a non-empty list of layer names (got [])",
+        ),
+    ],
+)
 def test_bad_layer_messages(layer, message):
     with pytest.raises(GraphError) as err:
         graph_from_dict(_one_layer(**layer), source="m")
     assert str(err.value) == message
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"name": "m", "input": [3, 8, 8], "layer": [], "batch": 32},
-     "m: unknown top-level key 'batch'; valid keys: name, input, layer, layers, description"),
-    ({"name": "m", "input": [3, 8], "layer": [{"name": "r", "type": "relu"}]},
-     "m: 'input' must be [C, H, W] (or [C]) of positive ints (got [3, 8])"),
-    ({"name": "m", "input": [3, 8, 8], "layer": []},
-     "m: needs a non-empty list of layers ('[[layer]]' tables in TOML, \"layer\": [...] in JSON)"),
-    ({"name": "m", "input": [3, 8, 8], "layer": [{"type": "relu"}]},
-     "m: layer #1 needs a non-empty string 'name' (got None)"),
-    ({"name": "m", "input": [3, 8, 8], "layer": [{"name": "r", "type": "relu"}], "layers": []},
-     "m: give the layer list once, as 'layer' or as 'layers' (got both)"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"name": "m", "input": [3, 8, 8], "layer": [], "batch": 32},
+            "m: unknown top-level key 'batch'; valid keys: name, input, layer, layers, description",
+        ),
+        (
+            {"name": "m", "input": [3, 8], "layer": [{"name": "r", "type": "relu"}]},
+            "m: 'input' must be [C, H, W] (or [C]) of positive ints (got [3, 8])",
+        ),
+        (
+            {"name": "m", "input": [3, 8, 8], "layer": []},
+            "m: needs a non-empty list of layers ('[[layer]]' tables in TOML, \"layer\": [...] in JSON)",
+        ),
+        (
+            {"name": "m", "input": [3, 8, 8], "layer": [{"type": "relu"}]},
+            "m: layer #1 needs a non-empty string 'name' (got None)",
+        ),
+        (
+            {
+                "name": "m",
+                "input": [3, 8, 8],
+                "layer": [{"name": "r", "type": "relu"}],
+                "layers": [],
+            },
+            "m: give the layer list once, as 'layer' or as 'layers' (got both)",
+        ),
+    ],
+)
 def test_bad_description_messages(data, message):
     with pytest.raises(GraphError) as err:
         graph_from_dict(data, source="m")
@@ -227,7 +311,9 @@ def test_alexnet_table_reproduces_alexnet_conv_and_fc_shapes():
             assert (t.kernel, t.stride, t.padding) == (r.kernel, r.stride, r.padding)
     pools = [layer for layer in table.layers if isinstance(layer, Pool2d)]
     assert [(p.name, p.kernel, p.stride) for p in pools] == [
-        ("conv1.pool", (3, 3), (2, 2)), ("conv2.pool", (3, 3), (2, 2)), ("conv5.pool", (3, 3), (2, 2))
+        ("conv1.pool", (3, 3), (2, 2)),
+        ("conv2.pool", (3, 3), (2, 2)),
+        ("conv5.pool", (3, 3), (2, 2)),
     ]
     assert table.parameter_count() == 61_100_840
 
@@ -247,7 +333,13 @@ def test_whitespace_table_with_header_and_fc_on_spatial_input():
     ref = lenet_c()
     assert g.name == "lenet-table"
     assert [layer.name for layer in g.layers] == [
-        "conv1", "conv1.pool", "conv2", "conv2.pool", "ip1.flatten", "ip1", "ip2"
+        "conv1",
+        "conv1.pool",
+        "conv2",
+        "conv2.pool",
+        "ip1.flatten",
+        "ip1",
+        "ip2",
     ]
     assert g.layer("conv1.pool").kernel == (2, 2)  # 24 -> 12: a 3-window would give 11
     info, r_info = g.analyze(), ref.analyze()
@@ -267,48 +359,85 @@ def test_table_text_without_header_and_strided_conv(tmp_path):
     assert [type(layer) for layer in g.layers] == [Conv2d, Pool2d, Flatten, Linear]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("a conv 3 8 8 8 8 8 3\nb conv 7 8 8 8 8 8 3\n",
-     "layer table: row 2 'b' (line 2): in_channels 7 does not match the previous row 'a' out_channels 8"),
-    ("a conv 3 8 8 8 9 9 3\n",
-     "layer table: row 1 'a' (line 1): a 3x3 convolution cannot map 8x8 to 9x9 with stride >= 1 and padding <= 1; "
-     "check the sizes"),
-    ("a conv 3 8 8 8 4 4 3\nb conv 8 8 6 6 6 6 3\n",
-     "layer table: row 2 'b' (line 2): input size 6x6 is larger than the previous output 4x4; only pooling is "
-     "inserted between rows, and it cannot enlarge"),
-    ("a conv 3 8 8 8 4 4 3\nb fc 100 10 1 1 1 1 1\n",
-     "layer table: row 2 'b' (line 2): in_channels 100 does not match the output of 'a', 8x4x4: give 128 "
-     "(= 8*4*4) with in_h = in_w = 1, 8*h*w for a pooled size h x w of the same aspect ratio, or in_channels 8 "
-     "with the spatial size as in_h x in_w"),
-    ("a fc 10 10 1 1 2 2 1\n",
-     "layer table: row 1 'a' (line 1): fc rows have out_h = out_w = 1 and kernel 1 (or kernel = in_h = in_w) "
-     "(got out 2x2, kernel 1)"),
-    ("a conv 3 8 8 8 8 8\n",
-     "layer table: row 1 'a' (line 1): expected 9 fields (name, type, in_channels, out_channels, in_h, in_w, "
-     "out_h, out_w, kernel), got 8"),
-    ("a pool 3 8 8 8 8 8 3\n", "layer table: row 1 'a' (line 1): type must be conv or fc (got 'pool')"),
-    ("a conv 3 x 8 8 8 8 3\n", "layer table: row 1 'a' (line 1): out_channels must be a positive int (got 'x')"),
-    ("a conv 3 8 0 8 8 8 3\n", "layer table: row 1 'a' (line 1): in_h must be an int in [1, 2,147,483,647] (got 0)"),
-    ("name type in_c out_c in_h in_w out_h out_w kernel\n",
-     "layer table: header (line 1) must name the columns name, type, in_channels, out_channels, in_h, in_w, "
-     "out_h, out_w, kernel once each, optionally also link and shortcut (got name, type, in_c, out_c, in_h, "
-     "in_w, out_h, out_w, kernel)"),
-    ("name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
-     "a conv 3 8 8 8 8 8 3 warp -\n",
-     "layer table: row 1 'a' (line 2): link must be chain or resize (got 'warp')"),
-    ("name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
-     "a conv 3 8 8 8 8 8 3 chain -\nb conv 8 8 8 8 8 8 3 chain z\n",
-     "layer table: row 2 'b' (line 3): shortcut 'z' names no earlier row"),
-    ("name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
-     "a conv 3 8 8 8 8 8 3 chain -\nb conv 8 8 8 8 8 8 3 chain a\n",
-     "layer table: row 2 'b' (line 3): the shortcut from 'a' carries 3x8x8, the row reads 8x8x8; "
-     "give link=resize to adapt it"),
-    ("name type in_channels out_channels in_h in_w out_h out_w kernel link\n"
-     "a conv 3 8 8 8 8 8 3 chain\nb conv 16 8 8 8 8 8 3 chain\n",
-     "layer table: row 2 'b' (line 3): in_channels 16 does not match the previous row 'a' out_channels 8"),
-    ("a conv 3 8 8 8 8 8 3\na fc 512 10 1 1 1 1 1\n",
-     "layer table: graph 'layer_table': duplicate layer name 'a'"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "a conv 3 8 8 8 8 8 3\nb conv 7 8 8 8 8 8 3\n",
+            "layer table: row 2 'b' (line 2): in_channels 7 does not match the previous row 'a' out_channels 8",
+        ),
+        (
+            "a conv 3 8 8 8 9 9 3\n",
+            "layer table: row 1 'a' (line 1): a 3x3 convolution cannot map 8x8 to 9x9 with stride >= 1 "
+            "and padding <= 1; "
+            "check the sizes",
+        ),
+        (
+            "a conv 3 8 8 8 4 4 3\nb conv 8 8 6 6 6 6 3\n",
+            "layer table: row 2 'b' (line 2): input size 6x6 is larger than the previous output 4x4; only pooling is "
+            "inserted between rows, and it cannot enlarge",
+        ),
+        (
+            "a conv 3 8 8 8 4 4 3\nb fc 100 10 1 1 1 1 1\n",
+            "layer table: row 2 'b' (line 2): in_channels 100 does not match the output of 'a', 8x4x4: give 128 "
+            "(= 8*4*4) with in_h = in_w = 1, 8*h*w for a pooled size h x w of the same aspect ratio, or in_channels 8 "
+            "with the spatial size as in_h x in_w",
+        ),
+        (
+            "a fc 10 10 1 1 2 2 1\n",
+            "layer table: row 1 'a' (line 1): fc rows have out_h = out_w = 1 and kernel 1 (or kernel = in_h = in_w) "
+            "(got out 2x2, kernel 1)",
+        ),
+        (
+            "a conv 3 8 8 8 8 8\n",
+            "layer table: row 1 'a' (line 1): expected 9 fields (name, type, in_channels, out_channels, in_h, in_w, "
+            "out_h, out_w, kernel), got 8",
+        ),
+        (
+            "a pool 3 8 8 8 8 8 3\n",
+            "layer table: row 1 'a' (line 1): type must be conv or fc (got 'pool')",
+        ),
+        (
+            "a conv 3 x 8 8 8 8 3\n",
+            "layer table: row 1 'a' (line 1): out_channels must be a positive int (got 'x')",
+        ),
+        (
+            "a conv 3 8 0 8 8 8 3\n",
+            "layer table: row 1 'a' (line 1): in_h must be an int in [1, 2,147,483,647] (got 0)",
+        ),
+        (
+            "name type in_c out_c in_h in_w out_h out_w kernel\n",
+            "layer table: header (line 1) must name the columns name, type, in_channels, out_channels, in_h, in_w, "
+            "out_h, out_w, kernel once each, optionally also link and shortcut (got name, type, in_c, out_c, in_h, "
+            "in_w, out_h, out_w, kernel)",
+        ),
+        (
+            "name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
+            "a conv 3 8 8 8 8 8 3 warp -\n",
+            "layer table: row 1 'a' (line 2): link must be chain or resize (got 'warp')",
+        ),
+        (
+            "name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
+            "a conv 3 8 8 8 8 8 3 chain -\nb conv 8 8 8 8 8 8 3 chain z\n",
+            "layer table: row 2 'b' (line 3): shortcut 'z' names no earlier row",
+        ),
+        (
+            "name type in_channels out_channels in_h in_w out_h out_w kernel link shortcut\n"
+            "a conv 3 8 8 8 8 8 3 chain -\nb conv 8 8 8 8 8 8 3 chain a\n",
+            "layer table: row 2 'b' (line 3): the shortcut from 'a' carries 3x8x8, the row reads 8x8x8; "
+            "give link=resize to adapt it",
+        ),
+        (
+            "name type in_channels out_channels in_h in_w out_h out_w kernel link\n"
+            "a conv 3 8 8 8 8 8 3 chain\nb conv 16 8 8 8 8 8 3 chain\n",
+            "layer table: row 2 'b' (line 3): in_channels 16 does not match the previous row 'a' out_channels 8",
+        ),
+        (
+            "a conv 3 8 8 8 8 8 3\na fc 512 10 1 1 1 1 1\n",
+            "layer table: graph 'layer_table': duplicate layer name 'a'",
+        ),
+    ],
+)
 def test_bad_table_messages(text, message):
     with pytest.raises(GraphError) as err:
         load_layer_table(text)
@@ -317,8 +446,10 @@ def test_bad_table_messages(text, message):
 
 def test_table_errors_name_the_file_and_line(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("# comment\nname,type,in_channels,out_channels,in_h,in_w,out_h,out_w,kernel\n"
-                    "c1,conv,3,8,8,8,8,8,3\n\nc2,conv,4,8,8,8,8,8,3\n")
+    path.write_text(
+        "# comment\nname,type,in_channels,out_channels,in_h,in_w,out_h,out_w,kernel\n"
+        "c1,conv,3,8,8,8,8,8,3\n\nc2,conv,4,8,8,8,8,8,3\n"
+    )
     with pytest.raises(GraphError) as err:
         load_model_file(path)
     assert str(err.value) == (
@@ -330,7 +461,10 @@ def test_table_errors_name_the_file_and_line(tmp_path):
 def test_missing_table_file():
     with pytest.raises(ConfigError) as err:
         load_layer_table("no_such_table.csv")
-    assert str(err.value) == "layer table 'no_such_table.csv': no such file (pass a path or the table's text)"
+    assert (
+        str(err.value)
+        == "layer table 'no_such_table.csv': no such file (pass a path or the table's text)"
+    )
 
 
 # ----------------------------------------------------------------------------- load_model
@@ -371,11 +505,15 @@ def test_module_docstring_examples_run():
 
 
 def test_resize_rows_keep_the_tables_sizes_and_shortcuts_add():
-    g = load_layer_table("name,type,in_channels,out_channels,in_h,in_w,out_h,out_w,kernel,link,shortcut\n"
-                         "a,conv,3,8,8,8,8,8,3,chain,\nb,conv,8,8,8,8,8,8,3,chain,\n"
-                         "c,conv,16,16,4,4,4,4,3,resize,a\nd,fc,100,10,1,1,1,1,1,resize,-\n")
+    g = load_layer_table(
+        "name,type,in_channels,out_channels,in_h,in_w,out_h,out_w,kernel,link,shortcut\n"
+        "a,conv,3,8,8,8,8,8,3,chain,\nb,conv,8,8,8,8,8,8,3,chain,\n"
+        "c,conv,16,16,4,4,4,4,3,resize,a\nd,fc,100,10,1,1,1,1,1,resize,-\n"
+    )
     info = g.analyze()
     assert info.in_shapes["c"][0] == Shape(16, 4, 4) and info.in_shapes["d"][0] == Shape(100)
-    assert g.layer("c.add").inputs == ("c.resize", "c.shortcut") and g.layer("c.shortcut").inputs == ("input",)
+    assert g.layer("c.add").inputs == ("c.resize", "c.shortcut") and g.layer(
+        "c.shortcut"
+    ).inputs == ("input",)
     flops, traffic, stored = g.layer("c.resize").training_cost([Shape(8, 8, 8)], Shape(16, 4, 4))
     assert (flops, traffic, stored) == (0.0, 2.0 * (512 + 256), 0.0)

@@ -44,11 +44,14 @@ SLOW_TWO_LEVEL = {"resnet18", "gnmt"}
 
 
 def _slow(run) -> bool:
-    return run["model"] in SLOW_MODELS or (run["model"] in SLOW_TWO_LEVEL and len(run["machines"]) > 1)
+    return run["model"] in SLOW_MODELS or (
+        run["model"] in SLOW_TWO_LEVEL and len(run["machines"]) > 1
+    )
 
 
 def _id(run):
-    return f"{run['model']}-{'x'.join(map(str, run['machines']))}-{run['bandwidths'][0] / 1e9:g}GBps-c{run['compression']}"
+    machines = "x".join(map(str, run["machines"]))
+    return f"{run['model']}-{machines}-{run['bandwidths'][0] / 1e9:g}GBps-c{run['compression']}"
 
 
 _STATES = {}
@@ -62,13 +65,27 @@ def _states(model):
 
 def _as_stages(states, levels):
     index = {a: i for i, a in enumerate(states.antichains)}
-    return [[CodeStage(index[frozenset(a)] + 1 if a else 0, index[frozenset(b)] + 1, r) for a, b, r in level]
-            for level in levels]
+    return [
+        [
+            CodeStage(index[frozenset(a)] + 1 if a else 0, index[frozenset(b)] + 1, r)
+            for a, b, r in level
+        ]
+        for level in levels
+    ]
 
 
 def _keyed(states, plan):
-    return [[[sorted(states.antichains[s.start - 1]) if s.start else None, sorted(states.antichains[s.end - 1]),
-              s.replicas] for s in level] for level in plan.levels]
+    return [
+        [
+            [
+                sorted(states.antichains[s.start - 1]) if s.start else None,
+                sorted(states.antichains[s.end - 1]),
+                s.replicas,
+            ]
+            for s in level
+        ]
+        for level in plan.levels
+    ]
 
 
 RUNS = [pytest.param(r, id=_id(r), marks=[pytest.mark.slow] if _slow(r) else []) for r in ORACLE]
@@ -89,11 +106,16 @@ def test_the_released_optimizer_is_reproduced(run):
         assert set(per_range.values()) == {machines}
     # its plans and ours, priced by the independent transcription, cost what it reported
     for levels in run["plans"]:
-        price = code_price(st, run["machines"], run["bandwidths"], _as_stages(st, levels), run["compression"])
+        price = code_price(
+            st, run["machines"], run["bandwidths"], _as_stages(st, levels), run["compression"]
+        )
         assert price == pytest.approx(run["pipeline_s"], rel=1e-12)
-    assert code_price(st, run["machines"], run["bandwidths"], plan.levels, run["compression"]) == \
-        pytest.approx(plan.seconds, rel=1e-12)
-    if len(run["plans"]) == 1:  # the optimizer's choice did not depend on the hash seed: the same plan
+    assert code_price(
+        st, run["machines"], run["bandwidths"], plan.levels, run["compression"]
+    ) == pytest.approx(plan.seconds, rel=1e-12)
+    if (
+        len(run["plans"]) == 1
+    ):  # the optimizer's choice did not depend on the hash seed: the same plan
         assert _keyed(st, plan) == run["plans"][0]
 
 
@@ -102,7 +124,11 @@ def _outer(plan, level, stage):
     depth = plan.levels.index(level)
     if depth == 0:
         return (0, plan.states.n)
-    return next((s.start, s.end) for s in plan.levels[depth - 1] if s.start <= stage.start and stage.end <= s.end)
+    return next(
+        (s.start, s.end)
+        for s in plan.levels[depth - 1]
+        if s.start <= stage.start and stage.end <= s.end
+    )
 
 
 def test_some_recorded_choices_depend_on_the_hash_seed_and_some_do_not():
@@ -113,8 +139,10 @@ def test_some_recorded_choices_depend_on_the_hash_seed_and_some_do_not():
 
 def _toy(edges=None, compute=(1.0, 2.0, 3.0), params=(4e9, 0.0, 2e9)):
     layers = [ProfiledLayer("in", "Input", 5.0, 0.0, 1e9, 0.0)]
-    layers += [ProfiledLayer(f"l{i}", "Linear", c / 2, c / 2, 1e9 * (i + 1), w)
-               for i, (c, w) in enumerate(zip(compute, params))]
+    layers += [
+        ProfiledLayer(f"l{i}", "Linear", c / 2, c / 2, 1e9 * (i + 1), w)
+        for i, (c, w) in enumerate(zip(compute, params))
+    ]
     names = [x.name for x in layers]
     edges = edges or tuple(zip(names[:-1], names[1:]))
     return PipelineProfile("toy", tuple(layers), tuple(edges), declared=tuple(names))
@@ -137,10 +165,16 @@ def test_code_formulas_on_a_hand_example():
     assert plan.single_seconds == pytest.approx(6.0)  # the input's loading time is not counted
     st = plan.states
     assert code_price(st, [2], [1e9], [[CodeStage(0, 3, 2)]]) == pytest.approx(9.0)
-    assert code_price(st, [2], [1e9], [[CodeStage(0, 1, 1), CodeStage(1, 3, 1)]]) == pytest.approx(5.0)
+    assert code_price(st, [2], [1e9], [[CodeStage(0, 1, 1), CodeStage(1, 3, 1)]]) == pytest.approx(
+        5.0
+    )
     # compression 0.5 doubles the transfers: the cut after l1 (2 GB) takes 2 x 2 / 1 / 0.5 = 8 s
-    assert code_price(st, [2], [1e9], [[CodeStage(0, 2, 1), CodeStage(2, 3, 1)]], 0.5) == pytest.approx(8.0)
-    assert code_plan(prof, [2], [1e9], 0.5).seconds == pytest.approx(min(9.0, 8.0, max(1.0, 5.0, 2 * 1 / 0.5)))
+    assert code_price(
+        st, [2], [1e9], [[CodeStage(0, 2, 1), CodeStage(2, 3, 1)]], 0.5
+    ) == pytest.approx(8.0)
+    assert code_plan(prof, [2], [1e9], 0.5).seconds == pytest.approx(
+        min(9.0, 8.0, max(1.0, 5.0, 2 * 1 / 0.5))
+    )
 
 
 def test_the_first_stage_of_a_level_divides_its_sync_by_the_machines_below():
@@ -170,15 +204,21 @@ def test_parplan_plans_priced_by_the_code_model():
     # the optimizer's stages are contiguous in parplan's order on a chain, and parplan prices them
     lp = to_level_plan(sbs.code, names)
     assert lp is not None and lp.stages[0].first == 0 and lp.stages[-1].last == len(names) - 1
-    assert sbs.code_by_parplan == pytest.approx(evaluate_plan(prof, machine, lp).seconds_per_minibatch)
+    assert sbs.code_by_parplan == pytest.approx(
+        evaluate_plan(prof, machine, lp).seconds_per_minibatch
+    )
     # parplan's data-parallel plan under the code's formulas is the code's own baseline
     dp = LevelPlan(1, (Stage(0, len(names) - 1, 4),))
-    assert code_price_sets(sbs.code.states, [4], [1e9], dp, names) == pytest.approx(sbs.code.data_parallel_seconds)
+    assert code_price_sets(sbs.code.states, [4], [1e9], dp, names) == pytest.approx(
+        sbs.code.data_parallel_seconds
+    )
     # each model prefers its own plan
     assert sbs.code.seconds <= sbs.native_by_code * (1 + 1e-12)
     assert sbs.native.seconds_per_minibatch <= sbs.code_by_parplan * (1 + 1e-12)
     rows = {r["plan"]: r for r in sbs.rows()}
-    assert rows["pipedream-code"]["code_speedup_vs_dp"] == pytest.approx(3.3187143555086274, rel=1e-12)
+    assert rows["pipedream-code"]["code_speedup_vs_dp"] == pytest.approx(
+        3.3187143555086274, rel=1e-12
+    )
 
 
 def test_two_level_plans_map_to_parplan_plans():
@@ -191,12 +231,15 @@ def test_two_level_plans_map_to_parplan_plans():
     assert math.isfinite(sbs.code_by_parplan)
 
 
-@pytest.mark.parametrize("machines, bandwidths, compression, message", [
-    ([4], [1e9, 1e9], None, "one bandwidth per level"),
-    ([0], [1e9], None, "integers >= 1"),
-    ([4], [0.0], None, "bandwidths must be > 0"),
-    ([4], [1e9], 0.0, "compression ratio must be > 0"),
-])
+@pytest.mark.parametrize(
+    "machines, bandwidths, compression, message",
+    [
+        ([4], [1e9, 1e9], None, "one bandwidth per level"),
+        ([0], [1e9], None, "integers >= 1"),
+        ([4], [0.0], None, "bandwidths must be > 0"),
+        ([4], [1e9], 0.0, "compression ratio must be > 0"),
+    ],
+)
 def test_bad_machines_are_refused(machines, bandwidths, compression, message):
     with pytest.raises(ConfigError, match=message):
         code_plan(_toy(), machines, bandwidths, compression)

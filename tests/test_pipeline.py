@@ -47,7 +47,8 @@ def chain(compute, params=None, acts=None, name="chain"):
     params = params or [0.0] * n
     acts = acts or [0.0] * n
     layers = tuple(
-        ProfiledLayer(f"l{i}", "", c / 3, 2 * c / 3, a, p) for i, (c, p, a) in enumerate(zip(compute, params, acts))
+        ProfiledLayer(f"l{i}", "", c / 3, 2 * c / 3, a, p)
+        for i, (c, p, a) in enumerate(zip(compute, params, acts))
     )
     return PipelineProfile(name, layers, tuple((f"l{i}", f"l{i + 1}") for i in range(n - 1)))
 
@@ -92,13 +93,19 @@ def test_resnet50_profile_has_residual_cuts():
 
 
 def test_cut_bytes_counts_every_live_tensor_once():
-    text = "\n".join([
-        "a -- in -- forward_compute_time=1, backward_compute_time=1, activation_size=10, parameter_size=0",
-        "b -- left -- forward_compute_time=1, backward_compute_time=1, activation_size=20, parameter_size=0",
-        "c -- right -- forward_compute_time=1, backward_compute_time=1, activation_size=40, parameter_size=0",
-        "d -- add -- forward_compute_time=1, backward_compute_time=1, activation_size=80, parameter_size=0",
-        "\ta -- b", "\ta -- c", "\tb -- d", "\tc -- d", "\ta -- d",
-    ])
+    text = "\n".join(
+        [
+            "a -- in -- forward_compute_time=1, backward_compute_time=1, activation_size=10, parameter_size=0",
+            "b -- left -- forward_compute_time=1, backward_compute_time=1, activation_size=20, parameter_size=0",
+            "c -- right -- forward_compute_time=1, backward_compute_time=1, activation_size=40, parameter_size=0",
+            "d -- add -- forward_compute_time=1, backward_compute_time=1, activation_size=80, parameter_size=0",
+            "\ta -- b",
+            "\ta -- c",
+            "\tb -- d",
+            "\tc -- d",
+            "\ta -- d",
+        ]
+    )
     p = parse_profile(text, source="diamond")
     assert [layer.name for layer in p.layers] == ["a", "b", "c", "d"]
     # After a: a's output (to b, c, d) once = 10. After b: a (to c, d) + b (to d) = 30.
@@ -107,8 +114,10 @@ def test_cut_bytes_counts_every_live_tensor_once():
 
 
 def test_list_activation_sizes_are_summed():
-    line = ("n1 -- LSTM(2, 2) -- forward_compute_time=3.0, backward_compute_time=5.0, "
-            "activation_size=[6291456.0; 131072.0; 131072.0], parameter_size=8.0")
+    line = (
+        "n1 -- LSTM(2, 2) -- forward_compute_time=3.0, backward_compute_time=5.0, "
+        "activation_size=[6291456.0; 131072.0; 131072.0], parameter_size=8.0"
+    )
     p = parse_profile(line)
     assert p.layers[0].activation_bytes == 6291456.0 + 2 * 131072.0
     assert math.isclose(p.layers[0].compute_seconds, 0.008, rel_tol=REL)
@@ -117,27 +126,48 @@ def test_list_activation_sizes_are_summed():
 NODE = "{} -- I -- forward_compute_time=1, backward_compute_time=1, activation_size=1, parameter_size=0"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("node1 -- Input -- forward_compute_time=1.0, backward_compute_time=x, activation_size=1, parameter_size=0",
-     "profile 'bad.txt' line 1: backward_compute_time must be a number (got 'x')"),
-    ("\n\nnode1 -- Input -- forward_compute_time=1.0, activation_size=1, parameter_size=0",
-     "profile 'bad.txt' line 3: missing backward_compute_time"),
-    (NODE.format("node1").replace("activation_size=1", "activation_size=-1"),
-     "profile 'bad.txt' line 1: activation_size must be a finite number >= 0 (got -1)"),
-    (NODE.format("node1").replace("activation_size", "speed=1, activation_size"),
-     "profile 'bad.txt' line 1: unknown field 'speed'"),
-    ("node1 Input forward_compute_time=1.0",
-     "profile 'bad.txt' line 1: expected 'nodeID -- description -- forward_compute_time=<ms>"),
-    (NODE.format("node1") + "\n\tnode1 -- node9",
-     "profile 'bad.txt' line 2: edge node1 -- node9 names undeclared node 'node9'; declare it with a node line"),
-    (NODE.format("node1") + "\n\tnode1 node2",
-     "profile 'bad.txt' line 2: an indented line must be an edge '<TAB>src -- dst' (got 'node1 node2')"),
-    (NODE.format("node1") + "\n" + NODE.format("node1"),
-     "profile 'bad.txt' line 2: node 'node1' is already declared on line 1"),
-    (NODE.format("a") + "\n" + NODE.format("b") + "\n\ta -- b\n\tb -- a",
-     "profile 'bad.txt': the edges form a cycle"),
-    ("", "profile 'bad.txt': no node lines found"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "node1 -- Input -- forward_compute_time=1.0, backward_compute_time=x, activation_size=1, parameter_size=0",
+            "profile 'bad.txt' line 1: backward_compute_time must be a number (got 'x')",
+        ),
+        (
+            "\n\nnode1 -- Input -- forward_compute_time=1.0, activation_size=1, parameter_size=0",
+            "profile 'bad.txt' line 3: missing backward_compute_time",
+        ),
+        (
+            NODE.format("node1").replace("activation_size=1", "activation_size=-1"),
+            "profile 'bad.txt' line 1: activation_size must be a finite number >= 0 (got -1)",
+        ),
+        (
+            NODE.format("node1").replace("activation_size", "speed=1, activation_size"),
+            "profile 'bad.txt' line 1: unknown field 'speed'",
+        ),
+        (
+            "node1 Input forward_compute_time=1.0",
+            "profile 'bad.txt' line 1: expected 'nodeID -- description -- forward_compute_time=<ms>",
+        ),
+        (
+            NODE.format("node1") + "\n\tnode1 -- node9",
+            "profile 'bad.txt' line 2: edge node1 -- node9 names undeclared node 'node9'; declare it with a node line",
+        ),
+        (
+            NODE.format("node1") + "\n\tnode1 node2",
+            "profile 'bad.txt' line 2: an indented line must be an edge '<TAB>src -- dst' (got 'node1 node2')",
+        ),
+        (
+            NODE.format("node1") + "\n" + NODE.format("node1"),
+            "profile 'bad.txt' line 2: node 'node1' is already declared on line 1",
+        ),
+        (
+            NODE.format("a") + "\n" + NODE.format("b") + "\n\ta -- b\n\tb -- a",
+            "profile 'bad.txt': the edges form a cycle",
+        ),
+        ("", "profile 'bad.txt': no node lines found"),
+    ],
+)
 def test_malformed_profiles_name_file_and_line(text, message):
     with pytest.raises(GraphError) as err:
         parse_profile(text, source="bad.txt")
@@ -150,14 +180,18 @@ def test_missing_profile_file():
 
 
 def test_profile_from_graph_matches_layer_profiles():
-    g = Graph("res", Shape(8, 8, 8), (
-        Conv2d("c1", ("input",), out_channels=8, kernel=3, padding=1),
-        Activation("r1", ("c1",)),
-        Conv2d("c2", ("r1",), out_channels=8, kernel=3, padding=1),
-        Add("add", ("c2", "r1")),
-        Flatten("flat", ("add",)),
-        Linear("fc", ("flat",), out_features=10),
-    ))
+    g = Graph(
+        "res",
+        Shape(8, 8, 8),
+        (
+            Conv2d("c1", ("input",), out_channels=8, kernel=3, padding=1),
+            Activation("r1", ("c1",)),
+            Conv2d("c2", ("r1",), out_channels=8, kernel=3, padding=1),
+            Add("add", ("c2", "r1")),
+            Flatten("flat", ("add",)),
+            Linear("fc", ("flat",), out_features=10),
+        ),
+    )
     p = profile_from_graph(g, batch=4, device=1e12, bytes_per_element=2)
     ref = {lp.name: lp for lp in layer_profiles(g, 4)}
     for layer in p.layers:
@@ -195,8 +229,13 @@ def test_machine_levels_from_arrays():
     m = machine_from_array(parse_array("a100:16", fabric="papers"))
     assert [(lvl.machines, lvl.bytes_per_s) for lvl in m.levels] == [(16, 300e9)]
     assert any("merged" in n for n in m.notes)
-    nodes = machine_from_array(parse_array("a100:16"))  # two DGX A100s: NVSwitch inside, a 25 GB/s rail each
-    assert [(lvl.machines, lvl.bytes_per_s, lvl.latency_s) for lvl in nodes.levels] == [(8, 300e9, 2e-6), (2, 25e9, 5e-6)]
+    nodes = machine_from_array(
+        parse_array("a100:16")
+    )  # two DGX A100s: NVSwitch inside, a 25 GB/s rail each
+    assert [(lvl.machines, lvl.bytes_per_s, lvl.latency_s) for lvl in nodes.levels] == [
+        (8, 300e9, 2e-6),
+        (2, 25e9, 5e-6),
+    ]
     unmerged = machine_from_array(parse_array("a100:16"), merge_equal_levels=False)
     assert [lvl.machines for lvl in unmerged.levels] == [2, 2, 2, 2] and unmerged.devices == 16
     het = machine_from_array(parse_array("tpu-v2:4,tpu-v3:4"))
@@ -228,7 +267,9 @@ def test_sync_and_transfer_known_values():
 def test_bad_options_and_levels():
     with pytest.raises(ConfigError, match=r"memory limit must be > 0 bytes \(got 0\)"):
         PipelineOptions(memory_limit_bytes=0)
-    with pytest.raises(ParplanError, match=r"level 1: link bandwidth must be > 0 bytes/s \(got 0\)"):
+    with pytest.raises(
+        ParplanError, match=r"level 1: link bandwidth must be > 0 bytes/s \(got 0\)"
+    ):
         flat_machine(4, 0)
 
 
@@ -275,21 +316,32 @@ def test_transfer_bottleneck_is_reported():
 def test_evaluator_rejects_malformed_plans():
     p = chain([1.0] * 3)
     m = flat_machine(3, 1e9)
-    with pytest.raises(ConfigError, match="stages must cover the layers contiguously; stage 2..2 breaks at 1"):
+    with pytest.raises(
+        ConfigError, match="stages must cover the layers contiguously; stage 2..2 breaks at 1"
+    ):
         evaluate_plan(p, m, LevelPlan(1, (Stage(0, 0, 1), Stage(2, 2, 2))))
     with pytest.raises(ConfigError, match="stages use 2 machines; level 1 has exactly 3"):
         evaluate_plan(p, m, LevelPlan(1, (Stage(0, 0, 1), Stage(1, 2, 1))))
     with pytest.raises(ConfigError, match="is replicated but replication is off"):
-        evaluate_plan(p, m, LevelPlan(1, (Stage(0, 0, 2), Stage(1, 2, 1))), PipelineOptions(replication=False))
-    ok = evaluate_plan(p, m, LevelPlan(1, (Stage(0, 0, 1), Stage(1, 2, 1))), PipelineOptions(allow_idle=True))
+        evaluate_plan(
+            p, m, LevelPlan(1, (Stage(0, 0, 2), Stage(1, 2, 1))), PipelineOptions(replication=False)
+        )
+    ok = evaluate_plan(
+        p, m, LevelPlan(1, (Stage(0, 0, 1), Stage(1, 2, 1))), PipelineOptions(allow_idle=True)
+    )
     assert ok.devices_used == 2
 
 
 def test_straight_pipeline_needs_enough_layers():
     p = chain([1.0, 2.0])
-    with pytest.raises(InfeasibleError, match="a straight pipeline needs one layer per device but has 2 layers for 4"):
+    with pytest.raises(
+        InfeasibleError,
+        match="a straight pipeline needs one layer per device but has 2 layers for 4",
+    ):
         plan_pipeline(p, flat_machine(4, 1e9), PipelineOptions(replication=False))
-    res = plan_pipeline(p, flat_machine(4, 1e9), PipelineOptions(replication=False, allow_idle=True))
+    res = plan_pipeline(
+        p, flat_machine(4, 1e9), PipelineOptions(replication=False, allow_idle=True)
+    )
     assert res.devices_used == 2 and math.isclose(res.seconds_per_minibatch, 2.0, rel_tol=REL)
 
 
@@ -300,7 +352,10 @@ def test_memory_limit_is_respected_and_infeasibility_explained():
     limited = plan_pipeline(p, m, PipelineOptions(memory_limit_bytes=4.5e9))
     assert limited.memory_fits and max(s.memory_bytes for s in limited.stages) <= 4.5e9
     assert limited.seconds_per_minibatch >= free.seconds_per_minibatch - 1e-12
-    with pytest.raises(InfeasibleError, match=r"no pipeline fits the memory limit of 1 GiB per device \(the largest"):
+    with pytest.raises(
+        InfeasibleError,
+        match=r"no pipeline fits the memory limit of 1 GiB per device \(the largest",
+    ):
         plan_pipeline(p, m, PipelineOptions(memory_limit_bytes=2**30))
 
 
@@ -315,14 +370,23 @@ def instances(draw, multi_level: bool):
     params = draw(st.lists(st.sampled_from([0.0, 1e8, 5e8, 2e9, 6e9]), min_size=n, max_size=n))
     acts = draw(st.lists(st.sampled_from([0.0, 1e7, 3e8, 1e9]), min_size=n, max_size=n))
     if multi_level:
-        machine = hierarchical_machine([
-            (draw(st.integers(1, 3)), draw(st.sampled_from([2e9, 1e10])), 0.0),
-            (draw(st.integers(1, 3)), draw(st.sampled_from([2e8, 1e9])), draw(st.sampled_from([0.0, 1e-3]))),
-        ])
+        machine = hierarchical_machine(
+            [
+                (draw(st.integers(1, 3)), draw(st.sampled_from([2e9, 1e10])), 0.0),
+                (
+                    draw(st.integers(1, 3)),
+                    draw(st.sampled_from([2e8, 1e9])),
+                    draw(st.sampled_from([0.0, 1e-3])),
+                ),
+            ]
+        )
         memory = draw(st.sampled_from([None, 4e9, 1e10, 3e10]))
     else:
-        machine = flat_machine(draw(st.integers(1, 5)), draw(st.sampled_from([2e8, 1e9, 5e9])),
-                               draw(st.sampled_from([0.0, 1e-3])))
+        machine = flat_machine(
+            draw(st.integers(1, 5)),
+            draw(st.sampled_from([2e8, 1e9, 5e9])),
+            draw(st.sampled_from([0.0, 1e-3])),
+        )
         memory = draw(st.sampled_from([None, 3e9, 8e9, 2e10]))
     options = PipelineOptions(
         memory_limit_bytes=memory,
@@ -360,7 +424,9 @@ def test_dp_equals_exhaustive_on_random_chains(instance):
         return
     _check_certificates(dp)
     assert dp.memory_fits
-    assert math.isclose(dp.seconds_per_minibatch, ex.seconds_per_minibatch, rel_tol=REL, abs_tol=1e-12)
+    assert math.isclose(
+        dp.seconds_per_minibatch, ex.seconds_per_minibatch, rel_tol=REL, abs_tol=1e-12
+    )
     if options.replication and options.memory_limit_bytes is None:
         # Data parallelism is one of the candidate plans.
         assert dp.seconds_per_minibatch <= dp.data_parallel_seconds * (1 + REL)
@@ -376,7 +442,9 @@ def test_dp_equals_exhaustive_on_two_level_machines(instance):
     if dp is None:
         return
     _check_certificates(dp)
-    assert math.isclose(dp.seconds_per_minibatch, ex.seconds_per_minibatch, rel_tol=REL, abs_tol=1e-12)
+    assert math.isclose(
+        dp.seconds_per_minibatch, ex.seconds_per_minibatch, rel_tol=REL, abs_tol=1e-12
+    )
 
 
 def test_two_level_memory_limit_is_exact():
@@ -415,10 +483,13 @@ def test_exhaustive_refuses_huge_instances():
 
 
 @pytest.mark.parametrize("name", ["vgg16", "resnet50"])
-@pytest.mark.parametrize("array, kwargs", [
-    ("a100:16", {}),
-    ("a100:16", {"merge_equal_levels": False}),
-])
+@pytest.mark.parametrize(
+    "array, kwargs",
+    [
+        ("a100:16", {}),
+        ("a100:16", {"merge_equal_levels": False}),
+    ],
+)
 def test_pipedream_profiles_plan_on_16_devices(name, array, kwargs):
     profile = read_profile(DATA / f"{name}.graph.txt")
     machine = machine_from_array(parse_array(array, fabric="papers"), **kwargs)
@@ -486,8 +557,21 @@ def _parser():
 
 
 def test_cli_pipeline_profile_json(capsys):
-    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:16",
-                                 "--bandwidth", "1.25", "--memory-limit", "24", "--format", "json"])
+    args = _parser().parse_args(
+        [
+            "pipeline",
+            "--profile",
+            str(DATA / "vgg16.graph.txt"),
+            "--array",
+            "v100:16",
+            "--bandwidth",
+            "1.25",
+            "--memory-limit",
+            "24",
+            "--format",
+            "json",
+        ]
+    )
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == "vgg16" and out["machine"]["devices"] == 16
@@ -498,36 +582,71 @@ def test_cli_pipeline_profile_json(capsys):
 
 
 def test_cli_pipeline_pipedream_code(capsys):
-    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4",
-                                 "--bandwidth", "1", "--cost-model", "pipedream-code", "--format", "json"])
+    args = _parser().parse_args(
+        [
+            "pipeline",
+            "--profile",
+            str(DATA / "vgg16.graph.txt"),
+            "--array",
+            "v100:4",
+            "--bandwidth",
+            "1",
+            "--cost-model",
+            "pipedream-code",
+            "--format",
+            "json",
+        ]
+    )
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
     # the optimizer prints (0, 15) x3, (15, 40) x1 and 0.175732624 s per minibatch on these settings
-    assert out["levels"] == [[{"start": 0, "end": 15, "replicas": 3}, {"start": 15, "end": 40, "replicas": 1}]]
+    assert out["levels"] == [
+        [{"start": 0, "end": 15, "replicas": 3}, {"start": 15, "end": 40, "replicas": 1}]
+    ]
     assert out["seconds_per_minibatch"] == pytest.approx(0.175732624, rel=1e-9)
     assert [p["plan"] for p in out["plans"]] == ["pipedream-code", "parplan"]
-    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4",
-                                 "--bandwidth", "1", "--cost-model", "pipedream-code"])
+    args = _parser().parse_args(
+        [
+            "pipeline",
+            "--profile",
+            str(DATA / "vgg16.graph.txt"),
+            "--array",
+            "v100:4",
+            "--bandwidth",
+            "1",
+            "--cost-model",
+            "pipedream-code",
+        ]
+    )
     assert args.func(args) == 0
     text = capsys.readouterr().out
     assert "[0, 15)  x3" in text and "pipedream-code        2        175.733" in text
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--cost-model", "pipedream-code", "--memory-limit", "8"], "reproduces the optimizer's defaults"),
-    (["--compression", "2"], "--compression is an option of --cost-model pipedream-code"),
-    (["--cost-model", "pipedream-code", "--compression", "0"], "compression ratio must be > 0"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (
+            ["--cost-model", "pipedream-code", "--memory-limit", "8"],
+            "reproduces the optimizer's defaults",
+        ),
+        (["--compression", "2"], "--compression is an option of --cost-model pipedream-code"),
+        (["--cost-model", "pipedream-code", "--compression", "0"], "compression ratio must be > 0"),
+    ],
+)
 def test_cli_pipeline_pipedream_code_refuses(extra, message):
-    args = _parser().parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4",
-                                 *extra])
+    args = _parser().parse_args(
+        ["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "v100:4", *extra]
+    )
     with pytest.raises(ConfigError, match=message):
         args.func(args)
 
 
 def test_cli_pipeline_model_table(capsys):
     pytest.importorskip("parplan.models.zoo")
-    args = _parser().parse_args(["pipeline", "--model", "vgg16", "--array", "a100:4", "--no-replication"])
+    args = _parser().parse_args(
+        ["pipeline", "--model", "vgg16", "--array", "a100:4", "--no-replication"]
+    )
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "pipeline plan for vgg16" in out and "replication off (straight pipeline)" in out
@@ -538,8 +657,17 @@ def test_cli_pipeline_user_errors_are_parplan_errors():
     args = parser.parse_args(["pipeline", "--profile", "missing.txt", "--array", "a100:4"])
     with pytest.raises(ConfigError, match="profile file 'missing.txt' does not exist"):
         args.func(args)
-    args = parser.parse_args(["pipeline", "--profile", str(DATA / "vgg16.graph.txt"), "--array", "a100:4",
-                              "--memory-limit", "-1"])
+    args = parser.parse_args(
+        [
+            "pipeline",
+            "--profile",
+            str(DATA / "vgg16.graph.txt"),
+            "--array",
+            "a100:4",
+            "--memory-limit",
+            "-1",
+        ]
+    )
     with pytest.raises(ConfigError, match=r"--memory-limit must be > 0 GiB \(got -1.0\)"):
         args.func(args)
 

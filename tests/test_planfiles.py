@@ -10,8 +10,14 @@ import pytest
 from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
-from parplan.costmodel.planio import (check_plan_fits, load_plan, plan_document, read_plan_document, read_plan_file,
-                                     save_plan)
+from parplan.costmodel.planio import (
+    check_plan_fits,
+    load_plan,
+    plan_document,
+    read_plan_document,
+    read_plan_file,
+    save_plan,
+)
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 from parplan.solvers.planners import make_plan
@@ -26,7 +32,7 @@ def run(capsys, *argv):
 
 def _step_ms(text: str, label: str = "step time") -> float:
     line = next(l for l in text.splitlines() if l.startswith(label))
-    value, unit = line.split()[len(label.split()):][:2]
+    value, unit = line.split()[len(label.split()) :][:2]
     return float(value) * {"s": 1e3, "ms": 1.0, "us": 1e-3, "ns": 1e-6}[unit]
 
 
@@ -41,13 +47,27 @@ def test_plans_pickle_deepcopy_and_round_trip_through_json(tmp_path):
     assert loaded.problem["nodes"] == [n.name for n in p.planning.nodes]
     assert evaluate(p, loaded.plan).step_time_s == evaluate(p, plan).step_time_s
     doc = json.loads(path.read_text())
-    assert doc["format"] == "parplan-plan" and doc["schema_version"] == 1 and doc["problem"]["batch"] == 64
+    assert (
+        doc["format"] == "parplan-plan"
+        and doc["schema_version"] == 1
+        and doc["problem"]["batch"] == 64
+    )
 
 
 def test_save_then_evaluate_prints_the_same_step_time(tmp_path, capsys):
     path = tmp_path / "p.json"
-    code, out, err = run(capsys, "plan", "--model", "vgg11", "--array", "tpu-v2:2,tpu-v3:2", "--batch", "64",
-                         "--save", str(path))
+    code, out, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "vgg11",
+        "--array",
+        "tpu-v2:2,tpu-v3:2",
+        "--batch",
+        "64",
+        "--save",
+        str(path),
+    )
     assert code == 0, err
     planned = _step_ms(out)
     code, out2, err = run(capsys, "evaluate", "--plan", str(path))
@@ -68,8 +88,21 @@ def test_a_plan_file_keeps_its_fabric(tmp_path, capsys):
     """A plan made with one link per split re-prices the same without --fabric; on the devices'
     fabric (NVSwitch ports) the same plan is faster; a file without the key predates fabrics."""
     path = tmp_path / "p.json"
-    code, out, err = run(capsys, "plan", "--model", "vgg11", "--array", "h100:4", "--batch", "64", "--fabric",
-                         "papers", "--ignore-memory", "--save", str(path))
+    code, out, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "vgg11",
+        "--array",
+        "h100:4",
+        "--batch",
+        "64",
+        "--fabric",
+        "papers",
+        "--ignore-memory",
+        "--save",
+        str(path),
+    )
     assert code == 0, err
     assert json.loads(path.read_text())["problem"]["fabric"] == "papers"
     code, out2, err = run(capsys, "evaluate", "--plan", str(path))
@@ -87,28 +120,49 @@ def test_evaluate_refuses_other_layers_and_other_trees_with_one_line(tmp_path, c
     path = tmp_path / "p.json"
     assert run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--save", str(path))[0] == 0
     code, _, err = run(capsys, "evaluate", "--plan", str(path), "--model", "alexnet")
-    assert code == 2 and "was made for other layers than model 'alexnet'" in err and "Traceback" not in err
+    assert (
+        code == 2
+        and "was made for other layers than model 'alexnet'" in err
+        and "Traceback" not in err
+    )
     code, _, err = run(capsys, "evaluate", "--plan", str(path), "--array", "h100:8")
-    assert code == 2 and "does not fit array h100:8" in err and "splits for group(s) the array does not have" not in err
+    assert (
+        code == 2
+        and "does not fit array h100:8" in err
+        and "splits for group(s) the array does not have" not in err
+    )
     # same tree, other device kinds: fine
     code, out, err = run(capsys, "evaluate", "--plan", str(path), "--array", "v100:4")
     assert code == 0, err and "v100:4" in out
 
 
-@pytest.mark.parametrize("content, message", [
-    ("not json", "not valid JSON"),
-    ("[1, 2]", "not a parplan plan file"),
-    ('{"format": "parplan-plan", "schema_version": 99}', "schema_version 99 is not supported"),
-    ('{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, "splits": {}}',
-     '"splits" must be an object with a "root" split'),
-    ('{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, '
-     '"splits": {"root": {"types": ["sideways"], "shares": [0.5]}}}', "node 'a' has type 'sideways'"),
-    ('{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, '
-     '"splits": {"root": {"types": ["batch"], "shares": [1.5]}}}', "node 'a' has share 1.5"),
-    ('{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, '
-     '"splits": {"root": {"types": ["batch"], "shares": [0.5]}, "X": {"types": [], "shares": []}}}',
-     "a split path is 'root' or a string of L and R"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "not a parplan plan file"),
+        ('{"format": "parplan-plan", "schema_version": 99}', "schema_version 99 is not supported"),
+        (
+            '{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, "splits": {}}',
+            '"splits" must be an object with a "root" split',
+        ),
+        (
+            '{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, '
+            '"splits": {"root": {"types": ["sideways"], "shares": [0.5]}}}',
+            "node 'a' has type 'sideways'",
+        ),
+        (
+            '{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, '
+            '"splits": {"root": {"types": ["batch"], "shares": [1.5]}}}',
+            "node 'a' has share 1.5",
+        ),
+        (
+            '{"format": "parplan-plan", "schema_version": 1, "problem": {"nodes": ["a"]}, '
+            '"splits": {"root": {"types": ["batch"], "shares": [0.5]}, "X": {"types": [], "shares": []}}}',
+            "a split path is 'root' or a string of L and R",
+        ),
+    ],
+)
 def test_malformed_plan_files_are_one_clear_error(tmp_path, capsys, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -133,9 +187,15 @@ def test_diff_lists_each_differing_cell_and_its_cost(tmp_path, capsys):
     code, out, err = run(capsys, "diff", str(a), str(b))
     assert code == 0, err
     fa, fb = read_plan_file(a), read_plan_file(b)
-    p = Problem(get_model("vgg11"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64, overlap=True)  # the CLI's default
-    differing = [v for v in range(len(fa.nodes))
-                 if (fa.plan.root.choices[v], fa.plan.root.shares[v]) != (fb.plan.root.choices[v], fb.plan.root.shares[v])]
+    p = Problem(
+        get_model("vgg11"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64, overlap=True
+    )  # the CLI's default
+    differing = [
+        v
+        for v in range(len(fa.nodes))
+        if (fa.plan.root.choices[v], fa.plan.root.shares[v])
+        != (fb.plan.root.choices[v], fb.plan.root.shares[v])
+    ]
     assert f"{len(differing)} cell" in out
     for v in differing:
         assert fa.nodes[v] in out
@@ -147,8 +207,18 @@ def test_diff_lists_each_differing_cell_and_its_cost(tmp_path, capsys):
 
 def test_compare_all_prints_one_row_per_planner(tmp_path, capsys):
     csv_path = tmp_path / "c.csv"
-    code, out, err = run(capsys, "compare", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2", "--planners", "all",
-                         "--csv", str(csv_path))
+    code, out, err = run(
+        capsys,
+        "compare",
+        "--model",
+        "vgg16",
+        "--array",
+        "tpu-v2:2,tpu-v3:2",
+        "--planners",
+        "all",
+        "--csv",
+        str(csv_path),
+    )
     assert code == 0, err
     for name in ("accpar", "hypar", "owt", "data", "model"):
         assert any(line.startswith(name + " ") for line in out.splitlines()), name
@@ -159,33 +229,87 @@ def test_compare_all_prints_one_row_per_planner(tmp_path, capsys):
     data = frame.set_index("planner").loc["data"]
     assert data.speedup_over_data == pytest.approx(1.0)
     assert (frame.step_time_s * frame.speedup_over_data).round(12).nunique() == 1
-    code, _, err = run(capsys, "compare", "--model", "lenet", "--array", "h100:2", "--planners", "accpar,fast")
+    code, _, err = run(
+        capsys, "compare", "--model", "lenet", "--array", "h100:2", "--planners", "accpar,fast"
+    )
     assert code == 2 and "unknown planner(s) fast" in err
 
 
 def test_plan_warns_when_a_device_is_over_its_memory_only_when_memory_is_ignored(capsys):
-    code, _, err = run(capsys, "plan", "--model", "vgg16", "--array", "v100:2", "--batch", "2048", "--planner", "data",
-                       "--ignore-memory")
+    code, _, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "vgg16",
+        "--array",
+        "v100:2",
+        "--batch",
+        "2048",
+        "--planner",
+        "data",
+        "--ignore-memory",
+    )
     assert code == 0
     assert "warning: 2 of 2 devices exceed their memory" in err and "GiB of 32.00 GiB" in err
-    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--memory-limit", "0.001",
-                       "--ignore-memory")
+    code, _, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "lenet",
+        "--array",
+        "h100:2",
+        "--memory-limit",
+        "0.001",
+        "--ignore-memory",
+    )
     assert code == 0 and "exceed the memory limit" in err
     code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2")
     assert "warning" not in err
     # planned against memory (the default): micro-batches make it fit; without them, one error
     # line with the least memory any plan needs
-    code, out, err = run(capsys, "plan", "--model", "vgg16", "--array", "v100:2", "--batch", "2048", "--planner", "data")
+    code, out, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "vgg16",
+        "--array",
+        "v100:2",
+        "--batch",
+        "2048",
+        "--planner",
+        "data",
+    )
     assert code == 0 and "micro-batches)" in out, err
-    code, _, err = run(capsys, "plan", "--model", "vgg16", "--array", "v100:2", "--batch", "2048", "--planner", "data",
-                       "--micro-batches", "1", "--recompute", "no")
+    code, _, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "vgg16",
+        "--array",
+        "v100:2",
+        "--batch",
+        "2048",
+        "--planner",
+        "data",
+        "--micro-batches",
+        "1",
+        "--recompute",
+        "no",
+    )
     from parplan.solvers.fit import memory_lower_bound
 
     from parplan.models.zoo import get_model
 
-    least = memory_lower_bound(Problem(get_model("vgg16"), parse_array("v100:2"), batch=2048)) / 2**30
-    assert code == 2 and f"no plan fits: every plan keeps at least {least:.2f} GiB over the 2 devices" in err
-    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--memory-limit", "0.0001")
+    least = (
+        memory_lower_bound(Problem(get_model("vgg16"), parse_array("v100:2"), batch=2048)) / 2**30
+    )
+    assert (
+        code == 2
+        and f"no plan fits: every plan keeps at least {least:.2f} GiB over the 2 devices" in err
+    )
+    code, _, err = run(
+        capsys, "plan", "--model", "lenet", "--array", "h100:2", "--memory-limit", "0.0001"
+    )
     assert code == 2 and "MiB per device on average" in err and len(err.strip().splitlines()) == 1
 
 
@@ -200,9 +324,20 @@ def test_one_device_units_version_and_output_paths(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out.startswith("parplan ")
-    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--plot", str(tmp_path))
+    code, _, err = run(
+        capsys, "plan", "--model", "lenet", "--array", "h100:2", "--plot", str(tmp_path)
+    )
     assert code == 2 and "is a directory" in err
-    code, _, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:2", "--save", str(tmp_path / "no" / "p.json"))
+    code, _, err = run(
+        capsys,
+        "plan",
+        "--model",
+        "lenet",
+        "--array",
+        "h100:2",
+        "--save",
+        str(tmp_path / "no" / "p.json"),
+    )
     assert code == 2 and "does not exist" in err
 
 
@@ -212,7 +347,9 @@ def test_check_plan_fits_names_the_first_difference():
     doc = plan_document(p, plan)
     nodes = list(doc["problem"]["nodes"])
     nodes[1] = "renamed"
-    with pytest.raises(ConfigError, match="layers only in the plan: renamed; layers only in the model: "):
+    with pytest.raises(
+        ConfigError, match="layers only in the plan: renamed; layers only in the model: "
+    ):
         check_plan_fits(p, nodes, plan, "plan")
     swapped = [nodes[0], doc["problem"]["nodes"][2], doc["problem"]["nodes"][1], *nodes[3:]]
     with pytest.raises(ConfigError, match="order differs at position 1"):
@@ -238,7 +375,13 @@ def test_plan_frame_and_per_layer_access():
     plan = make_plan(p, "accpar")
     frame = plan.to_frame(p)
     n = len(p.planning.nodes)
-    assert len(frame) == 3 * n and list(frame.columns) == ["split", "level", "layer", "type", "share"]
+    assert len(frame) == 3 * n and list(frame.columns) == [
+        "split",
+        "level",
+        "layer",
+        "type",
+        "share",
+    ]
     assert list(frame.split[:n]) == [""] * n and set(frame.level) == {1, 2}
     name = p.planning.nodes[5].name
     cells = plan.layer(p, name)
@@ -261,8 +404,9 @@ def test_plan_report_says_when_a_half_sits_idle(capsys):
     for path, fraction, side in idle:  # recomputed from the plan: nodes given nothing on that side
         split = plan.splits[path]
         empty = 0.0 if side == "left" else 1.0
-        assert fraction == pytest.approx(sum(t for t, a in zip(ev.node_time_s, split.shares) if a == empty)
-                                         / ev.step_time_s)
+        assert fraction == pytest.approx(
+            sum(t for t, a in zip(ev.node_time_s, split.shares) if a == empty) / ev.step_time_s
+        )
     if idle:
         assert "has no work for" in report.text()
     data = make_plan(p, "data")

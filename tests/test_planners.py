@@ -10,15 +10,23 @@ from hypothesis import strategies as st
 
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Flatten, Graph, Linear, Pool2d, Shape
+from parplan.costmodel.graph import (
+    Add,
+    Concat,
+    Conv2d,
+    Flatten,
+    Graph,
+    Linear,
+    Shape,
+)
 from parplan.costmodel.hardware import load_devices, parse_array
-from parplan.costmodel.layout import Layout, PartitionType
+from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError
 from parplan.costmodel.split import price_split
 from parplan.solvers.brute import brute_force_split
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
-from parplan.solvers.planners import PLANNERS, make_plan
+from parplan.solvers.planners import make_plan
 from parplan.models.zoo import MODELS, get_model
 
 B, I, O = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
@@ -34,7 +42,9 @@ def _check_not_worse(model, array, bandwidth=None):
         assert acc <= other * (1 + 1e-9), (model, array, name, acc, other)
 
 
-@pytest.mark.parametrize("model", ["lenet", "lenet-c", "alexnet", "vgg11", "resnet18", "sfc", "cifar-c"])
+@pytest.mark.parametrize(
+    "model", ["lenet", "lenet-c", "alexnet", "vgg11", "resnet18", "sfc", "cifar-c"]
+)
 def test_accpar_never_worse_than_any_baseline_on_2_to_16_devices(model):
     # ResNet-18 (the DAG with joins) on two arrays in the default run; every array in the slow sweep.
     for array in ARRAYS if model != "resnet18" else ARRAYS[1:3]:
@@ -42,7 +52,9 @@ def test_accpar_never_worse_than_any_baseline_on_2_to_16_devices(model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["lenet", "lenet-c", "alexnet", "vgg16", "resnet18", "resnet50", "sfc"])
+@pytest.mark.parametrize(
+    "model", ["lenet", "lenet-c", "alexnet", "vgg16", "resnet18", "resnet50", "sfc"]
+)
 def test_accpar_never_worse_than_any_baseline_on_256_devices(model):
     _check_not_worse(model, "tpu-v2:128,tpu-v3:128")
     _check_not_worse(model, "h100:256", bandwidth=1e9)
@@ -105,7 +117,9 @@ def test_memory_bound_layers_follow_hbm_bandwidth():
 
 def test_planner_errors_name_the_valid_values():
     p = Problem(get_model("lenet"), parse_array("h100:2"), batch=8)
-    with pytest.raises(ConfigError, match="unknown planner 'acpar'; valid planners: accpar, accpar-topdown"):
+    with pytest.raises(
+        ConfigError, match="unknown planner 'acpar'; valid planners: accpar, accpar-topdown"
+    ):
         make_plan(p, "acpar")
     with pytest.raises(ConfigError, match="unknown objective 'speed'; valid: time, communication"):
         make_plan(p, "accpar", objective="speed")
@@ -115,13 +129,16 @@ def test_planner_errors_name_the_valid_values():
 
 # ---- the frontier DP against plain enumeration on random small DAGs -------------------------
 
+
 @st.composite
 def small_dags(draw):
     """Random small conv DAGs with residual adds and concats (<= 7 planning nodes)."""
     layers, outputs, channels = [], ["input"], {"input": 8}
     n = draw(st.integers(1, 5))
     for k in range(n):
-        kind = draw(st.sampled_from(["conv", "conv", "add", "concat"])) if len(outputs) > 1 else "conv"
+        kind = (
+            draw(st.sampled_from(["conv", "conv", "add", "concat"])) if len(outputs) > 1 else "conv"
+        )
         name = f"n{k}"
         if kind == "conv":
             src = draw(st.sampled_from(outputs))
@@ -148,9 +165,18 @@ def small_dags(draw):
 
 
 @settings(max_examples=150)
-@given(small_dags(), st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]), st.sampled_from([1e8, 1e10, 1e12]),
-       st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.TIME, ShareMode.HALF),
-                        (Objective.COMMUNICATION, ShareMode.PROPORTIONAL)]))
+@given(
+    small_dags(),
+    st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]),
+    st.sampled_from([1e8, 1e10, 1e12]),
+    st.sampled_from(
+        [
+            (Objective.TIME, ShareMode.FREE),
+            (Objective.TIME, ShareMode.HALF),
+            (Objective.COMMUNICATION, ShareMode.PROPORTIONAL),
+        ]
+    ),
+)
 def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
     p = Problem(graph, parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=32)
     sp = SplitProblem.root(p)
@@ -158,7 +184,9 @@ def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
     value, split = frontier_dp(sp, opts)
     best, _ = brute_force_split(sp, opts)
     assert math.isclose(value, best, rel_tol=1e-9)
-    assert math.isclose(value, price_split(sp, split, opts), rel_tol=1e-12)  # the DP's value is its split's price
+    assert math.isclose(
+        value, price_split(sp, split, opts), rel_tol=1e-12
+    )  # the DP's value is its split's price
 
 
 def test_a_node_with_many_consumers_is_still_planned():
@@ -168,10 +196,17 @@ def test_a_node_with_many_consumers_is_still_planned():
     from parplan.solvers.exact import solve_exact
 
     branches = [Conv2d(f"b{i}", ("stem",), out_channels=8, kernel=3, padding=1) for i in range(7)]
-    g = Graph("wide", Shape(3, 16, 16), (
-        Conv2d("stem", ("input",), out_channels=16, kernel=3, padding=1), *branches,
-        Concat("cat", tuple(b.name for b in branches)), Flatten("flat", ("cat",)),
-        Linear("fc", ("flat",), out_features=10)))
+    g = Graph(
+        "wide",
+        Shape(3, 16, 16),
+        (
+            Conv2d("stem", ("input",), out_channels=16, kernel=3, padding=1),
+            *branches,
+            Concat("cat", tuple(b.name for b in branches)),
+            Flatten("flat", ("cat",)),
+            Linear("fc", ("flat",), out_features=10),
+        ),
+    )
     p = Problem(g, parse_array("a100:1,h100:1"), batch=32)
     plan = make_plan(p, "accpar")
     assert "fallback" in plan.info and "'stem' feeds 7 consumers" in plan.info["fallback"]

@@ -73,11 +73,28 @@ def test_cli_plan_gpt2_medium_with_plot(tmp_path, monkeypatch, capsys):
     """``parplan plan --model gpt2-medium --array a100:2,h100:2 --planner accpar --plot``."""
     monkeypatch.setitem(zoo.MODELS, "gpt2-medium", TRANSFORMER_MODELS["gpt2-medium"])
     png = tmp_path / "plan.png"
-    rc = main(["plan", "--model", "gpt2-medium", "--array", "a100:2,h100:2", "--planner", "accpar",
-               "--batch", "8", "--plot", str(png), "--share-grid", "4"])
+    rc = main(
+        [
+            "plan",
+            "--model",
+            "gpt2-medium",
+            "--array",
+            "a100:2,h100:2",
+            "--planner",
+            "accpar",
+            "--batch",
+            "8",
+            "--plot",
+            str(png),
+            "--share-grid",
+            "4",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0
-    assert out.startswith("gpt2-medium on a100:2,h100:2 (4 devices, 2 levels), batch 8, planner accpar")
+    assert out.startswith(
+        "gpt2-medium on a100:2,h100:2 (4 devices, 2 levels), batch 8, planner accpar"
+    )
     assert f"wrote {png}" in err
     assert png.read_bytes().startswith(PNG)
 
@@ -93,12 +110,23 @@ def test_the_table_says_which_half_takes_a_layer_left_whole():
     from parplan.reporting.report import plan_report
 
     long = "transformer.h.11.attn.c_proj_with_a_long_name"
-    g = Graph("three", Shape(64), (Linear("fc0", ("input",), out_features=64), Linear(long, ("fc0",), out_features=64),
-                                   Linear("fc2", (long,), out_features=8)))
+    g = Graph(
+        "three",
+        Shape(64),
+        (
+            Linear("fc0", ("input",), out_features=64),
+            Linear(long, ("fc0",), out_features=64),
+            Linear("fc2", (long,), out_features=8),
+        ),
+    )
     p = Problem(g, parse_array("h100:2"), batch=16)
     b = PartitionType.BATCH
     plan = Plan({"": Split((b, b, b), (0.0, 1.0, 0.5))})
     text = plan_report(p, plan, evaluate(p, plan), evaluate(p, plan)).text()
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("fc", "transformer"))}
+    rows = {
+        line.split()[0]: line.split()
+        for line in text.splitlines()
+        if line.startswith(("fc", "transformer"))
+    }
     assert rows["fc0"][2] == "right" and rows[long][2] == "left" and rows["fc2"][2] == "batch"
     assert any(line.split()[:4] == ["layer", "kind", "type", "left"] for line in text.splitlines())

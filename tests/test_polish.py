@@ -62,7 +62,11 @@ def test_polish_stays_above_the_global_optimum(p):
         return  # too many plans for this draw
     plan = make_plan(p, "accpar-topdown", share_grid=2)
     polished, _ = polish(p, plan, planner_options("accpar", share_grid=2))
-    assert best.step_time_s * (1 - 1e-9) <= evaluate(p, polished).step_time_s <= evaluate(p, plan).step_time_s
+    assert (
+        best.step_time_s * (1 - 1e-9)
+        <= evaluate(p, polished).step_time_s
+        <= evaluate(p, plan).step_time_s
+    )
 
 
 def test_polish_reaches_the_joint_optimum_the_recursion_misses():
@@ -81,7 +85,9 @@ def test_polish_reaches_the_joint_optimum_the_recursion_misses():
     assert dp_s > joint.certificate.objective * (1 + 1e-3)  # the DP loses (0.70%)
     assert polished_s == pytest.approx(joint.certificate.objective, rel=1e-9)
     assert polished.info["polished"] == 1
-    assert evaluate(p, portfolio).step_time_s == pytest.approx(joint.certificate.objective, rel=1e-9)
+    assert evaluate(p, portfolio).step_time_s == pytest.approx(
+        joint.certificate.objective, rel=1e-9
+    )
     ip1 = p.planning.index("ip1")
     assert [polished.splits[k].choices[ip1].value for k in ("L", "LL")] == ["out", "in"]
 
@@ -102,17 +108,34 @@ def test_certify_reports_the_portfolio_and_the_polished_plan(capsys):
     p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     c = certify(p, "accpar", "highs", planner_options("accpar", shares="half"))
     assert c.portfolio_selected == "lookahead-levels"
-    assert c.portfolio_s == pytest.approx(evaluate(p, make_plan(p, "accpar", shares="half")).step_time_s, rel=1e-12)
+    assert c.portfolio_s == pytest.approx(
+        evaluate(p, make_plan(p, "accpar", shares="half")).step_time_s, rel=1e-12
+    )
     assert c.portfolio_s < c.dp_objective
     assert c.polished_s is not None and c.polished_s <= c.portfolio_s
     assert c.best_s == min(c.polished_s, c.portfolio_s) and not c.contradictions
-    argv = ["certify", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--overlap", "no",
-            "--shares", "half", "--backend", "highs"]
+    argv = [
+        "certify",
+        "--model",
+        "lenet-c",
+        "--array",
+        "h100:8",
+        "--fabric",
+        "papers",
+        "--overlap",
+        "no",
+        "--shares",
+        "half",
+        "--backend",
+        "highs",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"polished DP {c.polished_s * 1e3:.9f} ms" in out and "lookahead-levels selected" in out
     assert main(argv + ["--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["portfolio_step_time_s"] == pytest.approx(c.portfolio_s, rel=1e-12)
+    assert json.loads(capsys.readouterr().out)["portfolio_step_time_s"] == pytest.approx(
+        c.portfolio_s, rel=1e-12
+    )
     small = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
     assert certify(small, "hypar", "highs").portfolio_s is None
 
@@ -123,18 +146,49 @@ def test_plan_polish_flag(capsys):
     p = Problem(get_model("lenet-c"), parse_array("h100:8", fabric="papers"), batch=512)
     expected = evaluate(p, make_plan(p, "accpar-topdown", shares="half", polish=True)).step_time_s
     assert expected < evaluate(p, make_plan(p, "accpar-topdown", shares="half")).step_time_s
-    assert main(["plan", "--model", "lenet-c", "--array", "h100:8", "--fabric", "papers", "--overlap", "no",
-                 "--planner", "accpar-topdown", "--shares", "half", "--polish", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "lenet-c",
+                "--array",
+                "h100:8",
+                "--fabric",
+                "papers",
+                "--overlap",
+                "no",
+                "--planner",
+                "accpar-topdown",
+                "--shares",
+                "half",
+                "--polish",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(expected, rel=1e-12)
-    assert main(["plan", "--model", "lenet", "--array", "h100:2", "--planner", "hypar", "--polish"]) == 2
+    assert (
+        main(["plan", "--model", "lenet", "--array", "h100:2", "--planner", "hypar", "--polish"])
+        == 2
+    )
     assert "does not apply to the communication objective" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("model, array, expected", [("lenet", "h100:16", True), ("resnet101", "h100:16", True),
-                                                    ("resnet152", "h100:16", False), ("vgg16", "tpu-v2:64,tpu-v3:64", True),
-                                                    ("vgg19", "tpu-v2:64,tpu-v3:64", False), ("lenet", "h100:1", False)])
+@pytest.mark.parametrize(
+    "model, array, expected",
+    [
+        ("lenet", "h100:16", True),
+        ("resnet101", "h100:16", True),
+        ("resnet152", "h100:16", False),
+        ("vgg16", "tpu-v2:64,tpu-v3:64", True),
+        ("vgg19", "tpu-v2:64,tpu-v3:64", False),
+        ("lenet", "h100:1", False),
+    ],
+)
 def test_certify_polishes_small_problems_only(model, array, expected):
     from parplan.solvers.polish import auto_polish
 
     assert auto_polish(Problem(get_model(model), parse_array(array), batch=64)) is expected
-

@@ -15,19 +15,35 @@ from hypothesis import strategies as st
 import pricing_oracle as oracle
 from parplan.costmodel import _pricing, cost
 from parplan.costmodel import split as split_module
-from parplan.costmodel.cost import (Objective, ShareMode, SideSpec, StateTable, node_terms, node_value, node_values,
-                                   share_intervals, share_points)
+from parplan.costmodel.cost import (
+    Objective,
+    ShareMode,
+    SideSpec,
+    StateTable,
+    node_terms,
+    node_value,
+    node_values,
+    share_intervals,
+    share_points,
+)
 from parplan.costmodel.dims import Device, LayerDims
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Layout, PartitionType, transition_table
+from parplan.costmodel.layout import (
+    JOIN_LAYOUTS,
+    TYPE_ORDER,
+    Layout,
+    PartitionType,
+    transition_table,
+)
 from parplan.costmodel.regions import EMPTY, Region
 from parplan.costmodel.split import PlanOptions, SplitProblem, factor_scope, split_tables
 from test_costmodel import plan_cases
 
 
 def fast(n):
-    return settings(max_examples=n,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=n, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
 
 
 COORD = st.sampled_from([0.0, 0.125, 0.25, 1 / 3, 0.5, 0.75, 1.0])
@@ -48,19 +64,39 @@ def regions(draw):
 
 @st.composite
 def sides(draw):
-    dev = st.sampled_from([Device(1e12, 1e11), Device(3e12, 2e12, efficiency=0.5, kernel_overhead_s=5e-6)])
+    dev = st.sampled_from(
+        [Device(1e12, 1e11), Device(3e12, 2e12, efficiency=0.5, kernel_overhead_s=5e-6)]
+    )
     bw = st.sampled_from([1e9, 5e10, 4.5e11])
-    return SideSpec((draw(dev), draw(dev)), (draw(bw), draw(bw)), latency_s=draw(st.sampled_from([0.0, 1e-6, 2e-5])),
-                    bytes_per_element=draw(st.sampled_from([2.0, 4.0])), zero_stage=draw(st.sampled_from([0, 1, 2, 3])),
-                    micro_batches=draw(st.sampled_from([1, 1, 2, 8])), overlap=draw(st.booleans()))
+    return SideSpec(
+        (draw(dev), draw(dev)),
+        (draw(bw), draw(bw)),
+        latency_s=draw(st.sampled_from([0.0, 1e-6, 2e-5])),
+        bytes_per_element=draw(st.sampled_from([2.0, 4.0])),
+        zero_stage=draw(st.sampled_from([0, 1, 2, 3])),
+        micro_batches=draw(st.sampled_from([1, 1, 2, 8])),
+        overlap=draw(st.booleans()),
+    )
 
 
 @st.composite
 def tables_for(draw, side, join: bool, relaxed: bool):
-    d = LayerDims(batch=draw(st.sampled_from([1, 8, 64])), in_features=draw(st.sampled_from([16, 96])),
-                  out_features=draw(st.sampled_from([16, 96])), in_spatial=draw(st.sampled_from([1, 49])),
-                  out_spatial=1, kernel=1)
-    choices = draw(st.lists(st.sampled_from(JOIN_LAYOUTS if join else TYPE_ORDER), min_size=1, max_size=3, unique=True))
+    d = LayerDims(
+        batch=draw(st.sampled_from([1, 8, 64])),
+        in_features=draw(st.sampled_from([16, 96])),
+        out_features=draw(st.sampled_from([16, 96])),
+        in_spatial=draw(st.sampled_from([1, 49])),
+        out_spatial=1,
+        kernel=1,
+    )
+    choices = draw(
+        st.lists(
+            st.sampled_from(JOIN_LAYOUTS if join else TYPE_ORDER),
+            min_size=1,
+            max_size=3,
+            unique=True,
+        )
+    )
     shares = share_points(side, ShareMode.FREE, draw(st.sampled_from([1, 2, 4])))
     if relaxed:
         shares = share_intervals(shares)
@@ -100,8 +136,10 @@ def terms_cases(draw):
 
 
 def _same(a, b, shape):
-    return np.array_equal(np.broadcast_to(np.asarray(a, dtype=float), shape),
-                          np.broadcast_to(np.asarray(b, dtype=float), shape))
+    return np.array_equal(
+        np.broadcast_to(np.asarray(a, dtype=float), shape),
+        np.broadcast_to(np.asarray(b, dtype=float), shape),
+    )
 
 
 @seed(3507)
@@ -111,7 +149,9 @@ def test_core_equals_the_oracle_bit_for_bit(case):
     tables, side, groups, idx, regs, leaf_pair = case
     got = node_terms(tables, side, groups, 0, idx, regs, leaf_pair)
     want = oracle.node_terms(tables, side, groups, 0, idx, regs, leaf_pair)
-    shape = np.broadcast_shapes(*(np.shape(x) for x in (*got.received, *want.received, *got.comm, *want.comm)))
+    shape = np.broadcast_shapes(
+        *(np.shape(x) for x in (*got.received, *want.received, *got.comm, *want.comm))
+    )
     for name in ("received", "comm", "weight", "intra", "compute"):
         for g, w in zip(getattr(got, name), getattr(want, name)):
             assert _same(g, w, shape), name
@@ -156,7 +196,10 @@ def test_dp_tables_are_the_same_through_the_oracle(case, relaxed):
     for u in range(len(tables)):
         scope = factor_scope(sp.planning, u)
         k = len(scope)
-        idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)]) for i, w in enumerate(scope)}
+        idx = {
+            w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
+            for i, w in enumerate(scope)
+        }
         got = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
         want = oracle.node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
         shape = tuple(tables[w].size for w in scope)
@@ -168,26 +211,48 @@ def test_transition_table_and_receive_are_the_closed_forms():
     """HyPar's table at 1/2 and the ends of the share range, through the core's scalar entries."""
     B, I = PartitionType.BATCH, PartitionType.IN
     assert transition_table(B, I, 0.5) == (0.5, 0.5)
-    assert transition_table(I, B, 1.0, 0.5) == (0.5, 0.5)  # side 2 needs rows only side 1 holds; E back
+    assert transition_table(I, B, 1.0, 0.5) == (
+        0.5,
+        0.5,
+    )  # side 2 needs rows only side 1 holds; E back
     assert transition_table(Layout.ROWS, Layout.ROWS, 0.25, 0.75) == (0.5, 0.5)
-    side = SideSpec((Device(1e12, 1e12),) * 2, (1e9, 2e9), latency_s=1e-6, bytes_per_element=2.0, micro_batches=4,
-                    zero_stage=2)
+    side = SideSpec(
+        (Device(1e12, 1e12),) * 2,
+        (1e9, 2e9),
+        latency_s=1e-6,
+        bytes_per_element=2.0,
+        micro_batches=4,
+        zero_stage=2,
+    )
     # 1000 elements, 600 of them a per-step exchange that pays its latency per micro-batch at ZeRO-2
-    assert math.isclose(cost.receive_seconds(side, 1, 1000.0, 600.0), 4e-6 + 1000 * 2 / 2e9, rel_tol=1e-15)
+    assert math.isclose(
+        cost.receive_seconds(side, 1, 1000.0, 600.0), 4e-6 + 1000 * 2 / 2e9, rel_tol=1e-15
+    )
     assert cost.receive_seconds(side, 0, 0.0) == 0.0
-    assert cost.receive_seconds(side, 0, 1000.0, 600.0) == oracle.receive_seconds(side, 0, 1000.0, 600.0)
+    assert cost.receive_seconds(side, 0, 1000.0, 600.0) == oracle.receive_seconds(
+        side, 0, 1000.0, 600.0
+    )
 
 
 def test_malformed_calls_raise_errors_not_crashes():
-    t = StateTable.build(LayerDims(batch=4, in_features=8, out_features=8, in_spatial=1, out_spatial=1, kernel=1),
-                         False, (PartitionType.BATCH,), (0.5,), SideSpec((Device(1e12, 1e12),) * 2, (1e9, 1e9), 0.0, 2.0))
+    t = StateTable.build(
+        LayerDims(batch=4, in_features=8, out_features=8, in_spatial=1, out_spatial=1, kernel=1),
+        False,
+        (PartitionType.BATCH,),
+        (0.5,),
+        SideSpec((Device(1e12, 1e12),) * 2, (1e9, 1e9), 0.0, 2.0),
+    )
     side = (2.0, 1e9, 1e9, 0.0, 1.0, 0.0, 0.0, 1.0)
     out = np.empty((6, 1))
     zero = np.zeros(1, dtype=np.int64)
     with pytest.raises(IndexError):
-        _pricing.relayout((t.packed,), (np.array([5], dtype=np.int64),), (), (), np.array([0.0]), side, out)
+        _pricing.relayout(
+            (t.packed,), (np.array([5], dtype=np.int64),), (), (), np.array([0.0]), side, out
+        )
     with pytest.raises(ValueError):  # a consumer position outside the scope
-        _pricing.relayout((t.packed,), (zero,), (), (), np.array([1.0, 10.0, 0.0, 1.0, 3.0]), side, out)
+        _pricing.relayout(
+            (t.packed,), (zero,), (), (), np.array([1.0, 10.0, 0.0, 1.0, 3.0]), side, out
+        )
     with pytest.raises(ValueError):  # an output too small
         _pricing.relayout((t.packed,), (zero,), (), (), np.array([0.0]), side, np.empty((5, 1)))
     with pytest.raises(TypeError):
@@ -213,8 +278,14 @@ def _naive_order(scopes, n):
 
 @seed(3510)
 @fast(200)
-@given(st.integers(1, 30).flatmap(lambda n: st.tuples(st.just(n), st.lists(
-    st.lists(st.integers(0, n - 1), min_size=1, max_size=4), max_size=40))))
+@given(
+    st.integers(1, 30).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.lists(st.integers(0, n - 1), min_size=1, max_size=4), max_size=40),
+        )
+    )
+)
 def test_heap_elimination_order_is_the_linear_scans(case):
     from parplan.solvers.dp import elimination_order
 
@@ -229,7 +300,9 @@ def _numpy_eliminate(mine, scope, shape, axis):
 
     total = np.zeros(shape)
     for s, table in mine:
-        total = total + np.asarray(table).reshape([shape[scope.index(w)] if w in s else 1 for w in scope])
+        total = total + np.asarray(table).reshape(
+            [shape[scope.index(w)] if w in s else 1 for w in scope]
+        )
     best = total.min(axis=axis, keepdims=True)
     arg = np.argmax(total <= best + REL_TOL * np.abs(best), axis=axis)
     return np.squeeze(best, axis=axis), arg
@@ -242,16 +315,29 @@ def test_compiled_elimination_is_numpys(data):
     from parplan.solvers.dp import eliminate
 
     k = data.draw(st.integers(1, 4))
-    scope = tuple(sorted(data.draw(st.lists(st.integers(0, 9), min_size=k, max_size=k, unique=True))))
+    scope = tuple(
+        sorted(data.draw(st.lists(st.integers(0, 9), min_size=k, max_size=k, unique=True)))
+    )
     shape = tuple(data.draw(st.integers(1, 5)) for _ in scope)
     axis = data.draw(st.integers(0, k - 1))
-    values = st.sampled_from([0.0, 1.0, 1.0 + 1e-13, 2.5, -3.0, 1e-9, 7.0])  # ties within REL_TOL too
+    values = st.sampled_from(
+        [0.0, 1.0, 1.0 + 1e-13, 2.5, -3.0, 1e-9, 7.0]
+    )  # ties within REL_TOL too
     mine = []
     for _ in range(data.draw(st.integers(1, 3))):
         s = tuple(w for w in scope if data.draw(st.booleans())) or (scope[axis],)
         sub = tuple(shape[scope.index(w)] for w in s)
-        mine.append((s, np.array(data.draw(st.lists(values, min_size=int(np.prod(sub)), max_size=int(np.prod(sub)))),
-                                 dtype=float).reshape(sub)))
+        mine.append(
+            (
+                s,
+                np.array(
+                    data.draw(
+                        st.lists(values, min_size=int(np.prod(sub)), max_size=int(np.prod(sub)))
+                    ),
+                    dtype=float,
+                ).reshape(sub),
+            )
+        )
     best, arg = eliminate(mine, scope, shape, axis)
     want_best, want_arg = _numpy_eliminate(mine, scope, shape, axis)
     assert np.array_equal(best, want_best) and np.array_equal(arg, want_arg)
@@ -263,22 +349,49 @@ def layer_dims(draw):
     micro-batches (the fields the compiled compute, memory and state tables read)."""
     from parplan.costmodel.dims import ElementOp
 
-    op = st.builds(ElementOp, st.just("op"), st.sampled_from([0.0, 5.0, 1e3]), st.sampled_from([0.0, 2.0, 7.5]),
-                   st.sampled_from([0.0, 1.0, 3.0]), st.sampled_from([0.0, 4.0]), st.sampled_from(["", "attention"]))
+    op = st.builds(
+        ElementOp,
+        st.just("op"),
+        st.sampled_from([0.0, 5.0, 1e3]),
+        st.sampled_from([0.0, 2.0, 7.5]),
+        st.sampled_from([0.0, 1.0, 3.0]),
+        st.sampled_from([0.0, 4.0]),
+        st.sampled_from(["", "attention"]),
+    )
     kernel = draw(st.sampled_from([0, 1, 9]))
-    return LayerDims(batch=draw(st.sampled_from([1.0, 8.0, 0.375])), in_features=draw(st.sampled_from([16.0, 96.0, 4.5])),
-                     out_features=draw(st.sampled_from([16.0, 96.0])), in_spatial=draw(st.sampled_from([1, 49])),
-                     out_spatial=draw(st.sampled_from([1, 49])), kernel=kernel,
-                     groups=draw(st.sampled_from([1, 4])) if kernel else 1,
-                     out_ops=tuple(draw(st.lists(op, max_size=3))), in_ops=tuple(draw(st.lists(op, max_size=2))),
-                     tables=draw(st.sampled_from([0.0, 1000.0])), experts=draw(st.sampled_from([1, 8])),
-                     active=draw(st.sampled_from([1, 2])), replica=draw(st.sampled_from([1.0, 0.25])),
-                     recompute=draw(st.booleans()), micro_batches=draw(st.sampled_from([1, 4])))
+    return LayerDims(
+        batch=draw(st.sampled_from([1.0, 8.0, 0.375])),
+        in_features=draw(st.sampled_from([16.0, 96.0, 4.5])),
+        out_features=draw(st.sampled_from([16.0, 96.0])),
+        in_spatial=draw(st.sampled_from([1, 49])),
+        out_spatial=draw(st.sampled_from([1, 49])),
+        kernel=kernel,
+        groups=draw(st.sampled_from([1, 4])) if kernel else 1,
+        out_ops=tuple(draw(st.lists(op, max_size=3))),
+        in_ops=tuple(draw(st.lists(op, max_size=2))),
+        tables=draw(st.sampled_from([0.0, 1000.0])),
+        experts=draw(st.sampled_from([1, 8])),
+        active=draw(st.sampled_from([1, 2])),
+        replica=draw(st.sampled_from([1.0, 0.25])),
+        recompute=draw(st.booleans()),
+        micro_batches=draw(st.sampled_from([1, 4])),
+    )
 
 
-DEVICES = st.sampled_from([Device(1e12, 1e11), Device(9.89e14, 3.35e12, efficiency=0.67, conv_efficiency=0.64,
-                                                       attention_efficiency=0.44, memory_efficiency=0.86,
-                                                       kernel_overhead_s=5.6e-5)])
+DEVICES = st.sampled_from(
+    [
+        Device(1e12, 1e11),
+        Device(
+            9.89e14,
+            3.35e12,
+            efficiency=0.67,
+            conv_efficiency=0.64,
+            attention_efficiency=0.44,
+            memory_efficiency=0.86,
+            kernel_overhead_s=5.6e-5,
+        ),
+    ]
+)
 
 
 @seed(3512)
@@ -293,7 +406,8 @@ def test_compute_memory_and_intra_equal_the_oracle(d, dev, bpe, zero):
         from parplan.costmodel.dims import op_seconds
 
         assert op_seconds(op, 3.0, dev, bpe, d.micro_batches, d.recompute) == oracle.op_seconds(
-            op, 3.0, dev, bpe, d.micro_batches, d.recompute)
+            op, 3.0, dev, bpe, d.micro_batches, d.recompute
+        )
 
 
 @seed(3513)
@@ -306,8 +420,16 @@ def test_state_tables_equal_the_oracle(d, side, join, relaxed, covered, collecti
 
     if collective:
         side = replace(side, collective=parse_collective("ring:ring"), hosts=4)
-    choices = tuple(data.draw(st.lists(st.sampled_from(JOIN_LAYOUTS if join else TYPE_ORDER), min_size=1, max_size=3,
-                                       unique=True)))
+    choices = tuple(
+        data.draw(
+            st.lists(
+                st.sampled_from(JOIN_LAYOUTS if join else TYPE_ORDER),
+                min_size=1,
+                max_size=3,
+                unique=True,
+            )
+        )
+    )
     shares = share_points(side, ShareMode.FREE, data.draw(st.sampled_from([1, 2, 16])))
     if relaxed:
         shares = share_intervals(shares)
@@ -316,7 +438,19 @@ def test_state_tables_equal_the_oracle(d, side, join, relaxed, covered, collecti
     got = StateTable._build(d, covered, choices, shares, side, red, above)
     want = oracle.build_table(d, covered, choices, shares, side, red, above)
     assert got.choices == want.choices
-    for f in ("lo", "hi", "has", "give", "need", "compute", "memory", "intra", "extra", "steps", "wintra"):
+    for f in (
+        "lo",
+        "hi",
+        "has",
+        "give",
+        "need",
+        "compute",
+        "memory",
+        "intra",
+        "extra",
+        "steps",
+        "wintra",
+    ):
         a, b = getattr(got, f), getattr(want, f)
         assert a.dtype == b.dtype and np.array_equal(a, b), f
 
@@ -342,21 +476,36 @@ def test_bound_recursion_equals_the_oracle(case, data):
         theirs.use(d, node.choices)
         for g in groups:
             c = data.draw(st.sampled_from(node.choices))
-            part = side_dims(d, c, data.draw(st.sampled_from([0.125, 0.5, 0.75])), data.draw(st.sampled_from([0, 1])), True)
+            part = side_dims(
+                d,
+                c,
+                data.draw(st.sampled_from([0.125, 0.5, 0.75])),
+                data.draw(st.sampled_from([0, 1])),
+                True,
+            )
             assert ours.lb(g, part, node.choices) == theirs.lb(g, part, node.choices)
-        t = StateTable.build(d, False, node.choices, share_intervals(share_points(p.side_spec(p.array), ShareMode.FREE, 4)),
-                             p.side_spec(p.array))
+        t = StateTable.build(
+            d,
+            False,
+            node.choices,
+            share_intervals(share_points(p.side_spec(p.array), ShareMode.FREE, 4)),
+            p.side_spec(p.array),
+        )
         got = ours.states(p.array, d, t)
         for s, c in enumerate(t.choices):
             for i, (half, share) in enumerate(((p.array.left, t.lo[s]), (p.array.right, t.hi[s]))):
-                want = theirs.lb(half, side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices)
+                want = theirs.lb(
+                    half, side_dims(d, c, float(share), i, bool(t.has[i][s])), node.choices
+                )
                 assert got[i][s] == want
 
 
 @seed(3515)
 @fast(200)
-@given(st.lists(st.sampled_from([0.0, 1e-9, 3e-4, 0.5, 2.0, 7.25]), min_size=1, max_size=20),
-       st.sampled_from([0.0, 1e-9, 3e-4, 1.0]))
+@given(
+    st.lists(st.sampled_from([0.0, 1e-9, 3e-4, 0.5, 2.0, 7.25]), min_size=1, max_size=20),
+    st.sampled_from([0.0, 1e-9, 3e-4, 1.0]),
+)
 def test_floored_time_equals_the_oracle(times, floor):
     got = cost.floored_time(np.array(times), floor)
     assert np.array_equal(got, oracle.floored_time(np.array(times), floor))
@@ -370,7 +519,8 @@ def test_a_node_read_by_many_consumers_prices_without_overflow():
     d = LayerDims(batch=8, in_features=32, out_features=32, in_spatial=1, out_spatial=1, kernel=1)
     shares = share_points(side, ShareMode.FREE, 4)
     tables = [StateTable.build(d, False, TYPE_ORDER, shares, side)] + [
-        StateTable.build(d, False, JOIN_LAYOUTS, shares, side) for _ in range(40)]
+        StateTable.build(d, False, JOIN_LAYOUTS, shares, side) for _ in range(40)
+    ]
     groups = [(256.0, tuple(range(1, 41)))]
     idx = {w: np.asarray(w % tables[w].size) for w in range(41)}
     idx[7] = np.arange(tables[7].size)
@@ -390,8 +540,11 @@ def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
     from parplan.errors import TableTooLarge
 
     def chain(depth):
-        return {"device": "h100"} if depth == 0 else {"left": {"device": "h100"}, "right": chain(depth - 1),
-                                                       "gb_per_s": 100}
+        return (
+            {"device": "h100"}
+            if depth == 0
+            else {"left": {"device": "h100"}, "right": chain(depth - 1), "gb_per_s": 100}
+        )
 
     monkeypatch.setattr(bound, "BOUND_BUDGET", 2_000)
     import json
@@ -413,12 +566,25 @@ def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
 
 @seed(3516)
 @fast(200)
-@given(st.lists(st.tuples(st.sampled_from([0.0, 1e-9, 3e-4, 0.5, 2.0]), st.sampled_from([0.0, 1e-6, 0.25, 3.0]),
-                          st.sampled_from([0.0, 1e-6, 0.1, 5.0])), min_size=1, max_size=12))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 1e-9, 3e-4, 0.5, 2.0]),
+            st.sampled_from([0.0, 1e-6, 0.25, 3.0]),
+            st.sampled_from([0.0, 1e-6, 0.1, 5.0]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_overlap_time_equals_the_oracle(rows):
     work, comm, weight = (np.array(x) for x in zip(*rows))
-    assert np.array_equal(cost.overlap_time(work, comm, weight), oracle.overlap_time(work, comm, weight))
+    assert np.array_equal(
+        cost.overlap_time(work, comm, weight), oracle.overlap_time(work, comm, weight)
+    )
     assert cost.overlap_time(work[0], comm[0], 0.0) == oracle.overlap_time(work[0], comm[0], 0.0)
     # broadcasting a column against a row, as the interval states do
-    assert np.array_equal(cost.overlap_time(work[:, None], comm[None, :], weight[:, None]),
-                          oracle.overlap_time(work[:, None], comm[None, :], weight[:, None]))
+    assert np.array_equal(
+        cost.overlap_time(work[:, None], comm[None, :], weight[:, None]),
+        oracle.overlap_time(work[:, None], comm[None, :], weight[:, None]),
+    )

@@ -28,9 +28,22 @@ try:
 except ModuleNotFoundError:
     transformers = None
 
-VISION = ["resnet50", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "vit_b_16",
-          pytest.param("swin_t", marks=pytest.mark.slow), pytest.param("densenet121", marks=pytest.mark.slow)]
-SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=1000)
+VISION = [
+    "resnet50",
+    "mobilenet_v2",
+    "efficientnet_b0",
+    "convnext_tiny",
+    "vit_b_16",
+    pytest.param("swin_t", marks=pytest.mark.slow),
+    pytest.param("densenet121", marks=pytest.mark.slow),
+]
+SMALL = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    num_attention_heads=4,
+    intermediate_size=128,
+    vocab_size=1000,
+)
 HF = {
     "gpt2": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128),
     "bert": dict(SMALL),
@@ -49,7 +62,11 @@ def forward_flops(model, example, **kwargs) -> float:
 
     if hasattr(model, "set_experts_implementation"):
         model.set_experts_implementation("eager")
-    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH), torch.enable_grad():
+    with (
+        FlopCounterMode(display=False) as counter,
+        sdpa_kernel(SDPBackend.MATH),
+        torch.enable_grad(),
+    ):
         model(example, **kwargs)
     return counter.get_total_flops()
 
@@ -61,7 +78,9 @@ def check(graph, model, example, array: str, batch: int, **kwargs):
     assert math.isclose(ours, 3 * forward_flops(model, example, **kwargs), rel_tol=0.01)
     problem = Problem(graph, parse_array(array), batch=batch)
     plan = make_plan(problem, "accpar")
-    assert evaluate(problem, plan).step_time_s <= evaluate(problem, make_plan(problem, "data")).step_time_s * (1 + 1e-9)
+    assert evaluate(problem, plan).step_time_s <= evaluate(
+        problem, make_plan(problem, "data")
+    ).step_time_s * (1 + 1e-9)
     return plan
 
 
@@ -71,7 +90,9 @@ def test_torchvision_model(name):
     with torch.device("meta"):
         model = tv.models.get_model(name, weights=None)
     graph = from_torch(model, (3, 224, 224), name=name)
-    plan = check(graph, model, torch.zeros(1, 3, 224, 224, device="meta"), "a100:1,h100:1", batch=32)
+    plan = check(
+        graph, model, torch.zeros(1, 3, 224, 224, device="meta"), "a100:1,h100:1", batch=32
+    )
     if name == "densenet121":
         assert "fallback" in plan.info  # too large for the exact DP: planned anyway, and said so
 
@@ -79,13 +100,21 @@ def test_torchvision_model(name):
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 @pytest.mark.parametrize("kind", list(HF))
 def test_hugging_face_model(kind):
-    model, _ = hf_model(kind, HF[kind], seq=32, device="cpu")  # tiny; the counter needs values for masks
+    model, _ = hf_model(
+        kind, HF[kind], seq=32, device="cpu"
+    )  # tiny; the counter needs values for masks
     graph = from_torch(model, (32,), name=kind)
     kwargs = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
     check(graph, model, torch.zeros(1, 32, dtype=torch.long), "a100:1,h100:1", batch=8, **kwargs)
     kinds = {type(layer).__name__ for layer in graph.layers}
-    expect = {"gpt2": {"Attention", "Embedding"}, "bert": {"Attention", "Pool2d"}, "t5": {"Attention"},
-              "llama": {"Glu", "Attention"}, "mistral": {"Glu", "Attention"}, "mixtral": {"Glu"}}[kind]
+    expect = {
+        "gpt2": {"Attention", "Embedding"},
+        "bert": {"Attention", "Pool2d"},
+        "t5": {"Attention"},
+        "llama": {"Glu", "Attention"},
+        "mistral": {"Glu", "Attention"},
+        "mixtral": {"Glu"},
+    }[kind]
     assert expect <= kinds
     if kind == "mistral":
         attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"][0]
@@ -101,11 +130,17 @@ def test_hub_specs_and_their_mistakes():
 
     g = load_external("hf:gpt2,n_layer=1,n_embd=64,n_head=4,vocab_size=500,seq=16")
     assert g.name == "hf:gpt2" and g.input_shape.height == 16
-    assert g.parameter_count() == 500 * 64 + 1024 * 64 + (12 * 64 * 64 + 13 * 64) + 2 * 64  # GPT-2's own formula
-    for spec, message in (("hf:lama", "no model type 'lama'"), ("hf:gpt2,n_layerz=2", "has no 'n_layerz'"),
-                          ("hf:gpt2,n_layer", "options are key=value"), ("hf:", "name a model after the prefix"),
-                          ("tv:resnet", "torchvision has no model 'resnet'"),
-                          ("hf:phi3,vocab_size=1000", "transformers cannot build it with these options")):
+    assert (
+        g.parameter_count() == 500 * 64 + 1024 * 64 + (12 * 64 * 64 + 13 * 64) + 2 * 64
+    )  # GPT-2's own formula
+    for spec, message in (
+        ("hf:lama", "no model type 'lama'"),
+        ("hf:gpt2,n_layerz=2", "has no 'n_layerz'"),
+        ("hf:gpt2,n_layer", "options are key=value"),
+        ("hf:", "name a model after the prefix"),
+        ("tv:resnet", "torchvision has no model 'resnet'"),
+        ("hf:phi3,vocab_size=1000", "transformers cannot build it with these options"),
+    ):
         if spec.startswith("tv:") and tv is None:
             continue
         with pytest.raises(ConfigError, match=message):
@@ -120,21 +155,37 @@ def test_hub_spec_reads_a_checkpoints_own_config_json(tmp_path):
 
     from parplan.models.importers import load_external
 
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-              "intermediate_size": 176, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
-              "vocab_size": 512, "max_position_embeddings": 128, "tie_word_embeddings": False,
-              "torch_dtype": "bfloat16", "transformers_version": "4.40.0"}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 176,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": 512,
+        "max_position_embeddings": 128,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "transformers_version": "4.40.0",
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     g = load_external(f"hf:{tmp_path / 'config.json'},seq=32")
     assert g.input_shape.height == 32
     h, ffn, kv = 64, 176, 2 * 16
-    per_layer = h * (h + 2 * kv) + h * h + 3 * h * ffn + 2 * h  # q, k, v, o, gate/up/down, two RMS norms
-    assert g.parameter_count() == 2 * 512 * h + 2 * per_layer + h  # embedding, head (not tied), final norm
+    per_layer = (
+        h * (h + 2 * kv) + h * h + 3 * h * ffn + 2 * h
+    )  # q, k, v, o, gate/up/down, two RMS norms
+    assert (
+        g.parameter_count() == 2 * 512 * h + 2 * per_layer + h
+    )  # embedding, head (not tied), final norm
     assert load_external(f"hf:{tmp_path}").parameter_count() == g.parameter_count()
     (tmp_path / "bad.json").write_text(json.dumps({"hidden_size": 8}))
-    for spec, message in ((f"hf:{tmp_path / 'bad.json'}", "names its \"model_type\""),
-                          (f"hf:{tmp_path / 'none.json'}", "no such file"),
-                          ("hf:meta-llama/Meta-Llama-3-8B", "hub id needs the network")):
+    for spec, message in (
+        (f"hf:{tmp_path / 'bad.json'}", 'names its "model_type"'),
+        (f"hf:{tmp_path / 'none.json'}", "no such file"),
+        ("hf:meta-llama/Meta-Llama-3-8B", "hub id needs the network"),
+    ):
         with pytest.raises(ConfigError, match=message):
             load_external(spec)
 
@@ -145,8 +196,18 @@ def test_llama3_70b_size_config_plans_on_the_meta_device():
     """Llama-3-70B's shape (80 x 8192, GQA 64/8, SwiGLU 28672, vocabulary 128256), weights on the
     meta device: captured, imported with its exact parameter count, and planned (measured: about
     35 s and 0.7 GB on 2 cores; docs/importers.md)."""
-    model, seq = hf_model("llama", dict(hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
-                                        num_key_value_heads=8, intermediate_size=28672, vocab_size=128256), seq=2048)
+    model, seq = hf_model(
+        "llama",
+        dict(
+            hidden_size=8192,
+            num_hidden_layers=80,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            intermediate_size=28672,
+            vocab_size=128256,
+        ),
+        seq=2048,
+    )
     g = from_torch(model, (seq,), name="llama-70b")
     assert g.parameter_count() == sum(p.numel() for p in model.parameters()) == 70_553_706_496
     problem = Problem(g, parse_array("h100:8"), batch=8)

@@ -52,16 +52,25 @@ def test_transfer_formulas(case):
     g, h, m, p, q = case
     k = len(m)
     f0 = area_where(lambda x: any(x[:k]) and x[k] and not x[k + 1], *_sets(*p, g, h[0]))
-    f1 = area_where(lambda x: any(x[:k]) and not x[k] and (x[k + 1] or any(x[k + 2:])), *_sets(*q, h[1], g, *p))
+    f1 = area_where(
+        lambda x: any(x[:k]) and not x[k] and (x[k + 1] or any(x[k + 2 :])), *_sets(*q, h[1], g, *p)
+    )
     assert math.isclose(float(forward_received(g, h, p, q, 0)), f0, abs_tol=1e-12)
     assert math.isclose(float(forward_received(g, h, p, q, 1)), f1, abs_tol=1e-12)
     for j in range(k):
         b0 = area_where(lambda x: x[0] and x[1] and not x[2], *_sets(h[0], m[j], p[j]))
-        b1 = area_where(lambda x: x[0] and not x[1] and (x[2] or x[3]), *_sets(h[1], q[j], m[j], h[0]))
+        b1 = area_where(
+            lambda x: x[0] and not x[1] and (x[2] or x[3]), *_sets(h[1], q[j], m[j], h[0])
+        )
         assert math.isclose(float(backward_received(h, m[j], p[j], q[j], 0)), b0, abs_tol=1e-12)
         assert math.isclose(float(backward_received(h, m[j], p[j], q[j], 1)), b1, abs_tol=1e-12)
-    s0 = area_where(lambda x: x[0] and any(x[1 + j] and not x[1 + k + j] for j in range(k)), *_sets(h[0], *m, *p))
-    s1 = area_where(lambda x: x[0] and any(not x[2 + k + j] and (x[2 + j] or x[1]) for j in range(k)),
-                    *_sets(h[1], h[0], *m, *q))
+    s0 = area_where(
+        lambda x: x[0] and any(x[1 + j] and not x[1 + k + j] for j in range(k)),
+        *_sets(h[0], *m, *p),
+    )
+    s1 = area_where(
+        lambda x: x[0] and any(not x[2 + k + j] and (x[2 + j] or x[1]) for j in range(k)),
+        *_sets(h[1], h[0], *m, *q),
+    )
     assert math.isclose(float(backward_presummed(h, m, p, q, 0)), s0, abs_tol=1e-12)
     assert math.isclose(float(backward_presummed(h, m, p, q, 1)), s1, abs_tol=1e-12)

@@ -17,8 +17,9 @@ from test_executor_cases import BATCH, dags, plans
 @pytest.mark.parametrize("array", ["cpu:3", "cpu:8", "cpu:2,h100:3"])
 def test_schedule_bytes_equal_the_model(array):
     @seed(99)
-    @settings(max_examples=25,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
     @given(data=st.data())
     def prop(data):
         problem = Problem(data.draw(dags()), parse_array(array), batch=BATCH)

@@ -20,8 +20,17 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.graph import INPUT, Activation, Add, Conv2d, Graph, Shape
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Plan, Problem
-from parplan.costmodel.stages import (PipelinePlan, Stage, cut_points, cut_tensor, evaluate_pipeline, in_flight,
-                                      segment, stage_problem, whole_model_stage)
+from parplan.costmodel.stages import (
+    PipelinePlan,
+    Stage,
+    cut_points,
+    cut_tensor,
+    evaluate_pipeline,
+    in_flight,
+    segment,
+    stage_problem,
+    whole_model_stage,
+)
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.models.zoo import get_model
 from parplan.pipeline.partitioned import _dp, brute_force, frontiers, plan_partitioned
@@ -33,14 +42,18 @@ from test_costmodel import plans as random_plans
 
 
 def residual_graph() -> Graph:
-    return Graph("res", Shape(8, 4, 4), (
-        Conv2d("a", (INPUT,), out_channels=8, kernel=3, padding=1),
-        Conv2d("b", ("a",), out_channels=8, kernel=3, padding=1),
-        Add("sum", ("a", "b")),
-        Activation("relu", ("sum",)),
-        Conv2d("c", ("relu",), out_channels=4, kernel=1),
-        Conv2d("d", ("c",), out_channels=4, kernel=1),
-    ))
+    return Graph(
+        "res",
+        Shape(8, 4, 4),
+        (
+            Conv2d("a", (INPUT,), out_channels=8, kernel=3, padding=1),
+            Conv2d("b", ("a",), out_channels=8, kernel=3, padding=1),
+            Add("sum", ("a", "b")),
+            Activation("relu", ("sum",)),
+            Conv2d("c", ("relu",), out_channels=4, kernel=1),
+            Conv2d("d", ("c",), out_channels=4, kernel=1),
+        ),
+    )
 
 
 def test_cut_points_are_single_tensor_cuts():
@@ -64,16 +77,22 @@ def test_segment_is_the_layers_with_the_cut_tensor_as_input():
     k = order.index("sum")
     tail = segment(g, k + 1, len(order) - 1)
     assert tail.input_shape == g.analyze().out_shape["sum"]
-    assert [layer.name for layer in tail.layers] == list(order[k + 1:])
+    assert [layer.name for layer in tail.layers] == list(order[k + 1 :])
     assert tail.layer("relu").inputs == (INPUT,)
     assert segment(g, 0, len(order) - 1) is g
     head = segment(g, 0, k)
-    assert [n.name for n in Problem(head, parse_array("h100:2"), batch=4).planning.nodes] == ["a", "b", "sum"]
+    assert [n.name for n in Problem(head, parse_array("h100:2"), batch=4).planning.nodes] == [
+        "a",
+        "b",
+        "sum",
+    ]
 
 
 @pytest.mark.parametrize("micro_batches", [1, 4])
 def test_one_stage_is_the_partition_model(micro_batches):
-    p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8, micro_batches=micro_batches, zero_stage=1)
+    p = Problem(
+        get_model("gpt2"), parse_array("h100:4"), batch=8, micro_batches=micro_batches, zero_stage=1
+    )
     plan = make_plan(p, "accpar")
     ev, pe = evaluate(p, plan), evaluate_pipeline(p, whole_model_stage(p, plan))
     assert pe.step_time_s == pytest.approx(ev.step_time_s, rel=1e-12)
@@ -81,7 +100,9 @@ def test_one_stage_is_the_partition_model(micro_batches):
 
 
 def test_node_memory_sums_to_the_device_memory():
-    p = Problem(get_model("resnet18"), parse_array("a100:2,h100:2"), batch=32, zero_stage=2, micro_batches=4)
+    p = Problem(
+        get_model("resnet18"), parse_array("a100:2,h100:2"), batch=32, zero_stage=2, micro_batches=4
+    )
     ev = evaluate(p, make_plan(p, "accpar"), node_memory=True)
     for path, (state, act) in ev.node_memory.items():
         assert state.sum() + act.sum() == pytest.approx(ev.device_memory_bytes[path], rel=1e-12)
@@ -107,13 +128,36 @@ def pipelines(draw):
     cuts = cut_points(g)
     kinds = draw(st.sampled_from(["h100:4", "a100:2,h100:2", "tpu-v2:2,tpu-v3:2", "v100:4"]))
     array = parse_array(kinds, fabric=draw(st.sampled_from(["devices", "papers"])))
-    groups = draw(st.sampled_from([("L", "R"), ("R", "L"), ("LL", "LR", "R"), ("LL", "LR", "RL", "RR"), ("",)]))
-    groups = groups[:len(cuts) + 1]
-    ends = sorted(draw(st.lists(st.sampled_from(cuts), min_size=len(groups) - 1, max_size=len(groups) - 1,
-                                unique=True))) if len(groups) > 1 else []
+    groups = draw(
+        st.sampled_from(
+            [("L", "R"), ("R", "L"), ("LL", "LR", "R"), ("LL", "LR", "RL", "RR"), ("",)]
+        )
+    )
+    groups = groups[: len(cuts) + 1]
+    ends = (
+        sorted(
+            draw(
+                st.lists(
+                    st.sampled_from(cuts),
+                    min_size=len(groups) - 1,
+                    max_size=len(groups) - 1,
+                    unique=True,
+                )
+            )
+        )
+        if len(groups) > 1
+        else []
+    )
     m = draw(st.sampled_from([2, 4]))
-    problem = Problem(g, array, batch=8, micro_batches=m, zero_stage=draw(st.sampled_from([0, 1, 3])),
-                      recompute=draw(st.booleans()), overlap=draw(st.booleans()))
+    problem = Problem(
+        g,
+        array,
+        batch=8,
+        micro_batches=m,
+        zero_stage=draw(st.sampled_from([0, 1, 3])),
+        recompute=draw(st.booleans()),
+        overlap=draw(st.booleans()),
+    )
     n = len(g.analyze().order)
     stages, first = [], 0
     for path, last in zip(groups, [*ends, n - 1]):
@@ -146,11 +190,23 @@ def test_pipeline_price_equals_the_reference(case):
         while a.group[common] == b.group[common]:
             common += 1
         top = problem.array.at(a.group[:common])
-        ports = min(top.link.ports, problem.array.at(a.group).count, problem.array.at(b.group).count)
-        into_b = (top.link.right_bytes_per_s or top.link.bytes_per_s) if b.group[common] == "R" else top.link.bytes_per_s
-        into_a = (top.link.right_bytes_per_s or top.link.bytes_per_s) if a.group[common] == "R" else top.link.bytes_per_s
-        later = {src for name in info.order[a.last + 1:] for src in problem.graph.layer(name).inputs}
-        (crossing,) = [name for name in info.order[:a.last + 1] if name in later]
+        ports = min(
+            top.link.ports, problem.array.at(a.group).count, problem.array.at(b.group).count
+        )
+        into_b = (
+            (top.link.right_bytes_per_s or top.link.bytes_per_s)
+            if b.group[common] == "R"
+            else top.link.bytes_per_s
+        )
+        into_a = (
+            (top.link.right_bytes_per_s or top.link.bytes_per_s)
+            if a.group[common] == "R"
+            else top.link.bytes_per_s
+        )
+        later = {
+            src for name in info.order[a.last + 1 :] for src in problem.graph.layer(name).inputs
+        }
+        (crossing,) = [name for name in info.order[: a.last + 1] if name in later]
         size = info.out_shape[crossing].elements * problem.batch / m * problem.bytes_per_element
         transfers.append(2 * top.link.latency_s + size / (into_b * ports) + size / (into_a * ports))
     expected = sum(per) + sum(transfers) + (m - 1) * max(per + transfers)
@@ -166,13 +222,19 @@ def test_gpipe_holds_every_micro_batch():
     n = len(p.graph.analyze().order)
     stages = []
     for first, last, path in ((0, cuts[5], "L"), (cuts[5] + 1, n - 1, "R")):
-        stages.append(Stage(first, last, path, make_plan(stage_problem(p, first, last, path), "data")))
+        stages.append(
+            Stage(first, last, path, make_plan(stage_problem(p, first, last, path), "data"))
+        )
     ev = evaluate_pipeline(p, PipelinePlan(tuple(stages), schedule="gpipe"))
     for stage in stages:
         sub = stage_problem(replace(p, micro_batches=1), stage.first, stage.last, stage.group)
         for path, need in evaluate(sub, stage.plan).device_memory_bytes.items():
             assert ev.device_memory_bytes[stage.group + path] == pytest.approx(need, rel=1e-12)
-    assert in_flight("1f1b", 0, 2, 4) == 2 and in_flight("1f1b", 1, 2, 4) == 1 and in_flight("1f1b", 0, 8, 4) == 4
+    assert (
+        in_flight("1f1b", 0, 2, 4) == 2
+        and in_flight("1f1b", 1, 2, 4) == 1
+        and in_flight("1f1b", 0, 8, 4) == 4
+    )
     with pytest.raises(ConfigError, match="schedule must be one of 1f1b, gpipe"):
         in_flight("zigzag", 0, 2, 4)  # an unknown schedule is an error, never a fall-through
 
@@ -184,12 +246,18 @@ def test_stage_dp_equals_enumeration(p, extra, m, seed):
     units = p + extra
     costs = []
     for _ in range(p):
-        c = np.triu(rng.choice([0.5, 1.0, 2.0, 3.0, 7.0], size=(units + 1, units + 1)) * rng.random((units + 1,) * 2), 1)
+        c = np.triu(
+            rng.choice([0.5, 1.0, 2.0, 3.0, 7.0], size=(units + 1, units + 1))
+            * rng.random((units + 1,) * 2),
+            1,
+        )
         c[np.tril_indices(units + 1)] = math.inf
         c[rng.random(c.shape) < 0.15] = math.inf  # stages that do not fit
         costs.append(c)
-    transfers = [np.zeros(units + 1)] + [np.where(np.arange(units + 1) % units == 0, math.inf,
-                                                  rng.random(units + 1) * 2) for _ in range(p - 1)]
+    transfers = [np.zeros(units + 1)] + [
+        np.where(np.arange(units + 1) % units == 0, math.inf, rng.random(units + 1) * 2)
+        for _ in range(p - 1)
+    ]
     value, bounds, _ = _dp(costs, transfers, m)
     expected = brute_force(costs, transfers, m)
     if math.isinf(expected):
@@ -202,10 +270,13 @@ def test_stage_dp_equals_enumeration(p, extra, m, seed):
 
 
 def test_frontiers_of_homogeneous_and_mixed_arrays():
-    assert frontiers(parse_array("h100:16"), 16) == [("",), ("L", "R"), ("LL", "LR", "RL", "RR"),
-                                                     ("LLL", "LLR", "LRL", "LRR", "RLL", "RLR", "RRL", "RRR"),
-                                                     tuple(a + b + c + d for a in "LR" for b in "LR" for c in "LR"
-                                                           for d in "LR")]
+    assert frontiers(parse_array("h100:16"), 16) == [
+        ("",),
+        ("L", "R"),
+        ("LL", "LR", "RL", "RR"),
+        ("LLL", "LLR", "LRL", "LRR", "RLL", "RLR", "RRL", "RRR"),
+        tuple(a + b + c + d for a in "LR" for b in "LR" for c in "LR" for d in "LR"),
+    ]
     mixed = frontiers(parse_array("a100:8,h100:8"), 2)
     assert mixed == [("",), ("L", "R"), ("R", "L")]  # the order matters when the kinds differ
 
@@ -234,7 +305,9 @@ def test_joint_fits_and_beats_its_special_cases(gpt2_joint):
 def test_joint_without_room_says_so():
     p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8)
     with pytest.raises(InfeasibleError, match="no pipeline plan found fits"):
-        plan_partitioned(p, limit_bytes=0.2 * 2**30, micro_batches=(8,), zero=(3,), recompute=(True,))
+        plan_partitioned(
+            p, limit_bytes=0.2 * 2**30, micro_batches=(8,), zero=(3,), recompute=(True,)
+        )
 
 
 def test_bad_pipeline_plans_are_config_errors():
@@ -242,15 +315,22 @@ def test_bad_pipeline_plans_are_config_errors():
     order = p.graph.analyze().order
     n = len(order)
     k = order.index("sum")
-    plan = lambda first, last, path: Plan({}) if p.array.at(path).is_leaf else make_plan(  # noqa: E731
-        stage_problem(p, first, last, path), "data")
+    plan = lambda first, last, path: (
+        Plan({})
+        if p.array.at(path).is_leaf
+        else make_plan(  # noqa: E731
+            stage_problem(p, first, last, path), "data"
+        )
+    )
     good = [Stage(0, k, "L", plan(0, k, "L")), Stage(k + 1, n - 1, "R", plan(k + 1, n - 1, "R"))]
     assert evaluate_pipeline(p, PipelinePlan(tuple(good))).step_time_s > 0
     with pytest.raises(ConfigError, match="overlap"):
         evaluate_pipeline(p, PipelinePlan((good[0], replace(good[1], group="LR"))))
     with pytest.raises(ConfigError, match="cut points"):
         b = order.index("b")
-        evaluate_pipeline(p, PipelinePlan((replace(good[0], last=b), replace(good[1], first=b + 1))))
+        evaluate_pipeline(
+            p, PipelinePlan((replace(good[0], last=b), replace(good[1], first=b + 1)))
+        )
     with pytest.raises(ConfigError, match="start at"):
         evaluate_pipeline(p, PipelinePlan((good[1], good[0])))
     with pytest.raises(ConfigError, match="cover"):
@@ -273,14 +353,34 @@ def _cli(capsys, *argv):
 
 def test_cli_plan_pipeline_save_evaluate_diff(capsys, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    base = ("plan", "--model", "gpt2", "--array", "h100:4", "--batch", "8", "--pipeline", "--overlap", "no",
-            "--zero", "1", "--recompute", "no", "--micro-batches", "8")
-    code, out, err = _cli(capsys, *base, "--memory-limit", "0.9", "--save", str(a), "--format", "json")
+    base = (
+        "plan",
+        "--model",
+        "gpt2",
+        "--array",
+        "h100:4",
+        "--batch",
+        "8",
+        "--pipeline",
+        "--overlap",
+        "no",
+        "--zero",
+        "1",
+        "--recompute",
+        "no",
+        "--micro-batches",
+        "8",
+    )
+    code, out, err = _cli(
+        capsys, *base, "--memory-limit", "0.9", "--save", str(a), "--format", "json"
+    )
     assert code == 0, err
     data = json.loads(out)
     assert any(row["plan"] == "1 stage: no plan fits with these settings" for row in data["priced"])
     assert len(data["stages"]) > 1 and data["peak_device_memory_bytes"] <= 0.9 * 2**30
-    assert data["stages"][0]["first_layer"] == "wte" and data["stages"][-1]["last_layer"] == "lm_head"
+    assert (
+        data["stages"][0]["first_layer"] == "wte" and data["stages"][-1]["last_layer"] == "lm_head"
+    )
     # the saved plan re-prices to the same step, and its stages are read back as saved
     code, out, err = _cli(capsys, "evaluate", "--plan", str(a))
     assert code == 0, err
@@ -290,8 +390,12 @@ def test_cli_plan_pipeline_save_evaluate_diff(capsys, tmp_path):
     saved = read_plan_file(a)
     assert saved.plan is None and len(saved.pipeline.stages) == len(data["stages"])
     p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=8, micro_batches=8, zero_stage=1)
-    assert evaluate_pipeline(p, saved.pipeline).step_time_s == pytest.approx(data["step_time_s"], rel=1e-12)
-    code, out, err = _cli(capsys, *base[:-1], "1", "--save", str(b))  # one micro-batch: the table report
+    assert evaluate_pipeline(p, saved.pipeline).step_time_s == pytest.approx(
+        data["step_time_s"], rel=1e-12
+    )
+    code, out, err = _cli(
+        capsys, *base[:-1], "1", "--save", str(b)
+    )  # one micro-batch: the table report
     assert code == 0, err
     assert "stage  layers" in out and "priced exactly" in out
     code, out, err = _cli(capsys, "diff", str(a), str(b))
@@ -304,11 +408,18 @@ def test_cli_plan_pipeline_save_evaluate_diff(capsys, tmp_path):
     assert code == 2 and ("does not fit" in err or "no group" in err)
 
 
-@pytest.mark.parametrize("extra, message", [(("--bound",), "--bound does not apply"),
-                                            (("--max-stages", "0"), "--max-stages must be"),
-                                            (("--micro-batches", "3"), "divide")])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--bound",), "--bound does not apply"),
+        (("--max-stages", "0"), "--max-stages must be"),
+        (("--micro-batches", "3"), "divide"),
+    ],
+)
 def test_cli_pipeline_bad_options(capsys, extra, message):
-    code, _, err = _cli(capsys, "plan", "--model", "gpt2", "--array", "h100:4", "--batch", "8", "--pipeline", *extra)
+    code, _, err = _cli(
+        capsys, "plan", "--model", "gpt2", "--array", "h100:4", "--batch", "8", "--pipeline", *extra
+    )
     assert code == 2 and message in err and "Traceback" not in err
 
 
@@ -324,20 +435,30 @@ def test_pruned_settings_lose_nothing():
     pruned = plan_partitioned(p, limit_bytes=0.8 * 2**30, **settings)
     full = plan_partitioned(p, limit_bytes=0.8 * 2**30, prune=False, **settings)
     assert len(full.candidates) >= len(pruned.candidates)
-    assert min(c.estimate_s for c in pruned.candidates) == min(c.estimate_s for c in full.candidates)
+    assert min(c.estimate_s for c in pruned.candidates) == min(
+        c.estimate_s for c in full.candidates
+    )
     best = min(full.candidates, key=lambda c: c.estimate_s)
     bounds = joint.boundaries(p)
-    prices = joint._Prices(p, "accpar", bounds, joint.device_limits(p, 0.8 * 2**30), lambda msg: None)
+    prices = joint._Prices(
+        p, "accpar", bounds, joint.device_limits(p, 0.8 * 2**30), lambda msg: None
+    )
     units = len(bounds) - 1
     m = best.setting.micro_batches
-    costs = [prices.stage_matrix(g, list(prices.plans(g)), best.setting, in_flight("1f1b", s, len(best.groups), m))[0]
-             / m for s, g in enumerate(best.groups)]
+    costs = [
+        prices.stage_matrix(
+            g, list(prices.plans(g)), best.setting, in_flight("1f1b", s, len(best.groups), m)
+        )[0]
+        / m
+        for s, g in enumerate(best.groups)
+    ]
     elements = [p.graph.analyze().out_shape[cut_tensor(p.graph, k)].elements for k in bounds[1:-1]]
     from parplan.costmodel.stages import cut_seconds
 
     transfers = [np.zeros(units + 1)] + [
         np.array([math.inf] + [cut_seconds(p, a, b, e, m) for e in elements] + [math.inf])
-        for a, b in zip(best.groups, best.groups[1:])]
+        for a, b in zip(best.groups, best.groups[1:])
+    ]
     value, _, _ = _dp(costs, transfers, m)
     assert value == pytest.approx(best.estimate_s, rel=1e-12)
     assert value == pytest.approx(brute_force(costs, transfers, m), rel=1e-12)
@@ -355,12 +476,18 @@ def test_stage_memo_never_changes_a_price():
     ends = [cuts[4], cuts[8], cuts[12], n - 1]
     stages, first = [], 0
     for path, last in zip(("LL", "LR", "RL", "RR"), ends):
-        stages.append(Stage(first, last, path, make_plan(stage_problem(p, first, last, path), "accpar-topdown")))
+        stages.append(
+            Stage(
+                first, last, path, make_plan(stage_problem(p, first, last, path), "accpar-topdown")
+            )
+        )
         first = last + 1
     plan = PipelinePlan(tuple(stages))
     memo: dict = {}
     a, b = evaluate_pipeline(p, plan), evaluate_pipeline(p, plan, memo)
-    assert b.step_time_s == a.step_time_s and dict(b.device_memory_bytes) == dict(a.device_memory_bytes)
+    assert b.step_time_s == a.step_time_s and dict(b.device_memory_bytes) == dict(
+        a.device_memory_bytes
+    )
     mid = [stage_problem(p, s.first, s.last, s.group).graph for s in stages[1:3]]
     assert structure(mid[0]) == structure(mid[1]) and len(memo) == 3
 
@@ -371,12 +498,16 @@ def test_tied_weights_across_stages_pay_one_exchange():
     p = Problem(get_model("gpt2"), parse_array("h100:4"), batch=16, micro_batches=4)
     cuts = cut_points(p.graph)
     n = len(p.graph.analyze().order)
-    stages = [Stage(f, l, g, make_plan(stage_problem(p, f, l, g), "data"))
-              for f, l, g in ((0, cuts[12], "L"), (cuts[12] + 1, n - 1, "R"))]
+    stages = [
+        Stage(f, l, g, make_plan(stage_problem(p, f, l, g), "data"))
+        for f, l, g in ((0, cuts[12], "L"), (cuts[12] + 1, n - 1, "R"))
+    ]
     ev = evaluate_pipeline(p, PipelinePlan(tuple(stages)))
     link = p.array.link  # the root's: between the halves, on min(ports, 2, 2) ports
     table = 50257 * 768
-    expected = link.latency_s + table * p.bytes_per_element / (link.bytes_per_s * min(link.ports, 2))
+    expected = link.latency_s + table * p.bytes_per_element / (
+        link.bytes_per_s * min(link.ports, 2)
+    )
     assert ev.tied_sync_s == pytest.approx(expected, rel=1e-12)
     one = [Stage(0, n - 1, "", make_plan(p, "data"))]
     assert evaluate_pipeline(p, PipelinePlan(tuple(one))).tied_sync_s == 0.0
@@ -389,9 +520,15 @@ def test_even_ends_divide_the_layers_as_evenly_as_the_cuts_allow():
     order, cuts = g.analyze().order, cut_points(g)
     for stages in (1, 2, 4, 8, len(cuts) + 1):
         ends = even_ends(g, stages)
-        assert len(ends) == stages and ends[-1] == len(order) - 1 and list(ends) == sorted(set(ends))
+        assert (
+            len(ends) == stages and ends[-1] == len(order) - 1 and list(ends) == sorted(set(ends))
+        )
         assert all(e in cuts for e in ends[:-1])
     # four stages of a 32-block model end after blocks 7, 15 and 23 (their second residual add)
-    assert [order[e] for e in even_ends(g, 4)[:-1]] == ["layers.7.add2", "layers.15.add2", "layers.23.add2"]
+    assert [order[e] for e in even_ends(g, 4)[:-1]] == [
+        "layers.7.add2",
+        "layers.15.add2",
+        "layers.23.add2",
+    ]
     with pytest.raises(ConfigError, match="pieces between its cut points"):
         even_ends(g, len(cuts) + 2)

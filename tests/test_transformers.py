@@ -47,8 +47,12 @@ PARAMS = {
 }
 # (layers, hidden, seq)
 CONFIGS = {
-    "bert-base": (12, 768, 512), "bert-large": (24, 1024, 512), "gpt2": (12, 768, 1024),
-    "gpt2-medium": (24, 1024, 1024), "gpt2-large": (36, 1280, 1024), "gpt2-xl": (48, 1600, 1024),
+    "bert-base": (12, 768, 512),
+    "bert-large": (24, 1024, 512),
+    "gpt2": (12, 768, 1024),
+    "gpt2-medium": (24, 1024, 1024),
+    "gpt2-large": (36, 1280, 1024),
+    "gpt2-xl": (48, 1600, 1024),
 }
 
 
@@ -104,7 +108,11 @@ def test_llama_family_structure():
     # the token table reaches the first q/k/v projection through an RMS norm and the first
     # residual add directly: both readers hold a partial table gradient (docs/costmodel.md section 2)
     small = llama_config(2, 64, 4, 2, 128, 16, 500)
-    assert layer_dims(small, "layers.0.qkv", 1).tables == layer_dims(small, "layers.0.add1", 1).tables == 500
+    assert (
+        layer_dims(small, "layers.0.qkv", 1).tables
+        == layer_dims(small, "layers.0.add1", 1).tables
+        == 500
+    )
     assert layer_dims(small, "layers.1.qkv", 1).tables == 0
     moe = TRANSFORMER_MODELS["mixtral-8x7b"]()
     dense = TRANSFORMER_MODELS["mistral-7b"]()
@@ -120,7 +128,9 @@ def test_gpt2_head_is_tied_and_bias_free():
     assert isinstance(g, TiedGraph) and g.tied == (("lm_head", "wte"),)
     head = g.layer("lm_head")
     assert not head.bias and head.out_features == 50257
-    untied = sum(g.layer(n).weight_elements(list(g.analyze().in_shapes[n])) for n in g.analyze().order)
+    untied = sum(
+        g.layer(n).weight_elements(list(g.analyze().in_shapes[n])) for n in g.analyze().order
+    )
     assert untied - g.parameter_count() == 50257 * 768
 
 
@@ -145,7 +155,9 @@ def test_gpt3_175b_and_sizes():
 
 
 def test_config_errors_name_the_rule():
-    with pytest.raises(GraphError, match=r"model 'x': hidden \(100\) must be divisible by heads \(3\)"):
+    with pytest.raises(
+        GraphError, match=r"model 'x': hidden \(100\) must be divisible by heads \(3\)"
+    ):
         gpt_config(2, 100, 3, 16, name="x")
     with pytest.raises(GraphError, match=r"seq \(2048\) exceeds the 1024 learned positions"):
         gpt_config(2, 64, 4, 2048, positions=1024)
@@ -158,10 +170,18 @@ def test_tied_graph_rejects_mismatched_ties():
         Embedding("wte", (INPUT,), num=100, dim=16),
         Linear("head", ("wte",), out_features=99, bias=False, per_position=True),
     )
-    with pytest.raises(GraphError, match=r"layer 'head': tied to 'wte' but has 1584 shared weights where 'wte' has 1600"):
+    with pytest.raises(
+        GraphError,
+        match=r"layer 'head': tied to 'wte' but has 1584 shared weights where 'wte' has 1600",
+    ):
         TiedGraph("lm", Shape(1, 8, 1), layers, tied=(("head", "wte"),)).parameter_count()
-    conv = (Conv2d("c", (INPUT,), out_channels=4, kernel=1), Linear("f", ("c",), out_features=4, per_position=True))
-    with pytest.raises(GraphError, match=r"layer 'c': a Conv2d can share weights only with a layer of its own type"):
+    conv = (
+        Conv2d("c", (INPUT,), out_channels=4, kernel=1),
+        Linear("f", ("c",), out_features=4, per_position=True),
+    )
+    with pytest.raises(
+        GraphError, match=r"layer 'c': a Conv2d can share weights only with a layer of its own type"
+    ):
         TiedGraph("t", Shape(4, 2, 2), conv, tied=(("c", "f"),)).parameter_count()
 
 

@@ -50,11 +50,21 @@ WEIGHTED = {
     "resnet-2block": (6, 1),
 }
 
-INPUTS = {"resnet-2block": Shape(3, 32, 32), "lenet": Shape(1, 32, 32), "sfc": Shape(1, 28, 28), "lenet-c": Shape(1, 28, 28), "cifar-c": Shape(3, 32, 32)}
+INPUTS = {
+    "resnet-2block": Shape(3, 32, 32),
+    "lenet": Shape(1, 32, 32),
+    "sfc": Shape(1, 28, 28),
+    "lenet-c": Shape(1, 28, 28),
+    "cifar-c": Shape(3, 32, 32),
+}
 
 # (residual blocks, of which with a downsample shortcut)
 RESNET_BLOCKS = {
-    "resnet18": (8, 3), "resnet34": (16, 3), "resnet50": (16, 4), "resnet101": (33, 4), "resnet152": (50, 4),
+    "resnet18": (8, 3),
+    "resnet34": (16, 3),
+    "resnet50": (16, 4),
+    "resnet101": (33, 4),
+    "resnet152": (50, 4),
 }
 
 
@@ -145,11 +155,22 @@ def test_alexnet_layout():
     g = get_model("alexnet")
     out = g.analyze().out_shape
     assert [out[f"features.{i}"] for i in (0, 2, 3, 5, 6, 8, 10, 12)] == [
-        Shape(64, 55, 55), Shape(64, 27, 27), Shape(192, 27, 27), Shape(192, 13, 13),
-        Shape(384, 13, 13), Shape(256, 13, 13), Shape(256, 13, 13), Shape(256, 6, 6),
+        Shape(64, 55, 55),
+        Shape(64, 27, 27),
+        Shape(192, 27, 27),
+        Shape(192, 13, 13),
+        Shape(384, 13, 13),
+        Shape(256, 13, 13),
+        Shape(256, 13, 13),
+        Shape(256, 6, 6),
     ]
     assert g.analyze().in_shapes["classifier.1"] == (Shape(9216),)
-    assert [g.layer(f"classifier.{i}").function for i in (0, 2, 3, 5)] == ["dropout", "relu", "dropout", "relu"]
+    assert [g.layer(f"classifier.{i}").function for i in (0, 2, 3, 5)] == [
+        "dropout",
+        "relu",
+        "dropout",
+        "relu",
+    ]
 
 
 def test_vgg16_layout():
@@ -159,7 +180,12 @@ def test_vgg16_layout():
     assert all(c.kernel == (3, 3) and c.padding == (1, 1) and c.bias for c in convs)
     assert info.out_shape["features.30"] == Shape(512, 7, 7)
     assert info.in_shapes["classifier.0"] == (Shape(25088),)
-    assert [g.layer(f"classifier.{i}").function for i in (1, 2, 4, 5)] == ["relu", "dropout", "relu", "dropout"]
+    assert [g.layer(f"classifier.{i}").function for i in (1, 2, 4, 5)] == [
+        "relu",
+        "dropout",
+        "relu",
+        "dropout",
+    ]
 
 
 def test_vgg_c_has_1x1_convs_in_the_last_three_blocks():
@@ -174,7 +200,11 @@ def test_vgg_c_has_1x1_convs_in_the_last_three_blocks():
 
 def test_small_models_layouts():
     out = get_model("cifar-c").analyze().out_shape
-    assert [out[p] for p in ("pool1", "pool2", "pool3")] == [Shape(32, 16, 16), Shape(32, 8, 8), Shape(64, 4, 4)]
+    assert [out[p] for p in ("pool1", "pool2", "pool3")] == [
+        Shape(32, 16, 16),
+        Shape(32, 8, 8),
+        Shape(64, 4, 4),
+    ]
     pools = [layer for layer in get_model("cifar-c").layers if isinstance(layer, Pool2d)]
     assert [(p.mode, p.ceil_mode) for p in pools] == [("max", True), ("avg", True), ("avg", True)]
     out = get_model("lenet-c").analyze().out_shape
@@ -214,7 +244,9 @@ def test_list_models():
     assert descriptions["resnet50"] == (
         "ResNet-50 (torchvision, Bottleneck 3-4-6-3); input 3x224x224; 54 weighted layers; 25,557,032 params"
     )
-    assert "input 3x32x32" in descriptions["cifar-c"] and "145,578 params" in descriptions["cifar-c"]
+    assert (
+        "input 3x32x32" in descriptions["cifar-c"] and "145,578 params" in descriptions["cifar-c"]
+    )
 
 
 def test_module_docstring_examples_run():

@@ -49,12 +49,33 @@ import pandas as pd
 
 from parplan.bench.common import (
     standalone_main,
-    ExecutorSpec, Task, csv_names, geomean, grouped_bars, make_array, md_table, out_dir_path, plan_stats,
-    run_kwargs, run_tasks, with_progress_header, write_outputs,
+    ExecutorSpec,
+    Task,
+    csv_names,
+    geomean,
+    grouped_bars,
+    make_array,
+    md_table,
+    out_dir_path,
+    plan_stats,
+    run_tasks,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "ablations"
-MODELS = ("alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+MODELS = (
+    "alexnet",
+    "vgg11",
+    "vgg13",
+    "vgg16",
+    "vgg19",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+)
 DEFAULT_ARRAY = "tpu-v2:64,tpu-v3:64"
 DEFAULT_BATCH = 512
 QUICK = {"models": ("alexnet", "resnet-2block"), "array": "tpu-v2:2,tpu-v3:2", "batch": 128}
@@ -74,8 +95,11 @@ VARIANTS = {
 }
 _SCALE = {"bandwidth-x0.1": 0.1, "bandwidth-x10": 10.0}
 #: All-reduce variants: the collective suffix put on the array.
-_COLLECTIVE = {"allreduce-ring": "ring:torus", "allreduce-dbtree": "dbtree:torus",
-               "allreduce-multitree": "multitree:torus"}
+_COLLECTIVE = {
+    "allreduce-ring": "ring:torus",
+    "allreduce-dbtree": "dbtree:torus",
+    "allreduce-multitree": "multitree:torus",
+}
 #: Variants that replan full AccPar on a changed array.
 _REPLANNED = ("accpar", *_SCALE, *_COLLECTIVE)
 _COST = {"resnet152": 30, "resnet101": 20, "resnet50": 8, "resnet34": 4, "resnet18": 2}
@@ -94,7 +118,9 @@ def variant_plan(problem, variant: str):
         "only-I-II": PlanOptions(Objective.TIME, ShareMode.FREE, only(b, i)),
         "only-I-III": PlanOptions(Objective.TIME, ShareMode.FREE, only(b, o)),
         "share-half": PlanOptions(Objective.TIME, ShareMode.HALF, all_choices),
-        "communication-objective": PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL, all_choices),
+        "communication-objective": PlanOptions(
+            Objective.COMMUNICATION, ShareMode.PROPORTIONAL, all_choices
+        ),
     }
     if variant in _REPLANNED:
         return make_plan(problem, "accpar")
@@ -108,7 +134,9 @@ def variant_plan(problem, variant: str):
     raise ValueError(f"unknown ablation variant '{variant}'; valid: {', '.join(VARIANTS)}")
 
 
-def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbps: float | None) -> dict:
+def variant_task(
+    model: str, variant: str, array: str, batch: int, bandwidth_gbps: float | None
+) -> dict:
     """Plan and price one variant on one model, with data parallelism on the same array."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
@@ -116,7 +144,9 @@ def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbp
 
     base = array.partition("@")[0]  # the array without a collective suffix
     spec = f"{base}@{_COLLECTIVE[variant]}" if variant in _COLLECTIVE else array
-    problem = Problem(get_model(model), make_array(spec, bandwidth_gbps, _SCALE.get(variant, 1.0)), batch=batch)
+    problem = Problem(
+        get_model(model), make_array(spec, bandwidth_gbps, _SCALE.get(variant, 1.0)), batch=batch
+    )
     t0 = time.perf_counter()
     plan = variant_plan(problem, variant)
     wall = time.perf_counter() - t0
@@ -126,9 +156,16 @@ def variant_task(model: str, variant: str, array: str, batch: int, bandwidth_gbp
     if variant in _COLLECTIVE:
         default = Problem(problem.graph, make_array(base, bandwidth_gbps), batch=batch)
         pairwise = plan_stats(problem, make_plan(default, "accpar"))["step_s"]
-    return {"model": model, "variant": variant, "removed": VARIANTS[variant], "wall_s": wall,
-            "selected": plan.info.get("selected", ""), "data_step_s": data, "pairwise_plan_step_s": pairwise,
-            **stats}
+    return {
+        "model": model,
+        "variant": variant,
+        "removed": VARIANTS[variant],
+        "wall_s": wall,
+        "selected": plan.info.get("selected", ""),
+        "data_step_s": data,
+        "pairwise_plan_step_s": pairwise,
+        **stats,
+    }
 
 
 def run(
@@ -165,12 +202,21 @@ def run(
     batch = batch or (QUICK["batch"] if quick else DEFAULT_BATCH)
     arr = make_array(array, bandwidth_gbps)
     out = out_dir_path(out_dir)
-    tasks = [Task(f"{m} {v}", variant_task,
-                  dict(model=m, variant=v, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps),
-                  cost=_COST.get(m, 1) * (3 if v in _REPLANNED else 1))
-             for m in models for v in variants]
-    with_progress_header(NAME, f"{len(models)} models x {len(variants)} variants on {array} ({arr.count} devices), "
-                               f"batch {batch}; {len(tasks)} tasks")
+    tasks = [
+        Task(
+            f"{m} {v}",
+            variant_task,
+            dict(model=m, variant=v, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps),
+            cost=_COST.get(m, 1) * (3 if v in _REPLANNED else 1),
+        )
+        for m in models
+        for v in variants
+    ]
+    with_progress_header(
+        NAME,
+        f"{len(models)} models x {len(variants)} variants on {array} ({arr.count} devices), "
+        f"batch {batch}; {len(tasks)} tasks",
+    )
     rows = run_tasks(NAME, tasks, executor)
     table = pd.DataFrame(rows)
     ref = table[table.variant == "accpar"].set_index("model").step_s
@@ -180,22 +226,52 @@ def run(
     table["speedup_over_data"] = table.data_step_s / table.step_s
     table["array"] = arr.describe()
     table["batch"] = batch
-    cols = ["model", "variant", "removed", "array", "batch", "step_s", "rel_to_accpar", "rel_to_topdown",
-            "speedup_over_data", "data_step_s", "compute_s", "other_s", "comm_bytes", "intra_bytes",
-            "transition_bytes", "selected", "pairwise_plan_step_s", "wall_s"]
+    cols = [
+        "model",
+        "variant",
+        "removed",
+        "array",
+        "batch",
+        "step_s",
+        "rel_to_accpar",
+        "rel_to_topdown",
+        "speedup_over_data",
+        "data_step_s",
+        "compute_s",
+        "other_s",
+        "comm_bytes",
+        "intra_bytes",
+        "transition_bytes",
+        "selected",
+        "pairwise_plan_step_s",
+        "wall_s",
+    ]
     table = table[cols]
     write_outputs(out, NAME, table, lambda p: _plot(table, p), lambda: _markdown(table))
     return table
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
-    wide = table.pivot_table(index="model", columns="variant", values="rel_to_accpar", sort=False).reset_index()
+    wide = table.pivot_table(
+        index="model", columns="variant", values="rel_to_accpar", sort=False
+    ).reset_index()
     means = {"model": "geomean", **{c: geomean(wide[c]) for c in wide.columns if c != "model"}}
     wide = pd.concat([wide, pd.DataFrame([means])], ignore_index=True)
     series = {v: v for v in dict.fromkeys(table.variant) if v != "accpar"}
-    grouped_bars(path, [(f"step time relative to full AccPar ({table['array'].iloc[0]}, batch "
-                         f"{table['batch'].iloc[0]}); > 1 = slower", wide)],
-                 "model", series, "step time / AccPar's", log_y=True)
+    grouped_bars(
+        path,
+        [
+            (
+                f"step time relative to full AccPar ({table['array'].iloc[0]}, batch "
+                f"{table['batch'].iloc[0]}); > 1 = slower",
+                wide,
+            )
+        ],
+        "model",
+        series,
+        "step time / AccPar's",
+        log_y=True,
+    )
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -215,24 +291,43 @@ def _markdown(table: pd.DataFrame) -> str:
     ]
     for v in variants:
         sub = table[table.variant == v]
-        lines.append(f"| {v} | {sub.removed.iloc[0]} | {geomean(sub.rel_to_accpar):.3f} | "
-                     f"{geomean(sub.rel_to_topdown):.3f} | {geomean(sub.speedup_over_data):.2f}x |")
-    lines += ["", "## Which term moves (geometric mean over models, relative to AccPar)", "",
-              "| variant | compute (slowest device) | communication and waiting | bytes moved |",
-              "| --- | --- | --- | --- |"]
+        lines.append(
+            f"| {v} | {sub.removed.iloc[0]} | {geomean(sub.rel_to_accpar):.3f} | "
+            f"{geomean(sub.rel_to_topdown):.3f} | {geomean(sub.speedup_over_data):.2f}x |"
+        )
+    lines += [
+        "",
+        "## Which term moves (geometric mean over models, relative to AccPar)",
+        "",
+        "| variant | compute (slowest device) | communication and waiting | bytes moved |",
+        "| --- | --- | --- | --- |",
+    ]
     ref = table[table.variant == "accpar"].set_index("model")
     for v in variants:
         sub = table[table.variant == v].set_index("model")
-        ratio = {k: geomean((sub[k] / ref[k]).replace([math.inf], math.nan).dropna())
-                 for k in ("compute_s", "other_s", "comm_bytes")}
-        lines.append(f"| {v} | {ratio['compute_s']:.3f} | {ratio['other_s']:.3f} | {ratio['comm_bytes']:.3f} |")
-    same = [v for v in variants if v not in ("accpar",) and math.isclose(
-        geomean(table[table.variant == v].rel_to_accpar), 1.0, rel_tol=1e-9)]
+        ratio = {
+            k: geomean((sub[k] / ref[k]).replace([math.inf], math.nan).dropna())
+            for k in ("compute_s", "other_s", "comm_bytes")
+        }
+        lines.append(
+            f"| {v} | {ratio['compute_s']:.3f} | {ratio['other_s']:.3f} | {ratio['comm_bytes']:.3f} |"
+        )
+    same = [
+        v
+        for v in variants
+        if v not in ("accpar",)
+        and math.isclose(geomean(table[table.variant == v].rel_to_accpar), 1.0, rel_tol=1e-9)
+    ]
     if same:
-        lines += ["", f"Equal to AccPar: {', '.join(same)} -- the portfolio's winning level criterion "
-                      f"({', '.join(sorted(set(table[table.variant == 'accpar'].selected)))}) is that variant's plan."]
+        lines += [
+            "",
+            f"Equal to AccPar: {', '.join(same)} -- the portfolio's winning level criterion "
+            f"({', '.join(sorted(set(table[table.variant == 'accpar'].selected)))}) is that variant's plan.",
+        ]
     lines += ["", "## Per model (step time / AccPar's)", ""]
-    wide = table.pivot_table(index="model", columns="variant", values="rel_to_accpar", sort=False).reset_index()
+    wide = table.pivot_table(
+        index="model", columns="variant", values="rel_to_accpar", sort=False
+    ).reset_index()
     lines += md_table(wide, {"model": str, **{v: ".3f" for v in variants if v in wide.columns}})
     worst = {}
     removed = table[~table.variant.isin(_REPLANNED)]
@@ -240,8 +335,11 @@ def _markdown(table: pd.DataFrame) -> str:
         r = sub.loc[sub.rel_to_accpar.idxmax()]
         worst[m] = (r.variant, r.rel_to_accpar)
     lines += ["", "## Most valuable feature per model", ""]
-    lines += [f"- {m}: removing {VARIANTS[v].split(' (')[0] if v != 'accpar-topdown' else 'the portfolio'} "
-              f"(`{v}`) costs {x:.2f}x" for m, (v, x) in worst.items()]
+    lines += [
+        f"- {m}: removing {VARIANTS[v].split(' (')[0] if v != 'accpar-topdown' else 'the portfolio'} "
+        f"(`{v}`) costs {x:.2f}x"
+        for m, (v, x) in worst.items()
+    ]
     lines += _collective_markdown(table)
     lines.append("")
     return "\n".join(lines)
@@ -251,29 +349,52 @@ def _collective_markdown(table: pd.DataFrame) -> list[str]:
     sub = table[table.variant.isin(_COLLECTIVE)]
     if not len(sub):
         return []
-    lines = ["", "## Gradient exchange as an all-reduce (geometric mean over models)", "",
-             "AccPar replanned with BATCH gradient exchange priced as one all-reduce per layer over the devices "
-             "below its topmost BATCH split (torus of those devices). `vs data` compares with data parallelism "
-             "under the same all-reduce; `pairwise plan` prices the default model's AccPar plan under it "
-             "(> 1: planning with the collective in the cost model paid off).", "",
-             "| variant | step vs default AccPar | speedup over data (same all-reduce) | pairwise plan / replanned |",
-             "| --- | --- | --- | --- |"]
+    lines = [
+        "",
+        "## Gradient exchange as an all-reduce (geometric mean over models)",
+        "",
+        "AccPar replanned with BATCH gradient exchange priced as one all-reduce per layer over the devices "
+        "below its topmost BATCH split (torus of those devices). `vs data` compares with data parallelism "
+        "under the same all-reduce; `pairwise plan` prices the default model's AccPar plan under it "
+        "(> 1: planning with the collective in the cost model paid off).",
+        "",
+        "| variant | step vs default AccPar | speedup over data (same all-reduce) | pairwise plan / replanned |",
+        "| --- | --- | --- | --- |",
+    ]
     for v, s in sub.groupby("variant", sort=False):
-        lines.append(f"| {v} | {geomean(s.rel_to_accpar):.3f} | {geomean(s.speedup_over_data):.2f}x | "
-                     f"{geomean(s.pairwise_plan_step_s / s.step_s):.3f} |")
+        lines.append(
+            f"| {v} | {geomean(s.rel_to_accpar):.3f} | {geomean(s.speedup_over_data):.2f}x | "
+            f"{geomean(s.pairwise_plan_step_s / s.step_s):.3f} |"
+        )
     return lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench ablations`` (``dest`` = the keyword of :func:`run`)."""
-    parser.add_argument("--models", type=csv_names, default=None,
-                        help=f"comma-separated zoo models (default {','.join(MODELS)})")
+    parser.add_argument(
+        "--models",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated zoo models (default {','.join(MODELS)})",
+    )
     parser.add_argument("--array", default=None, help=f"array (default {DEFAULT_ARRAY})")
-    parser.add_argument("--batch", type=int, default=None, help=f"global batch (default {DEFAULT_BATCH})")
-    parser.add_argument("--bandwidth", dest="bandwidth_gbps", type=float, default=None, metavar="GB/s",
-                        help="every link's bandwidth before scaling (default: the devices' own figures)")
-    parser.add_argument("--variants", type=csv_names, default=None,
-                        help=f"comma-separated subset of: {', '.join(VARIANTS)}")
+    parser.add_argument(
+        "--batch", type=int, default=None, help=f"global batch (default {DEFAULT_BATCH})"
+    )
+    parser.add_argument(
+        "--bandwidth",
+        dest="bandwidth_gbps",
+        type=float,
+        default=None,
+        metavar="GB/s",
+        help="every link's bandwidth before scaling (default: the devices' own figures)",
+    )
+    parser.add_argument(
+        "--variants",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated subset of: {', '.join(VARIANTS)}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

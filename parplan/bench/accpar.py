@@ -42,9 +42,25 @@ import pandas as pd
 
 from parplan.bench.common import (
     standalone_main,
-    ExecutorSpec, Task, arithmean, bandwidth_label, csv_floats, csv_names, exact_top_down, geomean, grouped_bars,
-    make_array, md_table, model_traits, out_dir_path, plan_shape, plan_stats, root_bound, run_tasks,
-    with_progress_header, write_outputs,
+    ExecutorSpec,
+    Task,
+    arithmean,
+    bandwidth_label,
+    csv_floats,
+    csv_names,
+    exact_top_down,
+    geomean,
+    grouped_bars,
+    make_array,
+    md_table,
+    model_traits,
+    out_dir_path,
+    plan_shape,
+    plan_stats,
+    root_bound,
+    run_tasks,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "accpar"
@@ -53,19 +69,58 @@ PAPER = {"owt": 2.98, "hypar": 3.78, "accpar": 6.30}
 #: AccPar's speedup over data parallelism at the devices' own links under the *previous* cost
 #: model (recorded at commit c056e4c, before docs/costmodel.md section 10's changes): kept to
 #: say how the results changed, not compared against in any test.
-PREVIOUS_MODEL_ACCPAR = {"alexnet": 9.96, "vgg11": 6.30, "vgg13": 5.35, "vgg16": 4.21, "vgg19": 3.54,
-                         "resnet18": 1.31, "resnet34": 1.28, "resnet50": 1.22, "resnet101": 1.13, "resnet152": 1.10}
-MODELS = ("alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+PREVIOUS_MODEL_ACCPAR = {
+    "alexnet": 9.96,
+    "vgg11": 6.30,
+    "vgg13": 5.35,
+    "vgg16": 4.21,
+    "vgg19": 3.54,
+    "resnet18": 1.31,
+    "resnet34": 1.28,
+    "resnet50": 1.22,
+    "resnet101": 1.13,
+    "resnet152": 1.10,
+}
+MODELS = (
+    "alexnet",
+    "vgg11",
+    "vgg13",
+    "vgg16",
+    "vgg19",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+)
 DEFAULT_ARRAY = "tpu-v2:64,tpu-v3:64"
 DEFAULT_BATCH = 512
 DEFAULT_SWEEP_GBPS = (1.0, 10.0, 100.0)
-QUICK = {"models": ("alexnet", "resnet-2block"), "array": "tpu-v2:1,tpu-v3:1", "batch": 128, "sweep_gbps": (10.0,)}
+QUICK = {
+    "models": ("alexnet", "resnet-2block"),
+    "array": "tpu-v2:1,tpu-v3:1",
+    "batch": 128,
+    "sweep_gbps": (10.0,),
+}
 
 #: Column prefix -> planner name.
-PLANNERS = {"data": "data", "data_half": "data-half", "owt": "owt", "hypar": "hypar", "accpar": "accpar",
-            "topdown": "accpar-topdown"}
-LABELS = {"owt": "OWT", "hypar": "HyPar", "accpar": "AccPar", "topdown": "AccPar top-down", "exact": "exact",
-          "bound": "bound", "data_half": "data (1/2)"}
+PLANNERS = {
+    "data": "data",
+    "data_half": "data-half",
+    "owt": "owt",
+    "hypar": "hypar",
+    "accpar": "accpar",
+    "topdown": "accpar-topdown",
+}
+LABELS = {
+    "owt": "OWT",
+    "hypar": "HyPar",
+    "accpar": "AccPar",
+    "topdown": "AccPar top-down",
+    "exact": "exact",
+    "bound": "bound",
+    "data_half": "data (1/2)",
+}
 #: Relative size of the work per model (submission order: longest first).
 _COST = {"resnet152": 30, "resnet101": 20, "resnet50": 8, "resnet34": 4, "resnet18": 2}
 
@@ -76,8 +131,14 @@ def paper_setup(array, batch) -> bool:
     return array == DEFAULT_ARRAY and int(batch) == DEFAULT_BATCH
 
 
-def planner_task(model: str, array: str, batch: int, bandwidth_gbps: float | None, bound_backend: str,
-                 time_limit_s: float) -> dict:
+def planner_task(
+    model: str,
+    array: str,
+    batch: int,
+    bandwidth_gbps: float | None,
+    bound_backend: str,
+    time_limit_s: float,
+) -> dict:
     """Every planner on one (model, bandwidth): prices, terms, planning wall times, root bound."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
@@ -116,11 +177,16 @@ def compat_task(model: str, array: str, batch: int, bandwidth_gbps: float | None
     from parplan.solvers.accpar_code import cpp_level_comm
     from parplan.solvers.planners import make_plan
 
-    native = Problem(load_layer_table(CPP_DATA / f"{model}.csv"), make_array(array, bandwidth_gbps), batch=batch)
+    native = Problem(
+        load_layer_table(CPP_DATA / f"{model}.csv"), make_array(array, bandwidth_gbps), batch=batch
+    )
     compat = replace(native, compat="accpar-code")
     row: dict = {"model": model}
-    for key, problem, planner, kw in (("cpp", compat, "accpar", {"objective": "communication", "shares": "half"}),
-                                      ("parplan", native, "accpar", {}), ("data", native, "data", {})):
+    for key, problem, planner, kw in (
+        ("cpp", compat, "accpar", {"objective": "communication", "shares": "half"}),
+        ("parplan", native, "accpar", {}),
+        ("data", native, "data", {}),
+    ):
         t0 = time.perf_counter()
         plan = make_plan(problem, planner, **kw)
         row[f"{key}_wall_s"] = time.perf_counter() - t0
@@ -130,8 +196,14 @@ def compat_task(model: str, array: str, batch: int, bandwidth_gbps: float | None
     return row
 
 
-def exact_task(model: str, array: str, batch: int, bandwidth_gbps: float | None, backend: str,
-               time_limit_s: float) -> dict:
+def exact_task(
+    model: str,
+    array: str,
+    batch: int,
+    bandwidth_gbps: float | None,
+    backend: str,
+    time_limit_s: float,
+) -> dict:
     """The level-by-level exact plan of one model (see :func:`parplan.bench.common.exact_top_down`)."""
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
@@ -160,7 +232,8 @@ def run(
     primary, model, array, devices, levels, batch, weighted_layers, activation_weight_ratio,
     fc_weight_fraction, data_step_ms, speedup_data_half, speedup_owt, speedup_hypar,
     speedup_accpar, speedup_topdown, speedup_exact, speedup_bound, exact_status, exact_gap,
-    exact_wall_s, accpar_selected, accpar_idle_devices, accpar_model_parallel_cells, data_compute_fraction, accpar_compute_fraction, ordering,
+    exact_wall_s, accpar_selected, accpar_idle_devices, accpar_model_parallel_cells,
+    data_compute_fraction, accpar_compute_fraction, ordering,
     paper_order, dominant_term, note, and per planner P in data, data_half, owt, hypar, accpar,
     topdown: P_step_s, P_compute_s, P_other_s, P_comm_bytes, P_intra_bytes, P_transition_bytes,
     P_wall_s.
@@ -171,7 +244,11 @@ def run(
     models = tuple(models or (QUICK["models"] if quick else MODELS))
     array = array or (QUICK["array"] if quick else DEFAULT_ARRAY)
     batch = batch or (QUICK["batch"] if quick else DEFAULT_BATCH)
-    sweep = tuple(sweep_gbps if sweep_gbps is not None else (QUICK["sweep_gbps"] if quick else DEFAULT_SWEEP_GBPS))
+    sweep = tuple(
+        sweep_gbps
+        if sweep_gbps is not None
+        else (QUICK["sweep_gbps"] if quick else DEFAULT_SWEEP_GBPS)
+    )
     for m in models:
         get_model(m)  # unknown names fail here, before any worker starts
     backend_spec(exact_backend)
@@ -179,67 +256,154 @@ def run(
     bandwidths: list[float | None] = [bandwidth_gbps] + [b for b in sweep if b != bandwidth_gbps]
     out = out_dir_path(out_dir)
 
-    tasks = _tasks(models, bandwidths, array, batch, bandwidth_gbps, exact_backend, time_limit_s, exact,
-                   ((("alexnet", "resnet18") if quick else CPP_MODELS) if compat else ()))
-    with_progress_header(NAME, f"{len(models)} models x {len(bandwidths)} bandwidths on {array} "
-                               f"({arr.count} devices, {arr.depth} levels), batch {batch}; {len(tasks)} tasks")
+    tasks = _tasks(
+        models,
+        bandwidths,
+        array,
+        batch,
+        bandwidth_gbps,
+        exact_backend,
+        time_limit_s,
+        exact,
+        ((("alexnet", "resnet18") if quick else CPP_MODELS) if compat else ()),
+    )
+    with_progress_header(
+        NAME,
+        f"{len(models)} models x {len(bandwidths)} bandwidths on {array} "
+        f"({arr.count} devices, {arr.depth} levels), batch {batch}; {len(tasks)} tasks",
+    )
     results = run_tasks(NAME, tasks, executor)
     n_plan = len(bandwidths) * len(models)
     n_exact = len(models) if exact else 0
-    exact_rows = {r["model"]: r for r in results[n_plan:n_plan + n_exact]}
-    cpp = pd.DataFrame(results[n_plan + n_exact:])
+    exact_rows = {r["model"]: r for r in results[n_plan : n_plan + n_exact]}
+    cpp = pd.DataFrame(results[n_plan + n_exact :])
     common = {"array": arr.describe(), "devices": arr.count, "levels": arr.depth, "batch": batch}
-    rows = [_row(bw, r, bandwidth_gbps, exact_rows.get(m) if bw == bandwidth_gbps else None, exact, common)
-            for (bw, m), r in zip(((bw, m) for bw in bandwidths for m in models), results[:n_plan])]
+    rows = [
+        _row(
+            bw,
+            r,
+            bandwidth_gbps,
+            exact_rows.get(m) if bw == bandwidth_gbps else None,
+            exact,
+            common,
+        )
+        for (bw, m), r in zip(((bw, m) for bw in bandwidths for m in models), results[:n_plan])
+    ]
     table = pd.DataFrame(rows)
-    lead = ["bandwidth", "bandwidth_gbps", "primary", "model", "array", "devices", "levels", "batch",
-            "weighted_layers", "activation_weight_ratio", "fc_weight_fraction", "data_step_ms",
-            "speedup_data_half", "speedup_owt", "speedup_hypar", "speedup_accpar", "speedup_topdown",
-            "speedup_exact", "speedup_bound", "exact_status", "exact_gap", "exact_wall_s", "accpar_selected",
-            "data_compute_fraction", "accpar_compute_fraction", "ordering", "paper_order", "dominant_term", "note"]
+    lead = [
+        "bandwidth",
+        "bandwidth_gbps",
+        "primary",
+        "model",
+        "array",
+        "devices",
+        "levels",
+        "batch",
+        "weighted_layers",
+        "activation_weight_ratio",
+        "fc_weight_fraction",
+        "data_step_ms",
+        "speedup_data_half",
+        "speedup_owt",
+        "speedup_hypar",
+        "speedup_accpar",
+        "speedup_topdown",
+        "speedup_exact",
+        "speedup_bound",
+        "exact_status",
+        "exact_gap",
+        "exact_wall_s",
+        "accpar_selected",
+        "data_compute_fraction",
+        "accpar_compute_fraction",
+        "ordering",
+        "paper_order",
+        "dominant_term",
+        "note",
+    ]
     table = table[lead + [c for c in table.columns if c not in lead]]
     summary = summarize(table)
     extra = {"accpar_summary": summary}
     if len(cpp):
         extra["accpar_compat"] = cpp
-    write_outputs(out, NAME, table, lambda p: _plot(table, p),
-                  _markdown(table, summary, exact_backend, time_limit_s) + _compat_section(cpp),
-                  extra=extra)
+    write_outputs(
+        out,
+        NAME,
+        table,
+        lambda p: _plot(table, p),
+        _markdown(table, summary, exact_backend, time_limit_s) + _compat_section(cpp),
+        extra=extra,
+    )
     return table
 
 
-def _tasks(models, bandwidths, array, batch, bandwidth_gbps, backend, time_limit_s, exact, cpp_models) -> list[Task]:
+def _tasks(
+    models, bandwidths, array, batch, bandwidth_gbps, backend, time_limit_s, exact, cpp_models
+) -> list[Task]:
     """Every planner per (bandwidth, model), then the exact plans, then the C++'s networks."""
     tasks = [
-        Task(f"{m} @ {bandwidth_label(bw)}", planner_task,
-             dict(model=m, array=array, batch=batch, bandwidth_gbps=bw, bound_backend=backend,
-                  time_limit_s=time_limit_s), cost=_COST.get(m, 1))
-        for bw in bandwidths for m in models
+        Task(
+            f"{m} @ {bandwidth_label(bw)}",
+            planner_task,
+            dict(
+                model=m,
+                array=array,
+                batch=batch,
+                bandwidth_gbps=bw,
+                bound_backend=backend,
+                time_limit_s=time_limit_s,
+            ),
+            cost=_COST.get(m, 1),
+        )
+        for bw in bandwidths
+        for m in models
     ]
     if exact:
         tasks += [
-            Task(f"{m} exact ({backend})", exact_task,
-                 dict(model=m, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps, backend=backend,
-                      time_limit_s=time_limit_s), cost=1.5 * _COST.get(m, 1))
+            Task(
+                f"{m} exact ({backend})",
+                exact_task,
+                dict(
+                    model=m,
+                    array=array,
+                    batch=batch,
+                    bandwidth_gbps=bandwidth_gbps,
+                    backend=backend,
+                    time_limit_s=time_limit_s,
+                ),
+                cost=1.5 * _COST.get(m, 1),
+            )
             for m in models
         ]
-    tasks += [Task(f"C++ {m} (compat)", compat_task, dict(model=m, array=array, batch=batch,
-                                                          bandwidth_gbps=bandwidth_gbps))
-              for m in cpp_models]
+    tasks += [
+        Task(
+            f"C++ {m} (compat)",
+            compat_task,
+            dict(model=m, array=array, batch=batch, bandwidth_gbps=bandwidth_gbps),
+        )
+        for m in cpp_models
+    ]
     return tasks
 
 
 def _row(bw, r: dict, primary_gbps, ex: dict | None, exact: bool, common: dict) -> dict:
     """One table row: a planner task's result with speedups, the exact column and the explanation."""
-    row = {"bandwidth": bandwidth_label(bw), "bandwidth_gbps": math.nan if bw is None else bw,
-           "primary": bw == primary_gbps, **common, **r}
+    row = {
+        "bandwidth": bandwidth_label(bw),
+        "bandwidth_gbps": math.nan if bw is None else bw,
+        "primary": bw == primary_gbps,
+        **common,
+        **r,
+    }
     data = r["data_step_s"]
     row["data_step_ms"] = data * 1e3
     for key in ("data_half", "owt", "hypar", "accpar", "topdown"):
         row[f"speedup_{key}"] = data / r[f"{key}_step_s"]
     row["speedup_bound"] = data / r["bound_step_s"] if r["bound_step_s"] > 0 else math.nan
     row["speedup_exact"] = data / ex["step_time_s"] if ex and ex["step_time_s"] > 0 else math.nan
-    row["exact_status"] = ex["status"] if ex else ("-" if not exact else "not run at this bandwidth")
+    row["exact_status"] = (
+        ex["status"] if ex else ("-" if not exact else "not run at this bandwidth")
+    )
     row["exact_gap"] = ex["gap"] if ex else math.nan
     row["exact_wall_s"] = ex["wall_s"] if ex else math.nan
     row["data_compute_fraction"] = r["data_compute_s"] / data
@@ -256,9 +420,17 @@ def summarize(table: pd.DataFrame) -> pd.DataFrame:
             vals = sub[f"speedup_{key}"].dropna()
             if not len(vals):
                 continue
-            rows.append({"bandwidth": bw, "primary": bool(sub.primary.iloc[0]), "planner": key,
-                         "models": len(vals), "geomean": geomean(vals), "arithmean": arithmean(vals),
-                         "paper": PAPER.get(key, math.nan)})
+            rows.append(
+                {
+                    "bandwidth": bw,
+                    "primary": bool(sub.primary.iloc[0]),
+                    "planner": key,
+                    "models": len(vals),
+                    "geomean": geomean(vals),
+                    "arithmean": arithmean(vals),
+                    "paper": PAPER.get(key, math.nan),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -270,36 +442,57 @@ def explain(row: dict) -> dict:
     ordering = " < ".join(f"{LABELS[k]} {sp[k]:.2f}x" for k in ranked)
     paper_order = ranked == ["owt", "hypar", "accpar"] and sp["owt"] > 1.0
     comm = 1.0 - row["data_compute_fraction"]
-    dominant = ("communication (weight-gradient exchange)" if comm >= 0.5 else "compute")
+    dominant = "communication (weight-gradient exchange)" if comm >= 0.5 else "compute"
     notes = []
     for low, high in (("owt", "hypar"), ("hypar", "accpar"), ("owt", "accpar")):
         if sp[high] < sp[low] * (1 - 1e-9):
             notes.append(f"{LABELS[high]} < {LABELS[low]}: " + _pair_reason(row, high, low))
     if sp["owt"] <= 1.0 + 1e-9:
-        notes.append(f"OWT no faster than data parallelism ({sp['owt']:.2f}x): "
-                     f"its FC layers hold {row['fc_weight_fraction']:.0%} of the weights, so splitting them "
-                     "leaves the convolutions' weight-gradient exchange in place")
-    ratio = sp["accpar"] / PAPER["accpar"] if paper_setup(row.get("array"), row.get("batch", 0)) else 1.0
+        notes.append(
+            f"OWT no faster than data parallelism ({sp['owt']:.2f}x): "
+            f"its FC layers hold {row['fc_weight_fraction']:.0%} of the weights, so splitting them "
+            "leaves the convolutions' weight-gradient exchange in place"
+        )
+    ratio = (
+        sp["accpar"] / PAPER["accpar"]
+        if paper_setup(row.get("array"), row.get("batch", 0))
+        else 1.0
+    )
     if ratio < 2 / 3:
         if comm < 0.5:
-            why = (f"data parallelism is compute-bound here (communication {comm:.0%} of its step), so "
-                   f"no partition can gain more than ~{1 / max(1 - comm, 1e-9):.1f}x")
+            why = (
+                f"data parallelism is compute-bound here (communication {comm:.0%} of its step), so "
+                f"no partition can gain more than ~{1 / max(1 - comm, 1e-9):.1f}x"
+            )
         elif row["activation_weight_ratio"] > 1.0:
-            why = (f"activations outweigh weights {row['activation_weight_ratio']:.1f}:1, so IN/OUT splits exchange "
-                   "more than the weight gradients data parallelism exchanges; only the weight-heavy layers gain "
-                   f"(AccPar is {row['accpar_compute_fraction']:.0%} compute)")
+            why = (
+                f"activations outweigh weights {row['activation_weight_ratio']:.1f}:1, so IN/OUT splits exchange "
+                "more than the weight gradients data parallelism exchanges; only the weight-heavy layers gain "
+                f"(AccPar is {row['accpar_compute_fraction']:.0%} compute)"
+            )
         else:
-            why = (f"AccPar's remaining step is {1 - row['accpar_compute_fraction']:.0%} communication on "
-                   "the lower levels' links")
+            why = (
+                f"AccPar's remaining step is {1 - row['accpar_compute_fraction']:.0%} communication on "
+                "the lower levels' links"
+            )
         notes.append(f"AccPar {sp['accpar']:.2f}x is below the paper's 6.30x average: {why}")
     elif ratio > 1.5:
-        notes.append(f"AccPar {sp['accpar']:.2f}x is above the paper's 6.30x average: data parallelism is "
-                     f"{comm:.0%} communication and the FC layers hold {row['fc_weight_fraction']:.0%} of the "
-                     "weights, which IN/OUT splits stop exchanging")
-    fine = ("ordering and magnitude as in the paper" if paper_setup(row.get("array"), row.get("batch", 0))
-            else "ordering as in the paper")
-    return {"ordering": ordering, "paper_order": paper_order, "dominant_term": dominant,
-            "note": "; ".join(notes) if notes else fine}
+        notes.append(
+            f"AccPar {sp['accpar']:.2f}x is above the paper's 6.30x average: data parallelism is "
+            f"{comm:.0%} communication and the FC layers hold {row['fc_weight_fraction']:.0%} of the "
+            "weights, which IN/OUT splits stop exchanging"
+        )
+    fine = (
+        "ordering and magnitude as in the paper"
+        if paper_setup(row.get("array"), row.get("batch", 0))
+        else "ordering as in the paper"
+    )
+    return {
+        "ordering": ordering,
+        "paper_order": paper_order,
+        "dominant_term": dominant,
+        "note": "; ".join(notes) if notes else fine,
+    }
 
 
 def _pair_reason(row: dict, high: str, low: str) -> str:
@@ -307,37 +500,57 @@ def _pair_reason(row: dict, high: str, low: str) -> str:
     hc, lc = row[f"{high}_compute_s"], row[f"{low}_compute_s"]
     ho, lo = row[f"{high}_other_s"], row[f"{low}_other_s"]
     if hc - lc >= ho - lo:
-        extra = " (shares of 1/2 load the slower half as much as the faster)" if high == "hypar" else ""
+        extra = (
+            " (shares of 1/2 load the slower half as much as the faster)" if high == "hypar" else ""
+        )
         return f"its compute time is {hc * 1e3:.2f} ms vs {lc * 1e3:.2f} ms{extra}"
-    extra = (" (it minimises elements moved, not time)" if high == "hypar" else "")
-    return (f"its communication time is {ho * 1e3:.2f} ms vs {lo * 1e3:.2f} ms, "
-            f"{row[f'{high}_comm_bytes'] / 1e9:.2f} GB vs {row[f'{low}_comm_bytes'] / 1e9:.2f} GB moved{extra}")
+    extra = " (it minimises elements moved, not time)" if high == "hypar" else ""
+    return (
+        f"its communication time is {ho * 1e3:.2f} ms vs {lo * 1e3:.2f} ms, "
+        f"{row[f'{high}_comm_bytes'] / 1e9:.2f} GB vs {row[f'{low}_comm_bytes'] / 1e9:.2f} GB moved{extra}"
+    )
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
     panels = []
     for bw, sub in table.groupby("bandwidth", sort=False):
-        frame = sub[["model", "speedup_owt", "speedup_hypar", "speedup_accpar", "speedup_exact"]].copy()
-        means = {"model": "geomean", **{c: geomean(frame[c].dropna()) for c in frame.columns if c != "model"}}
+        frame = sub[
+            ["model", "speedup_owt", "speedup_hypar", "speedup_accpar", "speedup_exact"]
+        ].copy()
+        means = {
+            "model": "geomean",
+            **{c: geomean(frame[c].dropna()) for c in frame.columns if c != "model"},
+        }
         frame = pd.concat([frame, pd.DataFrame([means])], ignore_index=True)
         primary = " (primary)" if sub.primary.iloc[0] else ""
-        panels.append((f"{sub['array'].iloc[0]}, batch {sub['batch'].iloc[0]}, links {bw}{primary}", frame))
+        panels.append(
+            (f"{sub['array'].iloc[0]}, batch {sub['batch'].iloc[0]}, links {bw}{primary}", frame)
+        )
     series = {"OWT": "speedup_owt", "HyPar": "speedup_hypar", "AccPar": "speedup_accpar"}
     if table.speedup_exact.notna().any():  # not with --no-exact
         series["exact (level-by-level)"] = "speedup_exact"
     first = table.iloc[0]
     # the paper's averages are drawn only on its own setup (128 TPUs, batch 512)
-    refs = ({f"paper {LABELS[k]} {v}x": v for k, v in PAPER.items()}
-            if paper_setup(first["array"], first["batch"]) else None)
-    grouped_bars(path, panels, "model", series, "speedup over data parallelism", references=refs, log_y=True)
+    refs = (
+        {f"paper {LABELS[k]} {v}x": v for k, v in PAPER.items()}
+        if paper_setup(first["array"], first["batch"])
+        else None
+    )
+    grouped_bars(
+        path, panels, "model", series, "speedup over data parallelism", references=refs, log_y=True
+    )
 
 
 def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     """How AccPar's speedups moved from the previous cost model to this one, and why."""
     rows = [r for r in prim.itertuples() if r.model in PREVIOUS_MODEL_ACCPAR]
     first = prim.iloc[0] if len(prim) else None
-    same_setup = (first is not None and first["array"] == DEFAULT_ARRAY and first["batch"] == DEFAULT_BATCH
-                  and math.isnan(first["bandwidth_gbps"]))
+    same_setup = (
+        first is not None
+        and first["array"] == DEFAULT_ARRAY
+        and first["batch"] == DEFAULT_BATCH
+        and math.isnan(first["bandwidth_gbps"])
+    )
     if not rows or not same_setup:
         return []  # the recorded figures are for the default setup only
     lines = [
@@ -351,8 +564,10 @@ def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     ]
     for r in rows:
         before = PREVIOUS_MODEL_ACCPAR[r.model]
-        lines.append(f"| {r.model} | {before:.2f} | {r.speedup_accpar:.2f} | {r.speedup_accpar / before - 1:+.1%} "
-                     f"| {int(r.accpar_idle_devices)} of {r.devices} | {r.accpar_model_parallel_cells:.1%} |")
+        lines.append(
+            f"| {r.model} | {before:.2f} | {r.speedup_accpar:.2f} | {r.speedup_accpar / before - 1:+.1%} "
+            f"| {int(r.accpar_idle_devices)} of {r.devices} | {r.accpar_model_parallel_cells:.1%} |"
+        )
     idle = [r.model for r in rows if r.model.startswith("resnet") and r.accpar_idle_devices > 0]
     lines += [
         "",
@@ -366,24 +581,36 @@ def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
         "tensor, so IN / OUT splits inside residual blocks pay off less: the ResNet plans are mostly data "
         "parallel (see the IN/OUT column), with model parallelism on the FC layer and on late, weight-heavy "
         "layers, mostly at the lowest levels. The element-wise, attention and HBM terms add compute that every "
-        "plan pays, which lowers every speedup a little." + (
+        "plan pays, which lowers every speedup a little."
+        + (
             f" {', '.join(idle)}: the plan leaves devices idle (the idle-devices column): a side at share 0 "
             "now holds nothing and pays neither reduction nor latency (the previous model charged it latency), and "
             "running on the TPU-v3 half alone beats spreading the batch over the slower TPU-v2 half and paying the "
-            "gradient exchange across the root link." if idle else ""),
+            "gradient exchange across the root link."
+            if idle
+            else ""
+        ),
         "",
     ]
-    slow = table[table.bandwidth_gbps == table.bandwidth_gbps.min()] if table.bandwidth_gbps.notna().any() else None
+    slow = (
+        table[table.bandwidth_gbps == table.bandwidth_gbps.min()]
+        if table.bandwidth_gbps.notna().any()
+        else None
+    )
     if slow is not None and len(slow):
         r = slow.loc[slow.speedup_accpar.idxmax()]
-        lines += [] if r.accpar_idle_devices == 0 else [
-            f"At slow links the same rule lets whole groups sit idle. At {r.bandwidth} AccPar's largest speedup is "
-            f"{r.model}'s {r.speedup_accpar:.1f}x: its plan leaves {int(r.accpar_idle_devices)} of {r.devices} "
-            f"devices idle and takes {r.accpar_step_s * 1e3:.3g} ms, while data parallelism spends "
-            f"{r.data_step_s * 1e3:.3g} ms, mostly exchanging gradients over those links. Such speedups measure "
-            "what data parallelism's communication costs there, not IN / OUT splits.",
-            "",
-        ]
+        lines += (
+            []
+            if r.accpar_idle_devices == 0
+            else [
+                f"At slow links the same rule lets whole groups sit idle. At {r.bandwidth} AccPar's largest speedup is "
+                f"{r.model}'s {r.speedup_accpar:.1f}x: its plan leaves {int(r.accpar_idle_devices)} of {r.devices} "
+                f"devices idle and takes {r.accpar_step_s * 1e3:.3g} ms, while data parallelism spends "
+                f"{r.data_step_s * 1e3:.3g} ms, mostly exchanging gradients over those links. Such speedups measure "
+                "what data parallelism's communication costs there, not IN / OUT splits.",
+                "",
+            ]
+        )
     return lines
 
 
@@ -392,8 +619,9 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
     prim = table[table.primary]
     paper = paper_setup(first["array"], first["batch"])
     lines = [
-        "# AccPar: speedup over data parallelism on TPU-v2 + TPU-v3" if paper else
-        f"# AccPar and the baselines: speedup over data parallelism on {first['array']}",
+        "# AccPar: speedup over data parallelism on TPU-v2 + TPU-v3"
+        if paper
+        else f"# AccPar and the baselines: speedup over data parallelism on {first['array']}",
         "",
         f"Array `{first['array']}` ({first['devices']} devices, {first['levels']} levels), "
         f"batch {first['batch']}, bf16 "
@@ -408,32 +636,65 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
     for bw, sub in summary.groupby("bandwidth", sort=False):
         cell = {r.planner: f"{r.geomean:.2f} / {r.arithmean:.2f}" for r in sub.itertuples()}
         tag = " (primary)" if sub.primary.iloc[0] else ""
-        lines.append(f"| {bw}{tag} | " + " | ".join(cell.get(k, "-") for k in
-                                                       ("owt", "hypar", "accpar", "topdown", "exact", "bound",
-                                                        "data_half")) + " |")
+        lines.append(
+            f"| {bw}{tag} | "
+            + " | ".join(
+                cell.get(k, "-")
+                for k in ("owt", "hypar", "accpar", "topdown", "exact", "bound", "data_half")
+            )
+            + " |"
+        )
     if paper:
-        lines.append(f"| paper (mean) | {PAPER['owt']} | {PAPER['hypar']} | {PAPER['accpar']} | - | - | - | - |")
+        lines.append(
+            f"| paper (mean) | {PAPER['owt']} | {PAPER['hypar']} | {PAPER['accpar']} | - | - | - | - |"
+        )
     else:
-        lines += ["", f"Not the paper's setup (it is `{DEFAULT_ARRAY}` at batch {DEFAULT_BATCH}): its averages are "
-                      "not a reference here, and no replication is claimed."]
+        lines += [
+            "",
+            f"Not the paper's setup (it is `{DEFAULT_ARRAY}` at batch {DEFAULT_BATCH}): its averages are "
+            "not a reference here, and no replication is claimed.",
+        ]
     best = _closest(summary) if paper else None
     if best is not None:
-        lines += ["", f"Closest to the paper's averages: links {best[0]} ({best[1]} means, mean |log ratio| "
-                      f"{best[2]:.2f}); paper ordering OWT < HyPar < AccPar on the averages: "
-                  + ", ".join(f"{bw} {'yes' if ok else 'no'}" for bw, ok in _order_by_bw(summary))]
+        lines += [
+            "",
+            f"Closest to the paper's averages: links {best[0]} ({best[1]} means, mean |log ratio| "
+            f"{best[2]:.2f}); paper ordering OWT < HyPar < AccPar on the averages: "
+            + ", ".join(f"{bw} {'yes' if ok else 'no'}" for bw, ok in _order_by_bw(summary)),
+        ]
     lines += [
         "",
         f"## Per model at links {prim.bandwidth.iloc[0]} (primary)",
         "",
     ]
-    lines += md_table(prim, {
-        "model": str, "speedup_owt": ".2f", "speedup_hypar": ".2f", "speedup_accpar": ".2f",
-        "speedup_topdown": ".2f", "speedup_exact": ".2f", "exact_status": str, "speedup_bound": ".1f",
-        "data_compute_fraction": ".0%", "activation_weight_ratio": ".1f", "accpar_selected": str,
-    }, headers={"speedup_owt": "OWT", "speedup_hypar": "HyPar", "speedup_accpar": "AccPar",
-                "speedup_topdown": "AccPar top-down", "speedup_exact": "exact", "exact_status": "exact status",
-                "speedup_bound": "bound", "data_compute_fraction": "data-parallel compute share",
-                "activation_weight_ratio": "activations / weights", "accpar_selected": "AccPar criterion"})
+    lines += md_table(
+        prim,
+        {
+            "model": str,
+            "speedup_owt": ".2f",
+            "speedup_hypar": ".2f",
+            "speedup_accpar": ".2f",
+            "speedup_topdown": ".2f",
+            "speedup_exact": ".2f",
+            "exact_status": str,
+            "speedup_bound": ".1f",
+            "data_compute_fraction": ".0%",
+            "activation_weight_ratio": ".1f",
+            "accpar_selected": str,
+        },
+        headers={
+            "speedup_owt": "OWT",
+            "speedup_hypar": "HyPar",
+            "speedup_accpar": "AccPar",
+            "speedup_topdown": "AccPar top-down",
+            "speedup_exact": "exact",
+            "exact_status": "exact status",
+            "speedup_bound": "bound",
+            "data_compute_fraction": "data-parallel compute share",
+            "activation_weight_ratio": "activations / weights",
+            "accpar_selected": "AccPar criterion",
+        },
+    )
     others = table[~table.primary]
     if len(others):
         lines += ["", "## Per model at the other bandwidths (OWT / HyPar / AccPar)", ""]
@@ -444,24 +705,38 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
             cells = []
             for bw in bws:
                 r = sub[sub.bandwidth == bw].iloc[0]
-                cells.append(f"{r.speedup_owt:.2f} / {r.speedup_hypar:.2f} / {r.speedup_accpar:.2f}")
+                cells.append(
+                    f"{r.speedup_owt:.2f} / {r.speedup_hypar:.2f} / {r.speedup_accpar:.2f}"
+                )
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
-    lines += ["", "## Where and why results differ from the paper" if paper else "## Per model: ordering and why", ""]
+    lines += [
+        "",
+        "## Where and why results differ from the paper"
+        if paper
+        else "## Per model: ordering and why",
+        "",
+    ]
     for bw, sub in table.groupby("bandwidth", sort=False):
         lines.append(f"Links {bw}{' (primary)' if sub.primary.iloc[0] else ''}:")
         lines.append("")
         for r in sub.itertuples():
             mark = "paper order" if r.paper_order else "differs"
-            lines.append(f"- **{r.model}** ({mark}; {r.ordering}; data parallelism dominated by {r.dominant_term}): "
-                         f"{r.note}.")
+            lines.append(
+                f"- **{r.model}** ({mark}; {r.ordering}; data parallelism dominated by {r.dominant_term}): "
+                f"{r.note}."
+            )
         lines.append("")
     lines += _columns_section(backend, time_limit_s, first["devices"])
     lines += _changes_section(prim, table)
     lines += [
         "Why magnitudes depend on the links: data parallelism exchanges every weight gradient at every level; "
         "the slower the links, the larger the share of its step that AccPar's IN/OUT splits can remove."
-        + (" The paper's simulator and link figures are not public, so the sweep shows where its averages are "
-           "reached." if paper else ""),
+        + (
+            " The paper's simulator and link figures are not public, so the sweep shows where its averages are "
+            "reached."
+            if paper
+            else ""
+        ),
         "",
     ]
     return "\n".join(lines)
@@ -516,7 +791,8 @@ def _compat_section(cpp: pd.DataFrame) -> str:
             f"| {r.model} | {r.cpp_step_s * 1e3:.3f} | {r.parplan_step_s * 1e3:.3f} | {r.data_step_s * 1e3:.3f} | "
             f"{r.cpp_comm_bytes / 1e9:.2f} | {r.parplan_comm_bytes / 1e9:.2f} | {r.cpp_cpp_elements / 1e6:.1f} | "
             f"{r.parplan_cpp_elements / 1e6:.1f} | {r.cpp_model_parallel_cells:.0%} | "
-            f"{r.parplan_model_parallel_cells:.0%} |")
+            f"{r.parplan_model_parallel_cells:.0%} |"
+        )
     faster = cpp[cpp.parplan_step_s < cpp.cpp_step_s].model.tolist()
     fewer = cpp[cpp.cpp_cpp_elements <= cpp.parplan_cpp_elements].model.tolist()
     lines += [
@@ -554,21 +830,57 @@ def _order_by_bw(summary: pd.DataFrame):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench accpar`` (``dest`` = the keyword of :func:`run`)."""
-    parser.add_argument("--models", type=csv_names, default=None,
-                        help=f"comma-separated zoo models (default {','.join(MODELS)})")
+    parser.add_argument(
+        "--models",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated zoo models (default {','.join(MODELS)})",
+    )
     parser.add_argument("--array", default=None, help=f"array (default {DEFAULT_ARRAY})")
-    parser.add_argument("--batch", type=int, default=None, help=f"global batch (default {DEFAULT_BATCH})")
-    parser.add_argument("--bandwidth", dest="bandwidth_gbps", type=float, default=None, metavar="GB/s",
-                        help="primary link bandwidth, every link (default: the devices' own figures)")
-    parser.add_argument("--sweep", dest="sweep_gbps", type=csv_floats, default=None, metavar="GB/s,...",
-                        help="other link bandwidths to repeat the table at (default 1,10,100; '' for none)")
-    parser.add_argument("--exact-backend", default="scip", help="backend of the exact and bound columns (default scip)")
-    parser.add_argument("--time-limit", dest="time_limit_s", type=float, default=60.0, metavar="S",
-                        help="per exact solve (default 60)")
-    parser.add_argument("--no-exact", dest="exact", action="store_false",
-                        help="skip the level-by-level exact column")
-    parser.add_argument("--no-compat", dest="compat", action="store_false",
-                        help="skip the section on the published C++'s own networks")
+    parser.add_argument(
+        "--batch", type=int, default=None, help=f"global batch (default {DEFAULT_BATCH})"
+    )
+    parser.add_argument(
+        "--bandwidth",
+        dest="bandwidth_gbps",
+        type=float,
+        default=None,
+        metavar="GB/s",
+        help="primary link bandwidth, every link (default: the devices' own figures)",
+    )
+    parser.add_argument(
+        "--sweep",
+        dest="sweep_gbps",
+        type=csv_floats,
+        default=None,
+        metavar="GB/s,...",
+        help="other link bandwidths to repeat the table at (default 1,10,100; '' for none)",
+    )
+    parser.add_argument(
+        "--exact-backend",
+        default="scip",
+        help="backend of the exact and bound columns (default scip)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        dest="time_limit_s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="per exact solve (default 60)",
+    )
+    parser.add_argument(
+        "--no-exact",
+        dest="exact",
+        action="store_false",
+        help="skip the level-by-level exact column",
+    )
+    parser.add_argument(
+        "--no-compat",
+        dest="compat",
+        action="store_false",
+        help="skip the section on the published C++'s own networks",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

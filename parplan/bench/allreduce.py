@@ -25,7 +25,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pandas as pd  # noqa: E402
 
-from parplan.collectives.allreduce import Algorithm, best_schedule, lower_bound_steps, validate_schedule  # noqa: E402
+from parplan.collectives.allreduce import (
+    Algorithm,
+    best_schedule,
+    lower_bound_steps,
+    validate_schedule,
+)  # noqa: E402
 from parplan.collectives.topology import fat_tree, mesh2d, ring, torus2d  # noqa: E402
 
 #: MultiTree's reported communication speedup over ring all-reduce (MultiTree, ISCA'21).
@@ -38,7 +43,15 @@ QUICK_SIZES = (2**10, 2**15)
 def _topologies(quick: bool):
     if quick:
         return [ring(8), mesh2d(3, 3), torus2d(4, 4), fat_tree(8)]
-    return [ring(16), mesh2d(4, 4), mesh2d(8, 8), torus2d(4, 4), torus2d(8, 8), fat_tree(16), fat_tree(64)]
+    return [
+        ring(16),
+        mesh2d(4, 4),
+        mesh2d(8, 8),
+        torus2d(4, 4),
+        torus2d(8, 8),
+        fat_tree(16),
+        fat_tree(64),
+    ]
 
 
 def run(out_dir: str | Path, quick: bool = False) -> pd.DataFrame:
@@ -61,15 +74,27 @@ def run(out_dir: str | Path, quick: bool = False) -> pd.DataFrame:
                 key = (alg, dict(sched.params).get("pieces", 1))
                 if key not in valid:
                     valid[key] = validate_schedule(sched).ok
-                rows.append({
-                    "topology": topo.name, "hosts": topo.size, "ports": topo.ports, "algorithm": alg.value,
-                    "bytes": size, "seconds": seconds, "steps": sched.steps,
-                    "phase_steps": sched.phase_steps[0], "lower_bound_steps": bound, "valid": valid[key],
-                    "pieces": dict(sched.params).get("pieces", 1), "build_seconds": time.perf_counter() - t0,
-                })
+                rows.append(
+                    {
+                        "topology": topo.name,
+                        "hosts": topo.size,
+                        "ports": topo.ports,
+                        "algorithm": alg.value,
+                        "bytes": size,
+                        "seconds": seconds,
+                        "steps": sched.steps,
+                        "phase_steps": sched.phase_steps[0],
+                        "lower_bound_steps": bound,
+                        "valid": valid[key],
+                        "pieces": dict(sched.params).get("pieces", 1),
+                        "build_seconds": time.perf_counter() - t0,
+                    }
+                )
     df = pd.DataFrame(rows)
     ring_time = df[df.algorithm == "ring"].set_index(["topology", "bytes"])["seconds"]
-    df["speedup_vs_ring"] = [ring_time[(t, b)] / s for t, b, s in zip(df.topology, df.bytes, df.seconds)]
+    df["speedup_vs_ring"] = [
+        ring_time[(t, b)] / s for t, b, s in zip(df.topology, df.bytes, df.seconds)
+    ]
     df.to_csv(out / "allreduce.csv", index=False)
     _plot(df, out / "allreduce.png")
     (out / "allreduce.md").write_text(_markdown(df))
@@ -98,7 +123,7 @@ def _plot(df: pd.DataFrame, path: Path) -> None:
         ax.set_xlabel("bytes per host")
         ax.set_ylabel("all-reduce time (us)")
         ax.grid(True, which="both", alpha=0.3)
-    for ax in list(axes.flat)[len(topologies):]:
+    for ax in list(axes.flat)[len(topologies) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()

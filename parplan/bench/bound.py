@@ -24,13 +24,38 @@ from pathlib import Path
 import pandas as pd
 
 from parplan.bench.common import (
-    ExecutorSpec, Task, csv_names, geomean, grouped_bars, md_table, out_dir_path, root_bound, run_tasks,
-    standalone_main, with_progress_header, write_outputs,
+    ExecutorSpec,
+    Task,
+    csv_names,
+    geomean,
+    grouped_bars,
+    md_table,
+    out_dir_path,
+    root_bound,
+    run_tasks,
+    standalone_main,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "bound"
-MODELS = ("lenet", "lenet-c", "cifar-c", "alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "vgg-c", "resnet-2block",
-          "resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+MODELS = (
+    "lenet",
+    "lenet-c",
+    "cifar-c",
+    "alexnet",
+    "vgg11",
+    "vgg13",
+    "vgg16",
+    "vgg19",
+    "vgg-c",
+    "resnet-2block",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+)
 ARRAYS = ("tpu-v2:64,tpu-v3:64", "h100:16")
 BATCH = 512
 GOAL_GAP, GOAL_S = 0.01, 60.0
@@ -72,18 +97,35 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     root = root_bound(p)["bound"]
     best = min(x for x in (accpar, data, polished) if x is not None)
     wall = plan_wall + bound_wall + (polish_wall or 0.0)
-    return {"model": model, "array": array, "devices": p.array.count, "batch": batch,
-            "accpar_step_s": accpar, "data_step_s": data, "polished_step_s": polished, "best_step_s": best,
-            "accpar_wall_s": plan_wall, "polish_wall_s": polish_wall,
-            "bound_s": bound, "bound_wall_s": bound_wall, "root_bound_s": root,
-            "gap": max(0.0, best / bound - 1.0), "root_gap": max(0.0, best / root - 1.0),
-            "top_excess_layer": p.planning.nodes[top].name,
-            "top_excess_share": excess[top] / sum(excess) if sum(excess) > 0 else 0.0,
-            "meets_goal": best / bound - 1.0 <= GOAL_GAP and wall <= GOAL_S}
+    return {
+        "model": model,
+        "array": array,
+        "devices": p.array.count,
+        "batch": batch,
+        "accpar_step_s": accpar,
+        "data_step_s": data,
+        "polished_step_s": polished,
+        "best_step_s": best,
+        "accpar_wall_s": plan_wall,
+        "polish_wall_s": polish_wall,
+        "bound_s": bound,
+        "bound_wall_s": bound_wall,
+        "root_bound_s": root,
+        "gap": max(0.0, best / bound - 1.0),
+        "root_gap": max(0.0, best / root - 1.0),
+        "top_excess_layer": p.planning.nodes[top].name,
+        "top_excess_share": excess[top] / sum(excess) if sum(excess) > 0 else 0.0,
+        "meets_goal": best / bound - 1.0 <= GOAL_GAP and wall <= GOAL_S,
+    }
 
 
-def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None,
-        models: tuple[str, ...] | None = None, arrays: tuple[str, ...] | None = None) -> pd.DataFrame:
+def run(
+    out_dir: str | Path,
+    quick: bool = False,
+    executor: ExecutorSpec | None = None,
+    models: tuple[str, ...] | None = None,
+    arrays: tuple[str, ...] | None = None,
+) -> pd.DataFrame:
     """Run the benchmark; write bound.csv / bound.png / bound.md. Columns: model, array,
     devices, batch, accpar_step_s, data_step_s, polished_step_s, best_step_s, accpar_wall_s,
     polish_wall_s, bound_s, bound_wall_s, root_bound_s, gap, root_gap, top_excess_layer (the layer
@@ -93,19 +135,38 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
     arrays = tuple(arrays or (QUICK["arrays"] if quick else ARRAYS))
     batch = QUICK["batch"] if quick else BATCH
     out = out_dir_path(out_dir)
-    tasks = [Task(f"{m} on {a}", bound_task, dict(model=m, array=a, batch=batch),
-                  cost=_COST.get(m, 1) * (4 if "," in a else 1)) for a in arrays for m in models]
-    with_progress_header(NAME, f"{len(models)} models x {len(arrays)} arrays, batch {batch}; {len(tasks)} tasks")
+    tasks = [
+        Task(
+            f"{m} on {a}",
+            bound_task,
+            dict(model=m, array=a, batch=batch),
+            cost=_COST.get(m, 1) * (4 if "," in a else 1),
+        )
+        for a in arrays
+        for m in models
+    ]
+    with_progress_header(
+        NAME, f"{len(models)} models x {len(arrays)} arrays, batch {batch}; {len(tasks)} tasks"
+    )
     table = pd.DataFrame(run_tasks(NAME, tasks, executor))
     write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table))
     return table
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
-    panels = [(a, sub.assign(gap_pct=100 * sub.gap, root_pct=100 * sub.root_gap))
-              for a, sub in table.groupby("array", sort=False)]
-    grouped_bars(path, panels, "model", {"global gap (this bound)": "gap_pct", "root-split bound's gap": "root_pct"},
-                 "gap to the bound (%)", references={"goal 1%": 100 * GOAL_GAP}, log_y=True)
+    panels = [
+        (a, sub.assign(gap_pct=100 * sub.gap, root_pct=100 * sub.root_gap))
+        for a, sub in table.groupby("array", sort=False)
+    ]
+    grouped_bars(
+        path,
+        panels,
+        "model",
+        {"global gap (this bound)": "gap_pct", "root-split bound's gap": "root_pct"},
+        "gap to the bound (%)",
+        references={"goal 1%": 100 * GOAL_GAP},
+        log_y=True,
+    )
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -124,30 +185,61 @@ def _markdown(table: pd.DataFrame) -> str:
         "",
     ]
     table = table.assign(polish_gain=(1 - table.polished_step_s / table.accpar_step_s).fillna(0.0))
-    table = table.assign(polish=[f"{g:.2%}" if pd.notna(x) else "-" for g, x in zip(table.polish_gain,
-                                                                                      table.polished_step_s)])
-    table = table.assign(where=[f"{layer} ({share:.0%})" for layer, share in
-                                zip(table.top_excess_layer, table.top_excess_share)])
+    table = table.assign(
+        polish=[
+            f"{g:.2%}" if pd.notna(x) else "-"
+            for g, x in zip(table.polish_gain, table.polished_step_s)
+        ]
+    )
+    table = table.assign(
+        where=[
+            f"{layer} ({share:.0%})"
+            for layer, share in zip(table.top_excess_layer, table.top_excess_share)
+        ]
+    )
     for array, sub in table.groupby("array", sort=False):
         met = sub[sub.meets_goal]
         lines += [f"## {array} ({sub.devices.iloc[0]} devices)", ""]
-        lines += md_table(sub, {
-            "model": str, "accpar_step_s": lambda v: f"{v * 1e3:.4g}", "best_step_s": lambda v: f"{v * 1e3:.4g}",
-            "bound_s": lambda v: f"{v * 1e3:.4g}",
-            "gap": lambda v: f"{v:.1%}", "root_gap": lambda v: f"{v:.0%}", "polish": str, "accpar_wall_s": ".1f",
-            "polish_wall_s": lambda v: "-" if pd.isna(v) else f"{v:.1f}",
-            "bound_wall_s": ".1f", "meets_goal": lambda v: "yes" if v else "no", "where": str,
-        }, headers={"accpar_step_s": "accpar (ms)", "best_step_s": "best (ms)", "bound_s": "bound (ms)",
-                    "root_gap": "root gap",
-                    "polish": "polish gain", "accpar_wall_s": "plan (s)", "polish_wall_s": "polish (s)",
-                    "bound_wall_s": "bound (s)", "meets_goal": "goal met",
-                    "where": "furthest above its own bound"})
+        lines += md_table(
+            sub,
+            {
+                "model": str,
+                "accpar_step_s": lambda v: f"{v * 1e3:.4g}",
+                "best_step_s": lambda v: f"{v * 1e3:.4g}",
+                "bound_s": lambda v: f"{v * 1e3:.4g}",
+                "gap": lambda v: f"{v:.1%}",
+                "root_gap": lambda v: f"{v:.0%}",
+                "polish": str,
+                "accpar_wall_s": ".1f",
+                "polish_wall_s": lambda v: "-" if pd.isna(v) else f"{v:.1f}",
+                "bound_wall_s": ".1f",
+                "meets_goal": lambda v: "yes" if v else "no",
+                "where": str,
+            },
+            headers={
+                "accpar_step_s": "accpar (ms)",
+                "best_step_s": "best (ms)",
+                "bound_s": "bound (ms)",
+                "root_gap": "root gap",
+                "polish": "polish gain",
+                "accpar_wall_s": "plan (s)",
+                "polish_wall_s": "polish (s)",
+                "bound_wall_s": "bound (s)",
+                "meets_goal": "goal met",
+                "where": "furthest above its own bound",
+            },
+        )
         gained = sub[sub.polish_gain > 0]
-        lines += ["", f"Geometric mean of (1 + gap): {geomean(1 + sub.gap):.3f} (root-split bound: "
-                      f"{geomean(1 + sub.root_gap):.3f}); goal met on {len(met)} of {len(sub)} models."]
+        lines += [
+            "",
+            f"Geometric mean of (1 + gap): {geomean(1 + sub.gap):.3f} (root-split bound: "
+            f"{geomean(1 + sub.root_gap):.3f}); goal met on {len(met)} of {len(sub)} models.",
+        ]
         if sub.polished_step_s.notna().any():
-            lines += [f"The polish improved the `accpar` plan on {len(gained)} of {len(sub)} models"
-                      + (f" (at most {gained.polish_gain.max():.2%})." if len(gained) else ".")]
+            lines += [
+                f"The polish improved the `accpar` plan on {len(gained)} of {len(sub)} models"
+                + (f" (at most {gained.polish_gain.max():.2%})." if len(gained) else ".")
+            ]
         lines += [""]
     lines += [
         "Where the goal is not met, the gap is the bound's slack or the planner's, and this benchmark cannot "
@@ -168,9 +260,18 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench bound``."""
-    parser.add_argument("--models", type=csv_names, default=None, help=f"comma-separated (default {','.join(MODELS)})")
-    parser.add_argument("--arrays", type=lambda s: tuple(x for x in s.split(";") if x), default=None,
-                        help=f"semicolon-separated arrays (default {';'.join(ARRAYS)})")
+    parser.add_argument(
+        "--models",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated (default {','.join(MODELS)})",
+    )
+    parser.add_argument(
+        "--arrays",
+        type=lambda s: tuple(x for x in s.split(";") if x),
+        default=None,
+        help=f"semicolon-separated arrays (default {';'.join(ARRAYS)})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

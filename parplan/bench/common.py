@@ -65,7 +65,9 @@ class ExecutorSpec:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"workers must be an integer >= 1 (got {self.workers!r})")
         if self.scheduler is not None and self.kind != "dask":
-            raise ConfigError(f"a scheduler address needs --executor dask (got executor {self.kind!r})")
+            raise ConfigError(
+                f"a scheduler address needs --executor dask (got executor {self.kind!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,11 @@ def run_tasks(
         results[i], seconds = value
         done[0] += 1
         if log is not None:
-            print(f"[bench {bench}] {done[0]}/{len(tasks)} {tasks[i].label} done ({seconds:.1f} s)",
-                  file=log, flush=True)
+            print(
+                f"[bench {bench}] {done[0]}/{len(tasks)} {tasks[i].label} done ({seconds:.1f} s)",
+                file=log,
+                flush=True,
+            )
 
     def fail(i: int, exc: BaseException) -> TaskError:
         from concurrent.futures.process import BrokenProcessPool
@@ -122,8 +127,11 @@ def run_tasks(
             return WorkerLost(
                 f"[bench {bench}] a worker process died while running '{tasks[i].label}' or a task next to it "
                 "(killed by the system, most often for lack of memory); run one task at a time (--workers 1) or "
-                "leave the largest models out")
-        return TaskError(f"[bench {bench}] task '{tasks[i].label}' failed: {type(exc).__name__}: {exc}")
+                "leave the largest models out"
+            )
+        return TaskError(
+            f"[bench {bench}] task '{tasks[i].label}' failed: {type(exc).__name__}: {exc}"
+        )
 
     if not tasks:
         return []
@@ -174,13 +182,21 @@ def _run_dask(tasks, order, executor: ExecutorSpec, finish, fail) -> None:
     try:
         if executor.scheduler is None:
             # LocalCluster workers are spawned from this process and see its import path
-            cluster = LocalCluster(n_workers=executor.workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+            cluster = LocalCluster(
+                n_workers=executor.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+            )
             client = Client(cluster)
         else:
-            client = Client(executor.scheduler)  # its workers need parplan installed (benchmarks included)
+            client = Client(
+                executor.scheduler
+            )  # its workers need parplan installed (benchmarks included)
         try:
-            futures = {client.submit(_timed, tasks[i].fn, tasks[i].kwargs, pure=False): i for i in order}
+            futures = {
+                client.submit(_timed, tasks[i].fn, tasks[i].kwargs, pure=False): i for i in order
+            }
             for fut in as_completed(list(futures)):
                 i = futures[fut]
                 if fut.status == "error":
@@ -202,10 +218,16 @@ def scale_links(node: ArrayNode, factor: float) -> ArrayNode:
     """A copy of ``node`` with every link's bandwidth multiplied by ``factor``."""
     if node.is_leaf:
         return node
-    return ArrayNode(left=scale_links(node.left, factor), right=scale_links(node.right, factor),
-                     link=Link(node.link.bytes_per_s * factor, node.link.latency_s,
-                               None if node.link.right_bytes_per_s is None else node.link.right_bytes_per_s * factor,
-                               node.link.ports))
+    return ArrayNode(
+        left=scale_links(node.left, factor),
+        right=scale_links(node.right, factor),
+        link=Link(
+            node.link.bytes_per_s * factor,
+            node.link.latency_s,
+            None if node.link.right_bytes_per_s is None else node.link.right_bytes_per_s * factor,
+            node.link.ports,
+        ),
+    )
 
 
 #: The fabric of the benchmarks that study planners (accpar, hypar, ablations, dp-vs-exact,
@@ -215,13 +237,17 @@ def scale_links(node: ArrayNode, factor: float) -> ArrayNode:
 BENCH_FABRIC = "papers"
 
 
-def make_array(spec: str, bandwidth_gbps: float | None = None, scale: float = 1.0,
-               fabric: str = BENCH_FABRIC) -> ArrayNode:
+def make_array(
+    spec: str, bandwidth_gbps: float | None = None, scale: float = 1.0, fabric: str = BENCH_FABRIC
+) -> ArrayNode:
     """``parse_array(spec)`` with every link at ``bandwidth_gbps`` GB/s (None: the devices'
     default links), then every link's bandwidth multiplied by ``scale``; ``fabric`` as
     :func:`~parplan.costmodel.hardware.parse_array`'s (default :data:`BENCH_FABRIC`)."""
-    array = parse_array(spec, bandwidth_bytes_per_s=None if bandwidth_gbps is None else bandwidth_gbps * GB,
-                        fabric=fabric)
+    array = parse_array(
+        spec,
+        bandwidth_bytes_per_s=None if bandwidth_gbps is None else bandwidth_gbps * GB,
+        fabric=fabric,
+    )
     return array if scale == 1.0 else scale_links(array, scale)
 
 
@@ -254,8 +280,13 @@ def exact_options():
     return PlanOptions(share_grid=EXACT_SHARE_GRID)
 
 
-def exact_top_down(problem, backend: str, time_limit_s: float | None = 60.0, budget_s: float | None = None,
-                   options=None) -> dict[str, Any]:
+def exact_top_down(
+    problem,
+    backend: str,
+    time_limit_s: float | None = 60.0,
+    budget_s: float | None = None,
+    options=None,
+) -> dict[str, Any]:
     """Plan ``problem`` level by level, every split solved by ``backend`` (as ``solve_exact``).
 
     Each split gets ``time_limit_s`` (and no more than what is left of ``budget_s`` for the whole
@@ -267,7 +298,6 @@ def exact_top_down(problem, backend: str, time_limit_s: float | None = 60.0, bud
     bound, ``splits`` / ``splits_optimal`` and ``wall_s``.
     """
     from parplan.costmodel.evaluate import evaluate
-    from parplan.costmodel.split import PlanOptions
     from parplan.solvers.exact import solve_split_exact
     from parplan.solvers.hierarchy import plan_top_down
 
@@ -305,18 +335,24 @@ def exact_top_down(problem, backend: str, time_limit_s: float | None = 60.0, bud
         else:
             row["status"] = "feasible"
     bound = root.bound if root is not None and root.bound is not None else math.nan
-    row.update({
-        "step_time_s": step,
-        "root_objective": root.objective if root is not None and root.objective is not None else math.nan,
-        "root_bound": bound,
-        "root_gap": root.gap if root is not None and root.gap is not None else math.nan,
-        "root_status": root.status if root is not None else "none",
-        "gap": max(0.0, (step - bound) / step) if plan is not None and not math.isnan(bound) else math.nan,
-        "splits": len(certs),
-        "splits_optimal": sum(c.status == "optimal" for c in certs),
-        "solver": root.solver if root is not None else "",
-        "wall_s": wall,
-    })
+    row.update(
+        {
+            "step_time_s": step,
+            "root_objective": root.objective
+            if root is not None and root.objective is not None
+            else math.nan,
+            "root_bound": bound,
+            "root_gap": root.gap if root is not None and root.gap is not None else math.nan,
+            "root_status": root.status if root is not None else "none",
+            "gap": max(0.0, (step - bound) / step)
+            if plan is not None and not math.isnan(bound)
+            else math.nan,
+            "splits": len(certs),
+            "splits_optimal": sum(c.status == "optimal" for c in certs),
+            "solver": root.solver if root is not None else "",
+            "wall_s": wall,
+        }
+    )
     return row
 
 
@@ -334,7 +370,12 @@ def root_bound(problem, backend: str = "scip", time_limit_s: float | None = 60.0
     sp = SplitProblem.root(problem)
     value, _ = frontier_dp(sp, PlanOptions())
     bound = continuous_bound(sp, PlanOptions())
-    return {"status": "bound", "objective": value, "bound": bound, "wall_s": time.perf_counter() - t0}
+    return {
+        "status": "bound",
+        "objective": value,
+        "bound": bound,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def plan_shape(problem, plan, prefix: str = "") -> dict[str, float]:
@@ -379,7 +420,10 @@ def plan_stats(problem, plan, prefix: str = "") -> dict[str, float]:
         f"{prefix}other_s": max(ev.step_time_s - compute, 0.0),
         f"{prefix}comm_bytes": ev.communication_bytes,
         f"{prefix}intra_bytes": float((b.intra_elements_1 + b.intra_elements_2).sum()) * bpe,
-        f"{prefix}transition_bytes": float((b.transition_elements_1 + b.transition_elements_2).sum()) * bpe,
+        f"{prefix}transition_bytes": float(
+            (b.transition_elements_1 + b.transition_elements_2).sum()
+        )
+        * bpe,
     }
 
 
@@ -435,8 +479,11 @@ def two_nodes_file(stem: str, gb_per_s: float, latency_us: float) -> str:
     import tempfile
 
     path = Path(tempfile.gettempdir()) / f"parplan-{stem}.toml"
-    path.write_text(f"gb_per_s = {gb_per_s:g}\nlatency_us = {latency_us:g}\n\n[left]\ndevices = \"h100:8\"\n\n"
-                    "[right]\ndevices = \"h100:8\"\n", encoding="utf-8")
+    path.write_text(
+        f'gb_per_s = {gb_per_s:g}\nlatency_us = {latency_us:g}\n\n[left]\ndevices = "h100:8"\n\n'
+        '[right]\ndevices = "h100:8"\n',
+        encoding="utf-8",
+    )
     return str(path)
 
 
@@ -447,8 +494,14 @@ def out_dir_path(out_dir: str | Path) -> Path:
     return out
 
 
-def write_outputs(out: Path, name: str, table: pd.DataFrame, draw: Callable[[Path], None],
-                  markdown: str | Callable[[], str], extra: Mapping[str, pd.DataFrame] | None = None) -> None:
+def write_outputs(
+    out: Path,
+    name: str,
+    table: pd.DataFrame,
+    draw: Callable[[Path], None],
+    markdown: str | Callable[[], str],
+    extra: Mapping[str, pd.DataFrame] | None = None,
+) -> None:
     """Write ``name.csv`` (``table``) and the extra CSVs (``extra``: file stem -> table) first,
     so that a long run's data survives a failing plot or summary; then ``name.png``
     (``draw(path)``) and ``name.md`` (``markdown``, or a callable making it)."""
@@ -478,9 +531,15 @@ def _plain_log_ticks(axis, decimal: bool = True) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], category: str,
-                 series: Mapping[str, str], ylabel: str, references: Mapping[str, float] | None = None,
-                 log_y: bool = False) -> None:
+def grouped_bars(
+    path: Path,
+    panels: Sequence[tuple[str, pd.DataFrame]],
+    category: str,
+    series: Mapping[str, str],
+    ylabel: str,
+    references: Mapping[str, float] | None = None,
+    log_y: bool = False,
+) -> None:
     """One grouped-bar panel per ``(title, frame)``: a group per ``category`` value, a bar per
     ``series`` (legend label -> column); ``references`` draws dashed horizontal lines."""
     plt = _pyplot()
@@ -499,10 +558,18 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
         w = 0.8 / max(k, 1)
         for j, (label, col) in enumerate(series.items()):
             xs = [i - 0.4 + w * (j + 0.5) for i in range(len(cats))]
-            ax.bar(xs, frame[col].astype(float).fillna(0.0), width=w, label=label, color=colors[j % len(colors)])
+            ax.bar(
+                xs,
+                frame[col].astype(float).fillna(0.0),
+                width=w,
+                label=label,
+                color=colors[j % len(colors)],
+            )
         for j, (label, value) in enumerate((references or {}).items()):
             # Named in the legend above the panels, never as text over the bars.
-            ax.axhline(value, ls="--", lw=0.9, color=colors[(k + j) % len(colors)], alpha=0.8, label=label)
+            ax.axhline(
+                value, ls="--", lw=0.9, color=colors[(k + j) % len(colors)], alpha=0.8, label=label
+            )
         ax.axhline(1.0, color="black", lw=0.6)
         ax.set_xticks(range(len(cats)))
         ax.set_xticklabels(cats, rotation=40, ha="right", fontsize=8)
@@ -512,7 +579,7 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
             ax.set_yscale("log")
             _plain_log_ticks(ax.yaxis)
         ax.grid(True, axis="y", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     # Legend above the panels, outside every axes, so it never hides a bar.
     handles, labels = axes.flat[0].get_legend_handles_labels()
@@ -527,8 +594,11 @@ def grouped_bars(path: Path, panels: Sequence[tuple[str, pd.DataFrame]], categor
     plt.close(fig)
 
 
-def loglog_lines(path: Path, panels: Sequence[tuple[str, str, str, Sequence[tuple[str, pd.DataFrame]]]],
-                 ylabel: str = "wall time (s)") -> None:
+def loglog_lines(
+    path: Path,
+    panels: Sequence[tuple[str, str, str, Sequence[tuple[str, pd.DataFrame]]]],
+    ylabel: str = "wall time (s)",
+) -> None:
     """Log-log panels ``(title, x column, y column, [(label, frame), ...])``, one line per frame."""
     plt = _pyplot()
     n = max(1, len(panels))
@@ -549,7 +619,7 @@ def loglog_lines(path: Path, panels: Sequence[tuple[str, str, str, Sequence[tupl
         ax.grid(True, which="both", alpha=0.3)
         if lines:
             ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -565,8 +635,11 @@ def fmt(value: Any, spec: str = ".2f") -> str:
     return str(value)
 
 
-def md_table(frame: pd.DataFrame, columns: Mapping[str, str | Callable[[Any], str]],
-             headers: Mapping[str, str] | None = None) -> list[str]:
+def md_table(
+    frame: pd.DataFrame,
+    columns: Mapping[str, str | Callable[[Any], str]],
+    headers: Mapping[str, str] | None = None,
+) -> list[str]:
     """Markdown table lines: ``columns`` maps column name to a format spec or a formatter;
     ``headers`` renames columns in the header row."""
     head = [(headers or {}).get(c, c) for c in columns]
@@ -587,7 +660,9 @@ def csv_floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, as in '1,10,100' (got {text!r})") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, as in '1,10,100' (got {text!r})"
+        ) from None
 
 
 def csv_ints(text: str) -> tuple[int, ...]:
@@ -597,7 +672,9 @@ def csv_ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, as in '1,2,4' (got {text!r})") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, as in '1,2,4' (got {text!r})"
+        ) from None
 
 
 def csv_names(text: str) -> tuple[str, ...]:
@@ -611,12 +688,16 @@ def run_kwargs(run: Callable[..., Any], args: Any) -> dict[str, Any]:
     import inspect
 
     skip = {"out_dir", "quick", "executor"}
-    return {name: getattr(args, name) for name in inspect.signature(run).parameters
-            if name not in skip and hasattr(args, name)}
+    return {
+        name: getattr(args, name)
+        for name in inspect.signature(run).parameters
+        if name not in skip and hasattr(args, name)
+    }
 
 
-def executor_from_args(kind: str = "local", workers: int = DEFAULT_WORKERS,
-                       scheduler: str | None = None) -> ExecutorSpec:
+def executor_from_args(
+    kind: str = "local", workers: int = DEFAULT_WORKERS, scheduler: str | None = None
+) -> ExecutorSpec:
     """An :class:`ExecutorSpec`; a scheduler address implies Dask."""
     if scheduler is not None and kind == "local":
         kind = "dask"
@@ -630,12 +711,38 @@ def with_progress_header(bench: str, message: str, log: TextIO | None = sys.stde
 
 
 __all__ = [
-    "DEFAULT_WORKERS", "EXECUTORS", "ExecutorSpec", "GB", "Task", "TaskError", "arithmean", "bandwidth_label",
-    "csv_floats", "csv_ints", "csv_names", "run_kwargs",
-    "exact_top_down", "executor_from_args", "fit_exponent", "fmt", "geomean", "grouped_bars", "loglog_lines",
-    "model_traits", "plan_stats",
-    "make_array", "BENCH_FABRIC", "md_table", "out_dir_path", "root_bound", "run_tasks", "scale_links",
-    "solve_options", "two_nodes_file", "with_progress_header", "write_outputs",
+    "DEFAULT_WORKERS",
+    "EXECUTORS",
+    "ExecutorSpec",
+    "GB",
+    "Task",
+    "TaskError",
+    "arithmean",
+    "bandwidth_label",
+    "csv_floats",
+    "csv_ints",
+    "csv_names",
+    "run_kwargs",
+    "exact_top_down",
+    "executor_from_args",
+    "fit_exponent",
+    "fmt",
+    "geomean",
+    "grouped_bars",
+    "loglog_lines",
+    "model_traits",
+    "plan_stats",
+    "make_array",
+    "BENCH_FABRIC",
+    "md_table",
+    "out_dir_path",
+    "root_bound",
+    "run_tasks",
+    "scale_links",
+    "solve_options",
+    "two_nodes_file",
+    "with_progress_header",
+    "write_outputs",
 ]
 
 

@@ -37,8 +37,20 @@ from parplan.errors import ConfigError
 
 from parplan.bench.common import (
     standalone_main,
-    EXACT_SHARE_GRID, ExecutorSpec, Task, csv_ints, csv_names, exact_options, exact_top_down, loglog_lines, make_array, md_table, out_dir_path,
-    run_kwargs, run_tasks, with_progress_header, write_outputs,
+    EXACT_SHARE_GRID,
+    ExecutorSpec,
+    Task,
+    csv_ints,
+    csv_names,
+    exact_options,
+    exact_top_down,
+    loglog_lines,
+    make_array,
+    md_table,
+    out_dir_path,
+    run_tasks,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "dp-vs-exact"
@@ -46,8 +58,13 @@ DEPTHS = tuple(range(1, 9))
 DEFAULT_BATCH = 512
 DEFAULT_TIME_LIMIT_S = 60.0
 DEFAULT_BUDGET_S = 60.0
-QUICK = {"models": ("lenet", "sfc"), "depths": (1, 2), "time_limit_s": 20.0, "budget_s": 60.0,
-         "backends": ("scip", "cpsat")}
+QUICK = {
+    "models": ("lenet", "sfc"),
+    "depths": (1, 2),
+    "time_limit_s": 20.0,
+    "budget_s": 60.0,
+    "backends": ("scip", "cpsat"),
+}
 #: Relative tolerance under which DP and exact prices count as equal.
 MATCH_RTOL = 1e-6
 
@@ -78,9 +95,15 @@ def dp_task(model: str, depth: int, batch: int) -> dict:
     portfolio = make_plan(problem, "accpar", share_grid=EXACT_SHARE_GRID)
     portfolio_wall = time.perf_counter() - t0
     return {
-        "model": model, "depth": depth, "nodes": len(problem.planning.nodes), "devices": problem.array.count,
-        "dp_root_objective": root_value, "dp_root_wall_s": root_wall, "dp_step_s": evaluate(problem, plan).step_time_s,
-        "dp_wall_s": wall, "accpar_step_s": evaluate(problem, portfolio).step_time_s,
+        "model": model,
+        "depth": depth,
+        "nodes": len(problem.planning.nodes),
+        "devices": problem.array.count,
+        "dp_root_objective": root_value,
+        "dp_root_wall_s": root_wall,
+        "dp_step_s": evaluate(problem, plan).step_time_s,
+        "dp_wall_s": wall,
+        "accpar_step_s": evaluate(problem, portfolio).step_time_s,
         "accpar_wall_s": portfolio_wall,
     }
 
@@ -90,7 +113,9 @@ def make_array_for(depth: int):
     return make_array(array_for_depth(depth))
 
 
-def exact_task(model: str, depth: int, batch: int, backend: str, time_limit_s: float, budget_s: float) -> dict:
+def exact_task(
+    model: str, depth: int, batch: int, backend: str, time_limit_s: float, budget_s: float
+) -> dict:
     """Exact side of one (model, depth, backend)."""
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
@@ -129,46 +154,105 @@ def run(
     bad = [d for d in depths if not isinstance(d, int) or d < 1]
     if bad:
         raise ConfigError(f"depths must be integers >= 1 (got {bad})")
-    backends = tuple(backend_spec(b).name for b in (backends or (QUICK["backends"] if quick else available_backends())))
+    backends = tuple(
+        backend_spec(b).name
+        for b in (backends or (QUICK["backends"] if quick else available_backends()))
+    )
     time_limit_s = time_limit_s or (QUICK["time_limit_s"] if quick else DEFAULT_TIME_LIMIT_S)
     budget_s = budget_s or (QUICK["budget_s"] if quick else DEFAULT_BUDGET_S)
     out = out_dir_path(out_dir)
     size = {m: len(get_model(m).weighted_layers()) for m in models}
-    tasks = [Task(f"{m} depth {d} dp", dp_task, dict(model=m, depth=d, batch=batch), cost=size[m] * d * 0.1)
-             for m in models for d in depths]
-    tasks += [Task(f"{m} depth {d} {b}", exact_task,
-                   dict(model=m, depth=d, batch=batch, backend=b, time_limit_s=time_limit_s, budget_s=budget_s),
-                   cost=size[m] * d)
-              for m in models for d in depths for b in backends]
-    with_progress_header(NAME, f"{len(models)} models x depths {list(depths)} x backends {list(backends)}: "
-                               f"{len(tasks)} tasks ({time_limit_s:g} s per split, {budget_s:g} s per run)")
+    tasks = [
+        Task(
+            f"{m} depth {d} dp",
+            dp_task,
+            dict(model=m, depth=d, batch=batch),
+            cost=size[m] * d * 0.1,
+        )
+        for m in models
+        for d in depths
+    ]
+    tasks += [
+        Task(
+            f"{m} depth {d} {b}",
+            exact_task,
+            dict(
+                model=m,
+                depth=d,
+                batch=batch,
+                backend=b,
+                time_limit_s=time_limit_s,
+                budget_s=budget_s,
+            ),
+            cost=size[m] * d,
+        )
+        for m in models
+        for d in depths
+        for b in backends
+    ]
+    with_progress_header(
+        NAME,
+        f"{len(models)} models x depths {list(depths)} x backends {list(backends)}: "
+        f"{len(tasks)} tasks ({time_limit_s:g} s per split, {budget_s:g} s per run)",
+    )
     results = run_tasks(NAME, tasks, executor)
     dp = {(r["model"], r["depth"]): r for r in results[: len(models) * len(depths)]}
     rows = []
-    for r in results[len(models) * len(depths):]:
+    for r in results[len(models) * len(depths) :]:
         d = dp[(r["model"], r["depth"])]
         row = {**d, **r, "exact_wall_s": r["wall_s"], "exact_step_s": r["step_time_s"]}
         row["root_match"] = (not math.isnan(r["root_objective"])) and math.isclose(
-            d["dp_root_objective"], r["root_objective"], rel_tol=MATCH_RTOL)
+            d["dp_root_objective"], r["root_objective"], rel_tol=MATCH_RTOL
+        )
         row["dp_minus_exact_rel"] = (d["dp_step_s"] - r["step_time_s"]) / r["step_time_s"]
         row["wall_ratio"] = r["wall_s"] / d["dp_wall_s"] if d["dp_wall_s"] > 0 else math.nan
         rows.append(row)
-    cols = ["model", "nodes", "depth", "devices", "backend", "dp_wall_s", "dp_step_s", "dp_root_objective",
-            "dp_root_wall_s", "accpar_step_s", "accpar_wall_s", "exact_wall_s", "exact_step_s", "status",
-            "root_status", "root_objective", "root_bound", "root_gap", "gap", "splits", "splits_optimal",
-            "root_match", "dp_minus_exact_rel", "wall_ratio", "solver", "message"]
+    cols = [
+        "model",
+        "nodes",
+        "depth",
+        "devices",
+        "backend",
+        "dp_wall_s",
+        "dp_step_s",
+        "dp_root_objective",
+        "dp_root_wall_s",
+        "accpar_step_s",
+        "accpar_wall_s",
+        "exact_wall_s",
+        "exact_step_s",
+        "status",
+        "root_status",
+        "root_objective",
+        "root_bound",
+        "root_gap",
+        "gap",
+        "splits",
+        "splits_optimal",
+        "root_match",
+        "dp_minus_exact_rel",
+        "wall_ratio",
+        "solver",
+        "message",
+    ]
     table = pd.DataFrame(rows)[cols]
-    write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table, time_limit_s, budget_s))
+    write_outputs(
+        out, NAME, table, lambda p: _plot(table, p), _markdown(table, time_limit_s, budget_s)
+    )
     return table
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
     panels = []
     for m, sub in table.groupby("model", sort=False):
-        dp = sub.drop_duplicates("depth")[["devices", "dp_wall_s"]].rename(columns={"dp_wall_s": "wall_s"})
+        dp = sub.drop_duplicates("depth")[["devices", "dp_wall_s"]].rename(
+            columns={"dp_wall_s": "wall_s"}
+        )
         lines = [("DP (accpar-topdown)", dp)]
         for b, s in sub.groupby("backend", sort=False):
-            lines.append((b, s[["devices", "exact_wall_s"]].rename(columns={"exact_wall_s": "wall_s"})))
+            lines.append(
+                (b, s[["devices", "exact_wall_s"]].rename(columns={"exact_wall_s": "wall_s"}))
+            )
         panels.append((f"{m} ({sub.nodes.iloc[0]} nodes)", "devices", "wall_s", lines))
     loglog_lines(path, panels)
 
@@ -198,14 +282,30 @@ def _markdown(table: pd.DataFrame, time_limit_s: float, budget_s: float) -> str:
         lines.append(
             f"| {b} | {len(sub)} | {proved.sum()} | {(~proved).sum()} | {eq} | {diff.max():.2e} | "
             f"{int(sub.root_match.sum())} | {sub.exact_wall_s.median():.2f} | {sub.exact_wall_s.max():.1f} | "
-            f"{sub.dp_wall_s.median():.3f} |")
-    lines += ["", "## Per model and depth (wall seconds; status letter: o optimal, s split-optimal, t time limit, "
-                  "b budget, f feasible, e error)", ""]
+            f"{sub.dp_wall_s.median():.3f} |"
+        )
+    lines += [
+        "",
+        "## Per model and depth (wall seconds; status letter: o optimal, s split-optimal, t time limit, "
+        "b budget, f feasible, e error)",
+        "",
+    ]
     backends = list(dict.fromkeys(table.backend))
-    lines.append("| model | depth | devices | DP wall | DP step ms | " + " | ".join(backends)
-                 + " | max abs(DP - exact) / exact |")
-    lines.append("| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in backends) + " | --- |")
-    letter = {"optimal": "o", "split-optimal": "s", "time_limit": "t", "budget": "b", "feasible": "f"}
+    lines.append(
+        "| model | depth | devices | DP wall | DP step ms | "
+        + " | ".join(backends)
+        + " | max abs(DP - exact) / exact |"
+    )
+    lines.append(
+        "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in backends) + " | --- |"
+    )
+    letter = {
+        "optimal": "o",
+        "split-optimal": "s",
+        "time_limit": "t",
+        "budget": "b",
+        "feasible": "f",
+    }
     for (m, d), sub in table.groupby(["model", "depth"], sort=False):
         first = sub.iloc[0]
         cells = []
@@ -216,8 +316,11 @@ def _markdown(table: pd.DataFrame, time_limit_s: float, budget_s: float) -> str:
                 continue
             r = s.iloc[0]
             cells.append(f"{r.exact_wall_s:.2f} {letter.get(r.status, 'e')}")
-        lines.append(f"| {m} | {d} | {first.devices} | {first.dp_wall_s:.3f} | {first.dp_step_s * 1e3:.3f} | "
-                     + " | ".join(cells) + f" | {sub.dp_minus_exact_rel.abs().max():.1e} |")
+        lines.append(
+            f"| {m} | {d} | {first.devices} | {first.dp_wall_s:.3f} | {first.dp_step_s * 1e3:.3f} | "
+            + " | ".join(cells)
+            + f" | {sub.dp_minus_exact_rel.abs().max():.1e} |"
+        )
     worse = table[(table.dp_minus_exact_rel > MATCH_RTOL)]
     better = table[(table.dp_minus_exact_rel < -MATCH_RTOL)]
     proved = table.root_status == "optimal"
@@ -240,25 +343,57 @@ def _markdown(table: pd.DataFrame, time_limit_s: float, budget_s: float) -> str:
     ]
     if len(worse):
         lines += ["", "Largest DP excess over the exact plan:", ""]
-        lines += md_table(worse.sort_values("dp_minus_exact_rel", ascending=False).head(10),
-                          {"model": str, "depth": "d", "backend": str, "status": str, "dp_minus_exact_rel": ".2e"},
-                          headers={"dp_minus_exact_rel": "(DP - exact) / exact"})
+        lines += md_table(
+            worse.sort_values("dp_minus_exact_rel", ascending=False).head(10),
+            {
+                "model": str,
+                "depth": "d",
+                "backend": str,
+                "status": str,
+                "dp_minus_exact_rel": ".2e",
+            },
+            headers={"dp_minus_exact_rel": "(DP - exact) / exact"},
+        )
     lines.append("")
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench dp-vs-exact`` (``dest`` = the keyword of :func:`run`)."""
-    parser.add_argument("--models", type=csv_names, default=None,
-                        help="comma-separated zoo models (default: every zoo model)")
-    parser.add_argument("--depths", type=csv_ints, default=None, help="comma-separated depths (default 1..8)")
-    parser.add_argument("--backends", type=csv_names, default=None,
-                        help="comma-separated backends (default: every available one)")
-    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH, help=f"global batch (default {DEFAULT_BATCH})")
-    parser.add_argument("--time-limit", dest="time_limit_s", type=float, default=None, metavar="S",
-                        help=f"per split solve (default {DEFAULT_TIME_LIMIT_S:g})")
-    parser.add_argument("--budget", dest="budget_s", type=float, default=None, metavar="S",
-                        help=f"per model, depth and backend (default {DEFAULT_BUDGET_S:g})")
+    parser.add_argument(
+        "--models",
+        type=csv_names,
+        default=None,
+        help="comma-separated zoo models (default: every zoo model)",
+    )
+    parser.add_argument(
+        "--depths", type=csv_ints, default=None, help="comma-separated depths (default 1..8)"
+    )
+    parser.add_argument(
+        "--backends",
+        type=csv_names,
+        default=None,
+        help="comma-separated backends (default: every available one)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=DEFAULT_BATCH, help=f"global batch (default {DEFAULT_BATCH})"
+    )
+    parser.add_argument(
+        "--time-limit",
+        dest="time_limit_s",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"per split solve (default {DEFAULT_TIME_LIMIT_S:g})",
+    )
+    parser.add_argument(
+        "--budget",
+        dest="budget_s",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"per model, depth and backend (default {DEFAULT_BUDGET_S:g})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

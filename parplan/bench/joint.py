@@ -9,8 +9,9 @@ with shares anywhere in [0, 1] (:func:`parplan.solvers.bound.global_bound`).
 
 ``dp_over_joint`` = accpar / joint - 1 is what the top-down DP (the published recursion with the
 share rule) loses to the best plan of its own kind, ``portfolio_over_joint`` the same for the
-``accpar`` portfolio (its look-ahead criteria included) with the share rule; ``joint_over_bound`` = joint / global bound - 1 is what is left between that optimum and
-the bound: free shares, asymmetric plans, or the bound's slack.
+``accpar`` portfolio (its look-ahead criteria included) with the share rule; ``joint_over_bound``
+= joint / global bound - 1 is what is left between that optimum and the bound: free shares,
+asymmetric plans, or the bound's slack.
 
 Also, for one scope of VGG-11 on ``h100:128`` at half shares, the model's cells per group by
 depth next to what a model sharing cells between equal frames would need (``joint_size.csv``):
@@ -30,19 +31,42 @@ from pathlib import Path
 import pandas as pd
 
 from parplan.bench.common import (
-    ExecutorSpec, Task, csv_names, geomean, grouped_bars, md_table, out_dir_path, run_tasks, standalone_main,
-    with_progress_header, write_outputs,
+    ExecutorSpec,
+    Task,
+    csv_names,
+    geomean,
+    grouped_bars,
+    md_table,
+    out_dir_path,
+    run_tasks,
+    standalone_main,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "joint"
-MODELS = ("lenet", "lenet-c", "cifar-c", "alexnet", "vgg11", "vgg13", "vgg16", "vgg19", "vgg-c", "resnet-2block",
-          "resnet18")
+MODELS = (
+    "lenet",
+    "lenet-c",
+    "cifar-c",
+    "alexnet",
+    "vgg11",
+    "vgg13",
+    "vgg16",
+    "vgg19",
+    "vgg-c",
+    "resnet-2block",
+    "resnet18",
+)
 #: (array, share rule of both planners)
 ARRAYS = (("h100:8", "half"), ("tpu-v2:2,tpu-v3:2", "proportional"))
 BATCH = 512
 TIME_LIMIT_S = 120.0
-QUICK = {"models": ("lenet", "alexnet"), "arrays": (("h100:4", "half"), ("tpu-v2:1,tpu-v3:2", "proportional")),
-         "batch": 64}
+QUICK = {
+    "models": ("lenet", "alexnet"),
+    "arrays": (("h100:4", "half"), ("tpu-v2:1,tpu-v3:2", "proportional")),
+    "batch": 64,
+}
 _COST = {"resnet18": 20, "resnet-2block": 4}
 #: Where the joint model's size comes from: (model, array, node) whose scope is counted along
 #: two paths (:func:`parplan.formulation.joint.frame_counts`).
@@ -67,9 +91,19 @@ def size_rows(model: str, array: str, node: str, batch: int) -> list[dict]:
     depth = p.array.depth - 1  # the deepest groups that split
     left = frame_counts(p, PlanOptions(shares=ShareMode.HALF), "L" * depth, u)
     alternating = frame_counts(p, PlanOptions(shares=ShareMode.HALF), ("LR" * depth)[:depth], u)
-    return [{"model": model, "array": array, "node": node, "depth": d, "devices_below": p.array.count >> d,
-             "cells_built": built, "frames_leftmost": lo, "frames_alternating": alt}
-            for d, ((built, lo), (_, alt)) in enumerate(zip(left, alternating))]
+    return [
+        {
+            "model": model,
+            "array": array,
+            "node": node,
+            "depth": d,
+            "devices_below": p.array.count >> d,
+            "cells_built": built,
+            "frames_leftmost": lo,
+            "frames_alternating": alt,
+        }
+        for d, ((built, lo), (_, alt)) in enumerate(zip(left, alternating))
+    ]
 
 
 def joint_task(model: str, array: str, shares: str, batch: int, time_limit_s: float) -> dict:
@@ -95,20 +129,41 @@ def joint_task(model: str, array: str, shares: str, batch: int, time_limit_s: fl
     plan_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     polished = evaluate(p, polish(p, plan, options)[0]).step_time_s
-    row = {"model": model, "array": array, "devices": p.array.count, "shares": shares, "batch": batch,
-           "accpar_step_s": accpar, "accpar_wall_s": plan_wall, "polished_step_s": polished,
-           "polish_wall_s": time.perf_counter() - t0}
+    row = {
+        "model": model,
+        "array": array,
+        "devices": p.array.count,
+        "shares": shares,
+        "batch": batch,
+        "accpar_step_s": accpar,
+        "accpar_wall_s": plan_wall,
+        "polished_step_s": polished,
+        "polish_wall_s": time.perf_counter() - t0,
+    }
     t0 = time.perf_counter()
     portfolio = make_plan(p, "accpar", shares=shares)
-    row.update(portfolio_step_s=evaluate(p, portfolio).step_time_s, portfolio_wall_s=time.perf_counter() - t0,
-               portfolio_selected=portfolio.info["selected"])
+    row.update(
+        portfolio_step_s=evaluate(p, portfolio).step_time_s,
+        portfolio_wall_s=time.perf_counter() - t0,
+        portfolio_selected=portfolio.info["selected"],
+    )
     t0 = time.perf_counter()
     try:
         r = solve_joint(p, "scip", options, time_limit_s=time_limit_s)
         c = r.certificate
-        row.update(status=str(c.status), joint_step_s=c.objective, joint_bound_s=c.bound, model_size=c.model_size)
+        row.update(
+            status=str(c.status),
+            joint_step_s=c.objective,
+            joint_bound_s=c.bound,
+            model_size=c.model_size,
+        )
     except ConfigError as exc:  # too large for the joint model
-        row.update(status="too large", joint_step_s=None, joint_bound_s=None, model_size=str(exc).split(";")[0])
+        row.update(
+            status="too large",
+            joint_step_s=None,
+            joint_bound_s=None,
+            model_size=str(exc).split(";")[0],
+        )
     row["joint_wall_s"] = time.perf_counter() - t0
     row["global_bound_s"] = global_bound(p).bound_s
     joint = row["joint_step_s"]
@@ -120,8 +175,13 @@ def joint_task(model: str, array: str, shares: str, batch: int, time_limit_s: fl
     return row
 
 
-def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None,
-        models: tuple[str, ...] | None = None, time_limit_s: float = TIME_LIMIT_S) -> pd.DataFrame:
+def run(
+    out_dir: str | Path,
+    quick: bool = False,
+    executor: ExecutorSpec | None = None,
+    models: tuple[str, ...] | None = None,
+    time_limit_s: float = TIME_LIMIT_S,
+) -> pd.DataFrame:
     """Run the benchmark; write joint.csv / joint.png / joint.md. Columns: model, array, devices,
     shares, batch, accpar_step_s, accpar_wall_s, polished_step_s, polish_wall_s, portfolio_step_s,
     portfolio_wall_s, portfolio_selected, status, joint_step_s, joint_bound_s, model_size, joint_wall_s,
@@ -130,21 +190,53 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
     arrays = QUICK["arrays"] if quick else ARRAYS
     batch = QUICK["batch"] if quick else BATCH
     out = out_dir_path(out_dir)
-    tasks = [Task(f"{m} on {a}", joint_task, dict(model=m, array=a, shares=s, batch=batch, time_limit_s=time_limit_s),
-                  cost=_COST.get(m, 1)) for a, s in arrays for m in models]
-    with_progress_header(NAME, f"{len(models)} models x {len(arrays)} arrays, batch {batch}; {len(tasks)} tasks")
+    tasks = [
+        Task(
+            f"{m} on {a}",
+            joint_task,
+            dict(model=m, array=a, shares=s, batch=batch, time_limit_s=time_limit_s),
+            cost=_COST.get(m, 1),
+        )
+        for a, s in arrays
+        for m in models
+    ]
+    with_progress_header(
+        NAME, f"{len(models)} models x {len(arrays)} arrays, batch {batch}; {len(tasks)} tasks"
+    )
     table = pd.DataFrame(run_tasks(NAME, tasks, executor))
     sizes = pd.DataFrame(size_rows(*(QUICK_SIZE if quick else SIZE), batch))
     sizes.to_csv(out / f"{NAME}_size.csv", index=False)
-    write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table, time_limit_s) + _size_markdown(sizes))
+    write_outputs(
+        out,
+        NAME,
+        table,
+        lambda p: _plot(table, p),
+        _markdown(table, time_limit_s) + _size_markdown(sizes),
+    )
     return table
 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
-    panels = [(a, sub.assign(dp_pct=100 * sub.dp_over_joint.fillna(0), joint_pct=100 * sub.joint_over_bound.fillna(0)))
-              for a, sub in table.groupby("array", sort=False)]
-    grouped_bars(path, panels, "model", {"accpar over the joint optimum": "dp_pct",
-                                         "joint optimum over the global bound": "joint_pct"}, "gap (%)")
+    panels = [
+        (
+            a,
+            sub.assign(
+                dp_pct=100 * sub.dp_over_joint.fillna(0),
+                joint_pct=100 * sub.joint_over_bound.fillna(0),
+            ),
+        )
+        for a, sub in table.groupby("array", sort=False)
+    ]
+    grouped_bars(
+        path,
+        panels,
+        "model",
+        {
+            "accpar over the joint optimum": "dp_pct",
+            "joint optimum over the global bound": "joint_pct",
+        },
+        "gap (%)",
+    )
 
 
 def _markdown(table: pd.DataFrame, time_limit_s: float) -> str:
@@ -158,7 +250,8 @@ def _markdown(table: pd.DataFrame, time_limit_s: float) -> str:
         f"DP plan, {time_limit_s:g} s limit), with `status` its certificate; `global bound` the bound over every "
         "plan with any shares (docs/costmodel.md section 8). `accpar/joint` = what the DP loses to the best "
         "symmetric plan with the same share rule; `polished/joint` = the same after the multi-level polish "
-        "(docs/costmodel.md section 7); `portfolio/joint` the same for the portfolio; `joint/bound` = what is left: free shares, asymmetric plans and "
+        "(docs/costmodel.md section 7); `portfolio/joint` the same for the portfolio; `joint/bound` = "
+        "what is left: free shares, asymmetric plans and "
         "the bound's own slack. `joint bound` is the solver's proven bound over symmetric plans with the share "
         "rule (0 when it stopped before its first LP).",
         "",
@@ -167,27 +260,48 @@ def _markdown(table: pd.DataFrame, time_limit_s: float) -> str:
     fmt_pct = lambda v: "-" if pd.isna(v) else f"{v:.2%}"  # noqa: E731
     for array, sub in table.groupby("array", sort=False):
         lines += [f"## {array} ({sub.devices.iloc[0]} devices, shares {sub.shares.iloc[0]})", ""]
-        lines += md_table(sub, {
-            "model": str, "accpar_step_s": fmt_ms, "joint_step_s": fmt_ms, "status": str,
-            "joint_bound_s": fmt_ms, "global_bound_s": fmt_ms, "dp_over_joint": fmt_pct,
-            "polished_over_joint": fmt_pct, "portfolio_over_joint": fmt_pct, "joint_over_bound": fmt_pct,
-            "joint_wall_s": ".1f",
-        }, headers={"accpar_step_s": "accpar (ms)", "joint_step_s": "joint (ms)", "joint_bound_s": "joint bound (ms)",
-                    "global_bound_s": "global bound (ms)",
-                    "dp_over_joint": "accpar/joint - 1", "polished_over_joint": "polished/joint - 1",
-                    "portfolio_over_joint": "portfolio/joint - 1",
-                    "joint_over_bound": "joint/bound - 1", "joint_wall_s": "joint (s)"})
+        lines += md_table(
+            sub,
+            {
+                "model": str,
+                "accpar_step_s": fmt_ms,
+                "joint_step_s": fmt_ms,
+                "status": str,
+                "joint_bound_s": fmt_ms,
+                "global_bound_s": fmt_ms,
+                "dp_over_joint": fmt_pct,
+                "polished_over_joint": fmt_pct,
+                "portfolio_over_joint": fmt_pct,
+                "joint_over_bound": fmt_pct,
+                "joint_wall_s": ".1f",
+            },
+            headers={
+                "accpar_step_s": "accpar (ms)",
+                "joint_step_s": "joint (ms)",
+                "joint_bound_s": "joint bound (ms)",
+                "global_bound_s": "global bound (ms)",
+                "dp_over_joint": "accpar/joint - 1",
+                "polished_over_joint": "polished/joint - 1",
+                "portfolio_over_joint": "portfolio/joint - 1",
+                "joint_over_bound": "joint/bound - 1",
+                "joint_wall_s": "joint (s)",
+            },
+        )
         solved = sub.dropna(subset=["joint_step_s"])
         proven = int((sub.status == "optimal").sum())
         if len(solved):
-            lines += ["", f"Proven optimal on {proven} of {len(sub)}, a plan on {len(solved)}; geometric mean of accpar/joint "
-                          f"{geomean(1 + solved.dp_over_joint):.4f}, of joint/bound {geomean(1 + solved.joint_over_bound):.4f}; "
-                          f"accpar equals the joint model's plan on {int((solved.dp_over_joint.abs() <= 1e-9).sum())}, "
-                          f"after the multi-level polish on {int((solved.polished_over_joint.abs() <= 1e-9).sum())} "
-                          f"(at most {solved.polished_over_joint.max():.2%} above it), the portfolio on "
-                          f"{int((solved.portfolio_over_joint.abs() <= 1e-9).sum())} (at most "
-                          f"{solved.portfolio_over_joint.max():.2%} above it); where the solver stopped at its "
-                          "limit, the joint plan is its incumbent.", ""]
+            lines += [
+                "",
+                f"Proven optimal on {proven} of {len(sub)}, a plan on {len(solved)}; geometric mean of accpar/joint "
+                f"{geomean(1 + solved.dp_over_joint):.4f}, of joint/bound {geomean(1 + solved.joint_over_bound):.4f}; "
+                f"accpar equals the joint model's plan on {int((solved.dp_over_joint.abs() <= 1e-9).sum())}, "
+                f"after the multi-level polish on {int((solved.polished_over_joint.abs() <= 1e-9).sum())} "
+                f"(at most {solved.polished_over_joint.max():.2%} above it), the portfolio on "
+                f"{int((solved.portfolio_over_joint.abs() <= 1e-9).sum())} (at most "
+                f"{solved.portfolio_over_joint.max():.2%} above it); where the solver stopped at its "
+                "limit, the joint plan is its incumbent.",
+                "",
+            ]
         else:
             lines += [""]
     return "\n".join(lines)
@@ -197,34 +311,65 @@ def _size_markdown(sizes: pd.DataFrame) -> str:
     from parplan.formulation.joint import MAX_JOINT_CELLS
 
     first = sizes.iloc[0]
-    lines = [f"## Why the joint model stops at 8-16 devices ({first['model']}, `{first['array']}`, half shares)", "",
-             f"Cells per group for `{first['node']}`'s scope (the node and its consumers): `built` is what the joint "
-             "model builds (its states at the group and at every group above it); `frames` is what a model would "
-             "need that shares cells between the state combinations above that leave the scope the same frame up "
-             "to translation (all its terms read), times the states at the group (`formulation.joint.frame_counts`), "
-             "along the leftmost path "
-             "(every region starts at the group's corner) and an alternating one (L, R, L, ...). The whole model "
-             f"is capped at {MAX_JOINT_CELLS:,} cells, for every node and every group.", ""]
+    lines = [
+        f"## Why the joint model stops at 8-16 devices ({first['model']}, `{first['array']}`, half shares)",
+        "",
+        f"Cells per group for `{first['node']}`'s scope (the node and its consumers): `built` is what the joint "
+        "model builds (its states at the group and at every group above it); `frames` is what a model would "
+        "need that shares cells between the state combinations above that leave the scope the same frame up "
+        "to translation (all its terms read), times the states at the group (`formulation.joint.frame_counts`), "
+        "along the leftmost path "
+        "(every region starts at the group's corner) and an alternating one (L, R, L, ...). The whole model "
+        f"is capped at {MAX_JOINT_CELLS:,} cells, for every node and every group.",
+        "",
+    ]
     count = lambda v: f"{int(v):,}"  # noqa: E731
-    lines += md_table(sizes, {"depth": count, "devices_below": count, "cells_built": count, "frames_leftmost": count,
-                              "frames_alternating": count},
-                      headers={"devices_below": "devices below", "cells_built": "built",
-                               "frames_leftmost": "frames (leftmost)", "frames_alternating": "frames (alternating)"})
+    lines += md_table(
+        sizes,
+        {
+            "depth": count,
+            "devices_below": count,
+            "cells_built": count,
+            "frames_leftmost": count,
+            "frames_alternating": count,
+        },
+        headers={
+            "devices_below": "devices below",
+            "cells_built": "built",
+            "frames_leftmost": "frames (leftmost)",
+            "frames_alternating": "frames (alternating)",
+        },
+    )
     last = sizes.iloc[-1]
-    lines += ["", f"At depth {last['depth']} ({last['devices_below']} devices below each group) one scope at one "
-                  f"group needs {int(last['frames_alternating']):,} cells even with every equal frame shared (the "
-                  f"built model: {int(last['cells_built']):,}). The growth is the cost model's: what a group holds "
-                  "and needs depends on "
-                  "every cut above it (docs/costmodel.md section 3), so frames multiply about 4-fold per level on "
-                  "mixed paths; with free shares (54 states per node at a grid of 16) far faster.", ""]
+    lines += [
+        "",
+        f"At depth {last['depth']} ({last['devices_below']} devices below each group) one scope at one "
+        f"group needs {int(last['frames_alternating']):,} cells even with every equal frame shared (the "
+        f"built model: {int(last['cells_built']):,}). The growth is the cost model's: what a group holds "
+        "and needs depends on "
+        "every cut above it (docs/costmodel.md section 3), so frames multiply about 4-fold per level on "
+        "mixed paths; with free shares (54 states per node at a grid of 16) far faster.",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench joint``."""
-    parser.add_argument("--models", type=csv_names, default=None, help=f"comma-separated (default {','.join(MODELS)})")
-    parser.add_argument("--time-limit", dest="time_limit_s", type=float, default=TIME_LIMIT_S, metavar="S",
-                        help=f"time limit of each joint solve (default {TIME_LIMIT_S:g})")
+    parser.add_argument(
+        "--models",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated (default {','.join(MODELS)})",
+    )
+    parser.add_argument(
+        "--time-limit",
+        dest="time_limit_s",
+        type=float,
+        default=TIME_LIMIT_S,
+        metavar="S",
+        help=f"time limit of each joint solve (default {TIME_LIMIT_S:g})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,8 +23,16 @@ from pathlib import Path
 import pandas as pd
 
 from parplan.bench.common import (
-    ExecutorSpec, Task, grouped_bars, md_table, out_dir_path, run_tasks, standalone_main, with_progress_header,
-    two_nodes_file, write_outputs,
+    ExecutorSpec,
+    Task,
+    grouped_bars,
+    md_table,
+    out_dir_path,
+    run_tasks,
+    standalone_main,
+    with_progress_header,
+    two_nodes_file,
+    write_outputs,
 )
 
 NAME = "memory"
@@ -40,7 +48,9 @@ CASES = (
 QUICK = (("vgg16", "v100:2", 2048, None), ("gpt2", "h100:2", 64, 1))
 
 
-def memory_task(model: str, array: str, batch: int, tensor_levels: int | None, tree_file: str | None) -> dict:
+def memory_task(
+    model: str, array: str, batch: int, tensor_levels: int | None, tree_file: str | None
+) -> dict:
     """One case: the unconstrained plan, the fitted plan, the Megatron-style plan, the bound."""
     from dataclasses import replace
 
@@ -49,52 +59,100 @@ def memory_task(model: str, array: str, batch: int, tensor_levels: int | None, t
     from parplan.costmodel.problem import Problem
     from parplan.errors import InfeasibleError
     from parplan.models.zoo import get_model
-    from parplan.solvers.fit import device_limits, fit_plan, memory_lower_bound, peak_fraction, techniques
+    from parplan.solvers.fit import (
+        device_limits,
+        fit_plan,
+        memory_lower_bound,
+        peak_fraction,
+        techniques,
+    )
     from parplan.solvers.megatron import megatron_plan
     from parplan.solvers.planners import make_plan
 
-    p = Problem(get_model(model), parse_array(tree_file or array), batch=batch, overlap=True)  # plan's default
+    p = Problem(
+        get_model(model), parse_array(tree_file or array), batch=batch, overlap=True
+    )  # plan's default
     limits = device_limits(p, None)
     t0 = time.perf_counter()
     free = evaluate(p, make_plan(p, "accpar"))
     free_wall = time.perf_counter() - t0
-    lightest = max(techniques(p), key=lambda t: (t.zero_stage, t.recompute, t.micro_batches)).apply(p)
-    row = {"model": model, "array": array, "devices": p.array.count, "batch": batch,
-           "device_memory_gib": min(limits.values()) / GIB,
-           "free_step_s": free.step_time_s, "free_peak_gib": free.peak_memory_bytes / GIB,
-           "free_fits": peak_fraction(free, limits) <= 1.0, "free_wall_s": free_wall,
-           "bound_per_device_gib": memory_lower_bound(lightest) / p.array.count / GIB}
+    lightest = max(techniques(p), key=lambda t: (t.zero_stage, t.recompute, t.micro_batches)).apply(
+        p
+    )
+    row = {
+        "model": model,
+        "array": array,
+        "devices": p.array.count,
+        "batch": batch,
+        "device_memory_gib": min(limits.values()) / GIB,
+        "free_step_s": free.step_time_s,
+        "free_peak_gib": free.peak_memory_bytes / GIB,
+        "free_fits": peak_fraction(free, limits) <= 1.0,
+        "free_wall_s": free_wall,
+        "bound_per_device_gib": memory_lower_bound(lightest) / p.array.count / GIB,
+    }
     t0 = time.perf_counter()
     try:
         fit = fit_plan(p, "accpar")
-        row.update(fit_step_s=fit.evaluation.step_time_s, fit_peak_gib=fit.evaluation.peak_memory_bytes / GIB,
-                   zero_stage=fit.problem.zero_stage, recompute=fit.problem.recompute,
-                   micro_batches=fit.problem.micro_batches, how=fit.how)
+        row.update(
+            fit_step_s=fit.evaluation.step_time_s,
+            fit_peak_gib=fit.evaluation.peak_memory_bytes / GIB,
+            zero_stage=fit.problem.zero_stage,
+            recompute=fit.problem.recompute,
+            micro_batches=fit.problem.micro_batches,
+            how=fit.how,
+        )
     except InfeasibleError as exc:
-        row.update(fit_step_s=None, fit_peak_gib=None, zero_stage=None, recompute=None, micro_batches=None,
-                   how=f"none: {exc}")
+        row.update(
+            fit_step_s=None,
+            fit_peak_gib=None,
+            zero_stage=None,
+            recompute=None,
+            micro_batches=None,
+            how=f"none: {exc}",
+        )
     row["fit_wall_s"] = time.perf_counter() - t0
     row.update(megatron_step_s=None, megatron_peak_gib=None, megatron_fits=None)
     if tensor_levels is not None:
         q = replace(p, zero_stage=1)
         ev = evaluate(q, megatron_plan(q, tensor_levels))
-        row.update(megatron_step_s=ev.step_time_s, megatron_peak_gib=ev.peak_memory_bytes / GIB,
-                   megatron_fits=peak_fraction(ev, limits) <= 1.0, megatron_tp=2 ** tensor_levels)
+        row.update(
+            megatron_step_s=ev.step_time_s,
+            megatron_peak_gib=ev.peak_memory_bytes / GIB,
+            megatron_fits=peak_fraction(ev, limits) <= 1.0,
+            megatron_tp=2**tensor_levels,
+        )
     return row
 
 
-def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None) -> pd.DataFrame:
+def run(
+    out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None
+) -> pd.DataFrame:
     """Run the benchmark; write memory.csv / memory.png / memory.md. Columns: model, array,
     devices, batch, device_memory_gib, free_step_s / free_peak_gib / free_fits / free_wall_s (the
     plan with memory ignored), bound_per_device_gib (the least any plan needs, on average),
     fit_step_s, fit_peak_gib, zero_stage, recompute, micro_batches, how, fit_wall_s (``parplan
     plan``'s default), megatron_step_s, megatron_peak_gib, megatron_fits, megatron_tp."""
     out = out_dir_path(out_dir)
-    tree = two_nodes_file("two_h100_nodes", 50, 5)  # the README's and examples/two_h100_nodes.toml's array
+    tree = two_nodes_file(
+        "two_h100_nodes", 50, 5
+    )  # the README's and examples/two_h100_nodes.toml's array
     cases = QUICK if quick else CASES
-    tasks = [Task(f"{m} on {a}, batch {b}", memory_task,
-                  dict(model=m, array=a, batch=b, tensor_levels=t, tree_file=tree if a == "two-h100-nodes" else None),
-                  cost=4 if "llama" in m or "mistral" in m else 1) for m, a, b, t in cases]
+    tasks = [
+        Task(
+            f"{m} on {a}, batch {b}",
+            memory_task,
+            dict(
+                model=m,
+                array=a,
+                batch=b,
+                tensor_levels=t,
+                tree_file=tree if a == "two-h100-nodes" else None,
+            ),
+            cost=4 if "llama" in m or "mistral" in m else 1,
+        )
+        for m, a, b, t in cases
+    ]
     with_progress_header(NAME, f"{len(tasks)} cases")
     table = pd.DataFrame(run_tasks(NAME, tasks, executor))
     write_outputs(out, NAME, table, lambda path: _plot(table, path), _markdown(table))
@@ -103,11 +161,22 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
     frame = table.assign(case=[f"{m}\n{a}" for m, a in zip(table.model, table.array)])
-    frame = frame.assign(free_ms=1e3 * frame.free_step_s, fit_ms=1e3 * frame.fit_step_s.astype(float),
-                         megatron_ms=1e3 * frame.megatron_step_s.astype(float))
-    grouped_bars(path, [("step time per case (each device's own memory)", frame)], "case",
-                 {"memory ignored (does not fit)": "free_ms", "parplan plan (fits)": "fit_ms",
-                  "Megatron-style (ZeRO-1)": "megatron_ms"}, "step time (ms)")
+    frame = frame.assign(
+        free_ms=1e3 * frame.free_step_s,
+        fit_ms=1e3 * frame.fit_step_s.astype(float),
+        megatron_ms=1e3 * frame.megatron_step_s.astype(float),
+    )
+    grouped_bars(
+        path,
+        [("step time per case (each device's own memory)", frame)],
+        "case",
+        {
+            "memory ignored (does not fit)": "free_ms",
+            "parplan plan (fits)": "fit_ms",
+            "Megatron-style (ZeRO-1)": "megatron_ms",
+        },
+        "step time (ms)",
+    )
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -117,10 +186,18 @@ def _markdown(table: pd.DataFrame) -> str:
     def gib(v):
         return "-" if pd.isna(v) else f"{v:.1f}"
 
-    table = table.assign(setting=[
-        "-" if pd.isna(z) else ", ".join([f"ZeRO-{int(z)}"] + (["recompute"] if r else []) + (
-            [f"{int(m)} micro-batches"] if m and m > 1 else []))
-        for z, r, m in zip(table.zero_stage, table.recompute, table.micro_batches)])
+    table = table.assign(
+        setting=[
+            "-"
+            if pd.isna(z)
+            else ", ".join(
+                [f"ZeRO-{int(z)}"]
+                + (["recompute"] if r else [])
+                + ([f"{int(m)} micro-batches"] if m and m > 1 else [])
+            )
+            for z, r, m in zip(table.zero_stage, table.recompute, table.micro_batches)
+        ]
+    )
     lines = [
         "# Plans that fit: `parplan plan` with memory as a constraint",
         "",
@@ -132,21 +209,47 @@ def _markdown(table: pd.DataFrame) -> str:
         "average, that any plan keeps (section 6.2). Times are parplan's model's.",
         "",
     ]
-    lines += md_table(table, {
-        "model": str, "array": str, "batch": str, "free_step_s": ms, "free_peak_gib": gib,
-        "fit_step_s": ms, "fit_peak_gib": gib, "setting": str, "megatron_step_s": ms, "megatron_peak_gib": gib,
-        "bound_per_device_gib": gib, "fit_wall_s": ".1f",
-    }, headers={"free_step_s": "ignored (ms)", "free_peak_gib": "ignored (GiB)", "fit_step_s": "plan (ms)",
-                "fit_peak_gib": "plan (GiB)", "megatron_step_s": "Megatron (ms)",
-                "megatron_peak_gib": "Megatron (GiB)", "bound_per_device_gib": "bound (GiB)",
-                "fit_wall_s": "planning (s)"})
+    lines += md_table(
+        table,
+        {
+            "model": str,
+            "array": str,
+            "batch": str,
+            "free_step_s": ms,
+            "free_peak_gib": gib,
+            "fit_step_s": ms,
+            "fit_peak_gib": gib,
+            "setting": str,
+            "megatron_step_s": ms,
+            "megatron_peak_gib": gib,
+            "bound_per_device_gib": gib,
+            "fit_wall_s": ".1f",
+        },
+        headers={
+            "free_step_s": "ignored (ms)",
+            "free_peak_gib": "ignored (GiB)",
+            "fit_step_s": "plan (ms)",
+            "fit_peak_gib": "plan (GiB)",
+            "megatron_step_s": "Megatron (ms)",
+            "megatron_peak_gib": "Megatron (GiB)",
+            "bound_per_device_gib": "bound (GiB)",
+            "fit_wall_s": "planning (s)",
+        },
+    )
     faster = table[table.megatron_step_s.notna() & table.fit_step_s.notna()]
     if len(faster):
-        ratio = (faster.megatron_step_s / faster.fit_step_s.astype(float))
-        lines += ["", f"parplan's fitting plan is {ratio.min():.2f}-{ratio.max():.2f}x faster than the "
-                      f"Megatron-style plan on the {len(faster)} cases that have one (both within memory)."]
+        ratio = faster.megatron_step_s / faster.fit_step_s.astype(float)
+        lines += [
+            "",
+            f"parplan's fitting plan is {ratio.min():.2f}-{ratio.max():.2f}x faster than the "
+            f"Megatron-style plan on the {len(faster)} cases that have one (both within memory).",
+        ]
     over = table[~table.free_fits]
-    lines += ["", f"With memory ignored, {len(over)} of {len(table)} recommended plans do not fit their devices.", ""]
+    lines += [
+        "",
+        f"With memory ignored, {len(over)} of {len(table)} recommended plans do not fit their devices.",
+        "",
+    ]
     return "\n".join(lines)
 
 

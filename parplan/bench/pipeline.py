@@ -26,8 +26,17 @@ from pathlib import Path
 import pandas as pd
 
 from parplan.bench.common import (
-    ExecutorSpec, Task, csv_names, geomean, grouped_bars, md_table, out_dir_path, run_tasks, standalone_main,
-    with_progress_header, write_outputs,
+    ExecutorSpec,
+    Task,
+    csv_names,
+    geomean,
+    grouped_bars,
+    md_table,
+    out_dir_path,
+    run_tasks,
+    standalone_main,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "pipeline"
@@ -57,18 +66,34 @@ def pair_task(profile: str, label: str, levels: tuple[tuple[int, float], ...]) -
     wall = time.perf_counter() - t0
     rows = []
     for r in sbs.rows():
-        rows.append({"profile": profile, "machine": label, "devices": machine.devices, "levels": len(levels),
-                     "antichain_states": sbs.code.states.n, "layers": len(prof.layers),
-                     "branching": not prof.is_chain,
-                     "input_s": sum(x.compute_seconds for x in prof.layers if x.description.startswith("Input")),
-                     "total_s": prof.total_compute_seconds, **r,
-                     "code_dp_s": sbs.code.data_parallel_seconds,
-                     "parplan_dp_s": sbs.native.data_parallel_seconds, "wall_s": wall})
+        rows.append(
+            {
+                "profile": profile,
+                "machine": label,
+                "devices": machine.devices,
+                "levels": len(levels),
+                "antichain_states": sbs.code.states.n,
+                "layers": len(prof.layers),
+                "branching": not prof.is_chain,
+                "input_s": sum(
+                    x.compute_seconds for x in prof.layers if x.description.startswith("Input")
+                ),
+                "total_s": prof.total_compute_seconds,
+                **r,
+                "code_dp_s": sbs.code.data_parallel_seconds,
+                "parplan_dp_s": sbs.native.data_parallel_seconds,
+                "wall_s": wall,
+            }
+        )
     return rows
 
 
-def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None,
-        profiles: tuple[str, ...] | None = None) -> pd.DataFrame:
+def run(
+    out_dir: str | Path,
+    quick: bool = False,
+    executor: ExecutorSpec | None = None,
+    profiles: tuple[str, ...] | None = None,
+) -> pd.DataFrame:
     """Run the benchmark; write pipeline.csv / pipeline.png / pipeline.md.
 
     Columns: profile, machine, devices, levels, antichain_states, layers, branching, plan
@@ -84,10 +109,19 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
         raise ConfigError(f"unknown profile(s) {', '.join(unknown)}; valid: {', '.join(PROFILES)}")
     machines = QUICK["machines"] if quick else MACHINES
     out = out_dir_path(out_dir)
-    tasks = [Task(f"{p} on {label}", pair_task, dict(profile=p, label=label, levels=levels),
-                  cost=_COST.get(p, 1) * (5 if len(levels) > 1 else 1))
-             for p in profiles for label, levels in machines]
-    with_progress_header(NAME, f"{len(profiles)} profiles x {len(machines)} machines; {len(tasks)} tasks")
+    tasks = [
+        Task(
+            f"{p} on {label}",
+            pair_task,
+            dict(profile=p, label=label, levels=levels),
+            cost=_COST.get(p, 1) * (5 if len(levels) > 1 else 1),
+        )
+        for p in profiles
+        for label, levels in machines
+    ]
+    with_progress_header(
+        NAME, f"{len(profiles)} profiles x {len(machines)} machines; {len(tasks)} tasks"
+    )
     table = pd.DataFrame([row for rows in run_tasks(NAME, tasks, executor) for row in rows])
     write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table))
     return table
@@ -96,18 +130,32 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
 def _plot(table: pd.DataFrame, path: Path) -> None:
     panels = []
     for label, sub in table.groupby("machine", sort=False):
-        frame = pd.DataFrame({
-            "profile": sub[sub.plan == "pipedream-code"].profile.values,
-            "code_code": sub[sub.plan == "pipedream-code"].code_speedup_vs_dp.values,
-            "code_parplan": sub[sub.plan == "pipedream-code"].parplan_speedup_vs_dp.fillna(0).values,
-            "parplan_code": sub[sub.plan == "parplan"].code_speedup_vs_dp.fillna(0).values,
-            "parplan_parplan": sub[sub.plan == "parplan"].parplan_speedup_vs_dp.values,
-        })
+        frame = pd.DataFrame(
+            {
+                "profile": sub[sub.plan == "pipedream-code"].profile.values,
+                "code_code": sub[sub.plan == "pipedream-code"].code_speedup_vs_dp.values,
+                "code_parplan": sub[sub.plan == "pipedream-code"]
+                .parplan_speedup_vs_dp.fillna(0)
+                .values,
+                "parplan_code": sub[sub.plan == "parplan"].code_speedup_vs_dp.fillna(0).values,
+                "parplan_parplan": sub[sub.plan == "parplan"].parplan_speedup_vs_dp.values,
+            }
+        )
         panels.append((label, frame))
-    grouped_bars(path, panels, "profile", {
-        "optimizer's plan, its formulas": "code_code", "optimizer's plan, parplan's model": "code_parplan",
-        "parplan's plan, optimizer's formulas": "parplan_code", "parplan's plan, parplan's model": "parplan_parplan",
-    }, "speedup over data parallelism (same model)", references={"data parallelism": 1.0}, log_y=True)
+    grouped_bars(
+        path,
+        panels,
+        "profile",
+        {
+            "optimizer's plan, its formulas": "code_code",
+            "optimizer's plan, parplan's model": "code_parplan",
+            "parplan's plan, optimizer's formulas": "parplan_code",
+            "parplan's plan, parplan's model": "parplan_parplan",
+        },
+        "speedup over data parallelism (same model)",
+        references={"data parallelism": 1.0},
+        log_y=True,
+    )
 
 
 def _fmt(v, spec: str) -> str:
@@ -137,14 +185,31 @@ def _markdown(table: pd.DataFrame) -> str:
         "model, so parplan's model cannot price them.",
         "",
     ]
-    lines += md_table(both, {
-        "profile": str, "machine": str, "code_stages": "d", "code_ms": ".2f",
-        "code_code": lambda v: _fmt(v, ".2f"), "code_parplan": lambda v: _fmt(v, ".2f"), "nat_stages": "d",
-        "nat_ms": ".2f", "nat_code": lambda v: _fmt(v, ".2f"), "nat_parplan": lambda v: _fmt(v, ".2f"),
-    }, headers={"code_stages": "optimizer: stages", "code_ms": "optimizer: ms (its formulas)",
-                "code_code": "optimizer plan, its formulas", "code_parplan": "optimizer plan, parplan's model",
-                "nat_stages": "parplan: stages", "nat_ms": "parplan: ms (parplan's model)",
-                "nat_code": "parplan plan, optimizer's formulas", "nat_parplan": "parplan plan, parplan's model"})
+    lines += md_table(
+        both,
+        {
+            "profile": str,
+            "machine": str,
+            "code_stages": "d",
+            "code_ms": ".2f",
+            "code_code": lambda v: _fmt(v, ".2f"),
+            "code_parplan": lambda v: _fmt(v, ".2f"),
+            "nat_stages": "d",
+            "nat_ms": ".2f",
+            "nat_code": lambda v: _fmt(v, ".2f"),
+            "nat_parplan": lambda v: _fmt(v, ".2f"),
+        },
+        headers={
+            "code_stages": "optimizer: stages",
+            "code_ms": "optimizer: ms (its formulas)",
+            "code_code": "optimizer plan, its formulas",
+            "code_parplan": "optimizer plan, parplan's model",
+            "nat_stages": "parplan: stages",
+            "nat_ms": "parplan: ms (parplan's model)",
+            "nat_code": "parplan plan, optimizer's formulas",
+            "nat_parplan": "parplan plan, parplan's model",
+        },
+    )
     priced = both.dropna(subset=["code_parplan"])
     lines += [
         "",
@@ -158,8 +223,10 @@ def _markdown(table: pd.DataFrame) -> str:
         "the weights per replica instead of a ring's `2 (m-1)/m`, and charges no activation transfer without a "
         "compression ratio; at 1 GB/s the transfers it leaves out dominate parplan's price of its deep "
         "pipelines. It also zeroes the input node's time, which PipeDream's profiles record as data loading ("
-        + ", ".join(f"{r.profile} {r.input_s * 1e3:.0f} of {r.total_s * 1e3:.0f} ms"
-                    for r in code.drop_duplicates("profile").itertuples())
+        + ", ".join(
+            f"{r.profile} {r.input_s * 1e3:.0f} of {r.total_s * 1e3:.0f} ms"
+            for r in code.drop_duplicates("profile").itertuples()
+        )
         + "): parplan counts it as the first stage's compute, so where it dominates parplan's best plan is data "
         "parallelism, which divides it over every device. Each model's own plan is the best under that model "
         "(both are exact DPs over their search spaces), so each column pair shows what a plan optimised for one "
@@ -171,8 +238,12 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench pipeline``."""
-    parser.add_argument("--profiles", type=csv_names, default=None,
-                        help=f"comma-separated profiles (default {','.join(PROFILES)})")
+    parser.add_argument(
+        "--profiles",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated profiles (default {','.join(PROFILES)})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,8 +34,20 @@ import pandas as pd
 
 from parplan.bench.common import (
     standalone_main,
-    EXACT_SHARE_GRID, ExecutorSpec, Task, csv_ints, csv_names, fit_exponent, loglog_lines, make_array, md_table, out_dir_path,
-    run_kwargs, run_tasks, solve_options, with_progress_header, write_outputs,
+    EXACT_SHARE_GRID,
+    ExecutorSpec,
+    Task,
+    csv_ints,
+    csv_names,
+    fit_exponent,
+    loglog_lines,
+    make_array,
+    md_table,
+    out_dir_path,
+    run_tasks,
+    solve_options,
+    with_progress_header,
+    write_outputs,
 )
 
 NAME = "scaling"
@@ -48,9 +60,19 @@ FIT_MIN_LAYERS = 64
 DEFAULT_REPEATS = 7
 POINT_BUDGET_S = 10.0
 BATCH = 512
-QUICK = {"sizes": (8, 16), "depths": (1, 2), "exact_sizes": (8,), "repeats": 1, "time_limit_s": 10.0,
-         "backends": ("scip",), "depth_models": ("vgg11",)}
-PLANNERS = {"dp": ("accpar-topdown", "tpu-v2:1,tpu-v3:1"), "portfolio": ("accpar", "tpu-v2:4,tpu-v3:4")}
+QUICK = {
+    "sizes": (8, 16),
+    "depths": (1, 2),
+    "exact_sizes": (8,),
+    "repeats": 1,
+    "time_limit_s": 10.0,
+    "backends": ("scip",),
+    "depth_models": ("vgg11",),
+}
+PLANNERS = {
+    "dp": ("accpar-topdown", "tpu-v2:1,tpu-v3:1"),
+    "portfolio": ("accpar", "tpu-v2:4,tpu-v3:4"),
+}
 DEPTH_MODELS = ("vgg16", "resnet50")
 WIDTHS = (64, 128, 256, 512)
 
@@ -65,7 +87,11 @@ def synthetic_chain(layers: int, seed: int = 0):
     rng = random.Random(seed)
     out, prev = [], "input"
     for i in range(layers - 1):
-        out.append(Conv2d(f"conv{i}", (prev,), out_channels=rng.choice(WIDTHS), kernel=(3, 3), padding=(1, 1)))
+        out.append(
+            Conv2d(
+                f"conv{i}", (prev,), out_channels=rng.choice(WIDTHS), kernel=(3, 3), padding=(1, 1)
+            )
+        )
         out.append(Activation(f"relu{i}", (f"conv{i}",)))
         prev = f"relu{i}"
     out += [Flatten("flatten", (prev,)), Linear("fc", ("flatten",), out_features=10)]
@@ -86,7 +112,9 @@ def synthetic_dag(nodes: int, seed: int = 0):
         new = rng.choice(WIDTHS) if project else width
         out.append(Conv2d(f"b{b}.conv1", (prev,), out_channels=new, kernel=(3, 3), padding=(1, 1)))
         out.append(Activation(f"b{b}.relu1", (f"b{b}.conv1",)))
-        out.append(Conv2d(f"b{b}.conv2", (f"b{b}.relu1",), out_channels=new, kernel=(3, 3), padding=(1, 1)))
+        out.append(
+            Conv2d(f"b{b}.conv2", (f"b{b}.relu1",), out_channels=new, kernel=(3, 3), padding=(1, 1))
+        )
         short = prev
         if project:
             out.append(Conv2d(f"b{b}.proj", (prev,), out_channels=new, kernel=(1, 1)))
@@ -129,7 +157,9 @@ def _best_wall(fn, repeats: int, budget_s: float = POINT_BUDGET_S) -> tuple[floa
     return best
 
 
-def layers_series(kind: str, planner_key: str, sizes: tuple[int, ...], repeats: int, seed: int) -> list[dict]:
+def layers_series(
+    kind: str, planner_key: str, sizes: tuple[int, ...], repeats: int, seed: int
+) -> list[dict]:
     """Wall time of one planner against graph size (one process, sizes in order)."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
@@ -138,16 +168,33 @@ def layers_series(kind: str, planner_key: str, sizes: tuple[int, ...], repeats: 
     arr = make_array(array)
     rows = []
     warm = Problem(_graph(kind, sizes[0], seed), arr, batch=BATCH)
-    make_plan(warm, planner)  # first call pays one-off imports and caches: keep it out of the series
+    make_plan(
+        warm, planner
+    )  # first call pays one-off imports and caches: keep it out of the series
     for size in sizes:
         t0 = time.perf_counter()
         problem = Problem(_graph(kind, size, seed), arr, batch=BATCH)
         n = len(problem.planning.nodes)
         build = time.perf_counter() - t0
         wall, cpu = _best_wall(lambda: make_plan(problem, planner), repeats)
-        rows.append({"series": f"{planner_key} {kind}", "study": "layers", "kind": kind, "planner": planner,
-                     "backend": "", "array": array, "size": size, "layers": n, "depth": arr.depth,
-                     "devices": arr.count, "wall_s": wall, "cpu_s": cpu, "build_s": build, "status": "ok"})
+        rows.append(
+            {
+                "series": f"{planner_key} {kind}",
+                "study": "layers",
+                "kind": kind,
+                "planner": planner,
+                "backend": "",
+                "array": array,
+                "size": size,
+                "layers": n,
+                "depth": arr.depth,
+                "devices": arr.count,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "build_s": build,
+                "status": "ok",
+            }
+        )
     return rows
 
 
@@ -165,7 +212,9 @@ def depth_series(model: str, planner_key: str, depths: tuple[int, ...], repeats:
     rows = []
     graph = get_model(model)
     options = planner_options("accpar-topdown")
-    make_plan(Problem(graph, make_array("tpu-v2:1,tpu-v3:1"), batch=BATCH), planner)  # warm-up, untimed
+    make_plan(
+        Problem(graph, make_array("tpu-v2:1,tpu-v3:1"), batch=BATCH), planner
+    )  # warm-up, untimed
     for d in depths:
         half = 2 ** (d - 1)
         array = f"tpu-v2:{half},tpu-v3:{half}"
@@ -178,16 +227,35 @@ def depth_series(model: str, planner_key: str, depths: tuple[int, ...], repeats:
             solved[0] += 1
             return solve_split(sp, options)
 
-        plan_top_down(problem, counting, "count")  # untimed: how many split problems the recursion solves
-        rows.append({"series": f"{planner_key} {model}", "study": "depth", "kind": model, "planner": planner,
-                     "backend": "", "array": array, "size": d, "layers": n, "depth": d,
-                     "devices": problem.array.count, "splits": problem.array.count - 1,
-                     "splits_solved": solved[0], "wall_s": wall, "cpu_s": cpu, "build_s": math.nan,
-                     "status": "ok"})
+        plan_top_down(
+            problem, counting, "count"
+        )  # untimed: how many split problems the recursion solves
+        rows.append(
+            {
+                "series": f"{planner_key} {model}",
+                "study": "depth",
+                "kind": model,
+                "planner": planner,
+                "backend": "",
+                "array": array,
+                "size": d,
+                "layers": n,
+                "depth": d,
+                "devices": problem.array.count,
+                "splits": problem.array.count - 1,
+                "splits_solved": solved[0],
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "build_s": math.nan,
+                "status": "ok",
+            }
+        )
     return rows
 
 
-def exact_series(kind: str, backend: str, sizes: tuple[int, ...], time_limit_s: float, seed: int) -> list[dict]:
+def exact_series(
+    kind: str, backend: str, sizes: tuple[int, ...], time_limit_s: float, seed: int
+) -> list[dict]:
     """One exact backend on the one-split problem of growing graphs, until it stops certifying."""
     from parplan.costmodel.problem import Problem
     from parplan.costmodel.split import PlanOptions, SplitProblem
@@ -200,13 +268,32 @@ def exact_series(kind: str, backend: str, sizes: tuple[int, ...], time_limit_s: 
         problem = Problem(_graph(kind, size, seed), arr, batch=BATCH)
         n = len(problem.planning.nodes)
         w0, c0 = time.perf_counter(), time.process_time()
-        _, cert = solve_split_exact(SplitProblem.root(problem), backend, PlanOptions(share_grid=EXACT_SHARE_GRID),
-                                    solve_options(time_limit_s))
-        rows.append({"series": f"{backend} {kind}", "study": "exact", "kind": kind, "planner": "exact",
-                     "backend": backend, "array": array, "size": size, "layers": n, "depth": 1, "devices": 2,
-                     "wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0, "build_s": math.nan,
-                     "status": cert.status, "termination": cert.termination,
-                     "gap": math.nan if cert.gap is None else cert.gap})
+        _, cert = solve_split_exact(
+            SplitProblem.root(problem),
+            backend,
+            PlanOptions(share_grid=EXACT_SHARE_GRID),
+            solve_options(time_limit_s),
+        )
+        rows.append(
+            {
+                "series": f"{backend} {kind}",
+                "study": "exact",
+                "kind": kind,
+                "planner": "exact",
+                "backend": backend,
+                "array": array,
+                "size": size,
+                "layers": n,
+                "depth": 1,
+                "devices": 2,
+                "wall_s": time.perf_counter() - w0,
+                "cpu_s": time.process_time() - c0,
+                "build_s": math.nan,
+                "status": cert.status,
+                "termination": cert.termination,
+                "gap": math.nan if cert.gap is None else cert.gap,
+            }
+        )
         if cert.status != "optimal":
             break
     return rows
@@ -236,28 +323,60 @@ def run(
     sizes = tuple(sizes or (QUICK["sizes"] if quick else LAYER_SIZES))
     depths = tuple(depths or (QUICK["depths"] if quick else DEPTHS))
     exact_sizes = tuple(exact_sizes or (QUICK["exact_sizes"] if quick else EXACT_SIZES))
-    backends = tuple(backend_spec(b).name for b in (backends or (QUICK["backends"] if quick else available_backends())))
+    backends = tuple(
+        backend_spec(b).name
+        for b in (backends or (QUICK["backends"] if quick else available_backends()))
+    )
     time_limit_s = time_limit_s or (QUICK["time_limit_s"] if quick else DEFAULT_TIME_LIMIT_S)
     repeats = repeats or (QUICK["repeats"] if quick else DEFAULT_REPEATS)
     depth_models = QUICK["depth_models"] if quick else DEPTH_MODELS
     out = out_dir_path(out_dir)
-    tasks = [Task(f"{p} {k} layers", layers_series,
-                  dict(kind=k, planner_key=p, sizes=sizes, repeats=repeats, seed=seed),
-                  cost=10 if p == "portfolio" else 3)
-             for k in ("chain", "dag") for p in PLANNERS]
-    tasks += [Task(f"{p} {m} depths", depth_series, dict(model=m, planner_key=p, depths=depths, repeats=repeats),
-                   cost=5 if p == "portfolio" else 2)
-              for m in depth_models for p in PLANNERS]
-    tasks += [Task(f"{b} {k} exact", exact_series, dict(kind=k, backend=b, sizes=exact_sizes, time_limit_s=time_limit_s,
-                                                        seed=seed), cost=20)
-              for k in ("chain", "dag") for b in backends]
-    with_progress_header(NAME, f"layers {list(sizes)}, depths {list(depths)}, exact {list(backends)} up to "
-                               f"{max(exact_sizes)} layers ({time_limit_s:g} s each); {len(tasks)} tasks")
+    tasks = [
+        Task(
+            f"{p} {k} layers",
+            layers_series,
+            dict(kind=k, planner_key=p, sizes=sizes, repeats=repeats, seed=seed),
+            cost=10 if p == "portfolio" else 3,
+        )
+        for k in ("chain", "dag")
+        for p in PLANNERS
+    ]
+    tasks += [
+        Task(
+            f"{p} {m} depths",
+            depth_series,
+            dict(model=m, planner_key=p, depths=depths, repeats=repeats),
+            cost=5 if p == "portfolio" else 2,
+        )
+        for m in depth_models
+        for p in PLANNERS
+    ]
+    tasks += [
+        Task(
+            f"{b} {k} exact",
+            exact_series,
+            dict(kind=k, backend=b, sizes=exact_sizes, time_limit_s=time_limit_s, seed=seed),
+            cost=20,
+        )
+        for k in ("chain", "dag")
+        for b in backends
+    ]
+    with_progress_header(
+        NAME,
+        f"layers {list(sizes)}, depths {list(depths)}, exact {list(backends)} up to "
+        f"{max(exact_sizes)} layers ({time_limit_s:g} s each); {len(tasks)} tasks",
+    )
     results = run_tasks(NAME, tasks, executor)
     table = pd.DataFrame([row for rows in results for row in rows])
     fits = fit_table(table)
-    write_outputs(out, NAME, table, lambda p: _plot(table, fits, p), _markdown(table, fits, time_limit_s),
-                  extra={"scaling_fits": fits})
+    write_outputs(
+        out,
+        NAME,
+        table,
+        lambda p: _plot(table, fits, p),
+        _markdown(table, fits, time_limit_s),
+        extra={"scaling_fits": fits},
+    )
     return table
 
 
@@ -266,7 +385,9 @@ def fit_table(table: pd.DataFrame) -> pd.DataFrame:
     (sizes >= 64 when there are at least 3 such points, else all), and against the number of
     devices (2^depth) for the depth study."""
     rows = []
-    for (study, series), sub in table[table.study.isin(["layers", "depth"])].groupby(["study", "series"], sort=False):
+    for (study, series), sub in table[table.study.isin(["layers", "depth"])].groupby(
+        ["study", "series"], sort=False
+    ):
         x = "layers" if study == "layers" else "devices"
         pts = sub[sub.layers >= FIT_MIN_LAYERS] if study == "layers" else sub
         if len(pts) < 3:
@@ -275,12 +396,35 @@ def fit_table(table: pd.DataFrame) -> pd.DataFrame:
             continue
         k, c = fit_exponent(pts[x], pts.wall_s)
         kc, _ = fit_exponent(pts[x], pts.cpu_s.clip(lower=1e-9))
-        rows.append({"study": study, "series": series, "x": x, "points": len(pts), "min_x": int(pts[x].min()),
-                     "max_x": int(pts[x].max()), "exponent_wall": k, "exponent_cpu": kc,
-                     "linear": bool(0.8 <= k <= 1.2) if study == "layers" else None,
-                     "max_wall_s": float(sub.wall_s.max())})
-    return pd.DataFrame(rows, columns=["study", "series", "x", "points", "min_x", "max_x", "exponent_wall",
-                                       "exponent_cpu", "linear", "max_wall_s"])
+        rows.append(
+            {
+                "study": study,
+                "series": series,
+                "x": x,
+                "points": len(pts),
+                "min_x": int(pts[x].min()),
+                "max_x": int(pts[x].max()),
+                "exponent_wall": k,
+                "exponent_cpu": kc,
+                "linear": bool(0.8 <= k <= 1.2) if study == "layers" else None,
+                "max_wall_s": float(sub.wall_s.max()),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "study",
+            "series",
+            "x",
+            "points",
+            "min_x",
+            "max_x",
+            "exponent_wall",
+            "exponent_cpu",
+            "linear",
+            "max_wall_s",
+        ],
+    )
 
 
 def _plot(table: pd.DataFrame, fits: pd.DataFrame, path: Path) -> None:
@@ -313,44 +457,99 @@ def _markdown(table: pd.DataFrame, fits: pd.DataFrame, time_limit_s: float) -> s
         "",
         f"Layer-wise DP exponent (wall time ~ layers^k, sizes >= {FIT_MIN_LAYERS}): "
         + ", ".join(f"{r.series}: k = {r.exponent_wall:.2f}" for r in dp.itertuples())
-        + (" -- linear (0.8 <= k <= 1.2)." if len(dp) and dp.linear.all() else " -- NOT within 0.8..1.2."),
+        + (
+            " -- linear (0.8 <= k <= 1.2)."
+            if len(dp) and dp.linear.all()
+            else " -- NOT within 0.8..1.2."
+        ),
         "",
         "## Planner wall time vs layers",
         "",
     ]
-    lines += md_table(lf, {"series": str, "points": "d", "min_x": "d", "max_x": "d", "exponent_wall": ".2f",
-                           "exponent_cpu": ".2f", "linear": str, "max_wall_s": ".3f"},
-                      headers={"min_x": "min layers", "max_x": "max layers", "exponent_wall": "k (wall)",
-                               "exponent_cpu": "k (CPU)", "max_wall_s": "max wall (s)"})
+    lines += md_table(
+        lf,
+        {
+            "series": str,
+            "points": "d",
+            "min_x": "d",
+            "max_x": "d",
+            "exponent_wall": ".2f",
+            "exponent_cpu": ".2f",
+            "linear": str,
+            "max_wall_s": ".3f",
+        },
+        headers={
+            "min_x": "min layers",
+            "max_x": "max layers",
+            "exponent_wall": "k (wall)",
+            "exponent_cpu": "k (CPU)",
+            "max_wall_s": "max wall (s)",
+        },
+    )
     layer_rows = table[table.study == "layers"]
     if len(layer_rows):
-        pivot = layer_rows.pivot_table(index="layers", columns="series", values="wall_s", aggfunc="first")
-        lines += ["", "| layers | " + " | ".join(pivot.columns) + " | graph build (s) |",
-                  "| --- | " + " | ".join("---" for _ in pivot.columns) + " | --- |"]
+        pivot = layer_rows.pivot_table(
+            index="layers", columns="series", values="wall_s", aggfunc="first"
+        )
+        lines += [
+            "",
+            "| layers | " + " | ".join(pivot.columns) + " | graph build (s) |",
+            "| --- | " + " | ".join("---" for _ in pivot.columns) + " | --- |",
+        ]
         build = layer_rows.groupby("layers").build_s.max()
         for n, r in pivot.iterrows():
-            lines.append(f"| {n} | " + " | ".join("-" if v != v else f"{v:.4f}" for v in r) + f" | {build[n]:.3f} |")
-        lines += ["", "`graph build`: analysing the layer graph and building its planning graph (outside the timed "
-                      "planner calls)."]
+            lines.append(
+                f"| {n} | "
+                + " | ".join("-" if v != v else f"{v:.4f}" for v in r)
+                + f" | {build[n]:.3f} |"
+            )
+        lines += [
+            "",
+            "`graph build`: analysing the layer graph and building its planning graph (outside the timed "
+            "planner calls).",
+        ]
     lines += ["", "## Planner wall time vs hierarchy depth", ""]
-    lines += md_table(df, {"series": str, "points": "d", "min_x": "d", "max_x": "d", "exponent_wall": ".2f",
-                           "max_wall_s": ".3f"},
-                      headers={"min_x": "min devices", "max_x": "max devices",
-                               "exponent_wall": "k (wall ~ devices^k)", "max_wall_s": "max wall (s)"})
+    lines += md_table(
+        df,
+        {
+            "series": str,
+            "points": "d",
+            "min_x": "d",
+            "max_x": "d",
+            "exponent_wall": ".2f",
+            "max_wall_s": ".3f",
+        },
+        headers={
+            "min_x": "min devices",
+            "max_x": "max devices",
+            "exponent_wall": "k (wall ~ devices^k)",
+            "max_wall_s": "max wall (s)",
+        },
+    )
     dep = table[(table.study == "depth") & table.series.str.startswith("dp ")]
     if len(dep):
-        lines += ["", "Split problems the top-down recursion solves (interchangeable sibling groups share one plan; "
-                      "an ideal recursion on a heterogeneous root over two homogeneous halves solves 2 x depth - 1):",
-                  "", "| model | " + " | ".join(f"depth {int(d)}" for d in sorted(dep.depth.unique())) + " |",
-                  "| --- | " + " | ".join("---" for _ in dep.depth.unique()) + " |"]
+        lines += [
+            "",
+            "Split problems the top-down recursion solves (interchangeable sibling groups share one plan; "
+            "an ideal recursion on a heterogeneous root over two homogeneous halves solves 2 x depth - 1):",
+            "",
+            "| model | " + " | ".join(f"depth {int(d)}" for d in sorted(dep.depth.unique())) + " |",
+            "| --- | " + " | ".join("---" for _ in dep.depth.unique()) + " |",
+        ]
         for m, sub in dep.groupby("kind", sort=False):
-            lines.append(f"| {m} | " + " | ".join(f"{int(r.splits_solved)} / {int(r.splits)}"
-                                                  for r in sub.itertuples()) + " |")
-    lines += ["",
-              f"## Where each exact backend stops certifying within {time_limit_s:g} s (one split)", "",
-              "| backend | graph | largest certified (layers) | wall there (s) | first not certified | there: status "
-              "(solver stop), gap, wall |",
-              "| --- | --- | --- | --- | --- | --- |"]
+            lines.append(
+                f"| {m} | "
+                + " | ".join(f"{int(r.splits_solved)} / {int(r.splits)}" for r in sub.itertuples())
+                + " |"
+            )
+    lines += [
+        "",
+        f"## Where each exact backend stops certifying within {time_limit_s:g} s (one split)",
+        "",
+        "| backend | graph | largest certified (layers) | wall there (s) | first not certified | there: status "
+        "(solver stop), gap, wall |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     ex = table[table.study == "exact"]
     for series, s in ex.groupby("series", sort=False):
         ok = s[s.status == "optimal"]
@@ -359,33 +558,66 @@ def _markdown(table: pd.DataFrame, fits: pd.DataFrame, time_limit_s: float) -> s
             f"| {s.backend.iloc[0]} | {s.kind.iloc[0]} | {int(ok.layers.max()) if len(ok) else '-'} | "
             f"{ok.wall_s.iloc[-1] if len(ok) else float('nan'):.2f} | "
             f"{int(bad.layers.iloc[0]) if len(bad) else 'none up to ' + str(int(s.layers.max()))} | "
-            + (f"{bad.status.iloc[0]} ({bad.termination.iloc[0]}), {bad.gap.iloc[0]:.1e}, {bad.wall_s.iloc[0]:.1f} s |"
-               if len(bad) else "- |"))
+            + (
+                f"{bad.status.iloc[0]} ({bad.termination.iloc[0]}), {bad.gap.iloc[0]:.1e}, {bad.wall_s.iloc[0]:.1f} s |"
+                if len(bad)
+                else "- |"
+            )
+        )
     proved_model = ex[(ex.status != "optimal") & (ex.termination == "optimal")]
     if len(proved_model):
-        lines += ["", "Status `feasible` with solver stop `optimal`: the backend proved its own model optimal, "
-                      "but that "
-                      "model (CP-SAT: shares on a grid, integer-scaled objective) does not prove the plan within 1e-6 "
-                      "of the continuous optimum: " + ", ".join(sorted(set(proved_model.series))) + "."]
+        lines += [
+            "",
+            "Status `feasible` with solver stop `optimal`: the backend proved its own model optimal, "
+            "but that "
+            "model (CP-SAT: shares on a grid, integer-scaled objective) does not prove the plan within 1e-6 "
+            "of the continuous optimum: " + ", ".join(sorted(set(proved_model.series))) + ".",
+        ]
     lines.append("")
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench scaling`` (``dest`` = the keyword of :func:`run`)."""
-    parser.add_argument("--sizes", type=csv_ints, default=None,
-                        help="comma-separated layer counts (default 16..4096, powers of 2)")
-    parser.add_argument("--depths", type=csv_ints, default=None, help="comma-separated depths (default 1..10)")
-    parser.add_argument("--exact-sizes", type=csv_ints, default=None,
-                        help="layer counts for the exact backends (default 16..4096)")
-    parser.add_argument("--backends", type=csv_names, default=None,
-                        help="comma-separated exact backends (default: every available one)")
-    parser.add_argument("--time-limit", dest="time_limit_s", type=float, default=None, metavar="S",
-                        help=f"per exact solve (default {DEFAULT_TIME_LIMIT_S:g})")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help=f"timed runs per point, best kept (default {DEFAULT_REPEATS}; fewer past "
-                             f"{POINT_BUDGET_S:g} s per point)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic graphs (default 0)")
+    parser.add_argument(
+        "--sizes",
+        type=csv_ints,
+        default=None,
+        help="comma-separated layer counts (default 16..4096, powers of 2)",
+    )
+    parser.add_argument(
+        "--depths", type=csv_ints, default=None, help="comma-separated depths (default 1..10)"
+    )
+    parser.add_argument(
+        "--exact-sizes",
+        type=csv_ints,
+        default=None,
+        help="layer counts for the exact backends (default 16..4096)",
+    )
+    parser.add_argument(
+        "--backends",
+        type=csv_names,
+        default=None,
+        help="comma-separated exact backends (default: every available one)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        dest="time_limit_s",
+        type=float,
+        default=None,
+        metavar="S",
+        help=f"per exact solve (default {DEFAULT_TIME_LIMIT_S:g})",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"timed runs per point, best kept (default {DEFAULT_REPEATS}; fewer past "
+        f"{POINT_BUDGET_S:g} s per point)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the synthetic graphs (default 0)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from parplan.bench.common import grouped_bars, md_table, out_dir_path, standalone_main, write_outputs
+from parplan.bench.common import (
+    grouped_bars,
+    md_table,
+    out_dir_path,
+    standalone_main,
+    write_outputs,
+)
 
 NAME = "speed"
 DATA = Path(__file__).resolve().parents[1] / "data" / "accpar_cpp"
@@ -43,8 +49,12 @@ MODELS = ("alexnet", "vgg11")
 #: The C++'s time per 7-level plan (ms), measured on the 2-core CI machine with its Makefile's
 #: -O3 (20,000 repetitions; h_partition with 2 and 3 types; nothing else running), 2026-11-24,
 #: as a mean of wall time; ``--accpar-source`` measures it as parplan is measured (CPU, best of N).
-RECORDED_CPP_MS = {("alexnet", "hypar"): 0.0035, ("alexnet", "accpar"): 0.0033,
-                   ("vgg11", "hypar"): 0.0040, ("vgg11", "accpar"): 0.0048}
+RECORDED_CPP_MS = {
+    ("alexnet", "hypar"): 0.0035,
+    ("alexnet", "accpar"): 0.0033,
+    ("vgg11", "hypar"): 0.0040,
+    ("vgg11", "accpar"): 0.0048,
+}
 GOALS = {"dp": 10.0, "portfolio": 50.0, "help_s": 0.2, "first_plan_s": 0.3}
 
 _DRIVER = r"""
@@ -77,20 +87,41 @@ def cpp_times(source: Path | None, reps: int = 20000) -> tuple[dict, str]:
     """(ms per 7-level plan by (model, hypar|accpar), where the figures come from)."""
     compiler = shutil.which("g++")
     if source is None or compiler is None or not (source / "src" / "accpar.cpp").is_file():
-        why = "no --accpar-source" if source is None else ("no g++" if compiler is None else f"no src/ in {source}")
+        why = (
+            "no --accpar-source"
+            if source is None
+            else ("no g++" if compiler is None else f"no src/ in {source}")
+        )
         return dict(RECORDED_CPP_MS), f"recorded figures ({why})"
     with tempfile.TemporaryDirectory() as tmp:
         driver = Path(tmp) / "driver.cpp"
         driver.write_text(_DRIVER)
         exe = Path(tmp) / "driver"
-        subprocess.run([compiler, "-O3", "-w", "-I", str(source / "include"), str(driver),
-                        str(source / "src" / "accpar.cpp"), str(source / "src" / "helper.cpp"), "-o", str(exe)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                compiler,
+                "-O3",
+                "-w",
+                "-I",
+                str(source / "include"),
+                str(driver),
+                str(source / "src" / "accpar.cpp"),
+                str(source / "src" / "helper.cpp"),
+                "-o",
+                str(exe),
+            ],
+            check=True,
+            capture_output=True,
+        )
         out = {}
         files = {"alexnet": "Alexnet.txt", "vgg11": "Vgg11.txt"}
         for model, file in files.items():
-            res = subprocess.run([str(exe), str(source / "networks" / file), str(reps)], check=True,
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                [str(exe), str(source / "networks" / file), str(reps)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             for line in res.stdout.split("\n"):
                 if line.strip():
                     types, ms = line.split()
@@ -160,7 +191,9 @@ sys.exit(rc or 0)
 """
 
 
-def _process(argv: list[str], repeats: int, timeout_s: float | None = None) -> tuple[float, float, str]:
+def _process(
+    argv: list[str], repeats: int, timeout_s: float | None = None
+) -> tuple[float, float, str]:
     """(best CPU seconds, peak memory in GiB, status) of ``parplan ARGV`` as a whole process,
     over ``repeats`` runs. Status "ok"; "stopped" for a run past ``timeout_s`` (wall; its CPU
     figure is the wall time it had, a lower bound); "failed: ..." with the end of its error."""
@@ -168,14 +201,24 @@ def _process(argv: list[str], repeats: int, timeout_s: float | None = None) -> t
     for _ in range(repeats):
         t0 = time.perf_counter()
         try:
-            res = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True,
-                                 timeout=timeout_s)
+            res = subprocess.run(
+                [sys.executable, "-c", _CHILD, *argv],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
             return time.perf_counter() - t0, float("nan"), "stopped"
         line = [x for x in res.stderr.split("\n") if x.startswith("@@")]
         if res.returncode != 0 or not line or "Traceback" in res.stderr:
-            last = [x for x in res.stderr.strip().split("\n") if x.strip() and not x.startswith("@@")]
-            return float("nan"), float("nan"), "failed: " + (last[-1].strip() if last else f"exit {res.returncode}")
+            last = [
+                x for x in res.stderr.strip().split("\n") if x.strip() and not x.startswith("@@")
+            ]
+            return (
+                float("nan"),
+                float("nan"),
+                "failed: " + (last[-1].strip() if last else f"exit {res.returncode}"),
+            )
         cpu, rss_kib = json.loads(line[-1][2:])
         best, peak = min(best, cpu), max(peak, rss_kib / 2**20)
     return best, peak, "ok"
@@ -184,15 +227,35 @@ def _process(argv: list[str], repeats: int, timeout_s: float | None = None) -> t
 #: Problems of issue 35's goal table, as ``parplan plan`` arguments: (what, model, argv, goal
 #: in ms, whether the quick run includes it).
 GOAL_PLANS = (
-    ("default accpar, whole process", "resnet50 / h100:8", ["plan", "--model", "resnet50", "--array", "h100:8",
-                                                             "--batch", "64"], 100.0, False),
-    ("default accpar, whole process", "vgg11 / h100:128", ["plan", "--model", "vgg11", "--array", "h100:128",
-                                                            "--batch", "64"], 500.0, False),
+    (
+        "default accpar, whole process",
+        "resnet50 / h100:8",
+        ["plan", "--model", "resnet50", "--array", "h100:8", "--batch", "64"],
+        100.0,
+        False,
+    ),
+    (
+        "default accpar, whole process",
+        "vgg11 / h100:128",
+        ["plan", "--model", "vgg11", "--array", "h100:128", "--batch", "64"],
+        500.0,
+        False,
+    ),
     ("4,096-layer chain, whole process", "chain-4096 / h100:128", None, 5000.0, False),
-    ("llama3-70b, whole process", "llama3-70b / h100:512", ["plan", "--model", "llama3-70b", "--array", "h100:512",
-                                                            "--batch", "512"], 10000.0, False),
-    ("llama3-70b, whole process", "llama3-70b / h100:1024", ["plan", "--model", "llama3-70b", "--array", "h100:1024",
-                                                             "--batch", "1024"], 30000.0, False),
+    (
+        "llama3-70b, whole process",
+        "llama3-70b / h100:512",
+        ["plan", "--model", "llama3-70b", "--array", "h100:512", "--batch", "512"],
+        10000.0,
+        False,
+    ),
+    (
+        "llama3-70b, whole process",
+        "llama3-70b / h100:1024",
+        ["plan", "--model", "llama3-70b", "--array", "h100:1024", "--batch", "1024"],
+        30000.0,
+        False,
+    ),
 )
 #: torchvision models of the goal table (timed where torchvision is installed).
 VISION_GOAL = ("googlenet", "inception_v3", "densenet121")
@@ -207,20 +270,44 @@ def _chain_argv(tmp: Path) -> list[str]:
     for layer in g.layers:
         kind = type(layer).__name__
         if kind == "Conv2d":
-            layers.append({"name": layer.name, "type": "conv", "out_channels": layer.out_channels, "kernel": 3,
-                           "padding": 1})
+            layers.append(
+                {
+                    "name": layer.name,
+                    "type": "conv",
+                    "out_channels": layer.out_channels,
+                    "kernel": 3,
+                    "padding": 1,
+                }
+            )
         elif kind == "Linear":
-            layers.append({"name": layer.name, "type": "linear", "out_features": layer.out_features})
+            layers.append(
+                {"name": layer.name, "type": "linear", "out_features": layer.out_features}
+            )
         else:
-            layers.append({"name": layer.name, "type": "relu" if kind == "Activation" else "flatten"})
+            layers.append(
+                {"name": layer.name, "type": "relu" if kind == "Activation" else "flatten"}
+            )
     path = tmp / "chain-4096.json"
-    path.write_text(json.dumps({"name": g.name, "input": [g.input_shape.channels, g.input_shape.height,
-                                                          g.input_shape.width], "layers": layers}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": g.name,
+                "input": [g.input_shape.channels, g.input_shape.height, g.input_shape.width],
+                "layers": layers,
+            }
+        )
+    )
     return ["plan", "--model", str(path), "--array", "h100:128", "--batch", "64"]
 
 
-def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: str | None = None,
-        repeats: int = 5, timeout_s: float = 900.0) -> pd.DataFrame:
+def run(
+    out_dir: str | Path,
+    quick: bool = False,
+    executor=None,
+    accpar_source: str | None = None,
+    repeats: int = 5,
+    timeout_s: float = 900.0,
+) -> pd.DataFrame:
     """Time the planners and the CLI; write speed.csv / .png / .md (``executor`` is unused: timings
     run serially). Every figure is CPU time (in-process: ``time.process_time``; whole processes:
     the child's own user + system time), best of ``repeats``, on both sides of a ratio.
@@ -233,46 +320,106 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
 
     out = out_dir_path(out_dir)
     repeats = 1 if quick else repeats
-    cpp, source = cpp_times(Path(accpar_source) if accpar_source else None, reps=200 if quick else 20000)
+    cpp, source = cpp_times(
+        Path(accpar_source) if accpar_source else None, reps=200 if quick else 20000
+    )
     rows = []
     nan = float("nan")
     for model in MODELS[:1] if quick else MODELS:
-        problem = Problem(load_layer_table(DATA / f"{model}.csv"), parse_array("h100:128", fabric=BENCH_FABRIC), batch=512)
+        problem = Problem(
+            load_layer_table(DATA / f"{model}.csv"),
+            parse_array("h100:128", fabric=BENCH_FABRIC),
+            batch=512,
+        )
         compat = replace(problem, compat="accpar-code")
         for planner, key in (("hypar", "hypar"), ("accpar-topdown", "accpar")):
-            s = _best(lambda: make_plan(problem, planner, objective="communication", shares="half"), repeats)
-            rows.append({"what": f"DP ({key}, 7 levels)", "model": model, "parplan_ms": s * 1e3,
-                         "cpp_ms": cpp[(model, key)], "goal": GOALS["dp"]})
+            s = _best(
+                lambda: make_plan(problem, planner, objective="communication", shares="half"),
+                repeats,
+            )
+            rows.append(
+                {
+                    "what": f"DP ({key}, 7 levels)",
+                    "model": model,
+                    "parplan_ms": s * 1e3,
+                    "cpp_ms": cpp[(model, key)],
+                    "goal": GOALS["dp"],
+                }
+            )
             # the C++'s own rules and frames (--compat accpar-code): exactly the C++'s work
-            s = _best(lambda: make_plan(compat, planner, objective="communication", shares="half"), repeats)
-            rows.append({"what": f"C++ rules ({key}, 7 levels)", "model": model, "parplan_ms": s * 1e3,
-                         "cpp_ms": cpp[(model, key)], "goal": GOALS["dp"]})
+            s = _best(
+                lambda: make_plan(compat, planner, objective="communication", shares="half"),
+                repeats,
+            )
+            rows.append(
+                {
+                    "what": f"C++ rules ({key}, 7 levels)",
+                    "model": model,
+                    "parplan_ms": s * 1e3,
+                    "cpp_ms": cpp[(model, key)],
+                    "goal": GOALS["dp"],
+                }
+            )
             # the C++'s DP recursion alone in Python, its tables built beforehand: the floor
             s = _dp_loop_seconds(compat, planner, repeats)
-            rows.append({"what": f"DP loop only ({key}, 7 levels)", "model": model, "parplan_ms": s * 1e3,
-                         "cpp_ms": cpp[(model, key)], "goal": GOALS["dp"]})
+            rows.append(
+                {
+                    "what": f"DP loop only ({key}, 7 levels)",
+                    "model": model,
+                    "parplan_ms": s * 1e3,
+                    "cpp_ms": cpp[(model, key)],
+                    "goal": GOALS["dp"],
+                }
+            )
         if not quick:  # the portfolio takes seconds per model
             s = _best(lambda: make_plan(problem, "accpar"), 1)
-            rows.append({"what": "accpar portfolio (7 levels)", "model": model, "parplan_ms": s * 1e3,
-                         "cpp_ms": cpp[(model, "accpar")], "goal": GOALS["portfolio"]})
+            rows.append(
+                {
+                    "what": "accpar portfolio (7 levels)",
+                    "model": model,
+                    "parplan_ms": s * 1e3,
+                    "cpp_ms": cpp[(model, "accpar")],
+                    "goal": GOALS["portfolio"],
+                }
+            )
     n = 1 if quick else 3
 
     def whole(what: str, model: str, argv: list[str], goal_ms: float, runs: int) -> None:
         cpu, peak, status = _process(argv, runs, timeout_s)
-        rows.append({"what": what, "model": model, "parplan_ms": cpu * 1e3, "cpp_ms": nan, "goal": goal_ms,
-                     "peak_gib": peak, "finished": status == "ok", "status": status})
+        rows.append(
+            {
+                "what": what,
+                "model": model,
+                "parplan_ms": cpu * 1e3,
+                "cpp_ms": nan,
+                "goal": goal_ms,
+                "peak_gib": peak,
+                "finished": status == "ok",
+                "status": status,
+            }
+        )
 
     whole("parplan --help (process)", "-", ["--help"], GOALS["help_s"] * 1e3, n)
-    whole("README first plan (process)", "vgg16", ["plan", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2",
-                                                   "--planner", "accpar"], GOALS["first_plan_s"] * 1e3, n)
+    whole(
+        "README first plan (process)",
+        "vgg16",
+        ["plan", "--model", "vgg16", "--array", "tpu-v2:2,tpu-v3:2", "--planner", "accpar"],
+        GOALS["first_plan_s"] * 1e3,
+        n,
+    )
     if not quick:
         with tempfile.TemporaryDirectory() as tmp:
             for what, model, argv, goal, _ in GOAL_PLANS:
                 whole(what, model, argv if argv is not None else _chain_argv(Path(tmp)), goal, 1)
         if _has_torchvision():
             for name in VISION_GOAL:
-                whole("torchvision model, whole process", f"{name} / h100:8",
-                      ["plan", "--model", f"tv:{name}", "--array", "h100:8", "--batch", "64"], 10000.0, 1)
+                whole(
+                    "torchvision model, whole process",
+                    f"{name} / h100:8",
+                    ["plan", "--model", f"tv:{name}", "--array", "h100:8", "--batch", "64"],
+                    10000.0,
+                    1,
+                )
     table = pd.DataFrame(rows)
     for col, default in (("peak_gib", nan), ("finished", True), ("status", "ok")):
         if col not in table:
@@ -280,8 +427,11 @@ def run(out_dir: str | Path, quick: bool = False, executor=None, accpar_source: 
         elif col != "peak_gib":
             table[col] = table[col].where(table[col].notna(), default)
     table["ratio"] = table.parplan_ms / table.cpp_ms
-    table["meets_goal"] = [bool(r.finished) and ((r.ratio <= r.goal) if r.cpp_ms == r.cpp_ms else (r.parplan_ms <= r.goal))
-                           for r in table.itertuples()]
+    table["meets_goal"] = [
+        bool(r.finished)
+        and ((r.ratio <= r.goal) if r.cpp_ms == r.cpp_ms else (r.parplan_ms <= r.goal))
+        for r in table.itertuples()
+    ]
     write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table, source))
     return table
 
@@ -295,51 +445,105 @@ def _has_torchvision() -> bool:
 def _plot(table: pd.DataFrame, path: Path) -> None:
     ratios = table[table.cpp_ms.notna()].copy()
     ratios["label"] = ratios.what + " " + ratios.model
-    grouped_bars(path, [("parplan time / AccPar C++ time (log)", ratios)], "label", {"ratio": "ratio"},
-                 "times slower than the C++", log_y=True)
+    grouped_bars(
+        path,
+        [("parplan time / AccPar C++ time (log)", ratios)],
+        "label",
+        {"ratio": "ratio"},
+        "times slower than the C++",
+        log_y=True,
+    )
 
 
 def _markdown(table: pd.DataFrame, source: str) -> str:
-    lines = ["# Planner speed", "",
-             "Issue 35's goals, and planners against the published AccPar C++ on its own work (its AlexNet and "
-             "VGG-11, 7 levels = 128 devices, batch 512, communication objective, shares 1/2). Every figure is CPU "
-             "time, best of N on both sides of a ratio: in-process runs start from an empty memo of node terms; "
-             "whole processes are timed by the child's own user + system time, with its peak memory. C++ figures: "
-             f"{source}.", ""]
-    shown = table.assign(parplan_ms=[f"{r.parplan_ms:.4g}" if r.status == "ok" else (
-        f"> {r.parplan_ms:.4g} (stopped)" if r.status == "stopped" else r.status) for r in table.itertuples()])
-    lines += md_table(shown, {"what": str, "model": str, "parplan_ms": str, "cpp_ms": ".4g", "ratio": ".3g",
-                              "goal": ".3g", "peak_gib": ".3g", "meets_goal": str},
-                      headers={"parplan_ms": "parplan CPU ms", "cpp_ms": "C++ CPU ms", "ratio": "parplan / C++",
-                               "goal": "goal (ratio, or ms)", "peak_gib": "peak GiB", "meets_goal": "meets goal"})
+    lines = [
+        "# Planner speed",
+        "",
+        "Issue 35's goals, and planners against the published AccPar C++ on its own work (its AlexNet and "
+        "VGG-11, 7 levels = 128 devices, batch 512, communication objective, shares 1/2). Every figure is CPU "
+        "time, best of N on both sides of a ratio: in-process runs start from an empty memo of node terms; "
+        "whole processes are timed by the child's own user + system time, with its peak memory. C++ figures: "
+        f"{source}.",
+        "",
+    ]
+    shown = table.assign(
+        parplan_ms=[
+            f"{r.parplan_ms:.4g}"
+            if r.status == "ok"
+            else (f"> {r.parplan_ms:.4g} (stopped)" if r.status == "stopped" else r.status)
+            for r in table.itertuples()
+        ]
+    )
+    lines += md_table(
+        shown,
+        {
+            "what": str,
+            "model": str,
+            "parplan_ms": str,
+            "cpp_ms": ".4g",
+            "ratio": ".3g",
+            "goal": ".3g",
+            "peak_gib": ".3g",
+            "meets_goal": str,
+        },
+        headers={
+            "parplan_ms": "parplan CPU ms",
+            "cpp_ms": "C++ CPU ms",
+            "ratio": "parplan / C++",
+            "goal": "goal (ratio, or ms)",
+            "peak_gib": "peak GiB",
+            "meets_goal": "meets goal",
+        },
+    )
     dp = table[table.what.str.startswith("DP (")]
     loop = table[table.what.str.startswith("DP loop")]
     rules = table[table.what.str.startswith("C++ rules")]
-    lines += ["", "Pricing (re-layout amounts, receive times, factor values, state tables' compute and memory), "
-              "the DP's elimination step and the per-node bound recursion run in the compiled core "
-              "(docs/architecture.md, \"The compiled core\"); the hierarchy's per-level loop, building each split's "
-              "problem, the memo keys, the evaluator's re-pricing of candidate plans and the memory search are still "
-              "Python. "
-              f"The DP is {dp.ratio.min():.3g}x to {dp.ratio.max():.3g}x the C++: it plans all 127 splits, not 7 "
-              "(sibling groups hold different parts of each tensor; only translated siblings share their priced "
-              "terms). Goals not met are reported, not hidden.", ""]
+    lines += [
+        "",
+        "Pricing (re-layout amounts, receive times, factor values, state tables' compute and memory), "
+        "the DP's elimination step and the per-node bound recursion run in the compiled core "
+        "(docs/architecture.md, \"The compiled core\"); the hierarchy's per-level loop, building each split's "
+        "problem, the memo keys, the evaluator's re-pricing of candidate plans and the memory search are still "
+        "Python. "
+        f"The DP is {dp.ratio.min():.3g}x to {dp.ratio.max():.3g}x the C++: it plans all 127 splits, not 7 "
+        "(sibling groups hold different parts of each tensor; only translated siblings share their priced "
+        "terms). Goals not met are reported, not hidden.",
+        "",
+    ]
     if len(rules):
-        lines += [f"`C++ rules` does exactly the C++'s work (`--compat accpar-code`: every level in its own frame, so "
-                  f"the 2^k groups of a level share one plan and only 7 splits are solved, with the C++'s DP, "
-                  f"parplan/solvers/accpar_code.py): {rules.ratio.min():.3g}x to {rules.ratio.max():.3g}x the C++.", ""]
+        lines += [
+            f"`C++ rules` does exactly the C++'s work (`--compat accpar-code`: every level in its own frame, so "
+            f"the 2^k groups of a level share one plan and only 7 splits are solved, with the C++'s DP, "
+            f"parplan/solvers/accpar_code.py): {rules.ratio.min():.3g}x to {rules.ratio.max():.3g}x the C++.",
+            "",
+        ]
     if len(loop):
-        lines += [f"`DP loop only` times the C++'s DP recursion alone in Python (parplan's `cpp_dp`, plain lists) "
-                  f"over the 7 levels' tables, built beforehand: {loop.ratio.min():.3g}x to {loop.ratio.max():.3g}x "
-                  "the C++'s whole plan.", ""]
+        lines += [
+            f"`DP loop only` times the C++'s DP recursion alone in Python (parplan's `cpp_dp`, plain lists) "
+            f"over the 7 levels' tables, built beforehand: {loop.ratio.min():.3g}x to {loop.ratio.max():.3g}x "
+            "the C++'s whole plan.",
+            "",
+        ]
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--accpar-source", default=None, metavar="DIR",
-                        help="a checkout of github.com/linghaosong/AccPar to build and time (default: recorded figures)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per point, best kept (default 5)")
-    parser.add_argument("--timeout", dest="timeout_s", type=float, default=900.0,
-                        help="stop a whole-process goal run after this many seconds (default 900)")
+    parser.add_argument(
+        "--accpar-source",
+        default=None,
+        metavar="DIR",
+        help="a checkout of github.com/linghaosong/AccPar to build and time (default: recorded figures)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed runs per point, best kept (default 5)"
+    )
+    parser.add_argument(
+        "--timeout",
+        dest="timeout_s",
+        type=float,
+        default=900.0,
+        help="stop a whole-process goal run after this many seconds (default 900)",
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,16 @@ from pathlib import Path
 import pandas as pd
 
 from parplan.bench.common import (
-    ExecutorSpec, Task, grouped_bars, md_table, out_dir_path, run_tasks, standalone_main, with_progress_header,
-    two_nodes_file, write_outputs,
+    ExecutorSpec,
+    Task,
+    grouped_bars,
+    md_table,
+    out_dir_path,
+    run_tasks,
+    standalone_main,
+    with_progress_header,
+    two_nodes_file,
+    write_outputs,
 )
 
 NAME = "stages"
@@ -40,11 +48,19 @@ CASES = (
 QUICK = (("gpt2", "h100:2", 8, 1.5),)
 
 
-def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tree_file: str | None = None) -> dict:
+def stages_task(
+    model: str, array: str, batch: int, limit_gib: float | None, tree_file: str | None = None
+) -> dict:
     """One case: the joint plan, the one-stage and data-parallel-stage candidates, an even split."""
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
-    from parplan.costmodel.stages import PipelinePlan, Stage, evaluate_pipeline, even_ends, stage_problem
+    from parplan.costmodel.stages import (
+        PipelinePlan,
+        Stage,
+        evaluate_pipeline,
+        even_ends,
+        stage_problem,
+    )
     from parplan.models.zoo import get_model
     from parplan.pipeline.partitioned import plan_partitioned, template_planner
     from parplan.solvers.planners import make_plan
@@ -54,20 +70,43 @@ def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tre
     t0 = time.process_time()
     r = plan_partitioned(p, limit_bytes=limit)
     cpu = time.process_time() - t0
-    one = [(t, peak, label) for label, t, peak, fits in r.priced if label.startswith("1 stage") and fits]
-    data = [(t, peak, label) for label, t, peak, fits in r.priced if "data parallel inside" in label and fits]
-    row = {"model": model, "array": array, "devices": p.array.count, "batch": batch,
-           "limit_gib": limit_gib if limit_gib is not None else min(d.memory_bytes for d in p.array.devices()) / GIB,
-           "joint_step_s": r.evaluation.step_time_s, "joint_peak_gib": r.evaluation.peak_memory_bytes / GIB,
-           "stages": len(r.plan.stages), "micro_batches": r.problem.micro_batches,
-           "zero_stage": r.problem.zero_stage, "recompute": r.problem.recompute,
-           "stage_layers": "/".join(str(s.last - s.first + 1) for s in r.plan.stages),
-           "one_stage_step_s": one[0][0] if one else None, "one_stage_peak_gib": one[0][1] / GIB if one else None,
-           "one_stage_setting": one[0][2] if one else "none fits",
-           "data_stages_step_s": data[0][0] if data else None,
-           "data_stages_peak_gib": data[0][1] / GIB if data else None,
-           "even_step_s": None, "search_cpu_s": cpu}
-    if len(r.plan.stages) > 1 and len({p.array.at(s.group).devices()[0].name for s in r.plan.stages}) > 1:
+    one = [
+        (t, peak, label)
+        for label, t, peak, fits in r.priced
+        if label.startswith("1 stage") and fits
+    ]
+    data = [
+        (t, peak, label)
+        for label, t, peak, fits in r.priced
+        if "data parallel inside" in label and fits
+    ]
+    row = {
+        "model": model,
+        "array": array,
+        "devices": p.array.count,
+        "batch": batch,
+        "limit_gib": limit_gib
+        if limit_gib is not None
+        else min(d.memory_bytes for d in p.array.devices()) / GIB,
+        "joint_step_s": r.evaluation.step_time_s,
+        "joint_peak_gib": r.evaluation.peak_memory_bytes / GIB,
+        "stages": len(r.plan.stages),
+        "micro_batches": r.problem.micro_batches,
+        "zero_stage": r.problem.zero_stage,
+        "recompute": r.problem.recompute,
+        "stage_layers": "/".join(str(s.last - s.first + 1) for s in r.plan.stages),
+        "one_stage_step_s": one[0][0] if one else None,
+        "one_stage_peak_gib": one[0][1] / GIB if one else None,
+        "one_stage_setting": one[0][2] if one else "none fits",
+        "data_stages_step_s": data[0][0] if data else None,
+        "data_stages_peak_gib": data[0][1] / GIB if data else None,
+        "even_step_s": None,
+        "search_cpu_s": cpu,
+    }
+    if (
+        len(r.plan.stages) > 1
+        and len({p.array.at(s.group).devices()[0].name for s in r.plan.stages}) > 1
+    ):
         # the same groups and setting with the layers divided as evenly as the cut points allow
         ends = even_ends(p.graph, len(r.plan.stages))
         stages, first = [], 0
@@ -77,12 +116,17 @@ def stages_task(model: str, array: str, batch: int, limit_gib: float | None, tre
             stages.append(Stage(first, last, s.group, make_plan(sub, template_planner("accpar"))))
             first = last + 1
         ev = evaluate_pipeline(q, PipelinePlan(tuple(stages), schedule=r.plan.schedule))
-        row.update(even_step_s=ev.step_time_s, even_peak_gib=ev.peak_memory_bytes / GIB,
-                   even_layers="/".join(str(s.last - s.first + 1) for s in stages))
+        row.update(
+            even_step_s=ev.step_time_s,
+            even_peak_gib=ev.peak_memory_bytes / GIB,
+            even_layers="/".join(str(s.last - s.first + 1) for s in stages),
+        )
     return row
 
 
-def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None) -> pd.DataFrame:
+def run(
+    out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None = None
+) -> pd.DataFrame:
     """Run the benchmark; write stages.csv / stages.png / stages.md. Columns: model, array,
     devices, batch, limit_gib, joint_step_s, joint_peak_gib, stages, micro_batches, zero_stage,
     recompute, stage_layers, one_stage_step_s / one_stage_peak_gib / one_stage_setting (the
@@ -91,10 +135,24 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
     evenly), search_cpu_s."""
     out = out_dir_path(out_dir)
     cases = QUICK if quick else CASES
-    tree = two_nodes_file("two_slow_nodes", 12.5, 10)  # one 100 Gb/s link between the nodes: a commodity cluster
-    tasks = [Task(f"{m} on {a}, batch {b}", stages_task,
-                  dict(model=m, array=a, batch=b, limit_gib=g, tree_file=tree if a == "two-slow-nodes" else None),
-                  cost=8 if "70b" in m else 2 if "llama" in m else 1) for m, a, b, g in cases]
+    tree = two_nodes_file(
+        "two_slow_nodes", 12.5, 10
+    )  # one 100 Gb/s link between the nodes: a commodity cluster
+    tasks = [
+        Task(
+            f"{m} on {a}, batch {b}",
+            stages_task,
+            dict(
+                model=m,
+                array=a,
+                batch=b,
+                limit_gib=g,
+                tree_file=tree if a == "two-slow-nodes" else None,
+            ),
+            cost=8 if "70b" in m else 2 if "llama" in m else 1,
+        )
+        for m, a, b, g in cases
+    ]
     with_progress_header(NAME, f"{len(tasks)} cases")
     table = pd.DataFrame(run_tasks(NAME, tasks, executor))
     write_outputs(out, NAME, table, lambda path: _plot(table, path), _markdown(table))
@@ -103,11 +161,22 @@ def run(out_dir: str | Path, quick: bool = False, executor: ExecutorSpec | None 
 
 def _plot(table: pd.DataFrame, path: Path) -> None:
     frame = table.assign(case=[f"{m}\n{a}" for m, a in zip(table.model, table.array)])
-    frame = frame.assign(joint_ms=1e3 * frame.joint_step_s, one_ms=1e3 * frame.one_stage_step_s.astype(float),
-                         data_ms=1e3 * frame.data_stages_step_s.astype(float))
-    grouped_bars(path, [("step time per case (each within its memory limit)", frame)], "case",
-                 {"pipeline x partition": "joint_ms", "partition only (1 stage)": "one_ms",
-                  "pipeline, data-parallel stages": "data_ms"}, "step time (ms)")
+    frame = frame.assign(
+        joint_ms=1e3 * frame.joint_step_s,
+        one_ms=1e3 * frame.one_stage_step_s.astype(float),
+        data_ms=1e3 * frame.data_stages_step_s.astype(float),
+    )
+    grouped_bars(
+        path,
+        [("step time per case (each within its memory limit)", frame)],
+        "case",
+        {
+            "pipeline x partition": "joint_ms",
+            "partition only (1 stage)": "one_ms",
+            "pipeline, data-parallel stages": "data_ms",
+        },
+        "step time (ms)",
+    )
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -117,8 +186,12 @@ def _markdown(table: pd.DataFrame) -> str:
     def gib(v):
         return "-" if v is None or pd.isna(v) else f"{v:.1f}"
 
-    table = table.assign(setting=[", ".join([f"m={int(m)}", f"ZeRO-{int(z)}"] + (["recompute"] if r else []))
-                                  for m, z, r in zip(table.micro_batches, table.zero_stage, table.recompute)])
+    table = table.assign(
+        setting=[
+            ", ".join([f"m={int(m)}", f"ZeRO-{int(z)}"] + (["recompute"] if r else []))
+            for m, z, r in zip(table.micro_batches, table.zero_stage, table.recompute)
+        ]
+    )
     lines = [
         "# Pipeline x partition x data: `parplan plan --pipeline`",
         "",
@@ -132,21 +205,46 @@ def _markdown(table: pd.DataFrame) -> str:
         "node (one link between them, section 4.1).",
         "",
     ]
-    lines += md_table(table, {
-        "model": str, "array": str, "batch": str, "limit_gib": ".0f", "joint_step_s": ms, "joint_peak_gib": gib,
-        "stages": str, "setting": str, "stage_layers": str, "one_stage_step_s": ms, "one_stage_peak_gib": gib,
-        "one_stage_setting": str, "data_stages_step_s": ms, "search_cpu_s": ".1f",
-    }, headers={"limit_gib": "limit (GiB)", "joint_step_s": "joint (ms)", "joint_peak_gib": "joint (GiB)",
-                "stage_layers": "layers", "one_stage_step_s": "1 stage (ms)", "one_stage_peak_gib": "1 stage (GiB)",
-                "one_stage_setting": "1 stage setting", "data_stages_step_s": "data-parallel stages (ms)",
-                "search_cpu_s": "CPU (s)"})
+    lines += md_table(
+        table,
+        {
+            "model": str,
+            "array": str,
+            "batch": str,
+            "limit_gib": ".0f",
+            "joint_step_s": ms,
+            "joint_peak_gib": gib,
+            "stages": str,
+            "setting": str,
+            "stage_layers": str,
+            "one_stage_step_s": ms,
+            "one_stage_peak_gib": gib,
+            "one_stage_setting": str,
+            "data_stages_step_s": ms,
+            "search_cpu_s": ".1f",
+        },
+        headers={
+            "limit_gib": "limit (GiB)",
+            "joint_step_s": "joint (ms)",
+            "joint_peak_gib": "joint (GiB)",
+            "stage_layers": "layers",
+            "one_stage_step_s": "1 stage (ms)",
+            "one_stage_peak_gib": "1 stage (GiB)",
+            "one_stage_setting": "1 stage setting",
+            "data_stages_step_s": "data-parallel stages (ms)",
+            "search_cpu_s": "CPU (s)",
+        },
+    )
     even = table[table.even_step_s.notna()] if "even_step_s" in table else table.iloc[0:0]
     for row in even.itertuples():
         fits = "within" if row.even_peak_gib <= row.limit_gib else "over"
-        lines += ["", f"{row.model} on {row.array}: the layers divided {row.stage_layers} between the stages take "
-                      f"{row.joint_step_s * 1e3:.4g} ms; divided evenly ({row.even_layers}) on the same groups "
-                      f"and setting, {row.even_step_s * 1e3:.4g} ms at {row.even_peak_gib:.1f} GiB ({fits} the "
-                      f"{row.limit_gib:.0f} GiB limit)."]
+        lines += [
+            "",
+            f"{row.model} on {row.array}: the layers divided {row.stage_layers} between the stages take "
+            f"{row.joint_step_s * 1e3:.4g} ms; divided evenly ({row.even_layers}) on the same groups "
+            f"and setting, {row.even_step_s * 1e3:.4g} ms at {row.even_peak_gib:.1f} GiB ({fits} the "
+            f"{row.limit_gib:.0f} GiB limit).",
+        ]
     lines.append("")
     return "\n".join(lines)
 

@@ -37,9 +37,22 @@ class Calibration:
         """Per measurement: op, shape, measured and predicted ms, ratio (a pandas DataFrame)."""
         import pandas as pd
 
-        rows = [(m.op, m.shape, m.flops, m.bytes_, m.kernels, m.seconds * 1e3,
-                 self.fit.predict(m) * 1e3 if m.op != "allreduce" else float("nan")) for m in self.measurements]
-        df = pd.DataFrame(rows, columns=["op", "shape", "flops", "bytes", "kernels", "measured_ms", "predicted_ms"])
+        rows = [
+            (
+                m.op,
+                m.shape,
+                m.flops,
+                m.bytes_,
+                m.kernels,
+                m.seconds * 1e3,
+                self.fit.predict(m) * 1e3 if m.op != "allreduce" else float("nan"),
+            )
+            for m in self.measurements
+        ]
+        df = pd.DataFrame(
+            rows,
+            columns=["op", "shape", "flops", "bytes", "kernels", "measured_ms", "predicted_ms"],
+        )
         df["ratio"] = df["predicted_ms"] / df["measured_ms"]
         return df
 
@@ -51,9 +64,17 @@ def known_kind(device_name: str, kinds=None) -> DeviceKind | None:
     return next((kinds[k] for key, k in KNOWN if key in low and k in kinds), None)
 
 
-def calibrate(device: str = "auto", dtype: str = "auto", scope: str = "full", like: str | None = None,
-              name: str | None = None, processes: int = 1, ops=OPS, devices_file=None,
-              progress=None) -> Calibration:
+def calibrate(
+    device: str = "auto",
+    dtype: str = "auto",
+    scope: str = "full",
+    like: str | None = None,
+    name: str | None = None,
+    processes: int = 1,
+    ops=OPS,
+    devices_file=None,
+    progress=None,
+) -> Calibration:
     """Measure ``ops`` (and an all-reduce over ``processes`` local processes when >= 2), fit
     section 5's figures against the peaks of kind ``like`` (default: the built-in kind torch's
     device name names; none on a CPU, whose peaks are then the best measured) and return the
@@ -64,26 +85,43 @@ def calibrate(device: str = "auto", dtype: str = "auto", scope: str = "full", li
     kinds = load_devices(devices_file)
     if like is not None:
         if like.lower() not in kinds:
-            raise ConfigError(f"--like: unknown device '{like}'; valid devices: {', '.join(sorted(kinds))}")
+            raise ConfigError(
+                f"--like: unknown device '{like}'; valid devices: {', '.join(sorted(kinds))}"
+            )
         base = kinds[like.lower()]
     else:
         base = known_kind(h.name, kinds) if h.device != "cpu" else None
     ms = measure_ops(h, scope, ops, progress)
     if processes >= 2:
         ms += measure_allreduce(processes, h.device, scope, progress)
-    fit = fit_device([m for m in ms if m.op != "allreduce"], base.flops_per_s if base else None,
-                     base.memory_bytes_per_s if base else None)
+    fit = fit_device(
+        [m for m in ms if m.op != "allreduce"],
+        base.flops_per_s if base else None,
+        base.memory_bytes_per_s if base else None,
+    )
     link_bw, link_lat = (base.link_bytes_per_s, base.link_latency_s) if base else (5e9, 20e-6)
-    link_note = f"link figures: {base.name}'s datasheet" if base else "link figures: the cpu kind's (not measured)"
+    link_note = (
+        f"link figures: {base.name}'s datasheet"
+        if base
+        else "link figures: the cpu kind's (not measured)"
+    )
     if processes >= 2:
         link_bw, link_lat = fit_link(ms, processes)
         link_note = f"link figures: ring all-reduce fitted over {processes} local processes"
     name = name or f"{(base.name if base else h.device.split(':')[0])}-measured"
-    peaks = (f"peaks: {base.name}'s datasheet" if base else "peaks: the best measured rates (no datasheet)")
-    notes = [f"parplan calibrate, {datetime.date.today().isoformat()}: {h.name} ({h.device}), {h.dtype}, "
-             f"torch {h.torch_version}, scope {scope}", peaks, link_note,
-             "median |predicted / measured - 1| by op: "
-             + ", ".join(f"{op} {err:.1%}" for op, err in fit.errors.items())]
+    peaks = (
+        f"peaks: {base.name}'s datasheet"
+        if base
+        else "peaks: the best measured rates (no datasheet)"
+    )
+    notes = [
+        f"parplan calibrate, {datetime.date.today().isoformat()}: {h.name} ({h.device}), {h.dtype}, "
+        f"torch {h.torch_version}, scope {scope}",
+        peaks,
+        link_note,
+        "median |predicted / measured - 1| by op: "
+        + ", ".join(f"{op} {err:.1%}" for op, err in fit.errors.items()),
+    ]
     if fit.clamped:
         notes.append(f"clamped to 1 (measured above the datasheet peak): {', '.join(fit.clamped)}")
     description = f"{h.name} measured by parplan calibrate ({h.dtype}, torch {h.torch_version})"
@@ -92,4 +130,12 @@ def calibrate(device: str = "auto", dtype: str = "auto", scope: str = "full", li
     return Calibration(h, base, tuple(ms), fit, name, text)
 
 
-__all__ = ["Calibration", "calibrate", "known_kind", "Measurement", "DeviceFit", "fit_device", "fit_link"]
+__all__ = [
+    "Calibration",
+    "calibrate",
+    "known_kind",
+    "Measurement",
+    "DeviceFit",
+    "fit_device",
+    "fit_link",
+]

@@ -14,7 +14,8 @@ squared *relative* error, so small and large ops count alike.
 Example (synthetic measurements from known figures are recovered):
     >>> ms = [Measurement("linear", f"{n}", 6.0 * n**3, 6.0 * n * n, 3, max(6.0 * n**3 / (0.5 * 1e12), 3e-5))
     ...       for n in (64, 256, 1024, 4096)]
-    >>> ms += [Measurement("memory", f"{n}", 0.0, 8.0 * n, 2, max(8.0 * n / (0.8 * 1e11), 2e-5)) for n in (2**12, 2**24)]
+    >>> ms += [Measurement("memory", f"{n}", 0.0, 8.0 * n, 2, max(8.0 * n / (0.8 * 1e11), 2e-5))
+    ...        for n in (2**12, 2**24)]
     >>> f = fit_device(ms, peak_flops_per_s=1e12, peak_memory_bytes_per_s=1e11)
     >>> round(f.efficiency, 3), round(f.memory_efficiency, 3), round(f.kernel_overhead_s * 1e6, 2)
     (0.5, 0.8, 10.0)
@@ -67,8 +68,15 @@ class DeviceFit:
     clamped: tuple[str, ...] = ()
 
     def device(self) -> Device:
-        return Device(self.flops_per_s, self.memory_bytes_per_s, self.efficiency, self.conv_efficiency,
-                      self.attention_efficiency, self.memory_efficiency, self.kernel_overhead_s)
+        return Device(
+            self.flops_per_s,
+            self.memory_bytes_per_s,
+            self.efficiency,
+            self.conv_efficiency,
+            self.attention_efficiency,
+            self.memory_efficiency,
+            self.kernel_overhead_s,
+        )
 
     def predict(self, m: Measurement) -> float:
         """Section 5's time of measurement ``m`` on the fitted device."""
@@ -91,12 +99,20 @@ def _search(loss, grid: np.ndarray = _GRID, hi: float = 1.0) -> float:
 
 
 def _arrays(ms: list[Measurement]):
-    return (np.array([m.flops for m in ms]), np.array([m.bytes_ for m in ms]),
-            np.array([float(m.kernels) for m in ms]), np.array([m.seconds for m in ms]))
+    return (
+        np.array([m.flops for m in ms]),
+        np.array([m.bytes_ for m in ms]),
+        np.array([float(m.kernels) for m in ms]),
+        np.array([m.seconds for m in ms]),
+    )
 
 
-def fit_device(measurements: list[Measurement], peak_flops_per_s: float | None = None,
-               peak_memory_bytes_per_s: float | None = None, rounds: int = 12) -> DeviceFit:
+def fit_device(
+    measurements: list[Measurement],
+    peak_flops_per_s: float | None = None,
+    peak_memory_bytes_per_s: float | None = None,
+    rounds: int = 12,
+) -> DeviceFit:
     """Section 5's figures from measured ops (see the module docstring). Without a datasheet
     peak, the best achieved rate measured stands in for it (its efficiency is then 1).
 
@@ -107,12 +123,18 @@ def fit_device(measurements: list[Measurement], peak_flops_per_s: float | None =
     by_op: dict[str, list[Measurement]] = {}
     for m in measurements:
         if not (m.seconds > 0 and math.isfinite(m.seconds)):
-            raise ConfigError(f"measurement {m.op} {m.shape}: seconds must be a finite number > 0 (got {m.seconds})")
+            raise ConfigError(
+                f"measurement {m.op} {m.shape}: seconds must be a finite number > 0 (got {m.seconds})"
+            )
         if m.op not in OP_FIGURE and m.op != "memory":
-            raise ConfigError(f"measurement {m.op} {m.shape}: unknown op class (valid: {', '.join(OP_FIGURE)}, memory)")
+            raise ConfigError(
+                f"measurement {m.op} {m.shape}: unknown op class (valid: {', '.join(OP_FIGURE)}, memory)"
+            )
         by_op.setdefault(m.op, []).append(m)
     if not by_op.get("linear"):
-        raise ConfigError("calibration needs matrix-product (linear) measurements to fit the efficiency")
+        raise ConfigError(
+            "calibration needs matrix-product (linear) measurements to fit the efficiency"
+        )
     compute = [m for op in OP_FIGURE for m in by_op.get(op, [])]
     peak = peak_flops_per_s or max(m.flops / m.seconds for m in compute)
     streams = by_op.get("memory", [])
@@ -123,11 +145,17 @@ def fit_device(measurements: list[Measurement], peak_flops_per_s: float | None =
         """Modelled seconds of ``op``'s measurements (columns) at each candidate (rows)."""
         f, b, k, _ = data[op]
         eff, mem, t0 = (np.atleast_1d(v)[:, None] for v in (eff, mem, t0))
-        return np.maximum(np.maximum(f / (eff * peak) if op != "memory" else 0.0, b / (mem * hbm)), k * t0)
+        return np.maximum(
+            np.maximum(f / (eff * peak) if op != "memory" else 0.0, b / (mem * hbm)), k * t0
+        )
 
     def loss(ops, eff, mem, t0):
-        return sum(np.sum((roof(op, eff if op != "memory" else 1.0, mem, t0) / data[op][3] - 1.0) ** 2, axis=1)
-                   for op in ops)
+        return sum(
+            np.sum(
+                (roof(op, eff if op != "memory" else 1.0, mem, t0) / data[op][3] - 1.0) ** 2, axis=1
+            )
+            for op in ops
+        )
 
     figures = {op: 1.0 for op in data}
     t0 = min(float(np.min(s / k)) for _, _, k, s in data.values())
@@ -140,15 +168,36 @@ def fit_device(measurements: list[Measurement], peak_flops_per_s: float | None =
                 figures[op] = _search(lambda x: loss([op], x, mem, t0))
 
         def all_ops(x):
-            return sum(np.sum((roof(op, figures[op] if op != "memory" else 1.0, mem, x) / data[op][3] - 1.0) ** 2,
-                              axis=1) for op in data)
+            return sum(
+                np.sum(
+                    (roof(op, figures[op] if op != "memory" else 1.0, mem, x) / data[op][3] - 1.0)
+                    ** 2,
+                    axis=1,
+                )
+                for op in data
+            )
+
         t0 = _search(all_ops, _LAUNCH_GRID, hi=1.0)
     mem = figures.get("memory", 1.0)
-    clamped = tuple(OP_FIGURE.get(op, "memory_efficiency") for op, value in figures.items()
-                    if value > 1.0 - 1e-6 and (peak_memory_bytes_per_s if op == "memory" else peak_flops_per_s))
-    fit = DeviceFit(peak, hbm, figures["linear"], figures.get("conv"), figures.get("attention"), mem, t0,
-                    clamped=clamped)
-    errors = {op: float(np.median([abs(fit.predict(m) / m.seconds - 1.0) for m in ms])) for op, ms in by_op.items()}
+    clamped = tuple(
+        OP_FIGURE.get(op, "memory_efficiency")
+        for op, value in figures.items()
+        if value > 1.0 - 1e-6 and (peak_memory_bytes_per_s if op == "memory" else peak_flops_per_s)
+    )
+    fit = DeviceFit(
+        peak,
+        hbm,
+        figures["linear"],
+        figures.get("conv"),
+        figures.get("attention"),
+        mem,
+        t0,
+        clamped=clamped,
+    )
+    errors = {
+        op: float(np.median([abs(fit.predict(m) / m.seconds - 1.0) for m in ms]))
+        for op, ms in by_op.items()
+    }
     return DeviceFit(**{**fit.__dict__, "errors": errors})
 
 
@@ -158,32 +207,57 @@ def fit_link(measurements: list[Measurement], processes: int) -> tuple[float, fl
     ``2 (n - 1)`` steps sends ``1 / n`` of the tensor), least squares in relative error."""
     ms = [m for m in measurements if m.op == "allreduce"]
     if len(ms) < 2 or processes < 2:
-        raise ConfigError("fitting a link needs all-reduce measurements of at least 2 sizes on >= 2 processes")
+        raise ConfigError(
+            "fitting a link needs all-reduce measurements of at least 2 sizes on >= 2 processes"
+        )
     steps = 2.0 * (processes - 1)
     s = np.array([m.seconds for m in ms])
-    a = np.stack([np.full(len(ms), steps), steps * np.array([m.bytes_ for m in ms]) / processes], axis=1) / s[:, None]
+    a = (
+        np.stack(
+            [np.full(len(ms), steps), steps * np.array([m.bytes_ for m in ms]) / processes], axis=1
+        )
+        / s[:, None]
+    )
     (latency, inverse), *_ = np.linalg.lstsq(a, np.ones(len(ms)), rcond=None)
     if inverse <= 0:
         raise ConfigError("the all-reduce times do not grow with the size: cannot fit a bandwidth")
     return 1.0 / float(inverse), max(0.0, float(latency))
 
 
-def device_file_text(name: str, fit: DeviceFit, memory_bytes: float, link_bytes_per_s: float,
-                     link_latency_s: float, description: str, notes: list[str]) -> str:
+def device_file_text(
+    name: str,
+    fit: DeviceFit,
+    memory_bytes: float,
+    link_bytes_per_s: float,
+    link_latency_s: float,
+    description: str,
+    notes: list[str],
+) -> str:
     """A device file (docs/formats.md) holding kind ``name`` with the fitted figures; ``notes``
     become comment lines above it (what was measured, where, the fit's errors)."""
     if not name or any(c in name for c in "[]\"'=:,@ \t\n"):
-        raise ConfigError(f"device name {name!r} must be non-empty, without spaces or any of []\"'=:,@")
+        raise ConfigError(
+            f"device name {name!r} must be non-empty, without spaces or any of []\"'=:,@"
+        )
     lines = [f"# {n}" for n in notes]
-    lines += [f"[{name}]", f"description = {_quote(description)}", f"flops_per_s = {fit.flops_per_s:.6g}",
-              f"memory_bytes = {memory_bytes:.0f}", f"memory_bytes_per_s = {fit.memory_bytes_per_s:.6g}",
-              f"link_bytes_per_s = {link_bytes_per_s:.6g}", f"link_latency_s = {link_latency_s:.6g}",
-              f"efficiency = {fit.efficiency:.4f}"]
+    lines += [
+        f"[{name}]",
+        f"description = {_quote(description)}",
+        f"flops_per_s = {fit.flops_per_s:.6g}",
+        f"memory_bytes = {memory_bytes:.0f}",
+        f"memory_bytes_per_s = {fit.memory_bytes_per_s:.6g}",
+        f"link_bytes_per_s = {link_bytes_per_s:.6g}",
+        f"link_latency_s = {link_latency_s:.6g}",
+        f"efficiency = {fit.efficiency:.4f}",
+    ]
     for key in ("conv_efficiency", "attention_efficiency"):
         value = getattr(fit, key)
         if value is not None:
             lines.append(f"{key} = {min(1.0, value):.4f}")
-    lines += [f"memory_efficiency = {fit.memory_efficiency:.4f}", f"kernel_overhead_s = {fit.kernel_overhead_s:.4g}"]
+    lines += [
+        f"memory_efficiency = {fit.memory_efficiency:.4f}",
+        f"kernel_overhead_s = {fit.kernel_overhead_s:.4g}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -191,4 +265,12 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-__all__ = ["Measurement", "DeviceFit", "fit_device", "predict_seconds", "fit_link", "device_file_text", "OP_FIGURE"]
+__all__ = [
+    "Measurement",
+    "DeviceFit",
+    "fit_device",
+    "predict_seconds",
+    "fit_link",
+    "device_file_text",
+    "OP_FIGURE",
+]

@@ -27,12 +27,36 @@ from parplan.errors import ConfigError
 #: each class); "quick" for a CPU or a test (well under a second each).
 SHAPES = {
     "full": {
-        "linear": [(m, k, n) for m in (256, 1024, 4096, 16384)
-                   for k, n in ((256, 256), (1024, 1024), (4096, 4096), (4096, 14336), (14336, 4096), (8192, 8192))],
-        "conv": [(32, 64, 56), (256, 64, 56), (256, 128, 28), (256, 256, 14), (256, 512, 7), (512, 256, 28),
-                 (128, 128, 56), (64, 512, 14)],
-        "attention": [(8, 512, 16, 64), (4, 1024, 32, 128), (2, 2048, 32, 128), (1, 4096, 32, 128), (1, 8192, 32, 128),
-                      (16, 256, 12, 64)],
+        "linear": [
+            (m, k, n)
+            for m in (256, 1024, 4096, 16384)
+            for k, n in (
+                (256, 256),
+                (1024, 1024),
+                (4096, 4096),
+                (4096, 14336),
+                (14336, 4096),
+                (8192, 8192),
+            )
+        ],
+        "conv": [
+            (32, 64, 56),
+            (256, 64, 56),
+            (256, 128, 28),
+            (256, 256, 14),
+            (256, 512, 7),
+            (512, 256, 28),
+            (128, 128, 56),
+            (64, 512, 14),
+        ],
+        "attention": [
+            (8, 512, 16, 64),
+            (4, 1024, 32, 128),
+            (2, 2048, 32, 128),
+            (1, 4096, 32, 128),
+            (1, 8192, 32, 128),
+            (16, 256, 12, 64),
+        ],
         "memory": [2**k for k in range(16, 29, 2)],
         "allreduce": [2**k for k in range(10, 29, 3)],
     },
@@ -68,8 +92,10 @@ def require_torch():
     try:
         import torch
     except ImportError:
-        raise ConfigError("parplan calibrate measures with torch, which is not installed: "
-                          "pip install 'parplan[torch]'") from None
+        raise ConfigError(
+            "parplan calibrate measures with torch, which is not installed: "
+            "pip install 'parplan[torch]'"
+        ) from None
     return torch
 
 
@@ -81,7 +107,9 @@ def host(device: str = "auto", dtype: str = "auto") -> Host:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"--device {device}: torch sees no CUDA device here (use --device cpu)")
+            raise ConfigError(
+                f"--device {device}: torch sees no CUDA device here (use --device cpu)"
+            )
         try:
             props = torch.cuda.get_device_properties(torch.device(device))
         except (AssertionError, RuntimeError, ValueError) as e:
@@ -135,7 +163,9 @@ def time_step(step, sync, min_seconds: float, trials: int = 5) -> float:
 def _weighted(dims: LayerDims, bpe: int) -> tuple[float, float]:
     """(FLOPs, HBM bytes) of one training step of a weighted layer, by the cost model's rules
     (:attr:`LayerDims.flops`, section 5's ``3 (|F_in| + |W| + |F_out|)``)."""
-    return dims.flops, WEIGHTED_TRAFFIC * (dims.in_elements + dims.weight_elements + dims.out_elements) * bpe
+    return dims.flops, WEIGHTED_TRAFFIC * (
+        dims.in_elements + dims.weight_elements + dims.out_elements
+    ) * bpe
 
 
 def _steps(torch, op: str, shape: tuple, h: Host):
@@ -156,23 +186,38 @@ def _steps(torch, op: str, shape: tuple, h: Host):
     if op == "conv":
         b, c, hw = shape
         fmt = torch.channels_last if h.device != "cpu" else torch.contiguous_format
-        x = torch.randn(b, c, hw, hw, device=dev, dtype=dt).to(memory_format=fmt).requires_grad_(True)
+        x = (
+            torch.randn(b, c, hw, hw, device=dev, dtype=dt)
+            .to(memory_format=fmt)
+            .requires_grad_(True)
+        )
         w = torch.randn(c, c, 3, 3, device=dev, dtype=dt).to(memory_format=fmt).requires_grad_(True)
         g = torch.randn(b, c, hw, hw, device=dev, dtype=dt).to(memory_format=fmt)
         flops, bytes_ = _weighted(LayerDims(b, c, c, hw * hw, hw * hw, 9), bpe)
         return (lambda: torch.autograd.grad(F.conv2d(x, w, padding=1), (x, w), g)), flops, bytes_, 3
     if op == "attention":
         b, s, heads, d = shape
-        q, k, v, g = rand(b, heads, s, d), rand(b, heads, s, d), rand(b, heads, s, d), rand(b, heads, s, d, grad=False)
+        q, k, v, g = (
+            rand(b, heads, s, d),
+            rand(b, heads, s, d),
+            rand(b, heads, s, d),
+            rand(b, heads, s, d, grad=False),
+        )
         core = Attention("core", ("input",), heads=heads)
         flops, traffic, _ = core.training_cost([Shape(3 * heads * d, s)], Shape(heads * d, s))
-        return ((lambda: torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), g)),
-                b * flops, b * traffic * bpe, 2)
+        return (
+            (lambda: torch.autograd.grad(F.scaled_dot_product_attention(q, k, v), (q, k, v), g)),
+            b * flops,
+            b * traffic * bpe,
+            2,
+        )
     if op == "memory":
         (n,) = shape
         x, g = rand(n), rand(n, grad=False)
         # an element-wise layer's rule: forward reads x and writes y, backward reads dy and writes dx
-        flops, traffic, _ = Activation("scale", ("input",), "relu").training_cost([Shape(n)], Shape(n))
+        flops, traffic, _ = Activation("scale", ("input",), "relu").training_cost(
+            [Shape(n)], Shape(n)
+        )
         return (lambda: torch.autograd.grad(x * 1.5, (x,), g)), flops, traffic * bpe, 2
     raise ConfigError(f"unknown op class {op!r}; valid: {', '.join(OPS)}")
 
@@ -186,8 +231,10 @@ def measure_ops(h: Host, scope: str = "full", ops=OPS, progress=None) -> list[Me
         torch.cuda.set_device(torch.device(h.device).index or 0)
         sync = torch.cuda.synchronize
     else:
+
         def sync():
             return None
+
     min_seconds = 0.05 if scope == "full" else 0.005
     out = []
     for op in ops:
@@ -210,13 +257,16 @@ def measure_ops(h: Host, scope: str = "full", ops=OPS, progress=None) -> list[Me
     return out
 
 
-def _allreduce_worker(rank: int, world: int, port: int, backend: str, sizes: list[int], min_seconds: float,
-                      results) -> None:
+def _allreduce_worker(
+    rank: int, world: int, port: int, backend: str, sizes: list[int], min_seconds: float, results
+) -> None:
     import torch
     import torch.distributed as dist
 
     try:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        dist.init_process_group(
+            backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
         dev = torch.device(f"cuda:{rank}") if backend == "nccl" else torch.device("cpu")
         if backend == "nccl":
             torch.cuda.set_device(dev)
@@ -227,13 +277,16 @@ def _allreduce_worker(rank: int, world: int, port: int, backend: str, sizes: lis
 
             def step():
                 dist.all_reduce(x)
+
             # every rank must run the same number of repeats: rank 0 decides, the others follow
             step()
             sync()
             t = time.perf_counter()
             step()
             sync()
-            reps = torch.tensor([max(1, min(200, int(min_seconds / max(time.perf_counter() - t, 1e-7))))])
+            reps = torch.tensor(
+                [max(1, min(200, int(min_seconds / max(time.perf_counter() - t, 1e-7))))]
+            )
             dist.broadcast(reps, 0)
             samples = []
             for _ in range(3):
@@ -252,7 +305,9 @@ def _allreduce_worker(rank: int, world: int, port: int, backend: str, sizes: lis
         results.put(("error", f"{type(e).__name__}: {e}"))
 
 
-def measure_allreduce(processes: int, device: str, scope: str = "full", progress=None) -> list[Measurement]:
+def measure_allreduce(
+    processes: int, device: str, scope: str = "full", progress=None
+) -> list[Measurement]:
     """All-reduce times of ``SHAPES[scope]['allreduce']`` bytes (fp32) over ``processes``
     local processes: gloo on CPUs, NCCL with one GPU each."""
     torch = require_torch()
@@ -260,7 +315,9 @@ def measure_allreduce(processes: int, device: str, scope: str = "full", progress
 
     backend = "gloo" if device == "cpu" else "nccl"
     if backend == "nccl" and torch.cuda.device_count() < processes:
-        raise ConfigError(f"--processes {processes}: only {torch.cuda.device_count()} CUDA device(s) here")
+        raise ConfigError(
+            f"--processes {processes}: only {torch.cuda.device_count()} CUDA device(s) here"
+        )
     if processes < 2:
         raise ConfigError(f"--processes must be >= 2 to measure collectives (got {processes})")
     sizes = SHAPES[scope]["allreduce"]
@@ -271,7 +328,10 @@ def measure_allreduce(processes: int, device: str, scope: str = "full", progress
     from parplan.executor.launch import free_port
 
     args = (processes, free_port(), backend, sizes, 0.05 if scope == "full" else 0.005, results)
-    procs = [ctx.Process(target=_allreduce_worker, args=(r, *args), daemon=True) for r in range(processes)]
+    procs = [
+        ctx.Process(target=_allreduce_worker, args=(r, *args), daemon=True)
+        for r in range(processes)
+    ]
     for p in procs:
         p.start()
     try:
@@ -284,8 +344,20 @@ def measure_allreduce(processes: int, device: str, scope: str = "full", progress
             p.terminate()
     if status != "ok":
         raise ConfigError(f"all-reduce measurement failed: {value}")
-    return [Measurement("allreduce", f"{n}", 0.0, float(n), 2 * (processes - 1), t) for n, t in zip(sizes, value)]
+    return [
+        Measurement("allreduce", f"{n}", 0.0, float(n), 2 * (processes - 1), t)
+        for n, t in zip(sizes, value)
+    ]
 
 
-__all__ = ["Host", "host", "measure_ops", "measure_allreduce", "time_step", "SHAPES", "OPS", "DTYPES",
-           "require_torch"]
+__all__ = [
+    "Host",
+    "host",
+    "measure_ops",
+    "measure_allreduce",
+    "time_step",
+    "SHAPES",
+    "OPS",
+    "DTYPES",
+    "require_torch",
+]

@@ -23,14 +23,26 @@ from parplan.errors import ConfigError
 
 #: (model spec, batch): Llama-class decoders of several widths, GPT-2, BERT, ResNet-50.
 STEP_CASES = (
-    ("hf:llama,hidden_size=1024,intermediate_size=2816,num_attention_heads=8,num_key_value_heads=8,"
-     "num_hidden_layers=8,seq=1024", 8),
-    ("hf:llama,hidden_size=2048,intermediate_size=5632,num_attention_heads=16,num_key_value_heads=16,"
-     "num_hidden_layers=8,seq=2048", 4),
-    ("hf:llama,hidden_size=4096,intermediate_size=14336,num_attention_heads=32,num_key_value_heads=8,"
-     "num_hidden_layers=4,seq=4096", 2),
-    ("hf:llama,hidden_size=4096,intermediate_size=14336,num_attention_heads=32,num_key_value_heads=8,"
-     "num_hidden_layers=4,seq=1024", 8),
+    (
+        "hf:llama,hidden_size=1024,intermediate_size=2816,num_attention_heads=8,num_key_value_heads=8,"
+        "num_hidden_layers=8,seq=1024",
+        8,
+    ),
+    (
+        "hf:llama,hidden_size=2048,intermediate_size=5632,num_attention_heads=16,num_key_value_heads=16,"
+        "num_hidden_layers=8,seq=2048",
+        4,
+    ),
+    (
+        "hf:llama,hidden_size=4096,intermediate_size=14336,num_attention_heads=32,num_key_value_heads=8,"
+        "num_hidden_layers=4,seq=4096",
+        2,
+    ),
+    (
+        "hf:llama,hidden_size=4096,intermediate_size=14336,num_attention_heads=32,num_key_value_heads=8,"
+        "num_hidden_layers=4,seq=1024",
+        8,
+    ),
     ("hf:gpt2,seq=1024", 16),
     ("hf:bert,seq=512", 32),
     ("tv:resnet50", 128),
@@ -38,8 +50,14 @@ STEP_CASES = (
 )
 
 
-def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, steps: int = 10,
-                 compile: bool = False) -> dict:
+def measure_step(
+    spec: str,
+    batch: int,
+    device: str = "cuda",
+    warmup: int = 3,
+    steps: int = 10,
+    compile: bool = False,
+) -> dict:
     """Median forward + backward and optimizer-update seconds of ``spec`` at ``batch``;
     ``compile``: through ``torch.compile`` (fused element-wise ops), else eager."""
     import torch
@@ -88,18 +106,27 @@ def measure_step(spec: str, batch: int, device: str = "cuda", warmup: int = 3, s
         if i >= warmup:
             fwd_bwd.append(t1 - t)
             update.append(time.perf_counter() - t1)
-    out = {"model": spec, "batch": batch, "params": sum(p.numel() for p in params), "dtype": str(dtype).split(".")[-1],
-           "mode": "compiled" if compile else "eager",
-           "fwd_bwd_ms": statistics.median(fwd_bwd) * 1e3, "optimizer_ms": statistics.median(update) * 1e3,
-           "device": torch.cuda.get_device_name() if device != "cpu" else "cpu", "torch": torch.__version__}
-    del model, opt, params, x, grad
+    out = {
+        "model": spec,
+        "batch": batch,
+        "params": sum(p.numel() for p in params),
+        "dtype": str(dtype).split(".")[-1],
+        "mode": "compiled" if compile else "eager",
+        "fwd_bwd_ms": statistics.median(fwd_bwd) * 1e3,
+        "optimizer_ms": statistics.median(update) * 1e3,
+        "device": torch.cuda.get_device_name() if device != "cpu" else "cpu",
+        "torch": torch.__version__,
+    }
+    model = x = None  # output() reads them; the device's memory goes back before the next case
+    del opt, params, grad
     if device != "cpu":
         torch.cuda.empty_cache()
     return out
 
 
-def predict_step_seconds(spec: str, batch: int, device_kind: str, devices_file=None,
-                         bytes_per_element: float = 2.0) -> float:
+def predict_step_seconds(
+    spec: str, batch: int, device_kind: str, devices_file=None, bytes_per_element: float = 2.0
+) -> float:
     """Section 5's compute time of one training step of ``spec`` at ``batch`` on one device of
     kind ``device_kind`` (its every node whole: no split, no communication)."""
     from parplan.costmodel.hardware import load_devices
@@ -110,29 +137,44 @@ def predict_step_seconds(spec: str, batch: int, device_kind: str, devices_file=N
     kinds = load_devices(devices_file)
     if device_kind.lower() not in kinds:
         raise ConfigError(f"unknown device '{device_kind}'")
-    problem = Problem(load_model(spec), parse_array(f"{device_kind}:2", devices=kinds), batch=batch,
-                      bytes_per_element=bytes_per_element)
+    problem = Problem(
+        load_model(spec),
+        parse_array(f"{device_kind}:2", devices=kinds),
+        batch=batch,
+        bytes_per_element=bytes_per_element,
+    )
     device = kinds[device_kind.lower()].as_device()
     return sum(d.compute_seconds(device, bytes_per_element) for d in problem.root_dims())
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="measure whole training steps of STEP_CASES on this device")
+    parser = argparse.ArgumentParser(
+        description="measure whole training steps of STEP_CASES on this device"
+    )
     parser.add_argument("--out", required=True, help="CSV to write")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--cases", default=None, help="comma-separated case numbers (default: all)")
-    parser.add_argument("--compile", action="store_true", help="run the models through torch.compile")
+    parser.add_argument(
+        "--compile", action="store_true", help="run the models through torch.compile"
+    )
     args = parser.parse_args(argv)
-    cases = STEP_CASES if args.cases is None else [STEP_CASES[int(i)] for i in args.cases.split(",")]
+    cases = (
+        STEP_CASES if args.cases is None else [STEP_CASES[int(i)] for i in args.cases.split(",")]
+    )
     rows = []
     for spec, batch in cases:
         try:
             rows.append(measure_step(spec, batch, args.device, compile=args.compile))
-            print(f"{spec} b{batch}: {rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, {rows[-1]['optimizer_ms']:.2f} ms update",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{spec} b{batch}: {rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, {rows[-1]['optimizer_ms']:.2f} ms update",
+                file=sys.stderr,
+                flush=True,
+            )
         except Exception as e:  # one case failing leaves the others measured
             print(f"{spec} b{batch}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        with open(args.out, "w", newline="") as f:  # after every case: a run cut short keeps what it measured
+        with open(
+            args.out, "w", newline=""
+        ) as f:  # after every case: a run cut short keeps what it measured
             w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["model"])
             w.writeheader()
             w.writerows(rows)

@@ -28,18 +28,24 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
     for name, desc in list_models():
         print(f"{name:<12} {desc}")
-    print("\nAlso: hf:<model type>[,key=value,...,seq=N] (Hugging Face, e.g. hf:gpt2), tv:<name> (torchvision, "
-          "e.g. tv:resnet50), model files, .onnx files and file.py:factory (docs/formats.md, docs/importers.md)")
+    print(
+        "\nAlso: hf:<model type>[,key=value,...,seq=N] (Hugging Face, e.g. hf:gpt2), tv:<name> (torchvision, "
+        "e.g. tv:resnet50), model files, .onnx files and file.py:factory (docs/formats.md, docs/importers.md)"
+    )
     return 0
 
 
 def _cmd_devices(args: argparse.Namespace) -> int:
     from parplan.costmodel.hardware import load_devices
 
-    print(f"{'device':<8} {'TFLOP/s':>8} {'memory GiB':>10} {'HBM GB/s':>9} {'link GB/s':>9}  description")
+    print(
+        f"{'device':<8} {'TFLOP/s':>8} {'memory GiB':>10} {'HBM GB/s':>9} {'link GB/s':>9}  description"
+    )
     for name, d in load_devices(args.devices).items():
-        print(f"{name:<8} {d.flops_per_s / 1e12:>8.0f} {d.memory_bytes / GIB:>10.0f} "
-              f"{d.memory_bytes_per_s / GB:>9.0f} {d.link_bytes_per_s / GB:>9.1f}  {d.description}")
+        print(
+            f"{name:<8} {d.flops_per_s / 1e12:>8.0f} {d.memory_bytes / GIB:>10.0f} "
+            f"{d.memory_bytes_per_s / GB:>9.0f} {d.link_bytes_per_s / GB:>9.1f}  {d.description}"
+        )
     return 0
 
 

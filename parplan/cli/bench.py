@@ -63,19 +63,37 @@ def add_bench_parser(subparsers, with_options: bool = True) -> None:
     ``with_options=False`` skips each benchmark's own options (importing the benchmarks takes
     about a second); the CLI passes it unless the command is ``bench``.
     """
-    bench = subparsers.add_parser("bench", help="run a benchmark: CSV, PNG and markdown into --out",
-                                  description="Run a benchmark; writes NAME.csv, NAME.png and NAME.md into --out.")
+    bench = subparsers.add_parser(
+        "bench",
+        help="run a benchmark: CSV, PNG and markdown into --out",
+        description="Run a benchmark; writes NAME.csv, NAME.png and NAME.md into --out.",
+    )
     sub = bench.add_subparsers(dest="bench", required=True, metavar="NAME")
     for name, text in BENCH_HELP.items():
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--out", default="results", metavar="DIR", help="output folder (default results/)")
+        p.add_argument(
+            "--out", default="results", metavar="DIR", help="output folder (default results/)"
+        )
         p.add_argument("--quick", action="store_true", help="tiny inputs (seconds), same columns")
-        p.add_argument("--executor", default="local", choices=("local", "dask", "serial"),
-                       help="local process pool (default), Dask, or serial in this process")
-        p.add_argument("--scheduler", default=None, metavar="ADDR",
-                       help="Dask scheduler address (implies --executor dask; default: a LocalCluster)")
-        p.add_argument("--workers", type=int, default=2, metavar="N",
-                       help="local pool / LocalCluster worker processes (default 2)")
+        p.add_argument(
+            "--executor",
+            default="local",
+            choices=("local", "dask", "serial"),
+            help="local process pool (default), Dask, or serial in this process",
+        )
+        p.add_argument(
+            "--scheduler",
+            default=None,
+            metavar="ADDR",
+            help="Dask scheduler address (implies --executor dask; default: a LocalCluster)",
+        )
+        p.add_argument(
+            "--workers",
+            type=int,
+            default=2,
+            metavar="N",
+            help="local pool / LocalCluster worker processes (default 2)",
+        )
         try:
             module = _module(name) if with_options else None
         except (ConfigError, ModuleNotFoundError):
@@ -97,13 +115,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"--out '{out}': cannot create the folder ({exc.strerror or exc})") from None
+        raise ConfigError(
+            f"--out '{out}': cannot create the folder ({exc.strerror or exc})"
+        ) from None
     if hasattr(module, "add_arguments"):
         executor = executor_from_args(args.executor, args.workers, args.scheduler)
         module.run(out, quick=args.quick, executor=executor, **run_kwargs(module.run, args))
     else:
         if args.executor != "local" or args.scheduler is not None:
-            print(f"[bench {args.bench}] runs in this process (no task pool); --executor ignored", file=sys.stderr)
+            print(
+                f"[bench {args.bench}] runs in this process (no task pool); --executor ignored",
+                file=sys.stderr,
+            )
         module.run(out, quick=args.quick)
     name = getattr(module, "NAME", args.bench)
     md = out / f"{name}.md"

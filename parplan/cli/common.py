@@ -30,53 +30,115 @@ PLANNER_NAMES = ("accpar", "accpar-topdown", "hypar", "owt", "data", "data-half"
 
 def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool = True) -> None:
     """--model, --array, --batch, --bandwidth, --latency, --bytes-per-element, --devices."""
-    parser.add_argument("--model", required=model_required,
-                        help="zoo name (see 'parplan models'), a model file (.toml/.json/.csv), an .onnx file, "
-                             "file.py:factory returning a Graph or (nn.Module, input shape), "
-                             "hf:<model type>[,key=value,...,seq=N] (Hugging Face) or tv:<name> (torchvision)")
-    parser.add_argument("--array", required=True,
-                        help="accelerator array, e.g. 'h100:8' or 'tpu-v2:4,tpu-v3:4' or a tree file")
+    parser.add_argument(
+        "--model",
+        required=model_required,
+        help="zoo name (see 'parplan models'), a model file (.toml/.json/.csv), an .onnx file, "
+        "file.py:factory returning a Graph or (nn.Module, input shape), "
+        "hf:<model type>[,key=value,...,seq=N] (Hugging Face) or tv:<name> (torchvision)",
+    )
+    parser.add_argument(
+        "--array",
+        required=True,
+        help="accelerator array, e.g. 'h100:8' or 'tpu-v2:4,tpu-v3:4' or a tree file",
+    )
     parser.add_argument("--batch", type=int, default=512, help="global batch size (default 512)")
-    parser.add_argument("--bandwidth", type=float, default=None, metavar="GB/s",
-                        help="override every link's per-direction bandwidth (GB/s; default: device data)")
-    parser.add_argument("--latency", type=float, default=None, metavar="us",
-                        help="override every link's latency (microseconds)")
-    parser.add_argument("--fabric", default=None, choices=("devices", "papers"),
-                        help="links between groups: 'devices' (default) as the device kinds' fabric gives them "
-                             "(a node's NVSwitch: a port per device; InfiniBand rails between nodes), 'papers' one "
-                             "link per split as AccPar and HyPar price it (the default under --compat; "
-                             "docs/costmodel.md section 4)")
-    parser.add_argument("--overlap", default=None, choices=("yes", "no"),
-                        help="weight traffic (gradient exchange, ZeRO-3 gathers) runs alongside compute, as DDP and "
-                             "FSDP run it (docs/costmodel.md section 4.2). Default yes; no under --compat (the papers)")
-    parser.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
-                        help="training precision: bf16 / fp16 (2-byte weights, gradients, activations; fp32 master "
-                             "weights and Adam moments: 12 optimizer bytes per parameter) or fp32 (4 bytes; Adam's "
-                             "two moments: 8). Default bf16 (docs/costmodel.md section 6)")
-    parser.add_argument("--bytes-per-element", type=float, default=None,
-                        help="bytes per tensor element (default: the precision's, 2 for bf16)")
-    parser.add_argument("--devices", default=None, metavar="FILE",
-                        help="extra device kinds (TOML, same shape as the built-in devices.toml)")
-    parser.add_argument("--optimizer-bytes", type=float, default=None, metavar="B",
-                        help="optimizer state per parameter in bytes (default: the precision's, 12 for bf16: Adam "
-                             "with an fp32 master copy)")
-    parser.add_argument("--compat", default=None, choices=("hypar", "accpar-code"),
-                        help="price with a published planner's rule where it differs from parplan's "
-                             "(hypar: IN reductions at the pooled size, as the HyPar paper; accpar-code: "
-                             "each split in its own frame, as the published AccPar code)")
-    parser.add_argument("--share-grid", type=int, default=16, metavar="G",
-                        help="free shares are multiples of 1/G, plus the proportional share (default 16)")
-    parser.add_argument("--zero", default=None, choices=("auto", "0", "1", "2", "3"),
-                        help="ZeRO stage: shard the optimizer state (1), and gradients (2), and weights (3) of "
-                             "data-parallel layers over their replicas (docs/costmodel.md section 6.1). Default: "
-                             "'auto' where a command plans against memory (the least stage that fits), else 0")
-    parser.add_argument("--recompute", default=None, choices=("auto", "yes", "no"),
-                        help="activation recomputation: store each layer's input only and run forward again in "
-                             "backward (docs/costmodel.md section 6.3). Default: 'auto' where a command plans "
-                             "against memory, else no")
-    parser.add_argument("--micro-batches", default=None, metavar="N|auto",
-                        help="micro-batches per step (gradient accumulation; docs/costmodel.md section 6.4). "
-                             "Default: 'auto' where a command plans against memory (powers of two up to 32), else 1")
+    parser.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        metavar="GB/s",
+        help="override every link's per-direction bandwidth (GB/s; default: device data)",
+    )
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=None,
+        metavar="us",
+        help="override every link's latency (microseconds)",
+    )
+    parser.add_argument(
+        "--fabric",
+        default=None,
+        choices=("devices", "papers"),
+        help="links between groups: 'devices' (default) as the device kinds' fabric gives them "
+        "(a node's NVSwitch: a port per device; InfiniBand rails between nodes), 'papers' one "
+        "link per split as AccPar and HyPar price it (the default under --compat; "
+        "docs/costmodel.md section 4)",
+    )
+    parser.add_argument(
+        "--overlap",
+        default=None,
+        choices=("yes", "no"),
+        help="weight traffic (gradient exchange, ZeRO-3 gathers) runs alongside compute, as DDP and "
+        "FSDP run it (docs/costmodel.md section 4.2). Default yes; no under --compat (the papers)",
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        choices=tuple(PRECISIONS),
+        help="training precision: bf16 / fp16 (2-byte weights, gradients, activations; fp32 master "
+        "weights and Adam moments: 12 optimizer bytes per parameter) or fp32 (4 bytes; Adam's "
+        "two moments: 8). Default bf16 (docs/costmodel.md section 6)",
+    )
+    parser.add_argument(
+        "--bytes-per-element",
+        type=float,
+        default=None,
+        help="bytes per tensor element (default: the precision's, 2 for bf16)",
+    )
+    parser.add_argument(
+        "--devices",
+        default=None,
+        metavar="FILE",
+        help="extra device kinds (TOML, same shape as the built-in devices.toml)",
+    )
+    parser.add_argument(
+        "--optimizer-bytes",
+        type=float,
+        default=None,
+        metavar="B",
+        help="optimizer state per parameter in bytes (default: the precision's, 12 for bf16: Adam "
+        "with an fp32 master copy)",
+    )
+    parser.add_argument(
+        "--compat",
+        default=None,
+        choices=("hypar", "accpar-code"),
+        help="price with a published planner's rule where it differs from parplan's "
+        "(hypar: IN reductions at the pooled size, as the HyPar paper; accpar-code: "
+        "each split in its own frame, as the published AccPar code)",
+    )
+    parser.add_argument(
+        "--share-grid",
+        type=int,
+        default=16,
+        metavar="G",
+        help="free shares are multiples of 1/G, plus the proportional share (default 16)",
+    )
+    parser.add_argument(
+        "--zero",
+        default=None,
+        choices=("auto", "0", "1", "2", "3"),
+        help="ZeRO stage: shard the optimizer state (1), and gradients (2), and weights (3) of "
+        "data-parallel layers over their replicas (docs/costmodel.md section 6.1). Default: "
+        "'auto' where a command plans against memory (the least stage that fits), else 0",
+    )
+    parser.add_argument(
+        "--recompute",
+        default=None,
+        choices=("auto", "yes", "no"),
+        help="activation recomputation: store each layer's input only and run forward again in "
+        "backward (docs/costmodel.md section 6.3). Default: 'auto' where a command plans "
+        "against memory, else no",
+    )
+    parser.add_argument(
+        "--micro-batches",
+        default=None,
+        metavar="N|auto",
+        help="micro-batches per step (gradient accumulation; docs/costmodel.md section 6.4). "
+        "Default: 'auto' where a command plans against memory (powers of two up to 32), else 1",
+    )
 
 
 def problem_from_args(args: argparse.Namespace):
@@ -93,16 +155,22 @@ def problem_from_args(args: argparse.Namespace):
         devices=load_devices(args.devices),
         fabric=fabric_of(args),
     )
-    chosen = technique_choices(args)  # "auto" (searched by the planning commands): the plain setting
+    chosen = technique_choices(
+        args
+    )  # "auto" (searched by the planning commands): the plain setting
     bpe, opt = PRECISIONS[getattr(args, "precision", None) or "bf16"]
-    return Problem(graph, array, batch=args.batch,
-                   bytes_per_element=bpe if args.bytes_per_element is None else args.bytes_per_element,
-                   optimizer_bytes_per_param=opt if args.optimizer_bytes is None else args.optimizer_bytes,
-                   compat=getattr(args, "compat", None),
-                   zero_stage=0 if chosen["zero"] == "auto" else chosen["zero"],
-                   recompute=chosen["recompute"] is True,
-                   micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"],
-                   overlap=overlap_of(args))
+    return Problem(
+        graph,
+        array,
+        batch=args.batch,
+        bytes_per_element=bpe if args.bytes_per_element is None else args.bytes_per_element,
+        optimizer_bytes_per_param=opt if args.optimizer_bytes is None else args.optimizer_bytes,
+        compat=getattr(args, "compat", None),
+        zero_stage=0 if chosen["zero"] == "auto" else chosen["zero"],
+        recompute=chosen["recompute"] is True,
+        micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"],
+        overlap=overlap_of(args),
+    )
 
 
 def overlap_of(args: argparse.Namespace) -> bool:
@@ -129,7 +197,9 @@ def micro_batches_argument(text) -> int | str | None:
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"--micro-batches must be a positive integer or 'auto' (got {text!r})") from None
+        raise ConfigError(
+            f"--micro-batches must be a positive integer or 'auto' (got {text!r})"
+        ) from None
     if value < 1:
         raise ConfigError(f"--micro-batches must be a positive integer or 'auto' (got {text!r})")
     return value
@@ -141,9 +211,11 @@ def technique_choices(args: argparse.Namespace) -> dict:
     zero = getattr(args, "zero", None)
     recompute = getattr(args, "recompute", None)
     micro = micro_batches_argument(getattr(args, "micro_batches", None))
-    return {"zero": "auto" if zero in (None, "auto") else int(zero),
-            "recompute": "auto" if recompute in (None, "auto") else recompute == "yes",
-            "micro_batches": "auto" if micro in (None, "auto") else micro}
+    return {
+        "zero": "auto" if zero in (None, "auto") else int(zero),
+        "recompute": "auto" if recompute in (None, "auto") else recompute == "yes",
+        "micro_batches": "auto" if micro in (None, "auto") else micro,
+    }
 
 
 def plans_against_memory(args: argparse.Namespace) -> bool:
@@ -157,11 +229,18 @@ def plans_against_memory(args: argparse.Namespace) -> bool:
 
 def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
     """--memory-limit and --ignore-memory of the commands that plan against memory."""
-    parser.add_argument("--memory-limit", default=None, metavar="GiB",
-                        help="plan against this many GiB per device (default: each device's own memory)")
-    parser.add_argument("--ignore-memory", action="store_true",
-                        help="plan without memory limits, as the papers do (a plan over a device's memory is "
-                             "then only warned about)")
+    parser.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="GiB",
+        help="plan against this many GiB per device (default: each device's own memory)",
+    )
+    parser.add_argument(
+        "--ignore-memory",
+        action="store_true",
+        help="plan without memory limits, as the papers do (a plan over a device's memory is "
+        "then only warned about)",
+    )
 
 
 def progress_printer(enabled: bool, after_s: float | None = None):
@@ -174,8 +253,10 @@ def progress_printer(enabled: bool, after_s: float | None = None):
         import time
 
         start = time.perf_counter()
-        return lambda msg: (time.perf_counter() - start >= after_s
-                            and print(f"[parplan] {msg}", file=sys.stderr, flush=True))
+        return lambda msg: (
+            time.perf_counter() - start >= after_s
+            and print(f"[parplan] {msg}", file=sys.stderr, flush=True)
+        )
     return _printer(enabled)
 
 
@@ -191,10 +272,17 @@ def run_inputs(args: argparse.Namespace) -> dict:
     array's own), fabric, device file, compat profile, overlap (as in force), memory limit (GiB,
     "device" for each device's own, or "ignored")."""
     limit = getattr(args, "memory_limit", None)
-    return {"model_source": args.model, "array_source": args.array, "bandwidth_gb_per_s": args.bandwidth,
-            "latency_us": args.latency, "fabric": fabric_of(args), "devices_file": args.devices,
-            "compat": getattr(args, "compat", None), "overlap": overlap_of(args),
-            "memory_limit": "ignored" if getattr(args, "ignore_memory", False) else (limit or "device")}
+    return {
+        "model_source": args.model,
+        "array_source": args.array,
+        "bandwidth_gb_per_s": args.bandwidth,
+        "latency_us": args.latency,
+        "fabric": fabric_of(args),
+        "devices_file": args.devices,
+        "compat": getattr(args, "compat", None),
+        "overlap": overlap_of(args),
+        "memory_limit": "ignored" if getattr(args, "ignore_memory", False) else (limit or "device"),
+    }
 
 
 def problem_source(args: argparse.Namespace):
@@ -202,8 +290,14 @@ def problem_source(args: argparse.Namespace):
     recorded in plan files."""
     from parplan.costmodel.planio import ProblemSource
 
-    return ProblemSource(model=args.model, array=args.array, bandwidth_gb_per_s=args.bandwidth,
-                         latency_us=args.latency, devices_file=args.devices, fabric=fabric_of(args))
+    return ProblemSource(
+        model=args.model,
+        array=args.array,
+        bandwidth_gb_per_s=args.bandwidth,
+        latency_us=args.latency,
+        devices_file=args.devices,
+        fabric=fabric_of(args),
+    )
 
 
 def memory_limit(text: str | None) -> float | str | None:
@@ -215,7 +309,9 @@ def memory_limit(text: str | None) -> float | str | None:
     try:
         gib = float(text)
     except ValueError:
-        raise ConfigError(f"--memory-limit must be a number of GiB per device or 'device' (got {text!r})") from None
+        raise ConfigError(
+            f"--memory-limit must be a number of GiB per device or 'device' (got {text!r})"
+        ) from None
     if not gib > 0 or not math.isfinite(gib):
         raise ConfigError(f"--memory-limit must be a finite number > 0 of GiB (got {text})")
     return gib * GIB

@@ -40,33 +40,64 @@ DEFAULT_TIME_LIMIT_S = 300.0
 PROGRESS_AFTER_S = 5.0
 
 
-
 def _common(p: argparse.ArgumentParser) -> None:
     from parplan.solvers.backends.registry import BACKENDS
+
     add_problem_arguments(p)
-    p.add_argument("--backend", default="scip", help=f"exact backend: {' | '.join(BACKENDS)} (default scip)")
-    p.add_argument("--planner", default="accpar",
-                   help=f"whose options (types, shares, objective) to solve exactly: {', '.join(PLANNER_NAMES)}")
-    p.add_argument("--objective", default=None, help="time | communication (default: the planner's)")
-    p.add_argument("--shares", default=None, help="free | half | proportional (default: the planner's)")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, metavar="S",
-                   help=f"time limit per MIP solve in seconds (default {DEFAULT_TIME_LIMIT_S:g}; the certificate "
-                        "reports the incumbent and its bound when it is reached)")
-    p.add_argument("--memory-limit", default=None, metavar="GiB",
-                   help="memory per device in GiB, or 'device' for each device's own memory (the default)")
-    p.add_argument("--ignore-memory", action="store_true",
-                   help="solve without memory limits, as the papers do (the default under --compat)")
+    p.add_argument(
+        "--backend", default="scip", help=f"exact backend: {' | '.join(BACKENDS)} (default scip)"
+    )
+    p.add_argument(
+        "--planner",
+        default="accpar",
+        help=f"whose options (types, shares, objective) to solve exactly: {', '.join(PLANNER_NAMES)}",
+    )
+    p.add_argument(
+        "--objective", default=None, help="time | communication (default: the planner's)"
+    )
+    p.add_argument(
+        "--shares", default=None, help="free | half | proportional (default: the planner's)"
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help=f"time limit per MIP solve in seconds (default {DEFAULT_TIME_LIMIT_S:g}; the certificate "
+        "reports the incumbent and its bound when it is reached)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="GiB",
+        help="memory per device in GiB, or 'device' for each device's own memory (the default)",
+    )
+    p.add_argument(
+        "--ignore-memory",
+        action="store_true",
+        help="solve without memory limits, as the papers do (the default under --compat)",
+    )
     p.add_argument("--threads", type=int, default=1, help="solver threads (default 1)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
-    p.add_argument("--joint", action="store_true",
-                   help="solve every split at once (the joint model of the whole array; small arrays) instead "
-                        "of level by level")
-    p.add_argument("--no-symmetry", action="store_true",
-                   help="with --joint: give interchangeable sibling groups their own variables (exact over every "
-                        "plan, larger model)")
+    p.add_argument(
+        "--joint",
+        action="store_true",
+        help="solve every split at once (the joint model of the whole array; small arrays) instead "
+        "of level by level",
+    )
+    p.add_argument(
+        "--no-symmetry",
+        action="store_true",
+        help="with --joint: give interchangeable sibling groups their own variables (exact over every "
+        "plan, larger model)",
+    )
     p.add_argument("--format", default="table", choices=("table", "json", "csv"))
-    p.add_argument("--save", default=None, metavar="JSON",
-                   help="write the exact plan and its certificate as a plan file (re-price with 'parplan evaluate')")
+    p.add_argument(
+        "--save",
+        default=None,
+        metavar="JSON",
+        help="write the exact plan and its certificate as a plan file (re-price with 'parplan evaluate')",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
 
 
@@ -74,10 +105,16 @@ def add_exact_parsers(subparsers) -> None:
     """Register ``solve`` and ``certify`` on an argparse subparsers object."""
     s = subparsers.add_parser("solve", help="exact plan (MIP) with an optimality certificate")
     _common(s)
-    s.add_argument("--write-lp", default=None, metavar="FILE", help="write the root split's model (.lp)")
-    s.add_argument("--write-mps", default=None, metavar="FILE", help="write the root split's model (.mps)")
+    s.add_argument(
+        "--write-lp", default=None, metavar="FILE", help="write the root split's model (.lp)"
+    )
+    s.add_argument(
+        "--write-mps", default=None, metavar="FILE", help="write the root split's model (.mps)"
+    )
     s.set_defaults(func=cmd_solve)
-    c = subparsers.add_parser("certify", help="DP vs exact: both objectives, the gap and both times")
+    c = subparsers.add_parser(
+        "certify", help="DP vs exact: both objectives, the gap and both times"
+    )
     _common(c)
     c.set_defaults(func=cmd_certify)
 
@@ -104,9 +141,15 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from parplan.solvers.exact import memory_limit_for, solve_exact
     from parplan.solvers.planners import make_plan
 
-    outputs = {name: output_path(value, option) for name, value, option in (
-        ("save", args.save, "--save"), ("lp", args.write_lp, "--write-lp"), ("mps", args.write_mps, "--write-mps"))
-        if value}
+    outputs = {
+        name: output_path(value, option)
+        for name, value, option in (
+            ("save", args.save, "--save"),
+            ("lp", args.write_lp, "--write-lp"),
+            ("mps", args.write_mps, "--write-mps"),
+        )
+        if value
+    }
     problem, options, so, progress = _setup(args)
     memory = memory_limit(args.memory_limit)
     if memory is None and plans_against_memory(args):
@@ -115,17 +158,31 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise ConfigError("--write-lp/--write-mps write the root split's model; not with --joint")
     if args.write_lp or args.write_mps:
         spec = backend_spec(args.backend)
-        model, _ = build_mip(SplitProblem.root(problem), options, memory_limit_for(problem.array, memory),
-                             discrete=not spec.supports_continuous)
+        model, _ = build_mip(
+            SplitProblem.root(problem),
+            options,
+            memory_limit_for(problem.array, memory),
+            discrete=not spec.supports_continuous,
+        )
         for key, write in (("lp", model.write_lp), ("mps", model.write_mps)):
             if key in outputs:
                 try:
                     write(str(outputs[key]))
                 except OSError as exc:
-                    raise ConfigError(f"cannot write '{outputs[key]}': {exc.strerror or exc}") from None
+                    raise ConfigError(
+                        f"cannot write '{outputs[key]}': {exc.strerror or exc}"
+                    ) from None
                 print(f"wrote {outputs[key]} ({model.describe()})", file=sys.stderr)
-    result = solve_exact(problem, args.backend, options, memory_limit_bytes=memory, solve_options=so,
-                         progress=progress, joint=args.joint, symmetric=not args.no_symmetry)
+    result = solve_exact(
+        problem,
+        args.backend,
+        options,
+        memory_limit_bytes=memory,
+        solve_options=so,
+        progress=progress,
+        joint=args.joint,
+        symmetric=not args.no_symmetry,
+    )
     cert = result.certificate
     if "save" in outputs:
         _save(outputs["save"], problem, result, args)
@@ -138,18 +195,36 @@ def cmd_solve(args: argparse.Namespace) -> int:
         else:
             import pandas as pd
 
-            frame, meta = pd.DataFrame([{"layer": None}]), {"model": problem.graph.name,
-                                                            "array": problem.array.describe(), "backend": args.backend}
-        for key, value in {**meta, "status": cert.status, "objective": cert.objective, "bound": cert.bound,
-                           "gap": cert.gap}.items():
+            frame, meta = (
+                pd.DataFrame([{"layer": None}]),
+                {
+                    "model": problem.graph.name,
+                    "array": problem.array.describe(),
+                    "backend": args.backend,
+                },
+            )
+        for key, value in {
+            **meta,
+            "status": cert.status,
+            "objective": cert.objective,
+            "bound": cert.bound,
+            "gap": cert.gap,
+        }.items():
             frame[key] = value
         print(frame.to_csv(index=False), end="")
     elif args.format == "json":
         from parplan.costmodel.planio import parplan_version
 
-        out = {"model": problem.graph.name, "array": problem.array.describe(), "devices": problem.array.count,
-               "batch": problem.batch, "planner": args.planner, "backend": args.backend,
-               "parplan_version": parplan_version(), "certificate": cert.to_dict()}
+        out = {
+            "model": problem.graph.name,
+            "array": problem.array.describe(),
+            "devices": problem.array.count,
+            "batch": problem.batch,
+            "planner": args.planner,
+            "backend": args.backend,
+            "parplan_version": parplan_version(),
+            "certificate": cert.to_dict(),
+        }
         if result.plan is not None:
             baseline = evaluate(problem, make_plan(problem, "data"))
             out["plan"] = plan_report(problem, result.plan, result.evaluation, baseline).to_dict()
@@ -172,12 +247,26 @@ def _save(path, problem, result, args, extra=None) -> None:
 
     plan, cert, ev = result.plan, result.certificate, result.evaluation
     if plan is None:
-        print(f"parplan: warning: no plan to save to {path} (status {cert.status})", file=sys.stderr)
+        print(
+            f"parplan: warning: no plan to save to {path} (status {cert.status})", file=sys.stderr
+        )
         return
-    summary = {"step_time_s": ev.step_time_s, "communication_bytes": ev.communication_bytes,
-               "peak_device_memory_bytes": ev.peak_memory_bytes}
-    write_plan_file(path, plan_document(problem, plan, problem_source(args), evaluation=summary,
-                                        certificate=cert.to_dict(), extra=extra))
+    summary = {
+        "step_time_s": ev.step_time_s,
+        "communication_bytes": ev.communication_bytes,
+        "peak_device_memory_bytes": ev.peak_memory_bytes,
+    }
+    write_plan_file(
+        path,
+        plan_document(
+            problem,
+            plan,
+            problem_source(args),
+            evaluation=summary,
+            certificate=cert.to_dict(),
+            extra=extra,
+        ),
+    )
     print(f"wrote {path}", file=sys.stderr)
 
 
@@ -189,60 +278,118 @@ def cmd_certify(args: argparse.Namespace) -> int:
     memory = memory_limit(args.memory_limit)
     if memory is None and plans_against_memory(args):
         memory = "device"  # each device's own memory, by default (docs/costmodel.md section 6.2)
-    c = certify(problem, args.planner, args.backend, options, memory_limit_bytes=memory, solve_options=so,
-                progress=progress, joint=args.joint, symmetric=not args.no_symmetry)
+    c = certify(
+        problem,
+        args.planner,
+        args.backend,
+        options,
+        memory_limit_bytes=memory,
+        solve_options=so,
+        progress=progress,
+        joint=args.joint,
+        symmetric=not args.no_symmetry,
+    )
     result, cert = c.exact, c.exact.certificate
     unit = cert.unit
-    dp_price, exact_price, rel, gap_dp = c.dp_objective, cert.objective, c.dp_minus_exact_rel, c.dp_gap_to_bound
+    dp_price, exact_price, rel, gap_dp = (
+        c.dp_objective,
+        cert.objective,
+        c.dp_minus_exact_rel,
+        c.dp_gap_to_bound,
+    )
     dp_s, exact_s, bad = c.dp_s, c.exact_s, list(c.contradictions)
     row = {
-        "model": problem.graph.name, "array": problem.array.describe(), "levels": problem.array.depth,
-        "objective": options.objective.value, "unit": unit, "status": cert.status,
-        "dp_objective": dp_price, "exact_objective": exact_price, "bound": cert.bound,
-        "dp_minus_exact_rel": rel, "exact_gap": cert.gap, "dp_gap_to_bound": gap_dp,
-        "dp_s": dp_s, "exact_s": exact_s, "solver": f"{cert.solver} {cert.version}",
-        "polished_step_time_s": c.polished_s, "portfolio_step_time_s": c.portfolio_s,
-        "portfolio_selected": c.portfolio_selected, "best_step_time_s": c.best_s, "global_bound_s": c.global_bound_s, "global_gap": c.global_gap,
-        "memory_limit": args.memory_limit, "contradictions": bad, "message": cert.message,
+        "model": problem.graph.name,
+        "array": problem.array.describe(),
+        "levels": problem.array.depth,
+        "objective": options.objective.value,
+        "unit": unit,
+        "status": cert.status,
+        "dp_objective": dp_price,
+        "exact_objective": exact_price,
+        "bound": cert.bound,
+        "dp_minus_exact_rel": rel,
+        "exact_gap": cert.gap,
+        "dp_gap_to_bound": gap_dp,
+        "dp_s": dp_s,
+        "exact_s": exact_s,
+        "solver": f"{cert.solver} {cert.version}",
+        "polished_step_time_s": c.polished_s,
+        "portfolio_step_time_s": c.portfolio_s,
+        "portfolio_selected": c.portfolio_selected,
+        "best_step_time_s": c.best_s,
+        "global_bound_s": c.global_bound_s,
+        "global_gap": c.global_gap,
+        "memory_limit": args.memory_limit,
+        "contradictions": bad,
+        "message": cert.message,
     }
     if save:
-        _save(save, problem, result, args, extra={"dp_objective": dp_price, "dp_s": dp_s,
-                                                              "exact_s": exact_s, "contradictions": bad})
+        _save(
+            save,
+            problem,
+            result,
+            args,
+            extra={
+                "dp_objective": dp_price,
+                "dp_s": dp_s,
+                "exact_s": exact_s,
+                "contradictions": bad,
+            },
+        )
     from parplan.costmodel.planio import parplan_version
 
-    meta = {"batch": problem.batch, "planner": args.planner, "backend": args.backend,
-            "parplan_version": parplan_version()}
+    meta = {
+        "batch": problem.batch,
+        "planner": args.planner,
+        "backend": args.backend,
+        "parplan_version": parplan_version(),
+    }
     if args.format == "json":
         print(json.dumps({**row, **meta}, indent=2, default=str))
     elif args.format == "csv":
         import pandas as pd
 
-        print(pd.DataFrame([{**row, **meta, "contradictions": "; ".join(bad)}]).to_csv(index=False), end="")
+        print(
+            pd.DataFrame([{**row, **meta, "contradictions": "; ".join(bad)}]).to_csv(index=False),
+            end="",
+        )
     else:
+
         def fmt(x):
             if x is None:
                 return "n/a"
             return f"{x * 1e3:.9f} ms" if unit == "s" else f"{x:.9g} {unit}"
 
-        print(f"{problem.graph.name} on {problem.array.describe()} ({problem.array.depth} level"
-              f"{'s' if problem.array.depth > 1 else ''}), batch {problem.batch}, planner {args.planner}, "
-              f"objective {options.objective.value}")
+        print(
+            f"{problem.graph.name} on {problem.array.describe()} ({problem.array.depth} level"
+            f"{'s' if problem.array.depth > 1 else ''}), batch {problem.batch}, planner {args.planner}, "
+            f"objective {options.objective.value}"
+        )
         print(f"  DP          {fmt(dp_price)}   ({dp_s:.3f} s)")
         print(f"  exact       {fmt(exact_price)}   ({exact_s:.3f} s, {cert.solver} {cert.version})")
         print(f"  status      {cert.status}")
         print(f"  bound       {fmt(cert.bound)}")
         print(f"  DP - exact  {'n/a' if rel is None else f'{rel:.3e}'} (relative)")
-        print(f"  exact gap   {'n/a' if cert.gap is None else f'{cert.gap:.3e}'}; DP gap to bound "
-              f"{'n/a' if gap_dp is None else f'{gap_dp:.3e}'}")
+        print(
+            f"  exact gap   {'n/a' if cert.gap is None else f'{cert.gap:.3e}'}; DP gap to bound "
+            f"{'n/a' if gap_dp is None else f'{gap_dp:.3e}'}"
+        )
         if c.portfolio_s is not None:
-            print(f"  portfolio   {fmt(c.portfolio_s)}   (`parplan plan`'s accpar: every level criterion, "
-                  f"{c.portfolio_selected} selected)")
+            print(
+                f"  portfolio   {fmt(c.portfolio_s)}   (`parplan plan`'s accpar: every level criterion, "
+                f"{c.portfolio_selected} selected)"
+            )
         if c.polished_s is not None:
-            print(f"  polished DP {fmt(c.polished_s)}   (multi-level moves priced by the evaluator, from the better "
-                  "plan)")
+            print(
+                f"  polished DP {fmt(c.polished_s)}   (multi-level moves priced by the evaluator, from the better "
+                "plan)"
+            )
         if c.global_bound_s is not None:
-            print(f"  whole array best plan {fmt(c.best_s)}, global bound {fmt(c.global_bound_s)} (every plan of "
-                  f"the hierarchy, any shares), global gap {'n/a' if c.global_gap is None else f'{c.global_gap:.2%}'}")
+            print(
+                f"  whole array best plan {fmt(c.best_s)}, global bound {fmt(c.global_bound_s)} (every plan of "
+                f"the hierarchy, any shares), global gap {'n/a' if c.global_gap is None else f'{c.global_gap:.2%}'}"
+            )
         if cert.message:
             print(f"  message     {cert.message}")
         for n in cert.notes:

@@ -51,22 +51,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.nearest:
         export = torch_export(problem, near)
     out = export.to_dict()
-    out.update({"model": problem.graph.name, "array": problem.array.describe(), "batch": problem.batch,
-                "source": source + (" (nearest plan torch can express)" if args.nearest else "")})
+    out.update(
+        {
+            "model": problem.graph.name,
+            "array": problem.array.describe(),
+            "batch": problem.batch,
+            "source": source + (" (nearest plan torch can express)" if args.nearest else ""),
+        }
+    )
     if near is not None:
         out["step_time_s"] = {"plan": priced[0], "nearest": priced[1]}
     if _written(args, out, export.script):
         return 0 if export.expressible else 1
-    print(f"{out['source']}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
-          f"DeviceMesh {export.mesh_shape} dims {', '.join(export.mesh_dim_names)} (l1 = the root split)")
+    print(
+        f"{out['source']}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
+        f"DeviceMesh {export.mesh_shape} dims {', '.join(export.mesh_dim_names)} (l1 = the root split)"
+    )
     width = max([12, *(len(e.name) for e in export.layers)])
     print(f"{'layer':<{width}} {'kind':<10} {'choices':<18} {'weight placements':<28} style")
     for e in export.layers:
         weight = "[" + ", ".join(e.weight) + "]" if e.weight else "-"
         print(f"{e.name:<{width}} {e.kind:<10} {'/'.join(e.choices):<18} {weight:<28} {e.style}")
     if export.zero_stage:
-        print(f"ZeRO-{export.zero_stage}: fully_shard (FSDP2) each layer over the mesh dims where it is batch "
-              "(the JSON's fully_shard_over)")
+        print(
+            f"ZeRO-{export.zero_stage}: fully_shard (FSDP2) each layer over the mesh dims where it is batch "
+            "(the JSON's fully_shard_over)"
+        )
     for note in export.notes:
         print(f"note: {note}")
     if not export.expressible:
@@ -74,10 +84,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         for layer, path, reason in export.refusals:
             print(f"  {layer} at split {path or 'root'}: {reason}")
     if near is not None:
-        print(f"\nnearest plan torch can express (every share 1/2, one choice per level, convolutions by the batch): "
-              f"{format_time(priced[1])} against the plan's {format_time(priced[0])} "
-              f"({(priced[1] / priced[0] - 1) * 100:+.1f}%); `--nearest` exports it, `parplan run --runtime torch "
-              "--nearest` runs it")
+        print(
+            f"\nnearest plan torch can express (every share 1/2, one choice per level, convolutions by the batch): "
+            f"{format_time(priced[1])} against the plan's {format_time(priced[0])} "
+            f"({(priced[1] / priced[0] - 1) * 100:+.1f}%); `--nearest` exports it, `parplan run --runtime torch "
+            "--nearest` runs it"
+        )
     return 0 if export.expressible or args.nearest else 1
 
 
@@ -88,27 +100,45 @@ def _export_pipeline(args: argparse.Namespace, saved) -> int:
     from parplan.executor.export import pipeline_export
 
     if args.nearest:
-        raise ConfigError("export: --nearest applies to partition plans; export a pipeline stage by stage")
+        raise ConfigError(
+            "export: --nearest applies to partition plans; export a pipeline stage by stage"
+        )
     problem = _problem_for(args, dict(saved.problem))
     plan = _pipeline_for(saved, problem, f"plan file '{args.plan}'")
     export = pipeline_export(problem, plan)
-    out = {**export.to_dict(), "model": problem.graph.name, "array": problem.array.describe(),
-           "batch": problem.batch, "source": f"plan file {args.plan}"}
+    out = {
+        **export.to_dict(),
+        "model": problem.graph.name,
+        "array": problem.array.describe(),
+        "batch": problem.batch,
+        "source": f"plan file {args.plan}",
+    }
     if _written(args, out, None):
         return 0 if export.expressible else 1
-    print(f"plan file {args.plan}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
-          f"torch.distributed.pipelining: {len(export.stages)} stages, {export.schedule}, "
-          f"n_microbatches={export.micro_batches}")
+    print(
+        f"plan file {args.plan}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
+        f"torch.distributed.pipelining: {len(export.stages)} stages, {export.schedule}, "
+        f"n_microbatches={export.micro_batches}"
+    )
     print("split points (SplitPoint.BEGINNING): " + (", ".join(export.split_points) or "none"))
     for k, st in enumerate(export.stages):
         e = st.export
-        where = f"ranks {st.ranks[0]}-{st.ranks[-1]}" if len(st.ranks) > 1 else f"rank {st.ranks[0]}"
-        mesh = "one device" if e is not None and not e.mesh_shape else (
-            f"mesh {e.mesh_shape}" if e is not None else "no mesh")
-        styles = sorted({layer.style for layer in e.layers if layer.weight}) if e is not None else []
-        print(f"stage {k}: {st.layers[0]} .. {st.layers[-1]} ({len(st.layers)} layers) on {where}, {mesh}"
-              + ("; " + "; ".join(styles) if styles else "; " + st.refusal if st.refusal else ""))
-        for layer, path, reason in (e.refusals if e is not None else ()):
+        where = (
+            f"ranks {st.ranks[0]}-{st.ranks[-1]}" if len(st.ranks) > 1 else f"rank {st.ranks[0]}"
+        )
+        mesh = (
+            "one device"
+            if e is not None and not e.mesh_shape
+            else (f"mesh {e.mesh_shape}" if e is not None else "no mesh")
+        )
+        styles = (
+            sorted({layer.style for layer in e.layers if layer.weight}) if e is not None else []
+        )
+        print(
+            f"stage {k}: {st.layers[0]} .. {st.layers[-1]} ({len(st.layers)} layers) on {where}, {mesh}"
+            + ("; " + "; ".join(styles) if styles else "; " + st.refusal if st.refusal else "")
+        )
+        for layer, path, reason in e.refusals if e is not None else ():
             print(f"    cannot express {layer} at split {path or 'root'}: {reason}")
     for note in export.notes:
         print(f"note: {note}")
@@ -116,22 +146,44 @@ def _export_pipeline(args: argparse.Namespace, saved) -> int:
 
 
 def add_export_parser(sub) -> None:
-    e = sub.add_parser("export", help="a plan as PyTorch DeviceMesh + DTensor placements (docs/interop.md)")
-    e.add_argument("--plan", default=None, metavar="JSON", help="a saved plan (parplan plan --save)")
-    e.add_argument("--model", default=None, help="without --plan: the model to plan (or the plan file's)")
+    e = sub.add_parser(
+        "export", help="a plan as PyTorch DeviceMesh + DTensor placements (docs/interop.md)"
+    )
+    e.add_argument(
+        "--plan", default=None, metavar="JSON", help="a saved plan (parplan plan --save)"
+    )
+    e.add_argument(
+        "--model", default=None, help="without --plan: the model to plan (or the plan file's)"
+    )
     e.add_argument("--array", default=None, help="without --plan: the array (2^d devices)")
-    e.add_argument("--planner", default="accpar", help=f"without --plan: one of {', '.join(PLANNER_NAMES)}")
-    e.add_argument("--batch", type=int, default=None, help="global batch (default 512, or the plan's)")
-    e.add_argument("--to", default="torch", choices=("torch",), help="target (torch: DTensor placements)")
-    e.add_argument("--nearest", action="store_true", help="export the nearest plan torch can express instead")
-    e.add_argument("--out", default=None, metavar="FILE", help="also write it: .py a script, else JSON")
+    e.add_argument(
+        "--planner", default="accpar", help=f"without --plan: one of {', '.join(PLANNER_NAMES)}"
+    )
+    e.add_argument(
+        "--batch", type=int, default=None, help="global batch (default 512, or the plan's)"
+    )
+    e.add_argument(
+        "--to", default="torch", choices=("torch",), help="target (torch: DTensor placements)"
+    )
+    e.add_argument(
+        "--nearest", action="store_true", help="export the nearest plan torch can express instead"
+    )
+    e.add_argument(
+        "--out", default=None, metavar="FILE", help="also write it: .py a script, else JSON"
+    )
     e.add_argument("--format", default="table", choices=("table", "json"))
     e.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help=argparse.SUPPRESS)
     e.add_argument("--latency", type=float, default=None, metavar="us", help=argparse.SUPPRESS)
     e.add_argument("--bytes-per-element", type=float, default=None, help=argparse.SUPPRESS)
     e.add_argument("--optimizer-bytes", type=float, default=None, help=argparse.SUPPRESS)
     e.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
-    e.add_argument("--share-grid", type=int, default=16, metavar="G", help="share grid of the planner (default 16)")
+    e.add_argument(
+        "--share-grid",
+        type=int,
+        default=16,
+        metavar="G",
+        help="share grid of the planner (default 16)",
+    )
     e.set_defaults(func=cmd_export, compat=None)
 
 

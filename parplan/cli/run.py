@@ -29,13 +29,18 @@ def _problem_and_plan(args: argparse.Namespace):
             args.batch = record.get("batch", RUN_BATCH)
         problem = _problem_for(args, record)
         if problem.compat is not None:
-            print(f"parplan: note: the plan was priced with --compat {problem.compat}; run compares with parplan's "
-                  "own model", file=sys.stderr)
+            print(
+                f"parplan: note: the plan was priced with --compat {problem.compat}; run compares with parplan's "
+                "own model",
+                file=sys.stderr,
+            )
             problem = replace(problem, compat=None)
         check_plan_fits(problem, saved.nodes, saved.plan, f"plan file '{args.plan}'")
         return problem, saved.plan, f"plan file {args.plan}"
     if not args.model or not args.array:
-        raise ConfigError("run: give --model and --array (and optionally --planner), or --plan FILE")
+        raise ConfigError(
+            "run: give --model and --array (and optionally --planner), or --plan FILE"
+        )
     if args.batch is None:
         args.batch = RUN_BATCH
     problem = problem_from_args(args)  # element and optimizer sizes: the precision's unless given
@@ -46,7 +51,11 @@ def _problem_and_plan(args: argparse.Namespace):
 def _per_node(report, bpe: float):
     """Bytes per (node, phase): model and measured, summed over splits and sides."""
     b = report.bytes
-    g = b.groupby(["node", "phase"], sort=False)[["model_elements", "measured_elements"]].sum().reset_index()
+    g = (
+        b.groupby(["node", "phase"], sort=False)[["model_elements", "measured_elements"]]
+        .sum()
+        .reset_index()
+    )
     g["model_bytes"] = g.model_elements * bpe
     g["measured_bytes"] = g.measured_elements * bpe
     return g
@@ -66,34 +75,62 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
     if args.nearest:
         plan, source = nearest_plan(problem, plan), f"{source} (nearest plan torch can express)"
     args.backend = resolve_backend(args.backend)
-    print(f"[parplan] running {args.steps} step(s) of {source} with torch's DTensor ({args.backend})...",
-          file=sys.stderr, flush=True)
+    print(
+        f"[parplan] running {args.steps} step(s) of {source} with torch's DTensor ({args.backend})...",
+        file=sys.stderr,
+        flush=True,
+    )
     lr = args.lr if args.lr is not None else DEFAULT_LR_PER_SAMPLE / problem.batch
     start = time.perf_counter()
     report = run_torch(problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend)
     wall = time.perf_counter() - start
     if args.format == "json":
-        print(json.dumps({"model": problem.graph.name, "array": problem.array.describe(), "batch": problem.batch,
-                          "source": source, "runtime": "torch", "steps": args.steps, "lr": lr,
-                          "numerics_equal": report.numerics_equal, "losses": report.losses,
-                          "reference_losses": report.reference_losses, "loss_rel_error": report.loss_rel_error,
-                          "max_grad_rel_error": report.max_grad_rel_error, "collectives": report.collectives,
-                          "payload_elements": report.payload_elements, "model_elements": report.model_elements,
-                          "mesh_shape": list(report.export.mesh_shape), "wall_s": wall}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "model": problem.graph.name,
+                    "array": problem.array.describe(),
+                    "batch": problem.batch,
+                    "source": source,
+                    "runtime": "torch",
+                    "steps": args.steps,
+                    "lr": lr,
+                    "numerics_equal": report.numerics_equal,
+                    "losses": report.losses,
+                    "reference_losses": report.reference_losses,
+                    "loss_rel_error": report.loss_rel_error,
+                    "max_grad_rel_error": report.max_grad_rel_error,
+                    "collectives": report.collectives,
+                    "payload_elements": report.payload_elements,
+                    "model_elements": report.model_elements,
+                    "mesh_shape": list(report.export.mesh_shape),
+                    "wall_s": wall,
+                },
+                indent=2,
+            )
+        )
         return 0 if report.numerics_equal else 1
-    print(f"model {problem.graph.name}  array {problem.array.describe()}  batch {problem.batch}  {source}  "
-          f"{args.steps} step(s) in {wall:.1f} s, torch DTensor on a {'x'.join(map(str, report.export.mesh_shape))} "
-          "mesh")
-    print(f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}")
+    print(
+        f"model {problem.graph.name}  array {problem.array.describe()}  batch {problem.batch}  {source}  "
+        f"{args.steps} step(s) in {wall:.1f} s, torch DTensor on a {'x'.join(map(str, report.export.mesh_shape))} "
+        "mesh"
+    )
+    print(
+        f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}"
+    )
     verdict = "equal" if report.numerics_equal else "DIFFERENT"
-    print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
-          f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
+    print(
+        f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
+        f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})"
+    )
     ran = ", ".join(f"{n} {op}" for op, n in sorted(report.collectives.items())) or "none"
     print(f"collectives          {ran} (last step, one process's view; torch chose them)")
     payload = sum(report.payload_elements.values())
-    print(f"elements moved       torch: {payload:,.0f} handed to its collectives over all processes; parplan's model: "
-          f"{report.model_elements:,.0f} received over all devices (equal for data parallelism on 2 devices; "
-          "otherwise torch's collectives are not the model's re-layouts, see docs/interop.md)")
+    print(
+        f"elements moved       torch: {payload:,.0f} handed to its collectives over all processes; parplan's model: "
+        f"{report.model_elements:,.0f} received over all devices (equal for data parallelism on 2 devices; "
+        "otherwise torch's collectives are not the model's re-layouts, see docs/interop.md)"
+    )
     return 0 if report.numerics_equal else 1
 
 
@@ -114,15 +151,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     graph_frames(problem)  # unsupported layers first, then size, before any process starts
     check_runnable(problem)
     args.backend = resolve_backend(args.backend)
-    print(f"[parplan] running {args.steps} step(s) of {source} on {n} processes ({args.backend})...",
-          file=sys.stderr, flush=True)
+    print(
+        f"[parplan] running {args.steps} step(s) of {source} on {n} processes ({args.backend})...",
+        file=sys.stderr,
+        flush=True,
+    )
     start = time.perf_counter()
     lr = args.lr if args.lr is not None else DEFAULT_LR_PER_SAMPLE / problem.batch
     report = run_plan(problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend)
     wall = time.perf_counter() - start
     bpe = problem.bytes_per_element
-    meta = {"model": problem.graph.name, "array": problem.array.describe(), "devices": n,
-            "batch": problem.batch, "source": source, "steps": args.steps}
+    meta = {
+        "model": problem.graph.name,
+        "array": problem.array.describe(),
+        "devices": n,
+        "batch": problem.batch,
+        "source": source,
+        "steps": args.steps,
+    }
     if csv_path:
         report.bytes.assign(**meta).to_csv(csv_path, index=False)
         print(f"wrote {csv_path}", file=sys.stderr)
@@ -131,88 +177,168 @@ def cmd_run(args: argparse.Namespace) -> int:
         report.bytes.assign(**meta).to_csv(sys.stdout, index=False)
         return 0 if ok else 1
     if args.format == "json":
-        out = {**meta, "lr": lr, "diverged_at_step": report.diverged_at, "numerics_equal": report.numerics_equal,
-               "bytes_equal": report.bytes_equal,
-               "losses": report.losses, "reference_losses": report.reference_losses,
-               "loss_rel_error": report.loss_rel_error, "max_grad_rel_error": report.max_grad_rel_error,
-               "inexact_shares": list(report.inexact_shares),
-               "executed_shares": {k: list(v) for k, v in report.executed_shares.items()},
-               "bytes": report.bytes.to_dict(orient="records"), "timing": report.timing.to_dict(orient="records"),
-               "wall_s": wall}
+        out = {
+            **meta,
+            "lr": lr,
+            "diverged_at_step": report.diverged_at,
+            "numerics_equal": report.numerics_equal,
+            "bytes_equal": report.bytes_equal,
+            "losses": report.losses,
+            "reference_losses": report.reference_losses,
+            "loss_rel_error": report.loss_rel_error,
+            "max_grad_rel_error": report.max_grad_rel_error,
+            "inexact_shares": list(report.inexact_shares),
+            "executed_shares": {k: list(v) for k, v in report.executed_shares.items()},
+            "bytes": report.bytes.to_dict(orient="records"),
+            "timing": report.timing.to_dict(orient="records"),
+            "wall_s": wall,
+        }
         print(json.dumps(out, indent=2))
         return 0 if ok else 1
-    print(f"model {meta['model']}  array {meta['array']}  batch {problem.batch}  {source}  "
-          f"{args.steps} step(s) in {wall:.1f} s")
-    rounded = sum(1 for p, s in report.executed_shares.items() for a, b in zip(plan.splits[p].shares, s)
-                  if abs(a - b) > 1e-12)
+    print(
+        f"model {meta['model']}  array {meta['array']}  batch {problem.batch}  {source}  "
+        f"{args.steps} step(s) in {wall:.1f} s"
+    )
+    rounded = sum(
+        1
+        for p, s in report.executed_shares.items()
+        for a, b in zip(plan.splits[p].shares, s)
+        if abs(a - b) > 1e-12
+    )
     if rounded:
-        print(f"shares rounded to whole rows/columns: {rounded} of "
-              f"{sum(len(s) for s in report.executed_shares.values())}; the model is priced at the executed ones")
-    print(f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}")
+        print(
+            f"shares rounded to whole rows/columns: {rounded} of "
+            f"{sum(len(s) for s in report.executed_shares.values())}; the model is priced at the executed ones"
+        )
+    print(
+        f"loss (last step)     {report.losses[-1]:.12g}   single process: {report.reference_losses[-1]:.12g}"
+    )
     if report.diverged_at is not None:
-        print(f"numerics             not compared: the training diverged (the single process's loss is "
-              f"{report.reference_losses[report.diverged_at - 1]} at step {report.diverged_at} with --lr {lr:g}; "
-              f"the loss sums over the batch, so try --lr {lr / 10:g})")
+        print(
+            f"numerics             not compared: the training diverged (the single process's loss is "
+            f"{report.reference_losses[report.diverged_at - 1]} at step {report.diverged_at} with --lr {lr:g}; "
+            f"the loss sums over the batch, so try --lr {lr / 10:g})"
+        )
     else:
         verdict = "equal" if report.numerics_equal else "DIFFERENT"
-        print(f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
-              f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})")
+        print(
+            f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
+            f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})"
+        )
     rows = _per_node(report, bpe)
     timing = report.timing.set_index("node")
     print()
     width = max([16, *(len(n) for n in rows.node)])
-    print(f"{'node':<{width}} {'phase':<11} {'model':>11} {'measured':>11}  {'model compute':>13} {'measured':>12}")
+    print(
+        f"{'node':<{width}} {'phase':<11} {'model':>11} {'measured':>11}  {'model compute':>13} {'measured':>12}"
+    )
     for r in rows.itertuples():
         t = timing.loc[r.node]
-        same = "" if abs(r.model_elements - r.measured_elements) <= 1e-6 * max(1.0, r.model_elements) else "  <- differs"
+        same = (
+            ""
+            if abs(r.model_elements - r.measured_elements) <= 1e-6 * max(1.0, r.model_elements)
+            else "  <- differs"
+        )
         first = r.phase == "intra"
-        print(f"{r.node:<{width}} {r.phase:<11} {format_bytes(r.model_bytes):>11} {format_bytes(r.measured_bytes):>11}  "
-              f"{format_time(t.model_s) if first else '':>13} {format_time(t.measured_s) if first else '':>12}{same}")
+        print(
+            f"{r.node:<{width}} {r.phase:<11} {format_bytes(r.model_bytes):>11} {format_bytes(r.measured_bytes):>11}  "
+            f"{format_time(t.model_s) if first else '':>13} {format_time(t.measured_s) if first else '':>12}{same}"
+        )
     total_m, total_x = rows.model_bytes.sum(), rows.measured_bytes.sum()
     print(f"{'total':<{width}} {'':<11} {format_bytes(total_m):>11} {format_bytes(total_x):>11}")
     print()
     if report.bytes.empty:
         print("bytes                one device: nothing moves")
     elif report.bytes_equal:
-        print(f"bytes                equal at every split, node, side and phase ({len(report.bytes)} figures; "
-              f"elements x {bpe:g} bytes)")
+        print(
+            f"bytes                equal at every split, node, side and phase ({len(report.bytes)} figures; "
+            f"elements x {bpe:g} bytes)"
+        )
     else:
         print("bytes                DIFFERENT from the cost model at:")
         print(report.differences().to_string(index=False))
-    where = "on CPUs shown for reference only" if args.backend == "gloo" else "GPU float64, for reference"
-    print("times                model: the slowest device's compute; measured: the slowest process's own "
-          f"products and element-wise ops (float64; CPU time of its process; fastest step); {where}")
+    where = (
+        "on CPUs shown for reference only"
+        if args.backend == "gloo"
+        else "GPU float64, for reference"
+    )
+    print(
+        "times                model: the slowest device's compute; measured: the slowest process's own "
+        f"products and element-wise ops (float64; CPU time of its process; fastest step); {where}"
+    )
     return 0 if ok else 1
 
 
 def add_run_parser(sub) -> None:
-    r = sub.add_parser("run", help="run a plan with torch.distributed; check numerics and bytes against the model")
-    r.add_argument("--model", default=None, help="model (zoo name, model file, ...); default: the plan file's")
-    r.add_argument("--array", default=None,
-                   help="array, one process per device, e.g. cpu:4 (default: the plan file's)")
-    r.add_argument("--plan", default=None, metavar="JSON", help="a saved plan (parplan plan --save)")
-    r.add_argument("--planner", default="accpar", help=f"without --plan: one of {', '.join(PLANNER_NAMES)}")
-    r.add_argument("--batch", type=int, default=None, help=f"global batch (default {RUN_BATCH}, or the plan's)")
-    r.add_argument("--steps", type=int, default=1, help="training steps (SGD between them; default 1)")
-    r.add_argument("--lr", type=float, default=None,
-                   help=f"SGD learning rate between steps (default {DEFAULT_LR_PER_SAMPLE:g} / batch: the loss sums "
-                        "over the batch)")
-    r.add_argument("--seed", type=int, default=0, help="seed of weights, input and target (default 0)")
-    r.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"),
-                   help="torch.distributed backend: nccl (one GPU per process) when GPUs are present, else gloo")
+    r = sub.add_parser(
+        "run", help="run a plan with torch.distributed; check numerics and bytes against the model"
+    )
+    r.add_argument(
+        "--model", default=None, help="model (zoo name, model file, ...); default: the plan file's"
+    )
+    r.add_argument(
+        "--array",
+        default=None,
+        help="array, one process per device, e.g. cpu:4 (default: the plan file's)",
+    )
+    r.add_argument(
+        "--plan", default=None, metavar="JSON", help="a saved plan (parplan plan --save)"
+    )
+    r.add_argument(
+        "--planner", default="accpar", help=f"without --plan: one of {', '.join(PLANNER_NAMES)}"
+    )
+    r.add_argument(
+        "--batch", type=int, default=None, help=f"global batch (default {RUN_BATCH}, or the plan's)"
+    )
+    r.add_argument(
+        "--steps", type=int, default=1, help="training steps (SGD between them; default 1)"
+    )
+    r.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"SGD learning rate between steps (default {DEFAULT_LR_PER_SAMPLE:g} / batch: the loss sums "
+        "over the batch)",
+    )
+    r.add_argument(
+        "--seed", type=int, default=0, help="seed of weights, input and target (default 0)"
+    )
+    r.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "gloo", "nccl"),
+        help="torch.distributed backend: nccl (one GPU per process) when GPUs are present, else gloo",
+    )
     r.add_argument("--format", default="table", choices=("table", "json", "csv"))
-    r.add_argument("--csv", default=None, metavar="FILE", help="also write the byte comparison as CSV")
+    r.add_argument(
+        "--csv", default=None, metavar="FILE", help="also write the byte comparison as CSV"
+    )
     r.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help=argparse.SUPPRESS)
     r.add_argument("--latency", type=float, default=None, metavar="us", help=argparse.SUPPRESS)
-    r.add_argument("--bytes-per-element", type=float, default=None, help="bytes per element priced (default 2)")
+    r.add_argument(
+        "--bytes-per-element", type=float, default=None, help="bytes per element priced (default 2)"
+    )
     r.add_argument("--optimizer-bytes", type=float, default=None, help=argparse.SUPPRESS)
     r.add_argument("--devices", default=None, metavar="FILE", help="extra device kinds (TOML)")
-    r.add_argument("--share-grid", type=int, default=16, metavar="G", help="share grid of the planner (default 16)")
-    r.add_argument("--runtime", default="reference", choices=("reference", "torch"),
-                   help="reference: parplan's executor (bytes checked against the model); torch: the plan as DTensor "
-                        "placements, run by torch (docs/interop.md)")
-    r.add_argument("--nearest", action="store_true",
-                   help="with --runtime torch: run the nearest plan torch can express (parplan export --nearest)")
+    r.add_argument(
+        "--share-grid",
+        type=int,
+        default=16,
+        metavar="G",
+        help="share grid of the planner (default 16)",
+    )
+    r.add_argument(
+        "--runtime",
+        default="reference",
+        choices=("reference", "torch"),
+        help="reference: parplan's executor (bytes checked against the model); torch: the plan as DTensor "
+        "placements, run by torch (docs/interop.md)",
+    )
+    r.add_argument(
+        "--nearest",
+        action="store_true",
+        help="with --runtime torch: run the nearest plan torch can express (parplan export --nearest)",
+    )
     r.set_defaults(func=cmd_run, compat=None)
 
 

@@ -86,10 +86,18 @@ class Algorithm(enum.Enum):
         if isinstance(value, cls):
             return value
         key = str(value).strip().lower().replace("_", "").replace("-", "")
-        aliases = {"ring": cls.RING, "dbtree": cls.DBTREE, "doublebinarytree": cls.DBTREE, "2dring": cls.RING2D,
-                   "ring2d": cls.RING2D, "multitree": cls.MULTITREE}
+        aliases = {
+            "ring": cls.RING,
+            "dbtree": cls.DBTREE,
+            "doublebinarytree": cls.DBTREE,
+            "2dring": cls.RING2D,
+            "ring2d": cls.RING2D,
+            "multitree": cls.MULTITREE,
+        }
         if key not in aliases:
-            raise ConfigError(f"unknown all-reduce algorithm '{value}'; valid: {', '.join(a.value for a in cls)}")
+            raise ConfigError(
+                f"unknown all-reduce algorithm '{value}'; valid: {', '.join(a.value for a in cls)}"
+            )
         return aliases[key]
 
 
@@ -179,7 +187,9 @@ class _Packer:
         for c in msg.chunks:
             # read (src, c) after its last write; write (dst, c) no earlier than its last read
             # and after its last write (reductions into one place may share a step).
-            step = max(step, self.last_write.get((msg.src, c), 0) + 1, self.last_read.get((msg.dst, c), 1))
+            step = max(
+                step, self.last_write.get((msg.src, c), 0) + 1, self.last_read.get((msg.dst, c), 1)
+            )
             w = self.last_write.get((msg.dst, c), 0)
             same_ok = msg.op is Op.REDUCE and self.last_write_op.get((msg.dst, c)) is Op.REDUCE
             step = max(step, w if same_ok else w + 1)
@@ -244,13 +254,17 @@ def _hamiltonian_order(topo: Topology) -> list:
     while len(order) < len(hosts):
         nxt = [v for v in topo.neighbors(order[-1]) if v not in seen]
         if not nxt:
-            nxt = sorted((h for h in hosts if h not in seen), key=lambda h: len(topo.route(order[-1], h)))
+            nxt = sorted(
+                (h for h in hosts if h not in seen), key=lambda h: len(topo.route(order[-1], h))
+            )
         order.append(nxt[0])
         seen.add(nxt[0])
     return order
 
 
-def _ring_messages(order: Sequence, chunk_groups: Sequence[tuple[int, ...]]) -> tuple[list[_Msg], list[_Msg]]:
+def _ring_messages(
+    order: Sequence, chunk_groups: Sequence[tuple[int, ...]]
+) -> tuple[list[_Msg], list[_Msg]]:
     """Reduce-scatter and all-gather messages of one ring; group ``g`` ends reduced at order[g]."""
     n = len(order)
     rs, ag = [], []
@@ -313,13 +327,24 @@ def ring2d_schedule(topo: Topology) -> Schedule:
             rs_col += rs
             ag_col += ag
     # Interleave rows / columns by logical step so parallel rings share steps.
-    transfers = _pack(topo, _by_round(rs_row, rows, cols) + _by_round(rs_col, cols, rows)
-                      + _by_round(ag_col, cols, rows) + _by_round(ag_row, rows, cols))
+    transfers = _pack(
+        topo,
+        _by_round(rs_row, rows, cols)
+        + _by_round(rs_col, cols, rows)
+        + _by_round(ag_col, cols, rows)
+        + _by_round(ag_row, rows, cols),
+    )
     rs_steps = max((t.step for t in transfers if t.op is Op.REDUCE), default=0)
     steps = max(t.step for t in transfers)
     n = rows * cols
-    return Schedule(Algorithm.RING2D, topo, (1.0 / n,) * n, transfers, (rs_steps, steps - rs_steps),
-                    params=(("rows", rows), ("cols", cols)))
+    return Schedule(
+        Algorithm.RING2D,
+        topo,
+        (1.0 / n,) * n,
+        transfers,
+        (rs_steps, steps - rs_steps),
+        params=(("rows", rows), ("cols", cols)),
+    )
 
 
 def _by_round(messages: list[_Msg], rings: int, size: int) -> list[_Msg]:
@@ -332,7 +357,7 @@ def _by_round(messages: list[_Msg], rings: int, size: int) -> list[_Msg]:
     out = []
     for t in range(rounds):
         for k in range(rings):
-            out += messages[k * per_ring + t * size: k * per_ring + (t + 1) * size]
+            out += messages[k * per_ring + t * size : k * per_ring + (t + 1) * size]
     return out
 
 
@@ -379,8 +404,10 @@ def dbtree_schedule(topo: Topology, pieces: int = 1) -> Schedule:
     root, children = _btree(n)
     trees = []
     for shift in (0, 1):
+
         def host(p: int, shift: int = shift):
             return hosts[(p + shift) % n]
+
         order, frontier = [], [root]
         while frontier:  # breadth-first: parents before children
             order += frontier
@@ -398,8 +425,14 @@ def dbtree_schedule(topo: Topology, pieces: int = 1) -> Schedule:
             messages += [_Msg(s, d, chunk, Op.COPY) for s, d in down]
     transfers = _pack(topo, messages)
     steps = max(t.step for t in transfers)
-    return Schedule(Algorithm.DBTREE, topo, (1.0 / (2 * pieces),) * (2 * pieces), transfers, (steps, 0),
-                    params=(("pieces", pieces),))
+    return Schedule(
+        Algorithm.DBTREE,
+        topo,
+        (1.0 / (2 * pieces),) * (2 * pieces),
+        transfers,
+        (steps, 0),
+        params=(("pieces", pieces),),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,8 +514,19 @@ def multitree_schedule(topo: Topology, neighbor_order: str | None = DIMENSION_OR
             for r in sorted(range(n), key=lambda r: (len(members[r]), (r - start) % n)):
                 if len(members[r]) == n:
                     continue
-                added = _grow_one(topo, candidates, r, step, members[r], order[r], joined[r], used, sends, recvs,
-                                  ports)
+                added = _grow_one(
+                    topo,
+                    candidates,
+                    r,
+                    step,
+                    members[r],
+                    order[r],
+                    joined[r],
+                    used,
+                    sends,
+                    recvs,
+                    ports,
+                )
                 if added is not None:
                     edges.append((step, r, *added))
                     grew = True
@@ -496,8 +540,14 @@ def multitree_schedule(topo: Topology, neighbor_order: str | None = DIMENSION_OR
         transfers.append(Transfer(t + T, parent, child, (r,), Op.COPY, route_down))
         transfers.append(Transfer(T + 1 - t, child, parent, (r,), Op.REDUCE, route_up))
     transfers.sort(key=lambda x: (x.step, str(x.src), str(x.dst)))
-    return Schedule(Algorithm.MULTITREE, topo, (1.0 / n,) * n, tuple(transfers), (T, T),
-                    params=(("order", neighbor_order),) if grid is not None else ())
+    return Schedule(
+        Algorithm.MULTITREE,
+        topo,
+        (1.0 / n,) * n,
+        tuple(transfers),
+        (T, T),
+        params=(("order", neighbor_order),) if grid is not None else (),
+    )
 
 
 def _grow_one(topo, candidates, r, step, members, order, joined, used, sends, recvs, ports):
@@ -552,11 +602,16 @@ def validate_schedule(schedule: Schedule) -> Validation:
             if t.src not in index or t.dst not in index:
                 problems.append(f"step {s}: transfer {t.src}->{t.dst} involves a non-host")
                 continue
-            path_ok = bool(t.route) and t.route[0][0] == t.src and t.route[-1][1] == t.dst and all(
-                a[1] == b[0] for a, b in zip(t.route[:-1], t.route[1:])
+            path_ok = (
+                bool(t.route)
+                and t.route[0][0] == t.src
+                and t.route[-1][1] == t.dst
+                and all(a[1] == b[0] for a, b in zip(t.route[:-1], t.route[1:]))
             )
             if not path_ok:
-                problems.append(f"step {s}: route of {t.src}->{t.dst} is not a path from {t.src} to {t.dst}")
+                problems.append(
+                    f"step {s}: route of {t.src}->{t.dst} is not a path from {t.src} to {t.dst}"
+                )
             for link in t.route:
                 if not topo.graph.has_edge(*link):
                     problems.append(f"step {s}: link {link[0]}->{link[1]} does not exist")
@@ -588,7 +643,9 @@ def validate_schedule(schedule: Schedule) -> Validation:
             acc = state[(h, c)]
             for _, contrib, src in ws:
                 if acc & contrib:
-                    problems.append(f"step {s}: reduction {src}->{h} of chunk {c} adds contributions twice")
+                    problems.append(
+                        f"step {s}: reduction {src}->{h} of chunk {c} adds contributions twice"
+                    )
                 acc |= contrib
             new[(h, c)] = acc
         state.update(new)
@@ -641,8 +698,10 @@ def build_schedule(algorithm: Algorithm | str, topology: Topology, pieces: int =
     refused (explicit per-step schedules would take hours to build).
     """
     if topology.size > MAX_SCHEDULE_HOSTS:
-        raise ConfigError(f"{topology.describe()}: explicit all-reduce schedules are built for at most "
-                          f"{MAX_SCHEDULE_HOSTS:,} hosts (got {topology.size:,}; 1,024 hosts take about 6 minutes)")
+        raise ConfigError(
+            f"{topology.describe()}: explicit all-reduce schedules are built for at most "
+            f"{MAX_SCHEDULE_HOSTS:,} hosts (got {topology.size:,}; 1,024 hosts take about 6 minutes)"
+        )
     alg = Algorithm.parse(algorithm)
     key = ("schedule", alg, pieces if alg is Algorithm.DBTREE else 1)
     cache = topology._cache
@@ -672,7 +731,9 @@ def _multitree_no_worse_than_ring(topo: Topology) -> Schedule:
     return best
 
 
-def best_schedule(algorithm: Algorithm | str, topology: Topology, bytes_: float) -> tuple[Schedule, float]:
+def best_schedule(
+    algorithm: Algorithm | str, topology: Topology, bytes_: float
+) -> tuple[Schedule, float]:
     """(schedule, seconds) for ``bytes_``; for ``dbtree`` the fastest pipelining depth of
     :data:`DBTREE_PIECES`."""
     alg = Algorithm.parse(algorithm)
@@ -686,7 +747,9 @@ def best_schedule(algorithm: Algorithm | str, topology: Topology, bytes_: float)
     return best
 
 
-def ring_allreduce_seconds(hosts: int, bytes_: float, bytes_per_s: float, latency_s: float = 0.0) -> float:
+def ring_allreduce_seconds(
+    hosts: int, bytes_: float, bytes_per_s: float, latency_s: float = 0.0
+) -> float:
     """The ring all-reduce in closed form: ``2 (n-1)/n x bytes / B + 2 (n-1) x latency`` (a
     reduce-scatter then an all-gather, ``n - 1`` steps each). It equals what
     :func:`ring_schedule` takes on a ring of ``n`` hosts (tests/test_collectives.py checks it);

@@ -71,12 +71,18 @@ class Topology:
 
     def __post_init__(self):
         if not isinstance(self.ports, int) or not 1 <= self.ports <= 4:
-            raise ConfigError(f"topology '{self.name}': ports must be an integer from 1 to 4 (got {self.ports!r})")
+            raise ConfigError(
+                f"topology '{self.name}': ports must be an integer from 1 to 4 (got {self.ports!r})"
+            )
         if len(self.hosts) < 2:
-            raise ConfigError(f"topology '{self.name}': an all-reduce needs >= 2 hosts (got {len(self.hosts)})")
+            raise ConfigError(
+                f"topology '{self.name}': an all-reduce needs >= 2 hosts (got {len(self.hosts)})"
+            )
         missing = [h for h in self.hosts if h not in self.graph]
         if missing:
-            raise ConfigError(f"topology '{self.name}': hosts {missing[:5]} are not nodes of the graph")
+            raise ConfigError(
+                f"topology '{self.name}': hosts {missing[:5]} are not nodes of the graph"
+            )
         if not nx.is_strongly_connected(self.graph):
             raise ConfigError(
                 f"topology '{self.name}': the network is not connected; every host must reach every other"
@@ -142,14 +148,20 @@ class Topology:
         if key not in self._cache:
             if self.switched:
                 others = [h for h in self.hosts if h != host]
-                self._cache[key] = tuple(sorted(others, key=lambda h: (len(self.route(host, h)), self.hosts.index(h))))
+                self._cache[key] = tuple(
+                    sorted(others, key=lambda h: (len(self.route(host, h)), self.hosts.index(h)))
+                )
             else:
                 self._cache[key] = self.neighbors(host)
         return self._cache[key]
 
     def describe(self) -> str:
         bws = sorted({d["bytes_per_s"] for *_, d in self.graph.edges(data=True)})
-        bw = f"{bws[0] / 1e9:g} GB/s" if len(bws) == 1 else f"{bws[0] / 1e9:g}..{bws[-1] / 1e9:g} GB/s"
+        bw = (
+            f"{bws[0] / 1e9:g} GB/s"
+            if len(bws) == 1
+            else f"{bws[0] / 1e9:g}..{bws[-1] / 1e9:g} GB/s"
+        )
         return f"{self.name} ({self.size} hosts, {self.ports} port(s), links {bw})"
 
 
@@ -170,7 +182,9 @@ def _check_count(what: str, n: int, minimum: int) -> None:
 
 
 def _check_link(bytes_per_s: float, latency_s: float) -> None:
-    if not (isinstance(bytes_per_s, (int, float)) and math.isfinite(bytes_per_s) and bytes_per_s > 0):
+    if not (
+        isinstance(bytes_per_s, (int, float)) and math.isfinite(bytes_per_s) and bytes_per_s > 0
+    ):
         raise ConfigError(f"link bandwidth must be a finite number > 0 bytes/s (got {bytes_per_s})")
     if not (isinstance(latency_s, (int, float)) and math.isfinite(latency_s) and latency_s >= 0):
         raise ConfigError(f"link latency must be a finite number >= 0 s (got {latency_s})")
@@ -180,8 +194,12 @@ def _default_ports(ports: int | None, degree: int) -> int:
     return min(4, max(1, degree)) if ports is None else ports
 
 
-def ring(n: int, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DEFAULT_LATENCY_S,
-         ports: int | None = None) -> Topology:
+def ring(
+    n: int,
+    bytes_per_s: float = DEFAULT_BYTES_PER_S,
+    latency_s: float = DEFAULT_LATENCY_S,
+    ports: int | None = None,
+) -> Topology:
     """Bidirectional ring of ``n`` hosts; ports default to 2 (both neighbors at once)."""
     _check_count("ring: nodes", n, 2)
     _check_link(bytes_per_s, latency_s)
@@ -189,10 +207,14 @@ def ring(n: int, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DE
     g.add_nodes_from(range(n))
     for i in range(n):
         _add_link(g, i, (i + 1) % n, bytes_per_s, latency_s)
-    return Topology(f"ring{n}", "ring", g, tuple(range(n)), _default_ports(ports, 2 if n > 2 else 1))
+    return Topology(
+        f"ring{n}", "ring", g, tuple(range(n)), _default_ports(ports, 2 if n > 2 else 1)
+    )
 
 
-def _grid(kind: str, rows: int, cols: int, bytes_per_s: float, latency_s: float, ports: int | None) -> Topology:
+def _grid(
+    kind: str, rows: int, cols: int, bytes_per_s: float, latency_s: float, ports: int | None
+) -> Topology:
     _check_count(f"{kind}: rows", rows, 1)
     _check_count(f"{kind}: cols", cols, 1)
     _check_count(f"{kind}: rows x cols", rows * cols, 1)
@@ -210,24 +232,45 @@ def _grid(kind: str, rows: int, cols: int, bytes_per_s: float, latency_s: float,
             if r + 1 < rows or (wrap and rows > 2):
                 _add_link(g, u, ((r + 1) % rows) * cols + c, bytes_per_s, latency_s)
     degree = max(d for _, d in g.out_degree())
-    return Topology(f"{kind}{rows}x{cols}", kind, g, tuple(range(rows * cols)), _default_ports(ports, degree),
-                    dims=(rows, cols))
+    return Topology(
+        f"{kind}{rows}x{cols}",
+        kind,
+        g,
+        tuple(range(rows * cols)),
+        _default_ports(ports, degree),
+        dims=(rows, cols),
+    )
 
 
-def mesh2d(rows: int, cols: int, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DEFAULT_LATENCY_S,
-           ports: int | None = None) -> Topology:
+def mesh2d(
+    rows: int,
+    cols: int,
+    bytes_per_s: float = DEFAULT_BYTES_PER_S,
+    latency_s: float = DEFAULT_LATENCY_S,
+    ports: int | None = None,
+) -> Topology:
     """``rows x cols`` 2D mesh; host ``r * cols + c``; ports default to the largest degree (4)."""
     return _grid("mesh", rows, cols, bytes_per_s, latency_s, ports)
 
 
-def torus2d(rows: int, cols: int, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DEFAULT_LATENCY_S,
-            ports: int | None = None) -> Topology:
+def torus2d(
+    rows: int,
+    cols: int,
+    bytes_per_s: float = DEFAULT_BYTES_PER_S,
+    latency_s: float = DEFAULT_LATENCY_S,
+    ports: int | None = None,
+) -> Topology:
     """``rows x cols`` 2D torus (wrap-around links); ports default to 4."""
     return _grid("torus", rows, cols, bytes_per_s, latency_s, ports)
 
 
-def grid3d(kind: str, dims: tuple[int, int, int], bytes_per_s: float = DEFAULT_BYTES_PER_S,
-           latency_s: float = DEFAULT_LATENCY_S, ports: int | None = None) -> Topology:
+def grid3d(
+    kind: str,
+    dims: tuple[int, int, int],
+    bytes_per_s: float = DEFAULT_BYTES_PER_S,
+    latency_s: float = DEFAULT_LATENCY_S,
+    ports: int | None = None,
+) -> Topology:
     """A 3-D mesh or torus (``kind`` "mesh" or "torus"; TPU pods are 3-D tori): host
     ``(x * Y + y) * Z + z``, links along each axis (wrap-around on a torus); ports default to 4,
     the most a host drives at once in these schedules (a host has up to 6 links). Routes are
@@ -259,9 +302,13 @@ def grid3d(kind: str, dims: tuple[int, int, int], bytes_per_s: float = DEFAULT_B
                     if here[axis] + 1 < n or (wrap and n > 2):
                         there = list(here)
                         there[axis] = (here[axis] + 1) % n
-                        _add_link(g, u, (there[0] * b + there[1]) * c + there[2], bytes_per_s, latency_s)
+                        _add_link(
+                            g, u, (there[0] * b + there[1]) * c + there[2], bytes_per_s, latency_s
+                        )
     degree = max(d for _, d in g.out_degree())
-    return Topology(f"{kind}{a}x{b}x{c}", f"{kind}3d", g, tuple(range(a * b * c)), _default_ports(ports, degree))
+    return Topology(
+        f"{kind}{a}x{b}x{c}", f"{kind}3d", g, tuple(range(a * b * c)), _default_ports(ports, degree)
+    )
 
 
 def _dimension_order(src: int, dst: int, dims: tuple[int, int], wrap: bool) -> list[int]:
@@ -285,8 +332,13 @@ def _dimension_order(src: int, dst: int, dims: tuple[int, int], wrap: bool) -> l
     return path
 
 
-def fat_tree(n: int, hosts_per_leaf: int | None = None, bytes_per_s: float = DEFAULT_BYTES_PER_S,
-             latency_s: float = DEFAULT_LATENCY_S, ports: int | None = None) -> Topology:
+def fat_tree(
+    n: int,
+    hosts_per_leaf: int | None = None,
+    bytes_per_s: float = DEFAULT_BYTES_PER_S,
+    latency_s: float = DEFAULT_LATENCY_S,
+    ports: int | None = None,
+) -> Topology:
     """Two-level fat tree (leaf-spine folded Clos) with full bisection bandwidth.
 
     ``n`` hosts, ``hosts_per_leaf`` per leaf switch (default: the divisor of ``n`` closest to
@@ -306,7 +358,9 @@ def fat_tree(n: int, hosts_per_leaf: int | None = None, bytes_per_s: float = DEF
         hosts_per_leaf = min(divisors, key=lambda d: (abs(math.log(d) - math.log(n) / 2), -d))
     _check_count("fat tree: hosts per leaf", hosts_per_leaf, 1)
     if n % hosts_per_leaf:
-        raise ConfigError(f"fat tree: {n} hosts do not divide into leaves of {hosts_per_leaf}; pick a divisor of {n}")
+        raise ConfigError(
+            f"fat tree: {n} hosts do not divide into leaves of {hosts_per_leaf}; pick a divisor of {n}"
+        )
     leaves, spines = n // hosts_per_leaf, hosts_per_leaf
     g = nx.DiGraph()
     g.add_nodes_from(range(n))
@@ -316,7 +370,9 @@ def fat_tree(n: int, hosts_per_leaf: int | None = None, bytes_per_s: float = DEF
         for leaf in range(leaves):
             for s in range(spines):
                 _add_link(g, f"leaf{leaf}", f"spine{s}", bytes_per_s, latency_s)
-    t = Topology(f"fattree{n}", "fattree", g, tuple(range(n)), _default_ports(ports, 1), switched=True)
+    t = Topology(
+        f"fattree{n}", "fattree", g, tuple(range(n)), _default_ports(ports, 1), switched=True
+    )
     t._cache["fat"] = (hosts_per_leaf, spines)
     return t
 
@@ -338,8 +394,12 @@ def parse_dims(text: str) -> tuple[int, ...]:
     return tuple(int(g) for g in m.groups() if g is not None)
 
 
-def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, latency_s: float = DEFAULT_LATENCY_S,
-                   ports: int | None = None) -> Topology:
+def from_edge_list(
+    path: str | Path,
+    bytes_per_s: float = DEFAULT_BYTES_PER_S,
+    latency_s: float = DEFAULT_LATENCY_S,
+    ports: int | None = None,
+) -> Topology:
     """User topology from an edge-list file.
 
     One cable per line, ``u v [GB/s [latency_us]]`` (bidirectional; missing figures take the
@@ -356,7 +416,9 @@ def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, l
         (3, (50000000000.0, 2e-06))
     """
     p = Path(path)
-    lines = read_text(p, "topology file", hint="give an edge list 'u v [GB/s [latency_us]]' per line").splitlines()
+    lines = read_text(
+        p, "topology file", hint="give an edge list 'u v [GB/s [latency_us]]' per line"
+    ).splitlines()
     _check_link(bytes_per_s, latency_s)
     edges, switches = [], set()
     for lineno, raw in enumerate(lines, start=1):
@@ -378,11 +440,17 @@ def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, l
             raise ConfigError(
                 f"topology file '{path}' line {lineno}: bandwidth and latency must be numbers (got {line!r})"
             ) from None
-        if not (math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0):  # NaN fails every comparison
-            raise ConfigError(f"topology file '{path}' line {lineno}: need a finite GB/s > 0 and a finite "
-                              f"latency_us >= 0 (got {line!r})")
+        if not (
+            math.isfinite(bw) and bw > 0 and math.isfinite(lat) and lat >= 0
+        ):  # NaN fails every comparison
+            raise ConfigError(
+                f"topology file '{path}' line {lineno}: need a finite GB/s > 0 and a finite "
+                f"latency_us >= 0 (got {line!r})"
+            )
         if parts[0] == parts[1]:
-            raise ConfigError(f"topology file '{path}' line {lineno}: self-loop {parts[0]} -- {parts[1]}")
+            raise ConfigError(
+                f"topology file '{path}' line {lineno}: self-loop {parts[0]} -- {parts[1]}"
+            )
         edges.append((parts[0], parts[1], bw, lat))
     if not edges:
         raise ConfigError(f"topology file '{path}': no edges found")
@@ -395,7 +463,14 @@ def from_edge_list(path: str | Path, bytes_per_s: float = DEFAULT_BYTES_PER_S, l
     sw = {conv(s) for s in switches}
     hosts = tuple(sorted((n for n in g if n not in sw), key=lambda n: (str(type(n)), n)))
     degree = max(sum(1 for v in g.successors(h)) for h in hosts)
-    return Topology(p.stem, "custom", g, hosts, _default_ports(ports, degree if not sw else 1), switched=bool(sw))
+    return Topology(
+        p.stem,
+        "custom",
+        g,
+        hosts,
+        _default_ports(ports, degree if not sw else 1),
+        switched=bool(sw),
+    )
 
 
 def parse_topology(
@@ -421,8 +496,14 @@ def parse_topology(
     text = str(spec).strip()
     kind, _, size = text.partition(":")
     kind = kind.lower().replace("-", "").replace("_", "")
-    aliases = {"ring": "ring", "mesh": "mesh", "mesh2d": "mesh", "torus": "torus", "torus2d": "torus",
-               "fattree": "fattree"}
+    aliases = {
+        "ring": "ring",
+        "mesh": "mesh",
+        "mesh2d": "mesh",
+        "torus": "torus",
+        "torus2d": "torus",
+        "fattree": "fattree",
+    }
     if kind not in aliases:
         if Path(text).exists():
             return from_edge_list(text, bytes_per_s, latency_s, ports)
@@ -440,15 +521,20 @@ def parse_topology(
                 ) from None
         if nodes is None:
             raise ConfigError(f"topology '{kind}' needs a node count: --nodes N (or '{kind}:N')")
-        return ring(nodes, bytes_per_s, latency_s, ports) if kind == "ring" else fat_tree(
-            nodes, None, bytes_per_s, latency_s, ports)
+        return (
+            ring(nodes, bytes_per_s, latency_s, ports)
+            if kind == "ring"
+            else fat_tree(nodes, None, bytes_per_s, latency_s, ports)
+        )
     if size:
         dims = size
     if dims is None and nodes is not None and math.isqrt(nodes) ** 2 == nodes:
         dims = (math.isqrt(nodes), math.isqrt(nodes))
     if dims is None:
-        raise ConfigError(f"topology '{kind}' needs dimensions: --dims RxC (or '{kind}:RxC'), as in 4x4, or XxYxZ "
-                          "for a 3-D grid")
+        raise ConfigError(
+            f"topology '{kind}' needs dimensions: --dims RxC (or '{kind}:RxC'), as in 4x4, or XxYxZ "
+            "for a 3-D grid"
+        )
     dims = parse_dims(dims) if isinstance(dims, str) else tuple(dims)
     if len(dims) == 3:
         return grid3d(kind, dims, bytes_per_s, latency_s, ports)

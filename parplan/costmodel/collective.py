@@ -37,7 +37,9 @@ class Collective:
     topology: str
     ports: int | None = None
 
-    def allreduce_seconds(self, hosts: int, bytes_: float, bytes_per_s: float, latency_s: float) -> float:
+    def allreduce_seconds(
+        self, hosts: int, bytes_: float, bytes_per_s: float, latency_s: float
+    ) -> float:
         """Seconds to all-reduce ``bytes_`` over ``hosts`` hosts of this topology kind."""
         if hosts <= 1 or bytes_ <= 0:
             return 0.0
@@ -57,15 +59,21 @@ def parse_collective(text: str) -> Collective:
         )
     valid = [a.value for a in Algorithm]
     if parts[0] not in valid:
-        raise HardwareError(f"collective '{text}': unknown algorithm '{parts[0]}'; valid: {', '.join(valid)}")
+        raise HardwareError(
+            f"collective '{text}': unknown algorithm '{parts[0]}'; valid: {', '.join(valid)}"
+        )
     if parts[1] not in KINDS:
-        raise HardwareError(f"collective '{text}': unknown topology '{parts[1]}'; valid: {', '.join(KINDS)}")
+        raise HardwareError(
+            f"collective '{text}': unknown topology '{parts[1]}'; valid: {', '.join(KINDS)}"
+        )
     ports = None
     if len(parts) == 3:
         try:
             ports = int(parts[2])
         except ValueError:
-            raise HardwareError(f"collective '{text}': ports must be an integer 1-4 (got '{parts[2]}')") from None
+            raise HardwareError(
+                f"collective '{text}': ports must be an integer 1-4 (got '{parts[2]}')"
+            ) from None
         if not 1 <= ports <= 4:
             raise HardwareError(f"collective '{text}': ports must be 1-4 (got {ports})")
     return Collective(parts[0], parts[1], ports)
@@ -80,7 +88,9 @@ def _grid(n: int) -> tuple[int, int] | None:
 
 
 @lru_cache(maxsize=4096)
-def _allreduce(c: Collective, hosts: int, bytes_: float, bytes_per_s: float, latency_s: float) -> float:
+def _allreduce(
+    c: Collective, hosts: int, bytes_: float, bytes_per_s: float, latency_s: float
+) -> float:
     from parplan.collectives.allreduce import allreduce_seconds
 
     return allreduce_seconds(c.algorithm, _topology(c, hosts, bytes_per_s, latency_s), bytes_)

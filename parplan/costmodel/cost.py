@@ -58,8 +58,14 @@ RECEIVE_EPS = 1e-9
 #: Sub-intervals on which a relaxation's interval state bounds the compute part of max(T_1, T_2).
 RELAX_STEPS = 8
 #: The compiled core's choice codes (``_pricing.c``'s ``C_*``): the types, then the join layouts.
-CHOICE_CODE = {PartitionType.BATCH: 0, PartitionType.IN: 1, PartitionType.OUT: 2, Layout.ROWS: 3, Layout.COLS: 4,
-               Layout.WHOLE: 5}
+CHOICE_CODE = {
+    PartitionType.BATCH: 0,
+    PartitionType.IN: 1,
+    PartitionType.OUT: 2,
+    Layout.ROWS: 3,
+    Layout.COLS: 4,
+    Layout.WHOLE: 5,
+}
 #: Consumers of one tensor the region algebra takes (``_pricing.c``'s ``MAXC``: inclusion-exclusion
 #: over their subsets).
 REGION_MAX_CONSUMERS = 24
@@ -144,7 +150,9 @@ class SideSpec:
         raise ValueError("free shares are optimised, not fixed")
 
 
-def share_points(side: SideSpec, mode: ShareMode, grid: int = DEFAULT_SHARE_GRID) -> tuple[float, ...]:
+def share_points(
+    side: SideSpec, mode: ShareMode, grid: int = DEFAULT_SHARE_GRID
+) -> tuple[float, ...]:
     """The shares a node may take: ``{0, 1/grid, ..., 1}`` and the proportional share (free),
     or the one fixed share."""
     if mode is not ShareMode.FREE:
@@ -181,7 +189,9 @@ def _one_side(dims: LayerDims, choice: Choice, s: float) -> LayerDims:
 _DIMS_OF_AXIS = {"rows": "batch", "ins": "in_features", "outs": "out_features"}
 
 
-def receive_seconds(side: "SideSpec", i: int, elements: float, weight_elements: float = 0.0) -> float:
+def receive_seconds(
+    side: "SideSpec", i: int, elements: float, weight_elements: float = 0.0
+) -> float:
     """Seconds side ``i`` spends receiving ``elements`` at this split (docs/costmodel.md
     section 4): the link latency when it receives anything, plus the bytes at its receive
     bandwidth. With micro-batches (section 6.4) what moves per micro-batch (``elements`` less
@@ -268,9 +278,24 @@ class StateTable:
     def packed(self) -> np.ndarray:
         """The fields the compiled core reads, float64 ``(NF, S)`` (``_pricing.c``'s ``F_*``): lo,
         hi, work flags, give and need layouts, intra and per-step intra elements, extra seconds."""
-        return np.ascontiguousarray(np.vstack([self.lo, self.hi, self.has[0], self.has[1], self.give, self.need,
-                                               self.intra[0], self.intra[1], self.wintra[0], self.wintra[1],
-                                               self.extra]), dtype=float)
+        return np.ascontiguousarray(
+            np.vstack(
+                [
+                    self.lo,
+                    self.hi,
+                    self.has[0],
+                    self.has[1],
+                    self.give,
+                    self.need,
+                    self.intra[0],
+                    self.intra[1],
+                    self.wintra[0],
+                    self.wintra[1],
+                    self.extra,
+                ]
+            ),
+            dtype=float,
+        )
 
     @property
     def shares(self) -> np.ndarray:
@@ -278,17 +303,29 @@ class StateTable:
         return self.lo
 
     @classmethod
-    def build(cls, dims: LayerDims, covered: bool, choices: tuple[Choice, ...], shares, side: SideSpec,
-              in_reduction_elements: float | None = None, above: tuple[bool, bool] = (False, False)) -> "StateTable":
+    def build(
+        cls,
+        dims: LayerDims,
+        covered: bool,
+        choices: tuple[Choice, ...],
+        shares,
+        side: SideSpec,
+        in_reduction_elements: float | None = None,
+        above: tuple[bool, bool] = (False, False),
+    ) -> "StateTable":
         """The states ``choices x shares`` (choice-major) of a node with ``dims``; ``shares`` are
         floats (points) or :class:`ShareSet`. ``in_reduction_elements`` replaces the size of an
         IN split's partial-sum reduction (the layer's output) where a compat rule says so.
         ``above``: a split above divided the node's rows / output columns with work on both
         sides (its embedding tables' / layer norms' partials were reduced there)."""
-        return _cached_table(dims, covered, tuple(choices), tuple(shares), side, in_reduction_elements, tuple(above))
+        return _cached_table(
+            dims, covered, tuple(choices), tuple(shares), side, in_reduction_elements, tuple(above)
+        )
 
     @classmethod
-    def _build(cls, dims, covered, choices, shares, side, in_reduction_elements, above) -> "StateTable":
+    def _build(
+        cls, dims, covered, choices, shares, side, in_reduction_elements, above
+    ) -> "StateTable":
         """The table, priced by the compiled core (``_pricing.states``: sections 2, 5, 6, 6.3 and
         6.4), and on collective arrays the all-reduce of a BATCH gradient exchange here."""
         sets = [s if isinstance(s, ShareSet) else ShareSet.point(float(s)) for s in shares]
@@ -300,25 +337,58 @@ class StateTable:
         has = np.tile(np.array([ss.has for ss in sets], dtype=bool).T, len(choices)).reshape(2, n)
         out = np.empty((n, _pricing.NS + 2 * k))
         red = float("nan") if in_reduction_elements is None else float(in_reduction_elements)
-        params = (float(side.bytes_per_element), float(side.optimizer_bytes_per_param), float(side.zero_stage),
-                  float(side.micro_batches), float(side.collective is not None), red, float(above[0]),
-                  float(above[1]), float(k))
-        _pricing.states(*dims.core_figures(), code, lo, hi, has[0].astype(float), has[1].astype(float),
-                        (device_figures(side.devices[0]), device_figures(side.devices[1])), params, out)
+        params = (
+            float(side.bytes_per_element),
+            float(side.optimizer_bytes_per_param),
+            float(side.zero_stage),
+            float(side.micro_batches),
+            float(side.collective is not None),
+            red,
+            float(above[0]),
+            float(above[1]),
+            float(k),
+        )
+        _pricing.states(
+            *dims.core_figures(),
+            code,
+            lo,
+            hi,
+            has[0].astype(float),
+            has[1].astype(float),
+            (device_figures(side.devices[0]), device_figures(side.devices[1])),
+            params,
+            out,
+        )
         extra = np.zeros(n)
-        if side.collective is not None:  # a BATCH split's gradient all-reduce (collective.py), once here
+        if (
+            side.collective is not None
+        ):  # a BATCH split's gradient all-reduce (collective.py), once here
             bw = min(side.bytes_per_s) / side.ports
             for s in np.flatnonzero(out[:, _S_WEIGHTED] * has[0] * has[1]) if not covered else ():
-                x = side.collective.allreduce_seconds(side.hosts, out[s, _S_SIZE] * side.bytes_per_element, bw,
-                                                      side.latency_s)
+                x = side.collective.allreduce_seconds(
+                    side.hosts, out[s, _S_SIZE] * side.bytes_per_element, bw, side.latency_s
+                )
                 extra[s] = x * allreduce_factor(side.zero_stage, side.micro_batches)
         give = np.repeat([LAYOUT_CODE[ports(c).give_out] for c in choices], len(sets))
         need = np.repeat([LAYOUT_CODE[ports(c).need_in] for c in choices], len(sets))
         ns = _pricing.NS
-        steps = np.ascontiguousarray(np.stack([out[:, ns:ns + k], out[:, ns + k:]]))
+        steps = np.ascontiguousarray(np.stack([out[:, ns : ns + k], out[:, ns + k :]]))
         pair = lambda a, b: np.ascontiguousarray(out[:, [a, b]].T)  # noqa: E731
-        return cls(tuple(c for c in choices for _ in sets), lo, hi, has, give, need, pair(0, 1), pair(2, 3),
-                   pair(4, 5), extra, steps, pair(6, 7))
+        return cls(
+            tuple(c for c in choices for _ in sets),
+            lo,
+            hi,
+            has,
+            give,
+            need,
+            pair(0, 1),
+            pair(2, 3),
+            pair(4, 5),
+            extra,
+            steps,
+            pair(6, 7),
+        )
+
 
 @functools.lru_cache(maxsize=1 << 14)
 def _cached_table(dims, covered, choices, shares, side, in_reduction_elements, above) -> StateTable:
@@ -354,8 +424,10 @@ class NodeTerms:
     weight: tuple[np.ndarray, np.ndarray] | tuple[float, float] = (0.0, 0.0)
 
     def times(self) -> tuple[np.ndarray, np.ndarray]:
-        return (overlap_time(self.compute[0], self.comm[0], self.weight[0]),
-                overlap_time(self.compute[1], self.comm[1], self.weight[1]))
+        return (
+            overlap_time(self.compute[0], self.comm[0], self.weight[0]),
+            overlap_time(self.compute[1], self.comm[1], self.weight[1]),
+        )
 
 
 #: The part of a node's work its weight traffic can hide behind (docs/costmodel.md section
@@ -372,13 +444,17 @@ def overlap_time(work, comm, weight):
     Numbers or arrays (broadcast); priced by the compiled core."""
     if not (np.ndim(work) or np.ndim(comm) or np.ndim(weight)):
         return _pricing.overlap(float(work), float(comm), float(weight))
-    w, c, g = (np.ascontiguousarray(x, dtype=float) for x in np.broadcast_arrays(work, comm, weight))
+    w, c, g = (
+        np.ascontiguousarray(x, dtype=float) for x in np.broadcast_arrays(work, comm, weight)
+    )
     out = np.empty(w.shape)
     _pricing.overlap(w, c, g, out)
     return out
 
 
-def output_groups(planning, dims: tuple[LayerDims, ...], u: int) -> list[tuple[float, tuple[int, ...]]]:
+def output_groups(
+    planning, dims: tuple[LayerDims, ...], u: int
+) -> list[tuple[float, tuple[int, ...]]]:
     """The tensors node ``u`` sends: (elements at ``dims``, consumers reading it). Consumers
     that read the same graph layer's output read one tensor."""
     groups: dict[str, tuple[float, list[int]]] = {}
@@ -390,7 +466,9 @@ def output_groups(planning, dims: tuple[LayerDims, ...], u: int) -> list[tuple[f
     return [(size, tuple(dict.fromkeys(vs))) for size, vs in groups.values()]
 
 
-def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True) -> NodeTerms:
+def node_terms(
+    tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True
+) -> NodeTerms:
     """Time terms of node ``u`` with its state index ``idx[u]`` and each consumer's ``idx[v]``
     (integer arrays that broadcast; ``tables[v]`` the :class:`StateTable` of node ``v``;
     ``groups`` from :func:`output_groups` at the root's sizes; ``regions`` every node's
@@ -410,11 +488,21 @@ def node_terms(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_p
     compute = (t.compute[0][iu], t.compute[1][iu])
     steps = (t.steps[0][iu], t.steps[1][iu]) if t.steps.shape[2] > 1 else None
     weight = (out[4], out[5]) if side.overlap else (0.0, 0.0)
-    return NodeTerms(compute, (out[2], out[3]), (out[0], out[1]), (t.intra[0][iu], t.intra[1][iu]), steps, weight)
+    return NodeTerms(
+        compute, (out[2], out[3]), (out[0], out[1]), (t.intra[0][iu], t.intra[1][iu]), steps, weight
+    )
 
 
-def node_values(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_pair: bool = True,
-                objective: "Objective" = None) -> np.ndarray:
+def node_values(
+    tables,
+    side: SideSpec,
+    groups,
+    u: int,
+    idx,
+    regions=None,
+    leaf_pair: bool = True,
+    objective: "Objective" = None,
+) -> np.ndarray:
     """``node_value(node_terms(...), objective)`` without a floor, in one pass of the compiled
     core over the grid (what the planners' factor tables hold; nothing but the values is
     stored). Same arguments as :func:`node_terms`; the array has the index grid's shape."""
@@ -422,12 +510,18 @@ def node_values(tables, side: SideSpec, groups, u: int, idx, regions=None, leaf_
     args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair)
     out = np.empty(int(np.prod(shape)) if shape else 1)
     steps = tables[u].steps
-    _pricing.values(*args, steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
-                    0 if objective is Objective.TIME else 1, out)
+    _pricing.values(
+        *args,
+        steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
+        0 if objective is Objective.TIME else 1,
+        out,
+    )
     return out.reshape(shape)
 
 
-def _core_args(tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: bool) -> tuple[tuple, tuple]:
+def _core_args(
+    tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: bool
+) -> tuple[tuple, tuple]:
     """(the compiled core's arguments but the output, the index grid's shape) for node ``u``'s
     terms (see :func:`node_terms`)."""
     consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
@@ -451,8 +545,16 @@ def _core_args(tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: 
                 if len(vs) > REGION_MAX_CONSUMERS:
                     raise TableTooLarge(
                         f"a tensor read by {len(vs)} consumers where they need other parts of it than its producer "
-                        f"holds: its areas take 2^{len(vs)} terms per state (limit {REGION_MAX_CONSUMERS} consumers)")
-                spec += [size, 1.0, len(vs), *(place[v] for v in vs), *g, *(x for mv in m for x in mv)]
+                        f"holds: its areas take 2^{len(vs)} terms per state (limit {REGION_MAX_CONSUMERS} consumers)"
+                    )
+                spec += [
+                    size,
+                    1.0,
+                    len(vs),
+                    *(place[v] for v in vs),
+                    *g,
+                    *(x for mv in m for x in mv),
+                ]
     ix = [idx[w] for w in scope]
     shape = np.broadcast_shapes(*(np.shape(i) for i in ix)) if any(np.ndim(i) for i in ix) else ()
     nd = len(shape)
@@ -462,15 +564,28 @@ def _core_args(tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: 
         pad = (1,) * (nd - a.ndim) + a.shape
         indices.append(a)
         strides += [0 if n == 1 else s // 8 for n, s in zip(pad, (0,) * (nd - a.ndim) + a.strides)]
-    return (tuple(tables[w].packed for w in scope), tuple(indices), tuple(strides), tuple(shape),
-            np.array(spec, dtype=float), _side_tuple(side, leaf_pair)), tuple(shape)
+    return (
+        tuple(tables[w].packed for w in scope),
+        tuple(indices),
+        tuple(strides),
+        tuple(shape),
+        np.array(spec, dtype=float),
+        _side_tuple(side, leaf_pair),
+    ), tuple(shape)
 
 
 def _side_tuple(side: SideSpec, leaf_pair: bool) -> tuple[float, ...]:
     """The split's figures the core reads (``_pricing.relayout``'s ``side``)."""
-    return (float(side.bytes_per_element), float(side.bytes_per_s[0]), float(side.bytes_per_s[1]),
-            float(side.latency_s), float(side.micro_batches), float(side.zero_stage), float(side.overlap),
-            float(leaf_pair))
+    return (
+        float(side.bytes_per_element),
+        float(side.bytes_per_s[0]),
+        float(side.bytes_per_s[1]),
+        float(side.latency_s),
+        float(side.micro_batches),
+        float(side.zero_stage),
+        float(side.overlap),
+        float(leaf_pair),
+    )
 
 
 def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
@@ -484,7 +599,9 @@ def node_value(terms: NodeTerms, objective: Objective, floor: float = 0.0):
         s1, s2 = terms.steps
         c1, c2 = np.asarray(terms.comm[0])[..., None], np.asarray(terms.comm[1])[..., None]
         w1, w2 = np.asarray(terms.weight[0])[..., None], np.asarray(terms.weight[1])[..., None]
-        t = np.maximum(overlap_time(s1[..., :-1], c1, w1), overlap_time(s2[..., 1:], c2, w2)).min(axis=-1)
+        t = np.maximum(overlap_time(s1[..., :-1], c1, w1), overlap_time(s2[..., 1:], c2, w2)).min(
+            axis=-1
+        )
         return floored_time(t, floor)
     t1, t2 = terms.times()
     return floored_time(np.maximum(t1, t2), floor)
@@ -496,8 +613,12 @@ def cuts_below(above, split) -> tuple[tuple[bool, bool], ...]:
     out = []
     for (rows, cols), c, a in zip(above, split.choices, split.shares):
         both = 0.0 < a < 1.0
-        out.append((rows or (both and "rows" in split_axes(c)),
-                    cols or (both and ports(c).give_out is Layout.COLS)))
+        out.append(
+            (
+                rows or (both and "rows" in split_axes(c)),
+                cols or (both and ports(c).give_out is Layout.COLS),
+            )
+        )
     return tuple(out)
 
 

@@ -97,22 +97,47 @@ class Device:
 KIND_CODE = {"gemm": 0, "conv": 1, "attention": 2}
 
 
-def roofline_seconds(flops: float, traffic_bytes: float, device: Device, kind: str = "gemm",
-                     kernels: int = 0) -> float:
+def roofline_seconds(
+    flops: float, traffic_bytes: float, device: Device, kind: str = "gemm", kernels: int = 0
+) -> float:
     """max(FLOPs / (e_kind * peak), bytes / (m * HBM bandwidth), kernels * t0): the roofline
     with a launch roof (docs/costmodel.md section 5), priced by the compiled core."""
-    return core.roofline(float(flops), float(traffic_bytes), device_figures(device), KIND_CODE[kind], int(kernels))
+    return core.roofline(
+        float(flops), float(traffic_bytes), device_figures(device), KIND_CODE[kind], int(kernels)
+    )
 
 
-def op_seconds(op: ElementOp, size: float, device: Device, bytes_per_element: float, micro_batches: int = 1,
-               recompute: bool = False) -> float:
+def op_seconds(
+    op: ElementOp,
+    size: float,
+    device: Device,
+    bytes_per_element: float,
+    micro_batches: int = 1,
+    recompute: bool = False,
+) -> float:
     """Training time of element-wise op ``op`` on ``size`` units of what it is counted per
     (docs/costmodel.md section 5): its roofline with a forward and a backward kernel per
     micro-batch, and its forward again under recomputation (a third of its FLOPs, half its
     traffic, one kernel per micro-batch; section 6.3). Priced by the compiled core, as a layer
     of ``size`` units that carries only ``op``."""
-    dims = (float(size), 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, float(recompute), float(micro_batches))
-    return core.compute(dims, _ops_figures((op,)), (), device_figures(device), float(bytes_per_element))
+    dims = (
+        float(size),
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+        1.0,
+        0.0,
+        1.0,
+        1.0,
+        1.0,
+        float(recompute),
+        float(micro_batches),
+    )
+    return core.compute(
+        dims, _ops_figures((op,)), (), device_figures(device), float(bytes_per_element)
+    )
 
 
 _DEVICES: dict[int, tuple[Device, tuple[float, ...]]] = {}
@@ -126,10 +151,15 @@ def device_figures(device: Device) -> tuple[float, ...]:
     if hit is not None and hit[0] is device:
         return hit[1]
     nan = float("nan")
-    figures = (float(device.flops_per_s), float(device.memory_bytes_per_s), float(device.efficiency),
-               nan if device.conv_efficiency is None else float(device.conv_efficiency),
-               nan if device.attention_efficiency is None else float(device.attention_efficiency),
-               float(device.memory_efficiency), float(device.kernel_overhead_s))
+    figures = (
+        float(device.flops_per_s),
+        float(device.memory_bytes_per_s),
+        float(device.efficiency),
+        nan if device.conv_efficiency is None else float(device.conv_efficiency),
+        nan if device.attention_efficiency is None else float(device.attention_efficiency),
+        float(device.memory_efficiency),
+        float(device.kernel_overhead_s),
+    )
     if len(_DEVICES) > 4096:
         _DEVICES.clear()
     _DEVICES[id(device)] = (device, figures)
@@ -143,8 +173,17 @@ def _ops_figures(ops: tuple) -> tuple[float, ...]:
     hit = _OPS.get(id(ops))
     if hit is not None and hit[0] is ops:
         return hit[1]
-    figures = tuple(float(x) for op in ops for x in (op.flops, op.traffic, op.stored, op.row_exchange,
-                                                     KIND_CODE.get(op.kind or "gemm", 0)))
+    figures = tuple(
+        float(x)
+        for op in ops
+        for x in (
+            op.flops,
+            op.traffic,
+            op.stored,
+            op.row_exchange,
+            KIND_CODE.get(op.kind or "gemm", 0),
+        )
+    )
     if len(_OPS) > 65536:
         _OPS.clear()
     _OPS[id(ops)] = (ops, figures)
@@ -189,14 +228,23 @@ class LayerDims:
     @property
     def flops(self) -> float:
         """FLOPs of forward + backward + gradient of the weighted product (0 for a join)."""
-        return (6.0 * self.active * self.batch * self.out_features * self.out_spatial * self.in_features * self.kernel
-                / self.groups)
+        return (
+            6.0
+            * self.active
+            * self.batch
+            * self.out_features
+            * self.out_spatial
+            * self.in_features
+            * self.kernel
+            / self.groups
+        )
 
     @property
     def op_flops(self) -> float:
         """Training FLOPs of the carried element-wise ops (attention cores)."""
-        return (self.out_elements * sum(op.flops for op in self.out_ops)
-                + self.in_elements * sum(op.flops for op in self.in_ops))
+        return self.out_elements * sum(op.flops for op in self.out_ops) + self.in_elements * sum(
+            op.flops for op in self.in_ops
+        )
 
     @property
     def total_flops(self) -> float:
@@ -206,8 +254,10 @@ class LayerDims:
     def weight_elements(self) -> float:
         """|W| = |dW| = Di * Do * kh*kw / groups, plus the embedding tables the node reads
         (``tables * Di``; biases and norm parameters are not counted)."""
-        return (self.experts * self.in_features * self.out_features * self.kernel / self.groups
-                + self.tables * self.in_features)
+        return (
+            self.experts * self.in_features * self.out_features * self.kernel / self.groups
+            + self.tables * self.in_features
+        )
 
     @property
     def row_exchange_elements(self) -> float:
@@ -233,8 +283,11 @@ class LayerDims:
         if self.recompute:  # the checkpoint: the product's input, before any dispatch to experts
             return self.in_elements / m if self.kernel else 0.0
         own = self.active * self.in_elements if self.kernel else 0.0
-        return (own + self.out_elements * sum(op.stored for op in self.out_ops)
-                + self.in_elements * sum(op.stored for op in self.in_ops)) / m
+        return (
+            own
+            + self.out_elements * sum(op.stored for op in self.out_ops)
+            + self.in_elements * sum(op.stored for op in self.in_ops)
+        ) / m
 
     def compute_seconds(self, device: Device, bytes_per_element: float) -> float:
         """Time of one training step of this node on ``device`` (docs/costmodel.md section 5):
@@ -244,30 +297,62 @@ class LayerDims:
         compiled core."""
         return core.compute(*self.core_figures(), device_figures(device), float(bytes_per_element))
 
-    def memory_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
+    def memory_bytes(
+        self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
+    ) -> float:
         """Bytes a device holding these sizes keeps: weights and gradients (``bytes_per_element``
         each), optimizer state, stored activations (docs/costmodel.md section 6). With ZeRO
         stage ``zero`` (section 6.1) the optimizer state (stage >= 1), the gradients (>= 2) and the
         weights (3) of a weight replicated by BATCH splits are sharded over its replicas: a holder
         keeps ``replica`` of them. Priced by the compiled core."""
-        return core.memory(*self.core_figures(), float(bytes_per_element), float(optimizer_bytes_per_param), int(zero))
+        return core.memory(
+            *self.core_figures(),
+            float(bytes_per_element),
+            float(optimizer_bytes_per_param),
+            int(zero),
+        )
 
-    def state_bytes(self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0) -> float:
+    def state_bytes(
+        self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
+    ) -> float:
         """The part of :meth:`memory_bytes` that does not depend on the batch: weights, gradients
         and optimizer state (section 6); the rest is stored activations, held per micro-batch in
         flight (a pipeline stage holds several, docs/costmodel.md section 11)."""
         sizes, out_ops, in_ops = self.core_figures()
-        return core.memory((0.0,) + sizes[1:], out_ops, in_ops, float(bytes_per_element),
-                           float(optimizer_bytes_per_param), int(zero))
+        return core.memory(
+            (0.0,) + sizes[1:],
+            out_ops,
+            in_ops,
+            float(bytes_per_element),
+            float(optimizer_bytes_per_param),
+            int(zero),
+        )
 
     def core_figures(self) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
         """(sizes, carried output ops, carried input ops) as the compiled core reads them."""
-        return ((float(self.batch), float(self.in_features), float(self.out_features), float(self.in_spatial),
-                 float(self.out_spatial), float(self.kernel), float(self.groups), float(self.tables),
-                 float(self.experts), float(self.active), float(self.replica), float(self.recompute),
-                 float(self.micro_batches)), _ops_figures(self.out_ops), _ops_figures(self.in_ops))
+        return (
+            (
+                float(self.batch),
+                float(self.in_features),
+                float(self.out_features),
+                float(self.in_spatial),
+                float(self.out_spatial),
+                float(self.kernel),
+                float(self.groups),
+                float(self.tables),
+                float(self.experts),
+                float(self.active),
+                float(self.replica),
+                float(self.recompute),
+                float(self.micro_batches),
+            ),
+            _ops_figures(self.out_ops),
+            _ops_figures(self.in_ops),
+        )
 
-    def scaled(self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0) -> "LayerDims":
+    def scaled(
+        self, batch: float = 1.0, in_features: float = 1.0, out_features: float = 1.0
+    ) -> "LayerDims":
         """A copy with B, Di, Do multiplied by the given factors. (Built without the frozen
         dataclass's ``__init__``, which costs twice as much: planners and bounds scale dims
         millions of times. The instance dict holds exactly the fields: no cached properties.)"""
@@ -299,7 +384,11 @@ def element_op(graph: Graph, name: str) -> ElementOp:
     info = graph.analyze()
     layer = graph.layer(name)
     flops, traffic, stored = layer.training_cost(list(info.in_shapes[name]), info.out_shape[name])
-    exchange = ROW_STATISTICS.get(layer.kind, 0.0) * info.out_shape[name].spatial if isinstance(layer, Norm) else 0.0
+    exchange = (
+        ROW_STATISTICS.get(layer.kind, 0.0) * info.out_shape[name].spatial
+        if isinstance(layer, Norm)
+        else 0.0
+    )
     kind = "attention" if isinstance(layer, Attention) else ""
     return ElementOp(name, float(flops), float(traffic), float(stored), exchange, kind)
 
@@ -329,8 +418,18 @@ def layer_dims(graph: Graph, name: str, batch: float) -> LayerDims:
     x, y = info.in_shapes[name][0], info.out_shape[name]
     tables = float(sum(graph.layer(s).num for s in lookups_read(graph, name)))
     if layer.weighted:
-        return LayerDims(batch, x.channels, y.channels, x.spatial, y.spatial, layer.kernel_elements(), layer.groups,
-                         tables=tables, experts=getattr(layer, "experts", 1), active=getattr(layer, "top_k", 1))
+        return LayerDims(
+            batch,
+            x.channels,
+            y.channels,
+            x.spatial,
+            y.spatial,
+            layer.kernel_elements(),
+            layer.groups,
+            tables=tables,
+            experts=getattr(layer, "experts", 1),
+            active=getattr(layer, "top_k", 1),
+        )
     return LayerDims(batch, y.channels, y.channels, y.spatial, y.spatial, 0, tables=tables)
 
 
@@ -362,5 +461,19 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
     return out
 
 
-__all__ = ["Device", "ElementOp", "INPUT", "LayerDims", "LayerProfile", "WEIGHTED_TRAFFIC", "element_op", "lookups_read",
-           "layer_dims", "layer_profiles", "roofline_seconds", "op_seconds", "device_figures", "KIND_CODE"]
+__all__ = [
+    "Device",
+    "ElementOp",
+    "INPUT",
+    "LayerDims",
+    "LayerProfile",
+    "WEIGHTED_TRAFFIC",
+    "element_op",
+    "lookups_read",
+    "layer_dims",
+    "layer_profiles",
+    "roofline_seconds",
+    "op_seconds",
+    "device_figures",
+    "KIND_CODE",
+]

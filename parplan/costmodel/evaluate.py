@@ -42,9 +42,20 @@ if TYPE_CHECKING:  # pandas is imported on demand (breakdown): pricing a plan do
     import pandas as pd
 
 _COLUMNS = [
-    "level", "depth", "node", "choice", "share",
-    "child_s_1", "child_s_2", "intra_elements_1", "intra_elements_2",
-    "transition_elements_1", "transition_elements_2", "comm_s_1", "comm_s_2", "time_s",
+    "level",
+    "depth",
+    "node",
+    "choice",
+    "share",
+    "child_s_1",
+    "child_s_2",
+    "intra_elements_1",
+    "intra_elements_2",
+    "transition_elements_1",
+    "transition_elements_2",
+    "comm_s_1",
+    "comm_s_2",
+    "time_s",
 ]
 
 
@@ -66,9 +77,11 @@ class Evaluation:
 
     def __repr__(self) -> str:
         """One line; ``rows`` and ``breakdown`` hold the details."""
-        return (f"Evaluation(step_time_s={self.step_time_s:.6g}, nodes={len(self.node_time_s)}, "
-                f"communication_bytes={self.communication_bytes:.6g}, devices={len(self.device_memory_bytes)}, "
-                f"peak_memory_bytes={self.peak_memory_bytes:.6g})")
+        return (
+            f"Evaluation(step_time_s={self.step_time_s:.6g}, nodes={len(self.node_time_s)}, "
+            f"communication_bytes={self.communication_bytes:.6g}, devices={len(self.device_memory_bytes)}, "
+            f"peak_memory_bytes={self.peak_memory_bytes:.6g})"
+        )
 
     @cached_property
     def breakdown(self) -> pd.DataFrame:
@@ -91,12 +104,18 @@ class Evaluation:
     def level_communication(self) -> pd.Series:
         """Elements received (both sides) per split path."""
         b = self.breakdown
-        total = (b.intra_elements_1 + b.intra_elements_2 + b.transition_elements_1 + b.transition_elements_2)
+        total = (
+            b.intra_elements_1
+            + b.intra_elements_2
+            + b.transition_elements_1
+            + b.transition_elements_2
+        )
         return total.groupby(b.level, sort=False).sum()
 
 
-def memory_overruns(problem: Problem, evaluation: Evaluation,
-                    limit_bytes: float | None = None) -> list[tuple[str, str, float, float]]:
+def memory_overruns(
+    problem: Problem, evaluation: Evaluation, limit_bytes: float | None = None
+) -> list[tuple[str, str, float, float]]:
     """Devices whose memory need exceeds their capacity: ``(leaf path, device kind, need
     bytes, capacity bytes)``, largest overrun first. ``limit_bytes`` is one capacity for every
     device; None means each device's own memory (docs/costmodel.md section 6)."""
@@ -121,8 +140,10 @@ def check_plan(problem: Problem, plan: Plan) -> None:
     if not isinstance(problem, Problem):
         raise ConfigError(f"evaluate: problem must be a Problem (got {type(problem).__name__})")
     if not isinstance(plan, Plan):
-        raise ConfigError(f"evaluate: plan must be a Plan (got {type(plan).__name__}); "
-                          "plans come from parplan.plan, parplan.solve or parplan.load_plan")
+        raise ConfigError(
+            f"evaluate: plan must be a Plan (got {type(plan).__name__}); "
+            "plans come from parplan.plan, parplan.solve or parplan.load_plan"
+        )
     pg = problem.planning
     n = len(pg.nodes)
     for path, split in plan.splits.items():
@@ -150,8 +171,21 @@ def evaluate(problem: Problem, plan: Plan, node_memory: bool = False) -> Evaluat
     leaf_compute = np.zeros(n)
     memory: dict[str, float] = {}
     detail: dict | None = {} if node_memory else None
-    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, rows, leaf_compute, memory,
-                  (False,) * n, None, None, detail=detail)
+    times = _eval(
+        problem,
+        problem.array,
+        "",
+        0,
+        problem.root_dims(),
+        plan,
+        rows,
+        leaf_compute,
+        memory,
+        (False,) * n,
+        None,
+        None,
+        detail=detail,
+    )
     comm = float(sum(r[7] + r[8] + r[9] + r[10] for r in rows))
     return Evaluation(
         step_time_s=float(times.sum()),
@@ -177,14 +211,22 @@ def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
             out[path] = sum(_leaf_memory(problem, dims))
             return
         if path not in plan.splits:
-            raise ConfigError(f"plan has no split for group '{path or 'root'}' of array {problem.array.describe()}")
+            raise ConfigError(
+                f"plan has no split for group '{path or 'root'}' of array {problem.array.describe()}"
+            )
         split = plan.splits[path]
         pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
         left, right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
         start = len(out)
         walk(group.left, path + "L", left)
-        if left == right and signature(group.left) == signature(group.right) and _same_below(plan, path):
-            _copy_half(path, [], 0, out, start, None)  # sizes alike below: the same memory under the right's paths
+        if (
+            left == right
+            and signature(group.left) == signature(group.right)
+            and _same_below(plan, path)
+        ):
+            _copy_half(
+                path, [], 0, out, start, None
+            )  # sizes alike below: the same memory under the right's paths
         else:
             walk(group.right, path + "R", right)
 
@@ -201,23 +243,54 @@ def node_times(problem: Problem, plan: Plan, nodes) -> dict[int, float]:
     n = len(problem.planning.nodes)
     subset = frozenset(int(v) for v in nodes)
     needed = subset.union(*(problem.planning.succs[v] for v in subset))
-    times = _eval(problem, problem.array, "", 0, problem.root_dims(), plan, [], np.zeros(n), {}, (False,) * n,
-                  None, None, subset, needed)
+    times = _eval(
+        problem,
+        problem.array,
+        "",
+        0,
+        problem.root_dims(),
+        plan,
+        [],
+        np.zeros(n),
+        {},
+        (False,) * n,
+        None,
+        None,
+        subset,
+        needed,
+    )
     return {v: float(times[v]) for v in subset}
 
 
-def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple[LayerDims, ...],
-          plan: Plan, rows: list, leaf_compute: np.ndarray, memory: dict, covered: tuple[bool, ...],
-          regions, above, nodes: frozenset | None = None, needed: frozenset | None = None,
-          detail: dict | None = None) -> np.ndarray:
+def _eval(
+    problem: Problem,
+    group: ArrayNode,
+    path: str,
+    depth: int,
+    dims: tuple[LayerDims, ...],
+    plan: Plan,
+    rows: list,
+    leaf_compute: np.ndarray,
+    memory: dict,
+    covered: tuple[bool, ...],
+    regions,
+    above,
+    nodes: frozenset | None = None,
+    needed: frozenset | None = None,
+    detail: dict | None = None,
+) -> np.ndarray:
     """Every node's time at ``group`` (with ``nodes``: theirs, zeros elsewhere, and no memory;
     ``needed``: ``nodes`` and their consumers, whose sizes and regions their terms read)."""
     pg = problem.planning
     bpe = problem.bytes_per_element
     if group.is_leaf:
         device = group.device.as_device()
-        t = np.array([d.compute_seconds(device, bpe) if nodes is None or v in nodes else 0.0
-                      for v, d in enumerate(dims)])
+        t = np.array(
+            [
+                d.compute_seconds(device, bpe) if nodes is None or v in nodes else 0.0
+                for v, d in enumerate(dims)
+            ]
+        )
         np.maximum(leaf_compute, t, out=leaf_compute)
         if nodes is None:
             each = _leaf_memory(problem, dims)
@@ -234,25 +307,67 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         )
     split = plan.splits[path]
     has_collective = problem.array.collective is not None
-    sp = SplitProblem(pg, dims, problem.side_spec(group), path, None, covered if has_collective else None,
-                      regions, problem.root_dims(), bool(group.left.is_leaf and group.right.is_leaf), above)
+    sp = SplitProblem(
+        pg,
+        dims,
+        problem.side_spec(group),
+        path,
+        None,
+        covered if has_collective else None,
+        regions,
+        problem.root_dims(),
+        bool(group.left.is_leaf and group.right.is_leaf),
+        above,
+    )
     terms = split_terms(sp, split.choices, split.shares, nodes)
-    pairs = [scale_for_sides(d, c, a) if needed is None or v in needed else (d, d)
-             for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares))]
+    pairs = [
+        scale_for_sides(d, c, a) if needed is None or v in needed else (d, d)
+        for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares))
+    ]
     below = covered_below(covered, split, has_collective)
     left, right = sp.child_regions(split, needed)
     cuts = sp.child_cuts(split)
     dims_left, dims_right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
     rows_from, memory_from = len(rows), len(memory)
-    t_left = _eval(problem, group.left, path + "L", depth + 1, dims_left, plan, rows,
-                   leaf_compute, memory, below, left, cuts, nodes, needed, detail)
+    t_left = _eval(
+        problem,
+        group.left,
+        path + "L",
+        depth + 1,
+        dims_left,
+        plan,
+        rows,
+        leaf_compute,
+        memory,
+        below,
+        left,
+        cuts,
+        nodes,
+        needed,
+        detail,
+    )
     if _interchangeable(problem, group, path, plan, dims_left, dims_right, left, right):
         # the right half is the left one moved: the same times, rows and memory under its own paths
         t_right = t_left
         _copy_half(path, rows, rows_from, memory, memory_from, detail)
     else:
-        t_right = _eval(problem, group.right, path + "R", depth + 1, dims_right, plan, rows,
-                        leaf_compute, memory, below, right, cuts, nodes, needed, detail)
+        t_right = _eval(
+            problem,
+            group.right,
+            path + "R",
+            depth + 1,
+            dims_right,
+            plan,
+            rows,
+            leaf_compute,
+            memory,
+            below,
+            right,
+            cuts,
+            nodes,
+            needed,
+            detail,
+        )
     out = np.zeros(len(dims))
     for v, node in enumerate(pg.nodes):
         if nodes is not None and v not in nodes:
@@ -263,13 +378,30 @@ def _eval(problem: Problem, group: ArrayNode, path: str, depth: int, dims: tuple
         r1, r2 = float(tm.received[0]), float(tm.received[1])
         w1, w2 = float(tm.weight[0]), float(tm.weight[1])
         out[v] = max(overlap_time(t_left[v], s1, w1), overlap_time(t_right[v], s2, w2))
-        rows.append((path, depth, node.name, split.choices[v].value, split.shares[v], t_left[v], t_right[v],
-                     i1, i2, r1 - i1, r2 - i2, s1, s2, out[v]))
+        rows.append(
+            (
+                path,
+                depth,
+                node.name,
+                split.choices[v].value,
+                split.shares[v],
+                t_left[v],
+                t_right[v],
+                i1,
+                i2,
+                r1 - i1,
+                r2 - i2,
+                s1,
+                s2,
+                out[v],
+            )
+        )
     return out
 
 
-def _interchangeable(problem: Problem, group: ArrayNode, path: str, plan: Plan, dims_left, dims_right,
-                     left, right) -> bool:
+def _interchangeable(
+    problem: Problem, group: ArrayNode, path: str, plan: Plan, dims_left, dims_right, left, right
+) -> bool:
     """Whether a split's two halves price alike: interchangeable groups (equal signatures), the
     same sizes, regions that translate into each other (docs/costmodel.md section 3: every
     amount depends only on where the boxes lie relative to one another) and the same plan below
@@ -285,17 +417,26 @@ def _interchangeable(problem: Problem, group: ArrayNode, path: str, plan: Plan, 
 def _same_below(plan: Plan, path: str) -> bool:
     """Whether the splits below ``path``'s right half are those below its left half."""
     n = len(path) + 1
-    return all(plan.splits.get(path + "R" + key[n:]) == split for key, split in plan.splits.items()
-               if key.startswith(path + "L"))
+    return all(
+        plan.splits.get(path + "R" + key[n:]) == split
+        for key, split in plan.splits.items()
+        if key.startswith(path + "L")
+    )
 
 
 def _leaf_memory(problem: Problem, dims: tuple[LayerDims, ...]) -> list[float]:
     """Each node's memory on one device that keeps ``dims`` of it (docs/costmodel.md section 6)."""
-    bpe, opt, zero = problem.bytes_per_element, problem.optimizer_bytes_per_param, problem.zero_stage
+    bpe, opt, zero = (
+        problem.bytes_per_element,
+        problem.optimizer_bytes_per_param,
+        problem.zero_stage,
+    )
     return [d.memory_bytes(bpe, opt, zero) for d in dims]
 
 
-def _copy_half(path: str, rows: list, rows_from: int, memory: dict, memory_from: int, detail: dict | None) -> None:
+def _copy_half(
+    path: str, rows: list, rows_from: int, memory: dict, memory_from: int, detail: dict | None
+) -> None:
     """Repeat what the left half of ``path``'s split added (``rows[rows_from:]``, the memory
     entries after the first ``memory_from``) for the right half, under its paths."""
     n = len(path) + 1
@@ -309,4 +450,8 @@ def _copy_half(path: str, rows: list, rows_from: int, memory: dict, memory_from:
 
 def price_of(ev: Evaluation, options: PlanOptions) -> float:
     """An evaluation in a planner's objective: the step time, or the elements moved."""
-    return ev.communication_elements if options.objective is Objective.COMMUNICATION else ev.step_time_s
+    return (
+        ev.communication_elements
+        if options.objective is Objective.COMMUNICATION
+        else ev.step_time_s
+    )

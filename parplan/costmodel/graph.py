@@ -56,7 +56,9 @@ def _pair(value, what: str, layer: str) -> tuple[int, int]:
     try:
         a, b = (int(v) for v in value)
     except (TypeError, ValueError):
-        raise GraphError(f"layer '{layer}': {what} must be an int or a pair of ints (got {value!r})") from None
+        raise GraphError(
+            f"layer '{layer}': {what} must be an int or a pair of ints (got {value!r})"
+        ) from None
     return a, b
 
 
@@ -104,7 +106,9 @@ class Layer:
 
     def _single(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) != 1:
-            raise GraphError(f"layer '{self.name}': {type(self).__name__} takes exactly 1 input (got {len(in_shapes)})")
+            raise GraphError(
+                f"layer '{self.name}': {type(self).__name__} takes exactly 1 input (got {len(in_shapes)})"
+            )
         return in_shapes[0]
 
 
@@ -177,7 +181,9 @@ class Linear(Layer):
         _positive(self.name, "experts", self.experts)
         _positive(self.name, "top_k", self.top_k)
         if self.top_k > self.experts:
-            raise GraphError(f"layer '{self.name}': top_k ({self.top_k}) exceeds experts ({self.experts})")
+            raise GraphError(
+                f"layer '{self.name}': top_k ({self.top_k}) exceeds experts ({self.experts})"
+            )
         if self.per_position:
             return Shape(self.out_features, x.height, x.width)
         if x.spatial != 1:
@@ -191,7 +197,9 @@ class Linear(Layer):
         return 1
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
-        return self.experts * (in_shapes[0].channels * self.out_features + (self.out_features if self.bias else 0))
+        return self.experts * (
+            in_shapes[0].channels * self.out_features + (self.out_features if self.bias else 0)
+        )
 
 
 @dataclass(frozen=True)
@@ -208,7 +216,9 @@ class Pool2d(Layer):
     def infer(self, in_shapes: list[Shape]) -> Shape:
         x = self._single(in_shapes)
         if self.mode not in ("max", "avg"):
-            raise GraphError(f"layer '{self.name}': pooling mode must be 'max' or 'avg' (got {self.mode!r})")
+            raise GraphError(
+                f"layer '{self.name}': pooling mode must be 'max' or 'avg' (got {self.mode!r})"
+            )
         if self.output_size is not None:
             oh, ow = _pair(self.output_size, "output_size", self.name)
             _positive(self.name, "output_size", min(oh, ow))
@@ -262,8 +272,10 @@ class Norm(Layer):
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         if self.kind not in NORM_KINDS:
-            raise GraphError(f"layer '{self.name}': norm kind must be one of {', '.join(NORM_KINDS)} "
-                             f"(got {self.kind!r})")
+            raise GraphError(
+                f"layer '{self.name}': norm kind must be one of {', '.join(NORM_KINDS)} "
+                f"(got {self.kind!r})"
+            )
         return self._single(in_shapes)
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
@@ -318,7 +330,9 @@ class Glu(Layer):
     def infer(self, in_shapes: list[Shape]) -> Shape:
         x = self._single(in_shapes)
         if x.channels % 2:
-            raise GraphError(f"layer '{self.name}': a gated unit needs an even channel count (got {x.channels})")
+            raise GraphError(
+                f"layer '{self.name}': a gated unit needs an even channel count (got {x.channels})"
+            )
         return Shape(x.channels // 2, x.height, x.width)
 
 
@@ -358,8 +372,10 @@ class PatchMerge(Layer):
         x = self._single(in_shapes)
         _positive(self.name, "block", self.block)
         if x.height % self.block or x.width % self.block:
-            raise GraphError(f"layer '{self.name}': a {x.height}x{x.width} input is not whole {self.block}x"
-                             f"{self.block} patches")
+            raise GraphError(
+                f"layer '{self.name}': a {x.height}x{x.width} input is not whole {self.block}x"
+                f"{self.block} patches"
+            )
         return Shape(x.channels * self.block**2, x.height // self.block, x.width // self.block)
 
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
@@ -451,7 +467,9 @@ class Attention(Layer):
         x = self._single(in_shapes)
         _positive(self.name, "heads", self.heads)
         if self.kv_heads < 0 or self.heads % self.key_heads:
-            raise GraphError(f"layer '{self.name}': kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+            raise GraphError(
+                f"layer '{self.name}': kv_heads ({self.kv_heads}) must divide heads ({self.heads})"
+            )
         parts = self.heads + 2 * self.key_heads
         if x.channels % parts:
             raise GraphError(
@@ -459,7 +477,9 @@ class Attention(Layer):
                 f"= {parts} x d; feed it the fused Q, K, V projection"
             )
         if self.window < 0 or self.window and x.spatial % self.window:
-            raise GraphError(f"layer '{self.name}': window ({self.window}) must divide the {x.spatial} positions")
+            raise GraphError(
+                f"layer '{self.name}': window ({self.window}) must divide the {x.spatial} positions"
+            )
         return Shape(x.channels // parts * self.heads, x.height, x.width)
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
@@ -524,7 +544,9 @@ class Mul(Layer):
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) != 2:
-            raise GraphError(f"layer '{self.name}': Mul takes exactly 2 inputs (got {len(in_shapes)})")
+            raise GraphError(
+                f"layer '{self.name}': Mul takes exactly 2 inputs (got {len(in_shapes)})"
+            )
         a, b = in_shapes
         big, small = (a, b) if a.elements >= b.elements else (b, a)
         if small != big and small != Shape(big.channels):
@@ -547,7 +569,9 @@ class Concat(Layer):
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) < 2:
-            raise GraphError(f"layer '{self.name}': Concat needs >= 2 inputs (got {len(in_shapes)})")
+            raise GraphError(
+                f"layer '{self.name}': Concat needs >= 2 inputs (got {len(in_shapes)})"
+            )
         first = in_shapes[0]
         for name, s in zip(self.inputs[1:], in_shapes[1:]):
             if (s.height, s.width) != (first.height, first.width):
@@ -580,12 +604,16 @@ def _layer_order(graph: str, layers) -> tuple[str, ...]:
     import heapq
 
     position = {layer.name: i for i, layer in enumerate(layers)}
-    sorter = graphlib.TopologicalSorter({layer.name: [s for s in layer.inputs if s != INPUT] for layer in layers})
+    sorter = graphlib.TopologicalSorter(
+        {layer.name: [s for s in layer.inputs if s != INPUT] for layer in layers}
+    )
     try:
         sorter.prepare()
     except graphlib.CycleError as exc:
         cycle = list(exc.args[1])  # [u, v, ..., u] along the data flow: u feeds v
-        raise GraphError(f"layer '{cycle[0]}': graph '{graph}' has a cycle: {' -> '.join(cycle)}") from None
+        raise GraphError(
+            f"layer '{cycle[0]}': graph '{graph}' has a cycle: {' -> '.join(cycle)}"
+        ) from None
     ready: list[tuple[int, str]] = []
     order: list[str] = []
     while sorter.is_active():
@@ -616,7 +644,9 @@ class Graph:
         if index is None:
             index = self._cache["by_name"] = {}
             for layer in self.layers:
-                index.setdefault(layer.name, layer)  # the first wins, as a scan would; analyze rejects duplicates
+                index.setdefault(
+                    layer.name, layer
+                )  # the first wins, as a scan would; analyze rejects duplicates
         try:
             return index[name]
         except (KeyError, TypeError):
@@ -632,13 +662,17 @@ class Graph:
         s = self.input_shape
         for what, v in (("channels", s.channels), ("height", s.height), ("width", s.width)):
             if v <= 0 or v > MAX_EXTENT:
-                raise GraphError(f"graph '{self.name}': input {what} must be in [1, {MAX_EXTENT:,}] (got {v})")
+                raise GraphError(
+                    f"graph '{self.name}': input {what} must be in [1, {MAX_EXTENT:,}] (got {v})"
+                )
         if not self.layers:
             raise GraphError(f"graph '{self.name}': has no layers")
         by_name: dict[str, Layer] = {}
         for layer in self.layers:
             if not isinstance(layer.name, str) or not layer.name:
-                raise GraphError(f"graph '{self.name}': every layer needs a non-empty name (got {layer.name!r})")
+                raise GraphError(
+                    f"graph '{self.name}': every layer needs a non-empty name (got {layer.name!r})"
+                )
             if layer.name == INPUT:
                 raise GraphError(f"graph '{self.name}': '{INPUT}' is reserved for the graph input")
             if layer.name in by_name:
@@ -646,7 +680,9 @@ class Graph:
             by_name[layer.name] = layer
         for layer in self.layers:
             if not layer.inputs:
-                raise GraphError(f"layer '{layer.name}': has no inputs (use '{INPUT}' for the graph input)")
+                raise GraphError(
+                    f"layer '{layer.name}': has no inputs (use '{INPUT}' for the graph input)"
+                )
             for src in layer.inputs:
                 if src != INPUT and src not in by_name:
                     raise GraphError(
@@ -713,7 +749,9 @@ class TiedGraph(Graph):
 
     def parameter_count(self) -> int:
         """Trainable parameters, a shared tensor counted once (at its owner)."""
-        return super().parameter_count() - sum(self._shared(name, owner) for name, owner in self.tied)
+        return super().parameter_count() - sum(
+            self._shared(name, owner) for name, owner in self.tied
+        )
 
     def _shared(self, name: str, owner: str) -> int:
         info = self.analyze()

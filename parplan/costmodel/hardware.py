@@ -1,4 +1,6 @@
-"""Accelerator kinds and arrays as binary trees of groups (docs/costmodel.md sections 4 and 7; file formats: docs/formats.md).
+"""Accelerator kinds and arrays as binary trees of groups.
+
+docs/costmodel.md sections 4 and 7; file formats: docs/formats.md.
 
 Device kinds come from ``parplan/data/devices.toml`` (user-extendable with another TOML file).
 An array is a binary tree: leaves are devices, each inner node carries the :class:`Link`
@@ -33,10 +35,21 @@ from parplan.costmodel.dims import Device
 from parplan.errors import ConfigError, HardwareError
 from parplan.readers import parse_json, parse_toml, read_text
 
-_FIELDS = ("flops_per_s", "memory_bytes", "memory_bytes_per_s", "link_bytes_per_s", "link_latency_s")
+_FIELDS = (
+    "flops_per_s",
+    "memory_bytes",
+    "memory_bytes_per_s",
+    "link_bytes_per_s",
+    "link_latency_s",
+)
 #: Optional keys of a device kind that are fractions in (0, 1] (with their defaults; None: as
 #: ``efficiency``), and the per-kernel overhead (seconds >= 0); docs/costmodel.md section 5.
-_OPTIONAL = {"efficiency": 1.0, "conv_efficiency": None, "attention_efficiency": None, "memory_efficiency": 1.0}
+_OPTIONAL = {
+    "efficiency": 1.0,
+    "conv_efficiency": None,
+    "attention_efficiency": None,
+    "memory_efficiency": 1.0,
+}
 _OVERHEAD = "kernel_overhead_s"
 #: Optional keys describing how devices of a kind are connected (docs/costmodel.md section 4).
 _FABRIC = ("switch_devices", "nic_bytes_per_s", "nic_latency_s")
@@ -71,8 +84,15 @@ class DeviceKind:
     nic_latency_s: float | None = None
 
     def as_device(self) -> Device:
-        return Device(self.flops_per_s, self.memory_bytes_per_s, self.efficiency, self.conv_efficiency,
-                      self.attention_efficiency, self.memory_efficiency, self.kernel_overhead_s)
+        return Device(
+            self.flops_per_s,
+            self.memory_bytes_per_s,
+            self.efficiency,
+            self.conv_efficiency,
+            self.attention_efficiency,
+            self.memory_efficiency,
+            self.kernel_overhead_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,11 +113,18 @@ class Link:
     ports: int = 1
 
     def __post_init__(self):
-        for bw in (self.bytes_per_s, self.right_bytes_per_s if self.right_bytes_per_s is not None else 1.0):
+        for bw in (
+            self.bytes_per_s,
+            self.right_bytes_per_s if self.right_bytes_per_s is not None else 1.0,
+        ):
             if not (isinstance(bw, (int, float)) and math.isfinite(bw) and bw > 0):
-                raise HardwareError(f"link bandwidth must be a finite number > 0 bytes/s (got {bw})")
+                raise HardwareError(
+                    f"link bandwidth must be a finite number > 0 bytes/s (got {bw})"
+                )
         if not (math.isfinite(self.latency_s) and self.latency_s >= 0):
-            raise HardwareError(f"link latency must be a finite number >= 0 s (got {self.latency_s})")
+            raise HardwareError(
+                f"link latency must be a finite number >= 0 s (got {self.latency_s})"
+            )
         if isinstance(self.ports, bool) or not isinstance(self.ports, int) or self.ports < 1:
             raise HardwareError(f"link ports must be an integer >= 1 (got {self.ports!r})")
 
@@ -134,8 +161,11 @@ class ArrayNode:
     def interchangeable_halves(self) -> bool:
         """Whether the two halves are interchangeable: the same devices in the same tree
         (:func:`signature`) and the same link bandwidth each way (False on a leaf)."""
-        return (not self.is_leaf and signature(self.left) == signature(self.right)
-                and len(set(self.link.side_bytes_per_s)) == 1)
+        return (
+            not self.is_leaf
+            and signature(self.left) == signature(self.right)
+            and len(set(self.link.side_bytes_per_s)) == 1
+        )
 
     @cached_property
     def flops_per_s(self) -> float:
@@ -213,8 +243,10 @@ def _check_kind(name: str, entry: Mapping) -> DeviceKind:
         raise HardwareError(f"device '{name}': expected a table of figures (got {entry!r})")
     unknown = set(entry) - set(_FIELDS) - set(_OPTIONAL) - set(_FABRIC) - {_OVERHEAD, "description"}
     if unknown:
-        raise HardwareError(f"device '{name}': unknown keys {sorted(unknown)}; valid keys: "
-                            f"{list(_FIELDS) + list(_OPTIONAL) + [_OVERHEAD] + list(_FABRIC) + ['description']}")
+        raise HardwareError(
+            f"device '{name}': unknown keys {sorted(unknown)}; valid keys: "
+            f"{list(_FIELDS) + list(_OPTIONAL) + [_OVERHEAD] + list(_FABRIC) + ['description']}"
+        )
     missing = [f for f in _FIELDS if f not in entry]
     if missing:
         raise HardwareError(f"device '{name}': missing {missing}")
@@ -237,15 +269,21 @@ def _check_kind(name: str, entry: Mapping) -> DeviceKind:
         if key in entry:
             values[key] = _number(name, key, entry[key])
             if not values[key] >= 0:
-                raise HardwareError(f"device '{name}': {key} must be >= 0 seconds (got {entry[key]})")
+                raise HardwareError(
+                    f"device '{name}': {key} must be >= 0 seconds (got {entry[key]})"
+                )
     if "nic_bytes_per_s" in entry:
         values["nic_bytes_per_s"] = _number(name, "nic_bytes_per_s", entry["nic_bytes_per_s"])
         if not values["nic_bytes_per_s"] > 0:
-            raise HardwareError(f"device '{name}': nic_bytes_per_s must be > 0 (got {entry['nic_bytes_per_s']})")
+            raise HardwareError(
+                f"device '{name}': nic_bytes_per_s must be > 0 (got {entry['nic_bytes_per_s']})"
+            )
     if "switch_devices" in entry:
         count = entry["switch_devices"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise HardwareError(f"device '{name}': switch_devices must be an integer >= 0 (got {count!r})")
+            raise HardwareError(
+                f"device '{name}': switch_devices must be an integer >= 0 (got {count!r})"
+            )
         values["switch_devices"] = count
     description = entry.get("description", "")
     if not isinstance(description, str):
@@ -268,9 +306,15 @@ def group_device(devices) -> Device:
     conv = sum(d.flops_per_s * d.efficiency_of("conv") for d in devices)
     attention = sum(d.flops_per_s * d.efficiency_of("attention") for d in devices)
     same = all(d.conv_efficiency is None and d.attention_efficiency is None for d in devices)
-    return Device(gemm, sum(d.memory_bytes_per_s * d.memory_efficiency for d in devices), 1.0,
-                  None if same else conv / gemm, None if same else attention / gemm, 1.0,
-                  min(d.kernel_overhead_s for d in devices))
+    return Device(
+        gemm,
+        sum(d.memory_bytes_per_s * d.memory_efficiency for d in devices),
+        1.0,
+        None if same else conv / gemm,
+        None if same else attention / gemm,
+        1.0,
+        min(d.kernel_overhead_s for d in devices),
+    )
 
 
 def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
@@ -278,14 +322,20 @@ def load_devices(path: str | Path | None = None) -> dict[str, DeviceKind]:
     text = resources.files("parplan").joinpath("data/devices.toml").read_text()
     kinds = {name: _check_kind(name, e) for name, e in tomllib.loads(text).items()}
     if path is not None:
-        user = parse_toml(read_text(path, "device file", HardwareError), f"device file '{path}'", HardwareError)
+        user = parse_toml(
+            read_text(path, "device file", HardwareError), f"device file '{path}'", HardwareError
+        )
         for name, entry in user.items():
             if not isinstance(entry, dict):
-                raise HardwareError(f"device file '{path}': '{name}' must be a table of figures ([{name}] ...)")
+                raise HardwareError(
+                    f"device file '{path}': '{name}' must be a table of figures ([{name}] ...)"
+                )
         for name in user:
             if not name.strip() or any(c in name for c in ":,@ \t"):
-                raise HardwareError(f"device file '{path}': device name {name!r} must be non-empty, without spaces "
-                                    "or any of ':,@' (it is written in arrays as NAME:COUNT)")
+                raise HardwareError(
+                    f"device file '{path}': device name {name!r} must be non-empty, without spaces "
+                    "or any of ':,@' (it is written in arrays as NAME:COUNT)"
+                )
         kinds.update({name.lower(): _check_kind(name.lower(), e) for name, e in user.items()})
     return kinds
 
@@ -297,8 +347,13 @@ def _kind(name: str, kinds: Mapping[str, DeviceKind]) -> DeviceKind:
     return kinds[key]
 
 
-def _join(left: ArrayNode, right: ArrayNode, bandwidth: float | None, latency: float | None,
-          domain: bool = False) -> ArrayNode:
+def _join(
+    left: ArrayNode,
+    right: ArrayNode,
+    bandwidth: float | None,
+    latency: float | None,
+    domain: bool = False,
+) -> ArrayNode:
     """Two groups joined by the link their fabric gives (docs/costmodel.md section 4).
 
     Devices of one kind with a switch: inside one switched domain (``domain``), every device
@@ -308,26 +363,52 @@ def _join(left: ArrayNode, right: ArrayNode, bandwidth: float | None, latency: f
     the largest latency of the devices. ``bandwidth`` / ``latency`` override one port's."""
     devs = left.devices() + right.devices()
     kind = devs[0]
-    if kind.switch_devices and all(d == kind for d in devs) and (domain or kind.nic_bytes_per_s is not None):
+    if (
+        kind.switch_devices
+        and all(d == kind for d in devs)
+        and (domain or kind.nic_bytes_per_s is not None)
+    ):
         ports = min(left.count, right.count)
-        bw, lat = ((kind.link_bytes_per_s, kind.link_latency_s) if domain else
-                   (kind.nic_bytes_per_s, kind.link_latency_s if kind.nic_latency_s is None else kind.nic_latency_s))
-        return ArrayNode(left=left, right=right, link=Link(bw if bandwidth is None else bandwidth,
-                                                           lat if latency is None else latency, ports=ports))
+        bw, lat = (
+            (kind.link_bytes_per_s, kind.link_latency_s)
+            if domain
+            else (
+                kind.nic_bytes_per_s,
+                kind.link_latency_s if kind.nic_latency_s is None else kind.nic_latency_s,
+            )
+        )
+        return ArrayNode(
+            left=left,
+            right=right,
+            link=Link(
+                bw if bandwidth is None else bandwidth,
+                lat if latency is None else latency,
+                ports=ports,
+            ),
+        )
     bw = bandwidth if bandwidth is not None else min(d.link_bytes_per_s for d in devs)
     lat = latency if latency is not None else max(d.link_latency_s for d in devs)
     return ArrayNode(left=left, right=right, link=Link(bw, lat))
 
 
-def balanced(nodes: list[ArrayNode], bandwidth: float | None = None, latency: float | None = None,
-             domain: bool = False) -> ArrayNode:
+def balanced(
+    nodes: list[ArrayNode],
+    bandwidth: float | None = None,
+    latency: float | None = None,
+    domain: bool = False,
+) -> ArrayNode:
     """A balanced binary tree over ``nodes`` (left half gets the extra one when odd); ``domain``:
     all of them in one switched domain (:func:`_join`)."""
     if len(nodes) == 1:
         return nodes[0]
     mid = (len(nodes) + 1) // 2
-    return _join(balanced(nodes[:mid], bandwidth, latency, domain), balanced(nodes[mid:], bandwidth, latency, domain),
-                 bandwidth, latency, domain)
+    return _join(
+        balanced(nodes[:mid], bandwidth, latency, domain),
+        balanced(nodes[mid:], bandwidth, latency, domain),
+        bandwidth,
+        latency,
+        domain,
+    )
 
 
 #: How links between groups are priced (docs/costmodel.md section 4): "devices" by the device
@@ -336,16 +417,25 @@ def balanced(nodes: list[ArrayNode], bandwidth: float | None = None, latency: fl
 FABRICS = ("devices", "papers")
 
 
-def devices_of(kind: DeviceKind, n: int, bandwidth: float | None = None, latency: float | None = None,
-               fabric: str = "devices") -> ArrayNode:
+def devices_of(
+    kind: DeviceKind,
+    n: int,
+    bandwidth: float | None = None,
+    latency: float | None = None,
+    fabric: str = "devices",
+) -> ArrayNode:
     """``n`` devices of ``kind``: a balanced tree, or, on a switched kind, balanced trees of
     whole switched domains (nodes of ``switch_devices``) joined by a balanced tree of the
     network (docs/costmodel.md section 4). ``fabric="papers"`` ignores the kind's fabric."""
     if fabric == "papers" and kind.switch_devices:
         kind = replace(kind, switch_devices=0)
     size = kind.switch_devices or n
-    domains = [balanced([ArrayNode(device=kind) for _ in range(min(size, n - i))], bandwidth, latency, True)
-               for i in range(0, n, size)]
+    domains = [
+        balanced(
+            [ArrayNode(device=kind) for _ in range(min(size, n - i))], bandwidth, latency, True
+        )
+        for i in range(0, n, size)
+    ]
     return balanced(domains, bandwidth, latency)
 
 
@@ -366,19 +456,25 @@ def parse_array(
     if fabric not in FABRICS:
         raise HardwareError(f"fabric must be one of {', '.join(FABRICS)} (got {fabric!r})")
     if not isinstance(spec, (str, Path)):
-        raise HardwareError(f"array must be a string like 'h100:8' or a tree file's path (got {type(spec).__name__})")
+        raise HardwareError(
+            f"array must be a string like 'h100:8' or a tree file's path (got {type(spec).__name__})"
+        )
     for what, value in (("bandwidth", bandwidth_bytes_per_s), ("latency", latency_s)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise HardwareError(f"{what} must be a number or None (got {type(value).__name__} {value!r:.40})")
+            raise HardwareError(
+                f"{what} must be a number or None (got {type(value).__name__} {value!r:.40})"
+            )
     if isinstance(spec, str) and "@" in spec:
         base, _, coll = spec.partition("@")
         root = parse_array(base, bandwidth_bytes_per_s, latency_s, devices, fabric)
         from parplan.collectives.allreduce import MAX_SCHEDULE_HOSTS
 
         if root.count > MAX_SCHEDULE_HOSTS:
-            raise HardwareError(f"array '{spec}': an all-reduce collective is priced with explicit schedules, built "
-                                f"for at most {MAX_SCHEDULE_HOSTS:,} devices (got {root.count:,}); drop "
-                                f"'@{coll}' to price gradient exchange per split")
+            raise HardwareError(
+                f"array '{spec}': an all-reduce collective is priced with explicit schedules, built "
+                f"for at most {MAX_SCHEDULE_HOSTS:,} devices (got {root.count:,}); drop "
+                f"'@{coll}' to price gradient exchange per split"
+            )
         return replace(root, collective=parse_collective(coll))
     kinds = load_devices() if devices is None else devices
     if bandwidth_bytes_per_s is not None and not bandwidth_bytes_per_s > 0:
@@ -389,7 +485,9 @@ def parse_array(
     if path.suffix.lower() in (".json", ".toml"):
         return _load_array_file(path, kinds, bandwidth_bytes_per_s, latency_s, fabric)
     if not isinstance(spec, str) or not spec.strip():
-        raise HardwareError("array must be a string like 'h100:8' or 'tpu-v2:4,tpu-v3:4' (got an empty value)")
+        raise HardwareError(
+            "array must be a string like 'h100:8' or 'tpu-v2:4,tpu-v3:4' (got an empty value)"
+        )
     groups = []
     total = 0
     for part in spec.split(","):
@@ -399,7 +497,9 @@ def parse_array(
         try:
             n = int(count)
         except ValueError:
-            raise HardwareError(f"array part '{part.strip()}': count must be an integer, as in 'h100:8'") from None
+            raise HardwareError(
+                f"array part '{part.strip()}': count must be an integer, as in 'h100:8'"
+            ) from None
         if n <= 0:
             raise HardwareError(f"array part '{part.strip()}': count must be > 0 (got {n})")
         name, n = _machine(name.strip().lower(), n, kinds, part.strip())
@@ -407,7 +507,8 @@ def parse_array(
         if total > MAX_DEVICES:
             raise HardwareError(
                 f"array '{spec}' has at least {total:,} devices; parplan plans arrays of at most {MAX_DEVICES:,} "
-                f"(planning time grows with the device count: about 8 s per 1,000 devices for a small model)")
+                f"(planning time grows with the device count: about 8 s per 1,000 devices for a small model)"
+            )
         groups.append(devices_of(_kind(name, kinds), n, bandwidth_bytes_per_s, latency_s, fabric))
     return balanced(groups, bandwidth_bytes_per_s, latency_s)
 
@@ -423,7 +524,9 @@ def _machine(name: str, count: int, kinds, part: str) -> tuple[str, int]:
         return name, count
     kind = _kind(MACHINES[name], kinds)
     if not kind.switch_devices:
-        raise HardwareError(f"array part '{part}': '{kind.name}' has no switched nodes (switch_devices) to count")
+        raise HardwareError(
+            f"array part '{part}': '{kind.name}' has no switched nodes (switch_devices) to count"
+        )
     return kind.name, count * kind.switch_devices
 
 
@@ -450,11 +553,17 @@ def _load_array_file(path: Path, kinds, bandwidth, latency, fabric: str = "devic
             return None
         value = node[key]
         positive = key.startswith("gb_per_s")
-        ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-              and (value > 0 if positive else value >= 0))
+        ok = (
+            not isinstance(value, bool)
+            and isinstance(value, (int, float))
+            and math.isfinite(value)
+            and (value > 0 if positive else value >= 0)
+        )
         if not ok:
             rule = "a finite number > 0" if positive else "a finite number >= 0"
-            raise HardwareError(f"{where_file} at {where or 'root'}: '{key}' must be {rule} (got {value!r})")
+            raise HardwareError(
+                f"{where_file} at {where or 'root'}: '{key}' must be {rule} (got {value!r})"
+            )
         return float(value) * scale
 
     seen = [0]
@@ -462,8 +571,10 @@ def _load_array_file(path: Path, kinds, bandwidth, latency, fabric: str = "devic
     def leaf(node: ArrayNode) -> ArrayNode:
         seen[0] += node.count
         if seen[0] > MAX_DEVICES:
-            raise HardwareError(f"{where_file} describes more than {MAX_DEVICES:,} devices; parplan plans arrays of "
-                                f"at most {MAX_DEVICES:,}")
+            raise HardwareError(
+                f"{where_file} describes more than {MAX_DEVICES:,} devices; parplan plans arrays of "
+                f"at most {MAX_DEVICES:,}"
+            )
         return node
 
     def build(node, where: str) -> ArrayNode:
@@ -473,14 +584,18 @@ def _load_array_file(path: Path, kinds, bandwidth, latency, fabric: str = "devic
             raise HardwareError(f"{where_file} at {where or 'root'}: expected a table")
         if "device" in node:
             if not isinstance(node["device"], str):
-                raise HardwareError(f"{where_file} at {where or 'root'}: 'device' must be a device name string")
+                raise HardwareError(
+                    f"{where_file} at {where or 'root'}: 'device' must be a device name string"
+                )
             try:
                 return leaf(ArrayNode(device=_kind(node["device"], kinds)))
             except HardwareError as exc:
                 raise HardwareError(f"{where_file} at {where or 'root'}: {exc}") from None
         if "devices" in node:
             if not isinstance(node["devices"], str):
-                raise HardwareError(f"{where_file} at {where or 'root'}: 'devices' must be a string like 'h100:4'")
+                raise HardwareError(
+                    f"{where_file} at {where or 'root'}: 'devices' must be a string like 'h100:4'"
+                )
             return leaf(parse_array(node["devices"], bandwidth, latency, kinds, fabric))
         if "left" not in node or "right" not in node:
             raise HardwareError(
@@ -489,17 +604,35 @@ def _load_array_file(path: Path, kinds, bandwidth, latency, fabric: str = "devic
         left, right = build(node["left"], where + "L"), build(node["right"], where + "R")
         bw = number(node, "gb_per_s", where, 1e9)
         if bw is None:
-            bw = bandwidth if bandwidth is not None else min(d.link_bytes_per_s for d in left.devices() + right.devices())
+            bw = (
+                bandwidth
+                if bandwidth is not None
+                else min(d.link_bytes_per_s for d in left.devices() + right.devices())
+            )
         lat = number(node, "latency_us", where, 1e-6)
         if lat is None:
-            lat = latency if latency is not None else max(d.link_latency_s for d in left.devices() + right.devices())
+            lat = (
+                latency
+                if latency is not None
+                else max(d.link_latency_s for d in left.devices() + right.devices())
+            )
         bw_left = number(node, "gb_per_s_left", where, 1e9)
         bw_right = number(node, "gb_per_s_right", where, 1e9)
         ports = node.get("ports", 1)
-        if isinstance(ports, bool) or not isinstance(ports, int) or not 1 <= ports <= min(left.count, right.count):
-            raise HardwareError(f"{where_file} at {where or 'root'}: 'ports' must be an integer from 1 to the smaller "
-                                f"half's {min(left.count, right.count)} devices (got {ports!r})")
-        return ArrayNode(left=left, right=right, link=Link(bw if bw_left is None else bw_left, lat, bw_right, ports))
+        if (
+            isinstance(ports, bool)
+            or not isinstance(ports, int)
+            or not 1 <= ports <= min(left.count, right.count)
+        ):
+            raise HardwareError(
+                f"{where_file} at {where or 'root'}: 'ports' must be an integer from 1 to the smaller "
+                f"half's {min(left.count, right.count)} devices (got {ports!r})"
+            )
+        return ArrayNode(
+            left=left,
+            right=right,
+            link=Link(bw if bw_left is None else bw_left, lat, bw_right, ports),
+        )
 
     try:
         root = build(data, "")

@@ -141,7 +141,9 @@ def parse_choice(text: str) -> Choice:
     raise ValueError(f"unknown choice '{text}'")
 
 
-def transition_table(producer: Choice, consumer: Choice, a: float, a_next: float | None = None) -> tuple[float, float]:
+def transition_table(
+    producer: Choice, consumer: Choice, a: float, a_next: float | None = None
+) -> tuple[float, float]:
     """Fractions of ``|F| = |E|`` received by (side 1, side 2) on one edge, forward plus
     backward, the producer at share ``a`` and the consumer at ``a_next`` (default ``a``),
     priced by the compiled core's closed forms (section 3).
@@ -152,4 +154,6 @@ def transition_table(producer: Choice, consumer: Choice, a: float, a_next: float
 
     b = a if a_next is None else a_next
     give, need = LAYOUT_CODE[ports(producer).give_out], LAYOUT_CODE[ports(consumer).need_in]
-    return _pricing.edge(give, need, float(a), float(b)), _pricing.edge(give, need, 1.0 - a, 1.0 - b)
+    return _pricing.edge(give, need, float(a), float(b)), _pricing.edge(
+        give, need, 1.0 - a, 1.0 - b
+    )

@@ -40,9 +40,26 @@ from parplan.readers import parse_json, read_text
 FORMAT = "parplan-plan"
 SCHEMA_VERSION = 1
 #: Keys of the "problem" object; ``*_source`` are what the user typed (may be None).
-PROBLEM_KEYS = ("model", "model_source", "array", "array_source", "bandwidth_gb_per_s", "latency_us", "fabric",
-                "devices_file", "devices", "batch", "bytes_per_element", "optimizer_bytes_per_param", "compat",
-                "zero_stage", "recompute", "micro_batches", "overlap", "nodes")
+PROBLEM_KEYS = (
+    "model",
+    "model_source",
+    "array",
+    "array_source",
+    "bandwidth_gb_per_s",
+    "latency_us",
+    "fabric",
+    "devices_file",
+    "devices",
+    "batch",
+    "bytes_per_element",
+    "optimizer_bytes_per_param",
+    "compat",
+    "zero_stage",
+    "recompute",
+    "micro_batches",
+    "overlap",
+    "nodes",
+)
 
 _CHOICES = {c.value: c for c in (*PartitionType, *Layout)}
 
@@ -89,10 +106,14 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
 
-def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = None,
-                  evaluation: Mapping[str, Any] | None = None,
-                  certificate: Mapping[str, Any] | None = None,
-                  extra: Mapping[str, Any] | None = None) -> dict:
+def plan_document(
+    problem: Problem,
+    plan: Plan,
+    source: ProblemSource | None = None,
+    evaluation: Mapping[str, Any] | None = None,
+    certificate: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict:
     """The JSON object of a plan file (see the module docstring)."""
     source = source or ProblemSource()
     nodes = [n.name for n in problem.planning.nodes]
@@ -123,19 +144,30 @@ def plan_document(problem: Problem, plan: Plan, source: ProblemSource | None = N
         "planner": plan.planner,
         "options": {k: _jsonable(v) for k, v in plan.info.items()},
         "splits": {
-            path or "root": {"types": [c.value for c in split.choices], "shares": [float(a) for a in split.shares]}
+            path or "root": {
+                "types": [c.value for c in split.choices],
+                "shares": [float(a) for a in split.shares],
+            }
             for path, split in sorted(plan.splits.items(), key=lambda kv: (len(kv[0]), kv[0]))
         },
-        "evaluation": None if evaluation is None else {k: _jsonable(v) for k, v in evaluation.items()},
-        "certificate": None if certificate is None else {k: _jsonable(v) for k, v in certificate.items()},
+        "evaluation": None
+        if evaluation is None
+        else {k: _jsonable(v) for k, v in evaluation.items()},
+        "certificate": None
+        if certificate is None
+        else {k: _jsonable(v) for k, v in certificate.items()},
     }
     if extra:
         doc["extra"] = {k: _jsonable(v) for k, v in extra.items()}
     return doc
 
 
-def pipeline_document(problem: Problem, plan: PipelinePlan, source: ProblemSource | None = None,
-                      evaluation: Mapping[str, Any] | None = None) -> dict:
+def pipeline_document(
+    problem: Problem,
+    plan: PipelinePlan,
+    source: ProblemSource | None = None,
+    evaluation: Mapping[str, Any] | None = None,
+) -> dict:
     """The JSON object of a pipeline plan file: the problem record of :func:`plan_document`, and
     under ``"pipeline"`` the schedule and each stage's layers, group and splits (docs/planfile.md)."""
     from parplan.costmodel.stages import stage_problem
@@ -148,8 +180,15 @@ def pipeline_document(problem: Problem, plan: PipelinePlan, source: ProblemSourc
     for stage in plan.stages:
         sub = stage_problem(problem, stage.first, stage.last, stage.group)
         part = plan_document(sub, stage.plan)
-        stages.append({"first_layer": order[stage.first], "last_layer": order[stage.last],
-                       "group": stage.group or "root", "nodes": part["problem"]["nodes"], "splits": part["splits"]})
+        stages.append(
+            {
+                "first_layer": order[stage.first],
+                "last_layer": order[stage.last],
+                "group": stage.group or "root",
+                "nodes": part["problem"]["nodes"],
+                "splits": part["splits"],
+            }
+        )
     doc["pipeline"] = {"schedule": plan.schedule, "stages": stages}
     return doc
 
@@ -157,10 +196,10 @@ def pipeline_document(problem: Problem, plan: PipelinePlan, source: ProblemSourc
 def _read_pipeline(doc: dict, problem: Mapping[str, Any], where: str) -> PipelinePlan:
     raw = doc["pipeline"]
     if not isinstance(raw, dict) or not isinstance(raw.get("stages"), list) or not raw["stages"]:
-        raise ConfigError(f"{where}: \"pipeline\" must be an object with a non-empty \"stages\" list")
+        raise ConfigError(f'{where}: "pipeline" must be an object with a non-empty "stages" list')
     layers = problem.get("layers")
     if not isinstance(layers, list) or not all(isinstance(n, str) for n in layers):
-        raise ConfigError(f"{where}: a pipeline plan's \"problem\" needs the \"layers\" list")
+        raise ConfigError(f'{where}: a pipeline plan\'s "problem" needs the "layers" list')
     position = {name: k for k, name in enumerate(layers)}
     stages = []
     for i, st in enumerate(raw["stages"]):
@@ -169,16 +208,29 @@ def _read_pipeline(doc: dict, problem: Mapping[str, Any], where: str) -> Pipelin
             raise ConfigError(f"{at}: must be an object")
         first, last, group = st.get("first_layer"), st.get("last_layer"), st.get("group")
         if first not in position or last not in position:
-            raise ConfigError(f"{at}: \"first_layer\" and \"last_layer\" must name layers of the model")
+            raise ConfigError(f'{at}: "first_layer" and "last_layer" must name layers of the model')
         if not isinstance(group, str) or (group != "root" and set(group) - {"L", "R"}):
             raise ConfigError(f"{at}: \"group\" is 'root' or a string of L and R")
-        part = read_plan_document({"format": FORMAT, "schema_version": SCHEMA_VERSION,
-                                   "problem": {"nodes": st.get("nodes")}, "splits": st.get("splits")}, at,
-                                  allow_empty=True)
-        stages.append(Stage(position[first], position[last], "" if group == "root" else group, part.plan))
+        part = read_plan_document(
+            {
+                "format": FORMAT,
+                "schema_version": SCHEMA_VERSION,
+                "problem": {"nodes": st.get("nodes")},
+                "splits": st.get("splits"),
+            },
+            at,
+            allow_empty=True,
+        )
+        stages.append(
+            Stage(position[first], position[last], "" if group == "root" else group, part.plan)
+        )
     schedule = raw.get("schedule", "1f1b")
-    plan = PipelinePlan(tuple(stages), schedule=schedule, planner=doc.get("planner") or "",
-                        info=doc.get("options") or {})
+    plan = PipelinePlan(
+        tuple(stages),
+        schedule=schedule,
+        planner=doc.get("planner") or "",
+        info=doc.get("options") or {},
+    )
     return plan
 
 
@@ -186,8 +238,10 @@ def stage_nodes(problem: Problem, plan: PipelinePlan) -> list[tuple[str, ...]]:
     """Each stage's planning-node names on ``problem`` (what its splits are listed by)."""
     from parplan.costmodel.stages import stage_problem
 
-    return [tuple(n.name for n in stage_problem(problem, s.first, s.last, s.group).planning.nodes)
-            for s in plan.stages]
+    return [
+        tuple(n.name for n in stage_problem(problem, s.first, s.last, s.group).planning.nodes)
+        for s in plan.stages
+    ]
 
 
 def _jsonable(v: Any) -> Any:
@@ -212,7 +266,9 @@ def write_plan_file(path: str | Path, document: Mapping[str, Any]) -> Path:
     """Write ``document`` as JSON to ``path``; a bad path is a :class:`ConfigError` naming it."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"plan file '{path}' is a directory; give a file name such as {path / 'plan.json'}")
+        raise ConfigError(
+            f"plan file '{path}' is a directory; give a file name such as {path / 'plan.json'}"
+        )
     try:
         path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     except OSError as exc:
@@ -230,7 +286,9 @@ def load_plan(path: str | Path) -> Plan:
     """The partition plan of a plan file (with its problem record: :func:`read_plan_file`)."""
     saved = read_plan_file(path)
     if saved.plan is None:
-        raise ConfigError(f"plan file '{path}' holds a pipeline plan; read it with read_plan_file(path).pipeline")
+        raise ConfigError(
+            f"plan file '{path}' holds a pipeline plan; read it with read_plan_file(path).pipeline"
+        )
     return saved.plan
 
 
@@ -245,26 +303,38 @@ def read_plan_document(doc: Any, where: str, allow_empty: bool = False) -> PlanF
     """Validate a plan file's JSON object (see :func:`read_plan_file`); ``allow_empty``: a plan
     with no split (a pipeline stage on one device)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ConfigError(f"{where}: not a parplan plan file (no \"format\": \"{FORMAT}\")")
+        raise ConfigError(f'{where}: not a parplan plan file (no "format": "{FORMAT}")')
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ConfigError(f"{where}: schema_version {version!r} is not supported (this parplan reads "
-                          f"{SCHEMA_VERSION})")
+        raise ConfigError(
+            f"{where}: schema_version {version!r} is not supported (this parplan reads "
+            f"{SCHEMA_VERSION})"
+        )
     problem = doc.get("problem")
-    if not isinstance(problem, dict) or not isinstance(problem.get("nodes"), list) or not all(
-            isinstance(n, str) for n in problem["nodes"]):
-        raise ConfigError(f"{where}: \"problem\" must be an object with a \"nodes\" list of layer names")
+    if (
+        not isinstance(problem, dict)
+        or not isinstance(problem.get("nodes"), list)
+        or not all(isinstance(n, str) for n in problem["nodes"])
+    ):
+        raise ConfigError(
+            f'{where}: "problem" must be an object with a "nodes" list of layer names'
+        )
     nodes = problem["nodes"]
     if "pipeline" in doc:
         pipeline = _read_pipeline(doc, problem, where)
-        return PlanFile(plan=None, problem=problem, evaluation=doc.get("evaluation"),
-                        parplan_version=str(doc.get("parplan_version", "unknown")), extra=doc.get("extra") or {},
-                        pipeline=pipeline)
+        return PlanFile(
+            plan=None,
+            problem=problem,
+            evaluation=doc.get("evaluation"),
+            parplan_version=str(doc.get("parplan_version", "unknown")),
+            extra=doc.get("extra") or {},
+            pipeline=pipeline,
+        )
     raw = doc.get("splits")
     if allow_empty and raw == {}:
         return PlanFile(plan=Plan({}), problem=problem)
     if not isinstance(raw, dict) or "root" not in raw:
-        raise ConfigError(f"{where}: \"splits\" must be an object with a \"root\" split")
+        raise ConfigError(f'{where}: "splits" must be an object with a "root" split')
     splits = {}
     for key, value in raw.items():
         at = f"{where}: split '{key}'"
@@ -272,28 +342,38 @@ def read_plan_document(doc: Any, where: str, allow_empty: bool = False) -> PlanF
         if path and set(path) - {"L", "R"}:
             raise ConfigError(f"{at}: a split path is 'root' or a string of L and R")
         if not isinstance(value, dict):
-            raise ConfigError(f"{at}: must be an object with \"types\" and \"shares\"")
+            raise ConfigError(f'{at}: must be an object with "types" and "shares"')
         types, shares = value.get("types"), value.get("shares")
-        if not isinstance(types, list) or not isinstance(shares, list) or not len(types) == len(shares) == len(nodes):
-            raise ConfigError(f"{at}: \"types\" and \"shares\" must be lists of {len(nodes)} entries, one per node")
+        if (
+            not isinstance(types, list)
+            or not isinstance(shares, list)
+            or not len(types) == len(shares) == len(nodes)
+        ):
+            raise ConfigError(
+                f'{at}: "types" and "shares" must be lists of {len(nodes)} entries, one per node'
+            )
         choices = []
         for name, t in zip(nodes, types):
             if t not in _CHOICES:
-                raise ConfigError(f"{at}: node '{name}' has type {t!r}; valid: {', '.join(_CHOICES)}")
+                raise ConfigError(
+                    f"{at}: node '{name}' has type {t!r}; valid: {', '.join(_CHOICES)}"
+                )
             choices.append(_CHOICES[t])
         for name, a in zip(nodes, shares):
             if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
-                raise ConfigError(f"{at}: node '{name}' has share {a!r}; shares are numbers in [0, 1]")
+                raise ConfigError(
+                    f"{at}: node '{name}' has share {a!r}; shares are numbers in [0, 1]"
+                )
         splits[path] = Split(tuple(choices), tuple(float(a) for a in shares))
     options = doc.get("options") or {}
     if not isinstance(options, dict):
-        raise ConfigError(f"{where}: \"options\" must be an object")
+        raise ConfigError(f'{where}: "options" must be an object')
     planner = doc.get("planner") or ""
     if not isinstance(planner, str):
-        raise ConfigError(f"{where}: \"planner\" must be a string")
+        raise ConfigError(f'{where}: "planner" must be a string')
     for key in ("evaluation", "certificate", "extra"):
         if doc.get(key) is not None and not isinstance(doc[key], dict):
-            raise ConfigError(f"{where}: \"{key}\" must be an object or null")
+            raise ConfigError(f'{where}: "{key}" must be an object or null')
     return PlanFile(
         plan=Plan(splits, planner=planner, info=options),
         problem=problem,
@@ -304,7 +384,9 @@ def read_plan_document(doc: Any, where: str, allow_empty: bool = False) -> PlanF
     )
 
 
-def check_plan_fits(problem: Problem, nodes: tuple[str, ...] | list[str], plan: Plan, where: str) -> None:
+def check_plan_fits(
+    problem: Problem, nodes: tuple[str, ...] | list[str], plan: Plan, where: str
+) -> None:
     """Raise :class:`ConfigError` naming the first difference when ``plan`` (made for layers
     ``nodes``) does not fit ``problem``: other layers, or another array's groups."""
     mine = [n.name for n in problem.planning.nodes]
@@ -313,14 +395,22 @@ def check_plan_fits(problem: Problem, nodes: tuple[str, ...] | list[str], plan: 
         extra = [n for n in mine if n not in set(nodes)]
         detail = []
         if missing:
-            detail.append(f"layers only in the plan: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+            detail.append(
+                f"layers only in the plan: {', '.join(missing[:5])}"
+                + (" ..." if len(missing) > 5 else "")
+            )
         if extra:
-            detail.append(f"layers only in the model: {', '.join(extra[:5])}" + (" ..." if len(extra) > 5 else ""))
+            detail.append(
+                f"layers only in the model: {', '.join(extra[:5])}"
+                + (" ..." if len(extra) > 5 else "")
+            )
         if not detail:
             i = next(i for i, (a, b) in enumerate(zip(nodes, mine)) if a != b)
             detail.append(f"order differs at position {i}: '{nodes[i]}' vs '{mine[i]}'")
-        raise ConfigError(f"{where} was made for other layers than model '{problem.graph.name}' "
-                          f"({len(nodes)} vs {len(mine)} planning nodes; {'; '.join(detail)})")
+        raise ConfigError(
+            f"{where} was made for other layers than model '{problem.graph.name}' "
+            f"({len(nodes)} vs {len(mine)} planning nodes; {'; '.join(detail)})"
+        )
     groups = {path for path, _ in problem.array.inner_nodes()}
     have = set(plan.splits)
     if groups != have:
@@ -331,6 +421,8 @@ def check_plan_fits(problem: Problem, nodes: tuple[str, ...] | list[str], plan: 
             what.append(f"no split for group(s) {', '.join(p or 'root' for p in lack[:4])}")
         if more:
             what.append(f"splits for group(s) the array does not have: {', '.join(more[:4])}")
-        raise ConfigError(f"{where} does not fit array {problem.array.describe()} ({problem.array.count} devices): "
-                          f"{'; '.join(what)}. A plan fits arrays with the same tree of groups; "
-                          "bandwidth, latency and device kinds may differ")
+        raise ConfigError(
+            f"{where} does not fit array {problem.array.describe()} ({problem.array.count} devices): "
+            f"{'; '.join(what)}. A plan fits arrays with the same tree of groups; "
+            "bandwidth, latency and device kinds may differ"
+        )

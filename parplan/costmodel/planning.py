@@ -107,8 +107,16 @@ def _per_element(graph: Graph, names: list[str], size: float) -> tuple[ElementOp
     for name in names:
         op = element_op(graph, name)
         if op.flops or op.traffic or op.stored or op.row_exchange:
-            out.append(ElementOp(op.name, op.flops / size, op.traffic / size, op.stored / size, op.row_exchange,
-                                 op.kind))
+            out.append(
+                ElementOp(
+                    op.name,
+                    op.flops / size,
+                    op.traffic / size,
+                    op.stored / size,
+                    op.row_exchange,
+                    op.kind,
+                )
+            )
     return tuple(out)
 
 

@@ -71,38 +71,67 @@ class Problem:
 
     def __repr__(self) -> str:
         """One line (the full dataclass repr lists every layer and device: thousands of characters)."""
-        settings = [f"bytes_per_element={self.bytes_per_element:g}",
-                    f"optimizer_bytes_per_param={self.optimizer_bytes_per_param:g}"]
-        for name, default in (("compat", None), ("zero_stage", 0), ("recompute", False), ("micro_batches", 1),
-                              ("overlap", False)):
+        settings = [
+            f"bytes_per_element={self.bytes_per_element:g}",
+            f"optimizer_bytes_per_param={self.optimizer_bytes_per_param:g}",
+        ]
+        for name, default in (
+            ("compat", None),
+            ("zero_stage", 0),
+            ("recompute", False),
+            ("micro_batches", 1),
+            ("overlap", False),
+        ):
             if getattr(self, name) != default:
                 settings.append(f"{name}={getattr(self, name)!r}")
-        return (f"Problem({self.graph.name!r}: {len(self.graph.layers)} layers, array {self.array.describe()!r}: "
-                f"{self.array.count} devices, batch={self.batch}, {', '.join(settings)})")
+        return (
+            f"Problem({self.graph.name!r}: {len(self.graph.layers)} layers, array {self.array.describe()!r}: "
+            f"{self.array.count} devices, batch={self.batch}, {', '.join(settings)})"
+        )
 
     def __post_init__(self):
         if self.compat not in COMPAT_NAMES:
-            raise ConfigError(f"compat must be one of {', '.join(repr(c) for c in COMPAT_NAMES)} (got {self.compat!r})")
+            raise ConfigError(
+                f"compat must be one of {', '.join(repr(c) for c in COMPAT_NAMES)} (got {self.compat!r})"
+            )
         if not isinstance(self.graph, Graph):
-            raise ConfigError(f"Problem: graph must be a parplan Graph, e.g. load_model('alexnet') "
-                              f"(got {type(self.graph).__name__})")
+            raise ConfigError(
+                f"Problem: graph must be a parplan Graph, e.g. load_model('alexnet') "
+                f"(got {type(self.graph).__name__})"
+            )
         if not isinstance(self.array, ArrayNode):
-            raise ConfigError(f"Problem: array must be an array, e.g. parse_array('h100:8') "
-                              f"(got {type(self.array).__name__})")
+            raise ConfigError(
+                f"Problem: array must be an array, e.g. parse_array('h100:8') "
+                f"(got {type(self.array).__name__})"
+            )
         if isinstance(self.batch, np.integer):
             object.__setattr__(self, "batch", int(self.batch))
-        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or not 0 < self.batch <= MAX_BATCH:
-            raise ConfigError(f"batch must be an integer in [1, {MAX_BATCH:,}] (got {self.batch!r})")
+        if (
+            not isinstance(self.batch, int)
+            or isinstance(self.batch, bool)
+            or not 0 < self.batch <= MAX_BATCH
+        ):
+            raise ConfigError(
+                f"batch must be an integer in [1, {MAX_BATCH:,}] (got {self.batch!r})"
+            )
         for what in ("bytes_per_element", "optimizer_bytes_per_param"):
             value = getattr(self, what)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.number))
+                or not math.isfinite(value)
+            ):
                 raise ConfigError(f"{what} must be a finite number (got {value!r})")
         if not self.bytes_per_element > 0:
             raise ConfigError(f"bytes_per_element must be > 0 (got {self.bytes_per_element!r})")
         if self.optimizer_bytes_per_param < 0:
-            raise ConfigError(f"optimizer_bytes_per_param must be >= 0 (got {self.optimizer_bytes_per_param!r})")
+            raise ConfigError(
+                f"optimizer_bytes_per_param must be >= 0 (got {self.optimizer_bytes_per_param!r})"
+            )
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
-            raise ConfigError(f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {self.zero_stage!r})")
+            raise ConfigError(
+                f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {self.zero_stage!r})"
+            )
         object.__setattr__(self, "zero_stage", int(self.zero_stage))
         for what in ("recompute", "overlap"):
             if not isinstance(getattr(self, what), (bool, np.bool_)):
@@ -111,8 +140,15 @@ class Problem:
         m = self.micro_batches
         if isinstance(m, np.integer):
             m = int(m)
-        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= self.batch or self.batch % m:
-            raise ConfigError(f"micro_batches must be an integer >= 1 that divides the batch {self.batch} (got {m!r})")
+        if (
+            isinstance(m, bool)
+            or not isinstance(m, int)
+            or not 1 <= m <= self.batch
+            or self.batch % m
+        ):
+            raise ConfigError(
+                f"micro_batches must be an integer >= 1 that divides the batch {self.batch} (got {m!r})"
+            )
         object.__setattr__(self, "micro_batches", m)
         self.graph.analyze()
 
@@ -125,10 +161,19 @@ class Problem:
         evaluator asks at every group)."""
         dims = self.__dict__.get("_root_dims")
         if dims is None:
-            dims = tuple(dataclasses.replace(n.dims, batch=n.dims.batch * self.batch, replica=1.0,
-                                             recompute=self.recompute, micro_batches=self.micro_batches)
-                         for n in self.planning.nodes)
-            self.__dict__["_root_dims"] = dims  # a cache, not a field: equality and hashing ignore it
+            dims = tuple(
+                dataclasses.replace(
+                    n.dims,
+                    batch=n.dims.batch * self.batch,
+                    replica=1.0,
+                    recompute=self.recompute,
+                    micro_batches=self.micro_batches,
+                )
+                for n in self.planning.nodes
+            )
+            self.__dict__["_root_dims"] = (
+                dims  # a cache, not a field: equality and hashing ignore it
+            )
         return dims
 
     def side_spec(self, group: ArrayNode) -> SideSpec:
@@ -146,8 +191,10 @@ class Problem:
             micro_batches=self.micro_batches,
             ports=group.link.ports,
             overlap=self.overlap,
-            capacity_bytes=(sum(d.memory_bytes for d in group.left.devices()),
-                            sum(d.memory_bytes for d in group.right.devices())),
+            capacity_bytes=(
+                sum(d.memory_bytes for d in group.left.devices()),
+                sum(d.memory_bytes for d in group.right.devices()),
+            ),
         )
 
 
@@ -191,9 +238,14 @@ class Plan:
         try:
             v = problem.planning.index(name)
         except KeyError:
-            raise ConfigError(f"model '{problem.graph.name}' has no planning node '{name}' (planning nodes are its "
-                              "weighted layers and joins)") from None
-        return {path: (split.choices[v].value, float(split.shares[v])) for path, split in self.splits.items()}
+            raise ConfigError(
+                f"model '{problem.graph.name}' has no planning node '{name}' (planning nodes are its "
+                "weighted layers and joins)"
+            ) from None
+        return {
+            path: (split.choices[v].value, float(split.shares[v]))
+            for path, split in self.splits.items()
+        }
 
     def to_frame(self, problem: Problem):
         """One row per (split, planning node): ``split`` (path, "" the root), ``level`` (1 the
@@ -201,9 +253,11 @@ class Plan:
         import pandas as pd
 
         names = [n.name for n in problem.planning.nodes]
-        rows = [(path, len(path) + 1, names[v], c.value, float(a))
-                for path, split in sorted(self.splits.items(), key=lambda kv: (len(kv[0]), kv[0]))
-                for v, (c, a) in enumerate(zip(split.choices, split.shares))]
+        rows = [
+            (path, len(path) + 1, names[v], c.value, float(a))
+            for path, split in sorted(self.splits.items(), key=lambda kv: (len(kv[0]), kv[0]))
+            for v, (c, a) in enumerate(zip(split.choices, split.shares))
+        ]
         return pd.DataFrame(rows, columns=["split", "level", "layer", "type", "share"])
 
 

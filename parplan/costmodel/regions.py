@@ -57,7 +57,11 @@ class Region:
 
     @property
     def empty(self) -> bool:
-        return not (self.rows[1] > self.rows[0] and self.ins[1] > self.ins[0] and self.outs[1] > self.outs[0])
+        return not (
+            self.rows[1] > self.rows[0]
+            and self.ins[1] > self.ins[0]
+            and self.outs[1] > self.outs[0]
+        )
 
     def rect(self, port: str) -> Rect:
         """``port`` = "in" (rows x input columns) or "out" (rows x output columns)."""
@@ -76,6 +80,7 @@ def translates(succs, a, b) -> bool:
     ``u -> v`` (``succs[u]`` holds ``v``) the same offset for ``u``'s output columns and ``v``'s
     input columns (they are one tensor's columns). Every box of a tensor then moves by one
     vector, and so do the boxes any split below cuts from them (docs/costmodel.md section 8)."""
+
     def size(r, ax):
         lo, hi = getattr(r, ax)
         return hi - lo
@@ -84,13 +89,19 @@ def translates(succs, a, b) -> bool:
         return round(getattr(y, ax)[0] - getattr(x, ax)[0], 12)
 
     for x, y in zip(a, b):
-        if x.empty != y.empty or any(abs(size(x, ax) - size(y, ax)) > 1e-12 for ax in ("rows", "ins", "outs")):
+        if x.empty != y.empty or any(
+            abs(size(x, ax) - size(y, ax)) > 1e-12 for ax in ("rows", "ins", "outs")
+        ):
             return False
     full = [not x.empty for x in a]
     if len({shift(x, y, "rows") for x, y, f in zip(a, b, full) if f}) > 1:
         return False
-    return all(shift(a[u], b[u], "outs") == shift(a[v], b[v], "ins")
-               for u, vs in enumerate(succs) for v in vs if full[u] and full[v])
+    return all(
+        shift(a[u], b[u], "outs") == shift(a[v], b[v], "ins")
+        for u, vs in enumerate(succs)
+        for v in vs
+        if full[u] and full[v]
+    )
 
 
 def local_frame(regions, producer: int, consumers) -> dict[int, Region]:
@@ -139,8 +150,12 @@ def child_region(region: Region, choice, share: float, side: int) -> Region:
         return EMPTY
     if not axes:
         return region
-    return Region(*(_part(*getattr(region, ax), s, side) if ax in axes else getattr(region, ax)
-                    for ax in ("rows", "ins", "outs")))
+    return Region(
+        *(
+            _part(*getattr(region, ax), s, side) if ax in axes else getattr(region, ax)
+            for ax in ("rows", "ins", "outs")
+        )
+    )
 
 
 def rect_area(r: Rect) -> float:

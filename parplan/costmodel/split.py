@@ -82,10 +82,18 @@ class PlanOptions:
                 "side to move nothing): use shares 'half' or 'proportional'"
             )
         g = self.share_grid
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= MAX_SHARE_GRID:
+        if (
+            isinstance(g, bool)
+            or not isinstance(g, (int, np.integer))
+            or not 1 <= g <= MAX_SHARE_GRID
+        ):
             raise ConfigError(f"share_grid must be an integer in [1, {MAX_SHARE_GRID}] (got {g!r})")
         m = self.memory_price
-        if isinstance(m, bool) or not isinstance(m, (int, float, np.number)) or not 0.0 <= m < float("inf"):
+        if (
+            isinstance(m, bool)
+            or not isinstance(m, (int, float, np.number))
+            or not 0.0 <= m < float("inf")
+        ):
             raise ConfigError(f"memory_price must be a finite number >= 0 (got {m!r})")
 
     def choices(self, node: PlanNode) -> tuple[Choice, ...]:
@@ -123,21 +131,32 @@ class SplitProblem:
 
     def child_cuts(self, split) -> tuple[tuple[bool, bool], ...]:
         """``above`` for the children of ``split``."""
-        return cuts_below(self.above if self.above is not None else ((False, False),) * len(self.dims), split)
+        return cuts_below(
+            self.above if self.above is not None else ((False, False),) * len(self.dims), split
+        )
 
     @classmethod
     def root(cls, problem) -> "SplitProblem":
         a = problem.array
-        return cls(problem.planning, problem.root_dims(), problem.side_spec(a), "",
-                   leaf_pair=bool(a.left.is_leaf and a.right.is_leaf))
+        return cls(
+            problem.planning,
+            problem.root_dims(),
+            problem.side_spec(a),
+            "",
+            leaf_pair=bool(a.left.is_leaf and a.right.is_leaf),
+        )
 
     def child_regions(self, split, only=None) -> tuple[tuple[Region, ...], tuple[Region, ...]]:
         """Every node's region on each side of ``split`` (with ``only``: those nodes'; the
         others keep their region here, unused)."""
         regs = self.regions if self.regions is not None else (ROOT,) * len(self.dims)
-        return tuple(tuple(child_region(r, c, a, side) if only is None or v in only else r
-                           for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares)))
-                     for side in (0, 1))
+        return tuple(
+            tuple(
+                child_region(r, c, a, side) if only is None or v in only else r
+                for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares))
+            )
+            for side in (0, 1)
+        )
 
     def is_covered(self, v: int) -> bool:
         return bool(self.covered[v]) if self.covered is not None else False
@@ -173,9 +192,18 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
     shares = share_points(sp.side, options.shares, options.share_grid)
     if relaxed:
         shares = share_intervals(shares)
-    return [StateTable.build(sp.dims[v], sp.is_covered(v), options.choices(node), shares, sp.side,
-                             compat_reduction_elements(sp, v), sp.cuts(v))
-            for v, node in enumerate(sp.planning.nodes)]
+    return [
+        StateTable.build(
+            sp.dims[v],
+            sp.is_covered(v),
+            options.choices(node),
+            shares,
+            sp.side,
+            compat_reduction_elements(sp, v),
+            sp.cuts(v),
+        )
+        for v, node in enumerate(sp.planning.nodes)
+    ]
 
 
 #: Compat rules (docs/costmodel.md section 9) and what each changes.
@@ -200,8 +228,9 @@ def factor_scope(planning: PlanningGraph, u: int) -> tuple[int, ...]:
     return (u,) + tuple(sorted(set(planning.succs[u])))
 
 
-def check_factor_size(sp: SplitProblem, tables, u: int, options: PlanOptions,
-                      max_cells: float = MAX_FACTOR_CELLS) -> None:
+def check_factor_size(
+    sp: SplitProblem, tables, u: int, options: PlanOptions, max_cells: float = MAX_FACTOR_CELLS
+) -> None:
     """Raise :class:`TableTooLarge` if node ``u``'s factor (:func:`node_factor`) would have
     more than ``max_cells`` cells (at most :data:`MAX_FACTOR_CELLS`). Planners check every
     node before pricing any, so a split that cannot be planned prices nothing."""
@@ -216,8 +245,9 @@ def check_factor_size(sp: SplitProblem, tables, u: int, options: PlanOptions,
         )
 
 
-def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions,
-                max_cells: float = MAX_FACTOR_CELLS) -> tuple[tuple[int, ...], np.ndarray]:
+def node_factor(
+    sp: SplitProblem, tables, u: int, options: PlanOptions, max_cells: float = MAX_FACTOR_CELLS
+) -> tuple[tuple[int, ...], np.ndarray]:
     """(scope, table): node ``u``'s objective value for every state of every node in its scope
     (:class:`TableTooLarge` above ``max_cells``, at most :data:`MAX_FACTOR_CELLS`)."""
     scope = factor_scope(sp.planning, u)
@@ -227,8 +257,10 @@ def node_factor(sp: SplitProblem, tables, u: int, options: PlanOptions,
     frame, key = _memo_key(sp, tables, u, scope, groups, options.objective)
     raw = _MEMO.get(key)
     if raw is None:
-        idx = {w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
-               for i, w in enumerate(scope)}
+        idx = {
+            w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
+            for i, w in enumerate(scope)
+        }
         raw = node_values(tables, sp.side, groups, u, idx, frame, sp.frames[1], options.objective)
         _remember(key, raw, raw.size, [tables[w] for w in scope])
     else:
@@ -258,9 +290,14 @@ def _memo_key(sp: SplitProblem, tables, u: int, scope, groups, what) -> tuple[di
     consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
     frame = local_frame(regions, u, consumers) if regions is not None else None
     place = {w: i for i, w in enumerate(scope)}
-    key = (what, tuple(id(tables[w]) for w in scope),
-           None if frame is None else tuple(frame[w] for w in scope),
-           tuple((size, tuple(place[v] for v in vs)) for size, vs in groups), sp.side, leaf_pair)
+    key = (
+        what,
+        tuple(id(tables[w]) for w in scope),
+        None if frame is None else tuple(frame[w] for w in scope),
+        tuple((size, tuple(place[v] for v in vs)) for size, vs in groups),
+        sp.side,
+        leaf_pair,
+    )
     return frame, key
 
 
@@ -298,8 +335,18 @@ def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms
     consumers' states. Whole splits are remembered (:data:`SPLIT_MEMO_MAX`): the terms read
     only what the key holds (``floor_s`` and ``path`` do not enter them)."""
     if nodes is None and SPLIT_MEMO_MAX > 0:
-        key = (id(sp.planning), sp.dims, sp.side, sp.covered, sp.regions, sp.root_dims, sp.leaf_pair, sp.above,
-               tuple(choices), tuple(shares))
+        key = (
+            id(sp.planning),
+            sp.dims,
+            sp.side,
+            sp.covered,
+            sp.regions,
+            sp.root_dims,
+            sp.leaf_pair,
+            sp.above,
+            tuple(choices),
+            tuple(shares),
+        )
         hit = _SPLIT_MEMO.get(key)
         if hit is not None and hit[0] is sp.planning:
             _SPLIT_MEMO.move_to_end(key)
@@ -315,11 +362,22 @@ def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms
 def _split_terms(sp: SplitProblem, choices, shares, nodes) -> list[NodeTerms | None]:
     n = len(choices)
     wanted = range(n) if nodes is None else sorted(nodes)
-    needed = set(wanted).union(*(sp.planning.succs[u] for u in wanted)) if nodes is not None else range(n)
+    needed = (
+        set(wanted).union(*(sp.planning.succs[u] for u in wanted))
+        if nodes is not None
+        else range(n)
+    )
     tables: list[StateTable | None] = [None] * n
     for v in needed:
-        tables[v] = StateTable.build(sp.dims[v], sp.is_covered(v), (choices[v],), (shares[v],), sp.side,
-                                     compat_reduction_elements(sp, v), sp.cuts(v))
+        tables[v] = StateTable.build(
+            sp.dims[v],
+            sp.is_covered(v),
+            (choices[v],),
+            (shares[v],),
+            sp.side,
+            compat_reduction_elements(sp, v),
+            sp.cuts(v),
+        )
     zero = {v: _ZERO for v in range(n)}
     out: list[NodeTerms | None] = [None] * n
     for u in wanted:
@@ -340,7 +398,12 @@ _ZERO = np.zeros((), dtype=int)
 def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
     """The true one-split objective of ``split``: what the DP, the MIP and brute force minimise."""
     terms = split_terms(sp, split.choices, split.shares)
-    return float(sum(float(node_value(t, options.objective, sp.floor(u, options))) for u, t in enumerate(terms)))
+    return float(
+        sum(
+            float(node_value(t, options.objective, sp.floor(u, options)))
+            for u, t in enumerate(terms)
+        )
+    )
 
 
 __all__ = [

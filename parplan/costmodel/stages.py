@@ -81,11 +81,13 @@ def cut_points(graph: Graph) -> tuple[int, ...]:
 def cut_tensor(graph: Graph, k: int) -> str:
     """The one layer whose output crosses the cut after position ``k`` (a cut point)."""
     order = graph.analyze().order
-    later = {src for name in order[k + 1:] for src in graph.layer(name).inputs}
-    crossing = [name for name in order[:k + 1] if name in later]
+    later = {src for name in order[k + 1 :] for src in graph.layer(name).inputs}
+    crossing = [name for name in order[: k + 1] if name in later]
     if len(crossing) != 1 or INPUT in later:
-        raise ConfigError(f"graph '{graph.name}': no single tensor crosses after layer '{order[k]}' "
-                          "(a stage may end only at a cut point)")
+        raise ConfigError(
+            f"graph '{graph.name}': no single tensor crosses after layer '{order[k]}' "
+            "(a stage may end only at a cut point)"
+        )
     return crossing[0]
 
 
@@ -96,8 +98,10 @@ def even_ends(graph: Graph, stages: int) -> tuple[int, ...]:
     order = graph.analyze().order
     cuts = cut_points(graph)
     if not 1 <= stages <= len(cuts) + 1:
-        raise ConfigError(f"graph '{graph.name}': {stages} stages, but it has {len(cuts) + 1} pieces between its "
-                          "cut points")
+        raise ConfigError(
+            f"graph '{graph.name}': {stages} stages, but it has {len(cuts) + 1} pieces between its "
+            "cut points"
+        )
     ends, lo = [], 0
     for k in range(1, stages):
         target = k * len(order) / stages - 1
@@ -117,7 +121,9 @@ def segment(graph: Graph, first: int, last: int) -> Graph:
     info = graph.analyze()
     order = info.order
     if not 0 <= first <= last < len(order):
-        raise ConfigError(f"graph '{graph.name}': no segment {first}..{last} of its {len(order)} layers")
+        raise ConfigError(
+            f"graph '{graph.name}': no segment {first}..{last} of its {len(order)} layers"
+        )
     if first == 0:
         if last == len(order) - 1:
             return graph
@@ -125,9 +131,12 @@ def segment(graph: Graph, first: int, last: int) -> Graph:
     else:
         src = cut_tensor(graph, first - 1)
         shape = info.out_shape[src]
-    layers = tuple(dataclasses.replace(graph.layer(n), inputs=tuple(INPUT if s == src else s
-                                                                    for s in graph.layer(n).inputs))
-                   for n in order[first:last + 1])
+    layers = tuple(
+        dataclasses.replace(
+            graph.layer(n), inputs=tuple(INPUT if s == src else s for s in graph.layer(n).inputs)
+        )
+        for n in order[first : last + 1]
+    )
     names = {layer.name for layer in layers}
     tied = tuple((a, b) for a, b in getattr(graph, "tied", ()) if a in names and b in names)
     name = f"{graph.name}[{order[first]}..{order[last]}]"
@@ -185,7 +194,9 @@ class PipelinePlan:
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "info", MappingProxyType(dict(self.info)))
         if self.schedule not in SCHEDULES:
-            raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)} (got {self.schedule!r})")
+            raise ConfigError(
+                f"schedule must be one of {', '.join(SCHEDULES)} (got {self.schedule!r})"
+            )
 
     def __reduce__(self):
         return (PipelinePlan, (self.stages, self.schedule, self.planner, dict(self.info)))
@@ -193,8 +204,9 @@ class PipelinePlan:
 
 def stage_problem(problem: Problem, first: int, last: int, group: str) -> Problem:
     """The sub-problem of one stage: its segment graph on its group, every setting kept."""
-    return dataclasses.replace(problem, graph=segment(problem.graph, first, last),
-                               array=group_array(problem.array, group))
+    return dataclasses.replace(
+        problem, graph=segment(problem.graph, first, last), array=group_array(problem.array, group)
+    )
 
 
 def in_flight(schedule: str, stage: int, stages: int, micro_batches: int) -> int:
@@ -225,12 +237,17 @@ def stage_link(array: ArrayNode, a: str, b: str) -> tuple[float, float, float]:
 def _between(problem: Problem, a: str, b: str) -> SideSpec:
     """Groups ``a`` and ``b`` as the two sides of section 4's receive time (one message each way)."""
     receive_a, receive_b, latency = stage_link(problem.array, a, b)
-    return SideSpec(devices=(problem.array.at(a).as_device, problem.array.at(b).as_device),
-                    bytes_per_s=(receive_a, receive_b), latency_s=latency,
-                    bytes_per_element=problem.bytes_per_element)
+    return SideSpec(
+        devices=(problem.array.at(a).as_device, problem.array.at(b).as_device),
+        bytes_per_s=(receive_a, receive_b),
+        latency_s=latency,
+        bytes_per_element=problem.bytes_per_element,
+    )
 
 
-def cut_seconds(problem: Problem, a: str, b: str, elements_per_sample: float, micro_batches: int) -> float:
+def cut_seconds(
+    problem: Problem, a: str, b: str, elements_per_sample: float, micro_batches: int
+) -> float:
     """One micro-batch across the cut from group ``a`` to group ``b``: its activation into ``b``
     and its gradient back into ``a``, each one message priced by section 4's receive time (the
     link's latency, the bytes at the receiving group's rate; section 11)."""
@@ -239,7 +256,9 @@ def cut_seconds(problem: Problem, a: str, b: str, elements_per_sample: float, mi
     return receive_seconds(side, 1, elements) + receive_seconds(side, 0, elements)
 
 
-def pipeline_seconds(stage_seconds: Sequence[float], transfer_s: Sequence[float], micro_batches: int) -> float:
+def pipeline_seconds(
+    stage_seconds: Sequence[float], transfer_s: Sequence[float], micro_batches: int
+) -> float:
     """A synchronous pipeline's step (section 11): ``stage_seconds`` are each stage's time for the
     whole step (its ``m`` micro-batches), ``transfer_s`` each cut's per micro-batch."""
     m = micro_batches
@@ -272,8 +291,10 @@ class PipelineEvaluation:
         return max(0.0, 1.0 - busiest / self.step_time_s) if self.step_time_s > 0 else 0.0
 
     def __repr__(self) -> str:
-        return (f"PipelineEvaluation(step_time_s={self.step_time_s:.6g}, stages={len(self.stage_time_s)}, "
-                f"micro_batches={self.micro_batches}, peak_memory_bytes={self.peak_memory_bytes:.6g})")
+        return (
+            f"PipelineEvaluation(step_time_s={self.step_time_s:.6g}, stages={len(self.stage_time_s)}, "
+            f"micro_batches={self.micro_batches}, peak_memory_bytes={self.peak_memory_bytes:.6g})"
+        )
 
 
 def check_pipeline(problem: Problem, plan: PipelinePlan) -> None:
@@ -288,17 +309,21 @@ def check_pipeline(problem: Problem, plan: PipelinePlan) -> None:
     at = 0
     for s, stage in enumerate(plan.stages):
         if stage.first != at or stage.last < stage.first:
-            raise ConfigError(f"stage {s} covers layers {stage.first}..{stage.last}; expected it to start at {at}")
+            raise ConfigError(
+                f"stage {s} covers layers {stage.first}..{stage.last}; expected it to start at {at}"
+            )
         if stage.last != n - 1 and stage.last not in cuts:
-            raise ConfigError(f"stage {s} ends after layer '{problem.graph.analyze().order[stage.last]}', "
-                              "where more than one tensor crosses; stages end at cut points")
+            raise ConfigError(
+                f"stage {s} ends after layer '{problem.graph.analyze().order[stage.last]}', "
+                "where more than one tensor crosses; stages end at cut points"
+            )
         at = stage.last + 1
         problem.array.at(stage.group)  # a ConfigError naming the path if there is no such group
     if at != n:
         raise ConfigError(f"the stages cover layers 0..{at - 1} of {n}")
     paths = [stage.group for stage in plan.stages]
     for i, a in enumerate(paths):
-        for b in paths[i + 1:]:
+        for b in paths[i + 1 :]:
             if a.startswith(b) or b.startswith(a):
                 raise ConfigError(f"stage groups '{a or 'root'}' and '{b or 'root'}' overlap")
 
@@ -311,8 +336,11 @@ def structure(graph: Graph) -> tuple:
     out: list = [graph.input_shape]
     for name in order:
         layer = graph.layer(name)
-        fields = tuple((f.name, getattr(layer, f.name)) for f in dataclasses.fields(layer)
-                       if f.name not in ("name", "inputs"))
+        fields = tuple(
+            (f.name, getattr(layer, f.name))
+            for f in dataclasses.fields(layer)
+            if f.name not in ("name", "inputs")
+        )
         out.append((type(layer).__name__, fields, tuple(pos.get(src, -1) for src in layer.inputs)))
     return tuple(out)
 
@@ -323,9 +351,20 @@ def stage_evaluation(sub: Problem, plan: Plan, memo: dict | None = None) -> Eval
     (its rows then name the first such stage's layers: the times and memory are the same)."""
     if memo is None:
         return evaluate(sub, plan, node_memory=True)
-    key = (structure(sub.graph), signature(sub.array), sub.array.collective, tuple(sorted(plan.splits.items())),
-           sub.batch, sub.bytes_per_element, sub.optimizer_bytes_per_param, sub.compat, sub.zero_stage,
-           sub.recompute, sub.micro_batches, sub.overlap)
+    key = (
+        structure(sub.graph),
+        signature(sub.array),
+        sub.array.collective,
+        tuple(sorted(plan.splits.items())),
+        sub.batch,
+        sub.bytes_per_element,
+        sub.optimizer_bytes_per_param,
+        sub.compat,
+        sub.zero_stage,
+        sub.recompute,
+        sub.micro_batches,
+        sub.overlap,
+    )
     if key not in memo:
         memo[key] = evaluate(sub, plan, node_memory=True)
     return memo[key]
@@ -335,11 +374,15 @@ def held_memory(evaluation: Evaluation, held: int) -> dict[str, float]:
     """Each device's need (leaf path in the stage's group) when the stage holds ``held``
     micro-batches in flight: its state plus ``held`` times one micro-batch's activations
     (section 11; ``evaluation`` from :func:`stage_evaluation`)."""
-    return {path: float(state.sum() + held * activations.sum())
-            for path, (state, activations) in evaluation.node_memory.items()}
+    return {
+        path: float(state.sum() + held * activations.sum())
+        for path, (state, activations) in evaluation.node_memory.items()
+    }
 
 
-def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = None) -> PipelineEvaluation:
+def evaluate_pipeline(
+    problem: Problem, plan: PipelinePlan, memo: dict | None = None
+) -> PipelineEvaluation:
     """Price ``plan`` on ``problem`` (section 11); each stage by :func:`evaluate` on its
     sub-problem (``memo``: see :func:`stage_evaluation`)."""
     check_pipeline(problem, plan)
@@ -353,12 +396,17 @@ def evaluate_pipeline(problem: Problem, plan: PipelinePlan, memo: dict | None = 
         times.append(ev.step_time_s)
         held = held_memory(ev, in_flight(plan.schedule, s, p, m))
         memory.update((stage.group + path, need) for path, need in held.items())
-    transfers = [cut_seconds(problem, a.group, b.group, info.out_shape[cut_tensor(graph, a.last)].elements, m)
-                 for a, b in zip(plan.stages, plan.stages[1:])]
+    transfers = [
+        cut_seconds(
+            problem, a.group, b.group, info.out_shape[cut_tensor(graph, a.last)].elements, m
+        )
+        for a, b in zip(plan.stages, plan.stages[1:])
+    ]
     tied = tied_sync_seconds(problem, plan)
     step = pipeline_seconds(times, transfers, m) + tied
-    return PipelineEvaluation(step, tuple(times), tuple(transfers), tied, MappingProxyType(memory),
-                              tuple(evaluations), m)
+    return PipelineEvaluation(
+        step, tuple(times), tuple(transfers), tied, MappingProxyType(memory), tuple(evaluations), m
+    )
 
 
 def tied_sync_seconds(problem: Problem, plan: PipelinePlan) -> float:
@@ -386,4 +434,6 @@ def tied_sync_seconds(problem: Problem, plan: PipelinePlan) -> float:
 
 def whole_model_stage(problem: Problem, plan: Plan) -> PipelinePlan:
     """The one-stage pipeline of a partition plan (its price is the partition model's)."""
-    return PipelinePlan((Stage(0, len(problem.graph.analyze().order) - 1, "", plan),), planner=plan.planner)
+    return PipelinePlan(
+        (Stage(0, len(problem.graph.analyze().order) - 1, "", plan),), planner=plan.planner
+    )

@@ -45,7 +45,9 @@ def _weight_placement(text: str):
 def _reduced(x: DTensor) -> DTensor:
     """``x`` with every partial sum reduced (all-reduce to Replicate on those mesh dims)."""
     if any(isinstance(p, Partial) for p in x.placements):
-        return x.redistribute(x.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in x.placements])
+        return x.redistribute(
+            x.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in x.placements]
+        )
     return x
 
 
@@ -62,8 +64,13 @@ def _elementwise(layer, info, x: DTensor) -> DTensor:
     """An element-wise layer on each process's part of ``x`` (rows and columns it holds)."""
     x = _reduced(x)
     local = apply_op(layer, info, x.to_local().contiguous(), _local_columns(x)).contiguous()
-    return DTensor.from_local(local, x.device_mesh, x.placements, shape=_global_shape(local, x),
-                              stride=torch.empty(_global_shape(local, x), dtype=local.dtype).stride())
+    return DTensor.from_local(
+        local,
+        x.device_mesh,
+        x.placements,
+        shape=_global_shape(local, x),
+        stride=torch.empty(_global_shape(local, x), dtype=local.dtype).stride(),
+    )
 
 
 def _global_shape(local: torch.Tensor, like: DTensor) -> torch.Size:
@@ -82,11 +89,20 @@ def _conv2d_local(x: DTensor, w: DTensor, layer, s) -> DTensor:
     mesh = x.device_mesh
     partial = [Partial() if isinstance(p, Shard) else Replicate() for p in x.placements]
     xl = x.to_local()
-    y = tf.conv2d(xl.reshape(xl.shape[0], s.channels, s.height, s.width), w.to_local(grad_placements=partial),
-                  stride=_pair(layer.stride), padding=_pair(layer.padding))
+    y = tf.conv2d(
+        xl.reshape(xl.shape[0], s.channels, s.height, s.width),
+        w.to_local(grad_placements=partial),
+        stride=_pair(layer.stride),
+        padding=_pair(layer.padding),
+    )
     y = y.reshape(y.shape[0], y.shape[1], -1)
-    return DTensor.from_local(y, mesh, x.placements, shape=_global_shape(y, x),
-                              stride=torch.empty(_global_shape(y, x), dtype=y.dtype).stride())
+    return DTensor.from_local(
+        y,
+        mesh,
+        x.placements,
+        shape=_global_shape(y, x),
+        stride=torch.empty(_global_shape(y, x), dtype=y.dtype).stride(),
+    )
 
 
 def _embedding_local(ids: DTensor, w: DTensor, layer) -> DTensor:
@@ -97,10 +113,16 @@ def _embedding_local(ids: DTensor, w: DTensor, layer) -> DTensor:
     ids = ids.redistribute(ids.device_mesh, rows)
     partial = [Partial() if isinstance(p, Shard) else Replicate() for p in rows]
     local = ids.to_local()
-    y = tf.embedding(local.reshape(local.shape[0], -1).long() % layer.num,
-                     w.to_local(grad_placements=partial)).permute(0, 2, 1)
-    return DTensor.from_local(y, ids.device_mesh, rows, shape=_global_shape(y, ids),
-                              stride=torch.empty(_global_shape(y, ids), dtype=y.dtype).stride())
+    y = tf.embedding(
+        local.reshape(local.shape[0], -1).long() % layer.num, w.to_local(grad_placements=partial)
+    ).permute(0, 2, 1)
+    return DTensor.from_local(
+        y,
+        ids.device_mesh,
+        rows,
+        shape=_global_shape(y, ids),
+        stride=torch.empty(_global_shape(y, ids), dtype=y.dtype).stride(),
+    )
 
 
 class _Dense(torch.autograd.Function):
@@ -121,8 +143,13 @@ def _dense(x: DTensor) -> DTensor:
     local = x.to_local()
     if local.is_contiguous() and x.is_contiguous():
         return x
-    return DTensor.from_local(local.contiguous(), x.device_mesh, x.placements, shape=x.shape,
-                              stride=torch.empty(x.shape, device="meta").stride())
+    return DTensor.from_local(
+        local.contiguous(),
+        x.device_mesh,
+        x.placements,
+        shape=x.shape,
+        stride=torch.empty(x.shape, device="meta").stride(),
+    )
 
 
 def _per_position(x: DTensor, w: DTensor) -> DTensor:
@@ -142,7 +169,9 @@ def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> 
     rep = [Replicate()] * mesh.ndim
     rows = inp.shape[0]  # the step's batch, or one micro-batch of it
     x0 = inp.reshape(rows, inp.shape[1], -1)
-    f = {INPUT: DTensor.from_local(x0, mesh, rep)}  # every process drew the same batch from the seed
+    f = {
+        INPUT: DTensor.from_local(x0, mesh, rep)
+    }  # every process drew the same batch from the seed
     for name in info.order:
         layer = problem.graph.layer(name)
         planned = by_name.get(name)
@@ -159,11 +188,23 @@ def dtensor_forward(problem, export, mesh, weights: dict, inp: torch.Tensor) -> 
         elif isinstance(layer, Embedding) and planned is None:
             y = _embedding_local(_reduced(xs[0]), weights[name], layer)
         elif isinstance(layer, Embedding):
-            ids = _reduced(xs[0]).redistribute(mesh, rep).to_local().reshape(rows, -1).long() % layer.num
-            ids = distribute_tensor(ids, mesh, [Shard(0) if isinstance(p, Shard) and p.dim == 0 else Replicate()
-                                                for p in xs[0].placements])
+            ids = (
+                _reduced(xs[0]).redistribute(mesh, rep).to_local().reshape(rows, -1).long()
+                % layer.num
+            )
+            ids = distribute_tensor(
+                ids,
+                mesh,
+                [
+                    Shard(0) if isinstance(p, Shard) and p.dim == 0 else Replicate()
+                    for p in xs[0].placements
+                ],
+            )
             y = tf.embedding(ids, weights[name]).permute(0, 2, 1)
-        elif isinstance(layer, Norm) and layer.kind in ("layer", "rms"):  # over the columns: DTensor's reductions
+        elif isinstance(layer, Norm) and layer.kind in (
+            "layer",
+            "rms",
+        ):  # over the columns: DTensor's reductions
             y = (layer_norm if layer.kind == "layer" else rms_norm)(_reduced(xs[0]))
         elif isinstance(layer, Add):
             y = sum(xs[1:], xs[0])
@@ -199,10 +240,16 @@ def glu_orders(problem, export) -> dict[str, torch.Tensor]:
             continue
         f = shapes[layer.name].channels
         if f % parts:
-            raise ValueError(f"gated unit '{layer.name}': {f} columns do not split into {parts} parts")
+            raise ValueError(
+                f"gated unit '{layer.name}': {f} columns do not split into {parts} parts"
+            )
         k = f // parts
-        out[producer.name] = torch.cat([torch.cat([torch.arange(p * k, (p + 1) * k), f + torch.arange(p * k, (p + 1) * k)])
-                                        for p in range(parts)])
+        out[producer.name] = torch.cat(
+            [
+                torch.cat([torch.arange(p * k, (p + 1) * k), f + torch.arange(p * k, (p + 1) * k)])
+                for p in range(parts)
+            ]
+        )
     return out
 
 
@@ -221,7 +268,12 @@ def _counting_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = super().__torch_dispatch__(func, types, args, kwargs)
             packet = getattr(func, "_overloadpacket", None)
-            if out is not NotImplemented and packet is not None and args and isinstance(args[0], torch.Tensor):
+            if (
+                out is not NotImplemented
+                and packet is not None
+                and args
+                and isinstance(args[0], torch.Tensor)
+            ):
                 name = str(packet).split(".")[-1].rstrip("_")
                 if name in COLLECTIVES:
                     self.payload[name] += args[0].numel()
@@ -231,7 +283,13 @@ def _counting_mode():
 
 
 #: The collectives whose payload :func:`_counting_mode` sums.
-COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "broadcast",
+)
 
 
 def _sharded(placements: list, zero_stage: int) -> list:
@@ -250,7 +308,9 @@ def _micro_batches(problem) -> list[slice]:
     return [slice(j * size, (j + 1) * size) for j in range(m)]
 
 
-def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
+def run_dtensor(
+    problem, export, rank: int, seed: int, steps: int, lr: float, device: str = "cpu"
+) -> dict:
     """``steps`` SGD steps of the exported plan in this process (one of the mesh's): the losses,
     and on rank 0 every weight's last gradient (whole, numpy) and the collectives counted.
 
@@ -259,18 +319,27 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
     redistributions: stage 1-2 reduce-scatter each gradient to the shard a device keeps, update
     that shard and all-gather the weight; stage 3 keeps only the shard and all-gathers the weight
     for use in the step (its backward reduce-scatters the gradient)."""
-    mesh = init_device_mesh(device.split(":")[0], export.mesh_shape, mesh_dim_names=export.mesh_dim_names)
+    mesh = init_device_mesh(
+        device.split(":")[0], export.mesh_shape, mesh_dim_names=export.mesh_dim_names
+    )
     weights, inp, target = init_tensors(problem, seed)
     by_name = {e.name: e for e in export.layers}
     rep = [Replicate()] * mesh.ndim
     orders = glu_orders(problem, export)
-    use = {name: [_weight_placement(p) for p in by_name[name].weight] if name in by_name else rep
-           for name in weights}  # a table read through a join: replicated
+    use = {
+        name: [_weight_placement(p) for p in by_name[name].weight] if name in by_name else rep
+        for name in weights
+    }  # a table read through a join: replicated
     zero = problem.zero_stage
     keep = {name: _sharded(use[name], zero) for name in weights}
-    params = {name: distribute_tensor((w[orders[name]] if name in orders else w).to(device), mesh,
-                                      keep[name] if zero >= 3 else use[name])
-              for name, w in weights.items()}
+    params = {
+        name: distribute_tensor(
+            (w[orders[name]] if name in orders else w).to(device),
+            mesh,
+            keep[name] if zero >= 3 else use[name],
+        )
+        for name, w in weights.items()
+    }
     target = target.to(device)
     losses, counts, grads, payload = [], {}, {}, {}
     for k in range(steps):
@@ -279,9 +348,14 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
         parts = []
         with mode:
             for rows in _micro_batches(problem):  # one after the other, the gradients accumulating
-                used = {name: t.redistribute(mesh, use[name]) for name, t in w.items()} if zero >= 3 else w
-                y = dtensor_forward(problem, export, mesh, used, inp[rows].to(device)).reshape(rows.stop - rows.start,
-                                                                                              -1)
+                used = (
+                    {name: t.redistribute(mesh, use[name]) for name, t in w.items()}
+                    if zero >= 3
+                    else w
+                )
+                y = dtensor_forward(problem, export, mesh, used, inp[rows].to(device)).reshape(
+                    rows.stop - rows.start, -1
+                )
                 part = DTensor.from_local(target[rows], mesh, rep).redistribute(mesh, y.placements)
                 loss = 0.5 * ((y - part) ** 2).sum()
                 loss.backward()
@@ -293,8 +367,12 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
             if zero >= 3:
                 params = {name: (w[name] - lr * grads[name]).detach() for name in w}
             else:  # update the kept shard, then every device's whole weight again (an all-gather)
-                params = {name: (w[name].detach().redistribute(mesh, keep[name]) - lr * grads[name])
-                          .redistribute(mesh, use[name]) for name in w}
+                params = {
+                    name: (
+                        w[name].detach().redistribute(mesh, keep[name]) - lr * grads[name]
+                    ).redistribute(mesh, use[name])
+                    for name in w
+                }
         losses.append(sum(float(part.full_tensor()) for part in parts))  # outside the count
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
         payload = dict(mode.payload)
@@ -304,7 +382,12 @@ def run_dtensor(problem, export, rank: int, seed: int, steps: int, lr: float, de
         if name in orders:  # back to the model's order of rows
             full = torch.empty_like(full).index_copy_(0, orders[name], full)
         whole[name] = full.numpy()
-    return {"losses": losses, "grads": whole if rank == 0 else {}, "collectives": counts, "payload_elements": payload}
+    return {
+        "losses": losses,
+        "grads": whole if rank == 0 else {},
+        "collectives": counts,
+        "payload_elements": payload,
+    }
 
 
 __all__ = ["dtensor_forward", "glu_orders", "run_dtensor"]

@@ -109,11 +109,22 @@ class TorchExport:
             "expressible": self.expressible,
             "zero_stage": self.zero_stage,
             "micro_batches": self.micro_batches,
-            "layers": [{"name": e.name, "kind": e.kind, "choices": list(e.choices),
-                        "weight": None if e.weight is None else list(e.weight), "input": list(e.input),
-                        "output": list(e.output), "style": e.style, "fully_shard_over": list(e.fsdp_dims)}
-                       for e in self.layers],
-            "refusals": [{"layer": a, "split": b or "root", "reason": c} for a, b, c in self.refusals],
+            "layers": [
+                {
+                    "name": e.name,
+                    "kind": e.kind,
+                    "choices": list(e.choices),
+                    "weight": None if e.weight is None else list(e.weight),
+                    "input": list(e.input),
+                    "output": list(e.output),
+                    "style": e.style,
+                    "fully_shard_over": list(e.fsdp_dims),
+                }
+                for e in self.layers
+            ],
+            "refusals": [
+                {"layer": a, "split": b or "root", "reason": c} for a, b, c in self.refusals
+            ],
             "notes": list(self.notes),
         }
 
@@ -121,25 +132,38 @@ class TorchExport:
         """Python that builds the mesh and distributes every weight as the plan says (a
         ``parallelize_module`` plan where a layer is split on one mesh dimension)."""
         dims = ", ".join(repr(d) for d in self.mesh_dim_names)
-        lines = ["# parplan export: DTensor placements of every weight (docs/interop.md)",
-                 "from torch.distributed.device_mesh import init_device_mesh",
-                 "from torch.distributed.tensor import Replicate, Shard, distribute_tensor",
-                 "",
-                 f"mesh = init_device_mesh(\"cuda\", {self.mesh_shape}, mesh_dim_names=({dims},))",
-                 "PLACEMENTS = {"]
-        lines += [f"    {e.name!r}: [{', '.join(e.weight)}],  # {e.style}" for e in self.layers if e.weight]
-        lines += ["}", "", "",
-                  "def distribute(model):",
-                  "    \"\"\"Every planned weight of ``model`` (module path -> placements) as a DTensor.\"\"\"",
-                  "    import torch",
-                  "",
-                  "    for path, placements in PLACEMENTS.items():",
-                  "        module = model.get_submodule(path)",
-                  "        module.weight = torch.nn.Parameter(distribute_tensor(module.weight, mesh, placements))",
-                  "    return model"]
+        lines = [
+            "# parplan export: DTensor placements of every weight (docs/interop.md)",
+            "from torch.distributed.device_mesh import init_device_mesh",
+            "from torch.distributed.tensor import Replicate, Shard, distribute_tensor",
+            "",
+            f'mesh = init_device_mesh("cuda", {self.mesh_shape}, mesh_dim_names=({dims},))',
+            "PLACEMENTS = {",
+        ]
+        lines += [
+            f"    {e.name!r}: [{', '.join(e.weight)}],  # {e.style}"
+            for e in self.layers
+            if e.weight
+        ]
+        lines += [
+            "}",
+            "",
+            "",
+            "def distribute(model):",
+            '    """Every planned weight of ``model`` (module path -> placements) as a DTensor."""',
+            "    import torch",
+            "",
+            "    for path, placements in PLACEMENTS.items():",
+            "        module = model.get_submodule(path)",
+            "        module.weight = torch.nn.Parameter(distribute_tensor(module.weight, mesh, placements))",
+            "    return model",
+        ]
         if self.zero_stage:
-            lines += ["", f"# ZeRO-{self.zero_stage}: fully_shard each layer over its `fully_shard_over` mesh "
-                          "dimensions (FSDP2), see the export's JSON"]
+            lines += [
+                "",
+                f"# ZeRO-{self.zero_stage}: fully_shard each layer over its `fully_shard_over` mesh "
+                "dimensions (FSDP2), see the export's JSON",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -175,13 +199,26 @@ class PipelineExport:
         return tuple(st.layers[0] for st in self.stages[1:])
 
     def to_dict(self) -> dict:
-        return {"pipeline": {"schedule": self.schedule, "n_microbatches": self.micro_batches, "notes": list(self.notes),
-                             "split_points_beginning": list(self.split_points), "expressible": self.expressible,
-                             "stages": [{"layers": [st.layers[0], st.layers[-1]], "layer_count": len(st.layers),
-                                         "group": st.group or "root", "ranks": list(st.ranks),
-                                         "refusal": st.refusal or None,
-                                         "export": None if st.export is None else st.export.to_dict()}
-                                        for st in self.stages]}}
+        return {
+            "pipeline": {
+                "schedule": self.schedule,
+                "n_microbatches": self.micro_batches,
+                "notes": list(self.notes),
+                "split_points_beginning": list(self.split_points),
+                "expressible": self.expressible,
+                "stages": [
+                    {
+                        "layers": [st.layers[0], st.layers[-1]],
+                        "layer_count": len(st.layers),
+                        "group": st.group or "root",
+                        "ranks": list(st.ranks),
+                        "refusal": st.refusal or None,
+                        "export": None if st.export is None else st.export.to_dict(),
+                    }
+                    for st in self.stages
+                ],
+            }
+        }
 
 
 def pipeline_export(problem: Problem, plan) -> PipelineExport:
@@ -199,11 +236,13 @@ def pipeline_export(problem: Problem, plan) -> PipelineExport:
             e, why = torch_export(sub, st.plan), ""
         except ConfigError as exc:
             e, why = None, str(exc)
-        stages.append(StageExport(tuple(order[st.first:st.last + 1]), st.group, ranks, e, why))
+        stages.append(StageExport(tuple(order[st.first : st.last + 1]), st.group, ranks, e, why))
     notes = ()
     if tied_sync_seconds(problem, plan) > 0.0:
-        notes = ("weights tied across stages (a table and a head): torch.distributed.pipelining does not keep them "
-                 "equal; all-reduce their gradients between the two stages each step, as parplan prices it",)
+        notes = (
+            "weights tied across stages (a table and a head): torch.distributed.pipelining does not keep them "
+            "equal; all-reduce their gradients between the two stages each step, as parplan prices it",
+        )
     return PipelineExport(tuple(stages), SCHEDULES[plan.schedule], problem.micro_batches, notes)
 
 
@@ -229,11 +268,15 @@ def _kind(layer) -> str:
 def torch_export(problem: Problem, plan: Plan) -> TorchExport:
     """``plan`` as DTensor placements on a mesh of ``problem.array`` (module docstring)."""
     if not isinstance(plan, Plan):
-        raise ConfigError("export: a pipeline plan goes to pipeline_export (its stages, each exported on its group)")
+        raise ConfigError(
+            "export: a pipeline plan goes to pipeline_export (its stages, each exported on its group)"
+        )
     mesh = mesh_of(problem)
     if mesh is None:
-        raise ConfigError(f"export: array {problem.array.describe()} is not a full binary tree of 2^d devices; "
-                          "a DeviceMesh is a grid, so only such arrays export")
+        raise ConfigError(
+            f"export: array {problem.array.describe()} is not a full binary tree of 2^d devices; "
+            "a DeviceMesh is a grid, so only such arrays export"
+        )
     pg = problem.planning
     depth = len(mesh)
     names = tuple(f"l{k + 1}" for k in range(depth))
@@ -244,41 +287,83 @@ def torch_export(problem: Problem, plan: Plan) -> TorchExport:
         layer = problem.graph.layer(node.name)
         per_level = []
         for k in range(depth):
-            paths = [p for p, _ in problem.array.inner_nodes() if len(p) == k and has_work(plan.splits, p, v)]
+            paths = [
+                p
+                for p, _ in problem.array.inner_nodes()
+                if len(p) == k and has_work(plan.splits, p, v)
+            ]
             seen = {plan.splits[p].choices[v] for p in paths}
             for p in paths:
                 a = plan.splits[p].shares[v]
                 if a != 0.5:
-                    what = "leaves the layer on one half" if a in (0.0, 1.0) else f"gives the left half {a:g}"
+                    what = (
+                        "leaves the layer on one half"
+                        if a in (0.0, 1.0)
+                        else f"gives the left half {a:g}"
+                    )
                     refusals.append((node.name, p, f"{what}; DTensor shards evenly"))
             if len(seen) > 1:
-                refusals.append((node.name, paths[0], f"the groups of level {k + 1} split it differently "
-                                                      f"({', '.join(sorted(c.value for c in seen))}); a placement "
-                                                      "holds for a whole mesh dimension"))
-            per_level.append(Counter(plan.splits[p].choices[v] for p in paths).most_common(1)[0][0] if paths else
-                             (Layout.ROWS if node.is_join else B))
+                refusals.append(
+                    (
+                        node.name,
+                        paths[0],
+                        f"the groups of level {k + 1} split it differently "
+                        f"({', '.join(sorted(c.value for c in seen))}); a placement "
+                        "holds for a whole mesh dimension",
+                    )
+                )
+            per_level.append(
+                Counter(plan.splits[p].choices[v] for p in paths).most_common(1)[0][0]
+                if paths
+                else (Layout.ROWS if node.is_join else B)
+            )
         cut = 2 ** sum(c is O for c in per_level)
-        for op in node.dims.out_ops:  # attention after an OUT split: every part must hold whole key/value groups
+        for op in (
+            node.dims.out_ops
+        ):  # attention after an OUT split: every part must hold whole key/value groups
             inner = problem.graph.layer(op.name) if op.name in names_of else None
             if isinstance(inner, Attention) and inner.key_heads % cut:
-                refusals.append((node.name, "", f"its attention '{op.name}' has {inner.key_heads} key/value groups, "
-                                                f"which {cut} parts of an OUT split cannot hold whole"))
+                refusals.append(
+                    (
+                        node.name,
+                        "",
+                        f"its attention '{op.name}' has {inner.key_heads} key/value groups, "
+                        f"which {cut} parts of an OUT split cannot hold whole",
+                    )
+                )
         if isinstance(layer, Conv2d) and any(c in (I, O) for c in per_level):
-            refusals.append((node.name, "", "DTensor shards conv2d over the batch only (no input- or output-channel "
-                                            "sharding)"))
+            refusals.append(
+                (
+                    node.name,
+                    "",
+                    "DTensor shards conv2d over the batch only (no input- or output-channel "
+                    "sharding)",
+                )
+            )
         layers.append(_layer_export(node, layer, per_level, names, problem.zero_stage))
     notes = []
     for layer in problem.graph.layers:
         if isinstance(layer, Glu) and layer.inputs[0] in names_of:
             fused = next((e for e in layers if e.name == layer.inputs[0]), None)
             if fused is not None and "out" in fused.choices:
-                notes.append(f"'{fused.name}' is a fused gate/up projection split by OUT: shard its gate rows and its "
-                             "up rows each by Shard(0) (ColwiseParallel on gate_proj and on up_proj), so that each "
-                             f"part of '{layer.name}' holds its gate and up columns")
+                notes.append(
+                    f"'{fused.name}' is a fused gate/up projection split by OUT: shard its gate rows and its "
+                    "up rows each by Shard(0) (ColwiseParallel on gate_proj and on up_proj), so that each "
+                    f"part of '{layer.name}' holds its gate and up columns"
+                )
     if problem.micro_batches > 1:
-        notes.append(f"{problem.micro_batches} micro-batches: accumulate gradients over them before the step")
-    return TorchExport(mesh, names, tuple(layers), tuple(refusals), problem.zero_stage, problem.micro_batches,
-                       tuple(notes))
+        notes.append(
+            f"{problem.micro_batches} micro-batches: accumulate gradients over them before the step"
+        )
+    return TorchExport(
+        mesh,
+        names,
+        tuple(layers),
+        tuple(refusals),
+        problem.zero_stage,
+        problem.micro_batches,
+        tuple(notes),
+    )
 
 
 def _layer_export(node, layer, per_level, names, zero_stage: int) -> LayerExport:
@@ -297,8 +382,16 @@ def _layer_export(node, layer, per_level, names, zero_stage: int) -> LayerExport
     else:
         style = "DTensor placements (split on " + ", ".join(n for n, _ in split) + ")"
     fsdp = tuple(n for n, c in zip(names, per_level) if c is B) if weighted and zero_stage else ()
-    return LayerExport(node.name, _kind(layer), tuple(c.value for c in per_level), weight,
-                       tuple(NEED[c] for c in per_level), tuple(GIVE[c] for c in per_level), style, fsdp)
+    return LayerExport(
+        node.name,
+        _kind(layer),
+        tuple(c.value for c in per_level),
+        weight,
+        tuple(NEED[c] for c in per_level),
+        tuple(GIVE[c] for c in per_level),
+        style,
+        fsdp,
+    )
 
 
 def nearest_plan(problem: Problem, plan: Plan) -> Plan:
@@ -311,14 +404,37 @@ def nearest_plan(problem: Problem, plan: Plan) -> Plan:
         k = len(path)
         choices = []
         for v in range(n):
-            c = PartitionType(export.layers[v].choices[k]) if not problem.planning.nodes[v].is_join else \
-                Layout(export.layers[v].choices[k])
-            if isinstance(problem.graph.layer(problem.planning.nodes[v].name), Conv2d) and c in (I, O):
+            c = (
+                PartitionType(export.layers[v].choices[k])
+                if not problem.planning.nodes[v].is_join
+                else Layout(export.layers[v].choices[k])
+            )
+            if isinstance(problem.graph.layer(problem.planning.nodes[v].name), Conv2d) and c in (
+                I,
+                O,
+            ):
                 c = B
             choices.append(c)
         splits[path] = Split(tuple(choices), (0.5,) * n)
-    return Plan(splits, planner=f"{plan.planner or 'plan'}-torch", info={"nearest_to": plan.planner or "plan"})
+    return Plan(
+        splits,
+        planner=f"{plan.planner or 'plan'}-torch",
+        info={"nearest_to": plan.planner or "plan"},
+    )
 
 
-__all__ = ["GIVE", "LayerExport", "NEED", "PLACEMENT", "PipelineExport", "StageExport", "TABLE", "TorchExport", "WEIGHT", "mesh_of",
-           "nearest_plan", "pipeline_export", "torch_export"]
+__all__ = [
+    "GIVE",
+    "LayerExport",
+    "NEED",
+    "PLACEMENT",
+    "PipelineExport",
+    "StageExport",
+    "TABLE",
+    "TorchExport",
+    "WEIGHT",
+    "mesh_of",
+    "nearest_plan",
+    "pipeline_export",
+    "torch_export",
+]

@@ -65,17 +65,25 @@ def check_runnable(problem: Problem) -> None:
     n = problem.array.count
     tables = any(isinstance(layer, Embedding) for layer in problem.graph.layers)
     if problem.zero_stage == 3 and tables:
-        raise ConfigError("run: ZeRO stage 3 is executed for weighted layers; the gathers of embedding tables are "
-                          "priced by the model but not executed yet (run this model at stages 0-2)")
+        raise ConfigError(
+            "run: ZeRO stage 3 is executed for weighted layers; the gathers of embedding tables are "
+            "priced by the model but not executed yet (run this model at stages 0-2)"
+        )
     if problem.zero_stage == 2 and problem.micro_batches > 1 and tables:
-        raise ConfigError("run: ZeRO-2 with micro-batches reduce-scatters embedding tables' gradients per micro-batch "
-                          "in the model, which the executor does not do yet (run with one micro-batch or stage 0-1)")
+        raise ConfigError(
+            "run: ZeRO-2 with micro-batches reduce-scatters embedding tables' gradients per micro-batch "
+            "in the model, which the executor does not do yet (run with one micro-batch or stage 0-1)"
+        )
     if n > MAX_PROCESSES:
-        raise ConfigError(f"run: {n} devices; the executor starts one process per device, at most {MAX_PROCESSES}")
+        raise ConfigError(
+            f"run: {n} devices; the executor starts one process per device, at most {MAX_PROCESSES}"
+        )
     need = process_bytes(problem)
     if need > MAX_PROCESS_BYTES:
-        raise ConfigError(f"run: each process would need about {need / 2**30:.1f} GiB (full-size float64 buffers "
-                          f"of every tensor; limit {MAX_PROCESS_BYTES / 2**30:.0f} GiB); use a smaller --batch or model")
+        raise ConfigError(
+            f"run: each process would need about {need / 2**30:.1f} GiB (full-size float64 buffers "
+            f"of every tensor; limit {MAX_PROCESS_BYTES / 2**30:.0f} GiB); use a smaller --batch or model"
+        )
 
 
 def free_port() -> int:
@@ -110,8 +118,13 @@ def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> No
         device = f"cuda:{rank % torch.cuda.device_count()}"
         torch.cuda.set_device(device)
     try:
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=TIMEOUT_S))
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=TIMEOUT_S),
+        )
     except Exception:  # noqa: BLE001 - reported to the parent, which raises
         results.put((rank, "error", traceback.format_exc()))
         return
@@ -122,11 +135,15 @@ def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> No
             break
         kind, payload = pickle.loads(job)
         try:
-            if kind == "dtensor":  # an exported plan through torch's own DTensor (executor/dtensor.py)
+            if (
+                kind == "dtensor"
+            ):  # an exported plan through torch's own DTensor (executor/dtensor.py)
                 from parplan.executor.dtensor import run_dtensor
 
                 problem, export, seed, steps, lr = payload
-                results.put((rank, "ok", run_dtensor(problem, export, rank, seed, steps, lr, device)))
+                results.put(
+                    (rank, "ok", run_dtensor(problem, export, rank, seed, steps, lr, device))
+                )
             else:
                 schedule, seed, steps, lr = payload
                 results.put((rank, "ok", run_device(schedule, rank, comm, seed, steps, lr, device)))
@@ -148,30 +165,46 @@ class Cluster:
         _require_torch()
         backend = resolve_backend(backend)
         if not 1 <= world <= MAX_PROCESSES:
-            raise ConfigError(f"run: {world} devices; the executor starts one process per device, at most "
-                              f"{MAX_PROCESSES}")
+            raise ConfigError(
+                f"run: {world} devices; the executor starts one process per device, at most "
+                f"{MAX_PROCESSES}"
+            )
         ctx = mp.get_context("spawn")
         port = free_port()
         self.world = world
         self.results = ctx.Queue()
         self.jobs = [ctx.Queue() for _ in range(world)]
         self.backend = backend
-        self.procs = [ctx.Process(target=_worker, args=(r, world, port, backend, self.jobs[r], self.results),
-                                  daemon=True) for r in range(world)]
+        self.procs = [
+            ctx.Process(
+                target=_worker,
+                args=(r, world, port, backend, self.jobs[r], self.results),
+                daemon=True,
+            )
+            for r in range(world)
+        ]
         for p in self.procs:
             p.start()
 
-    def run(self, schedule: Schedule, seed: int = 0, steps: int = 1, lr: float = 0.01) -> list[dict]:
+    def run(
+        self, schedule: Schedule, seed: int = 0, steps: int = 1, lr: float = 0.01
+    ) -> list[dict]:
         if len(schedule.leaves) != self.world:
-            raise ConfigError(f"run: the plan's array has {len(schedule.leaves)} devices but the cluster "
-                              f"{self.world}")
+            raise ConfigError(
+                f"run: the plan's array has {len(schedule.leaves)} devices but the cluster "
+                f"{self.world}"
+            )
         return self._run(("schedule", (schedule, seed, steps, lr)))
 
-    def run_torch(self, problem: Problem, export, seed: int = 0, steps: int = 1, lr: float = 0.01) -> list[dict]:
+    def run_torch(
+        self, problem: Problem, export, seed: int = 0, steps: int = 1, lr: float = 0.01
+    ) -> list[dict]:
         """An exported plan (:func:`parplan.executor.export.torch_export`) with torch's DTensor."""
         if int(np.prod(export.mesh_shape)) != self.world:
-            raise ConfigError(f"run: the export's mesh {export.mesh_shape} does not have the cluster's {self.world} "
-                              "devices")
+            raise ConfigError(
+                f"run: the export's mesh {export.mesh_shape} does not have the cluster's {self.world} "
+                "devices"
+            )
         return self._run(("dtensor", (problem, export, seed, steps, lr)))
 
     def _run(self, work: tuple) -> list[dict]:
@@ -189,12 +222,15 @@ class Cluster:
                 dead = [r for r, p in enumerate(self.procs) if not p.is_alive() and r not in out]
                 if dead:
                     codes = ", ".join(f"rank {r} exit code {self.procs[r].exitcode}" for r in dead)
-                    raise ExecutionError(f"run: worker process(es) ended without an answer ({codes}); when "
-                                         "running from Python, call run_plan under `if __name__ == \"__main__\":`"
-                                         ) from None
+                    raise ExecutionError(
+                        f"run: worker process(es) ended without an answer ({codes}); when "
+                        'running from Python, call run_plan under `if __name__ == "__main__":`'
+                    ) from None
                 if waited > TIMEOUT_S + 60:
-                    raise ExecutionError(f"run: no answer from {self.world - len(out)} worker(s) in "
-                                         f"{TIMEOUT_S + 60} s") from None
+                    raise ExecutionError(
+                        f"run: no answer from {self.world - len(out)} worker(s) in "
+                        f"{TIMEOUT_S + 60} s"
+                    ) from None
                 continue
             if status == "ok":
                 out[rank] = payload
@@ -221,7 +257,7 @@ class Cluster:
 
 
 def resolve_backend(backend: str) -> str:
-    """"gloo" or "nccl" for ``backend`` ("auto": nccl when CUDA GPUs are present)."""
+    """ "gloo" or "nccl" for ``backend`` ("auto": nccl when CUDA GPUs are present)."""
     _require_torch()
     import torch
 
@@ -230,7 +266,9 @@ def resolve_backend(backend: str) -> str:
     if backend == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl" and not torch.cuda.is_available():
-        raise ConfigError("run: backend nccl needs CUDA GPUs, and torch sees none; use --backend gloo")
+        raise ConfigError(
+            "run: backend nccl needs CUDA GPUs, and torch sees none; use --backend gloo"
+        )
     return backend
 
 
@@ -238,8 +276,10 @@ def _require_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise ConfigError("run: running a plan (the reference executor or torch's DTensor) needs torch; install it with "
-                          "pip install 'parplan[torch]' (CPU build: see README)") from None
+        raise ConfigError(
+            "run: running a plan (the reference executor or torch's DTensor) needs torch; install it with "
+            "pip install 'parplan[torch]' (CPU build: see README)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -263,7 +303,9 @@ class ExecutionReport:
 
     @property
     def loss_rel_error(self) -> float:
-        return max(abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses))
+        return max(
+            abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses)
+        )
 
     @property
     def diverged_at(self) -> int | None:
@@ -278,7 +320,9 @@ class ExecutionReport:
 
     @property
     def bytes_equal(self) -> bool:
-        return bool((self.bytes.difference.abs() <= 1e-6 * np.maximum(1.0, self.bytes.model_elements)).all())
+        return bool(
+            (self.bytes.difference.abs() <= 1e-6 * np.maximum(1.0, self.bytes.model_elements)).all()
+        )
 
     def differences(self) -> pd.DataFrame:
         """Rows where the elements received differ from the model's."""
@@ -289,22 +333,50 @@ class ExecutionReport:
 def compare_bytes(schedule: Schedule, received: dict, evaluation=None) -> pd.DataFrame:
     """Model vs measured elements per (split, node, side, phase); ``evaluation``: the
     evaluator's at the executed shares, if already computed."""
-    ev = evaluation if evaluation is not None else evaluate(schedule.problem, executed_plan(schedule))
+    ev = (
+        evaluation
+        if evaluation is not None
+        else evaluate(schedule.problem, executed_plan(schedule))
+    )
     rows = []
     for r in ev.breakdown.itertuples():
         for side in (1, 2):
-            for phase, model in (("intra", getattr(r, f"intra_elements_{side}")),
-                                 ("transition", getattr(r, f"transition_elements_{side}"))):
+            for phase, model in (
+                ("intra", getattr(r, f"intra_elements_{side}")),
+                ("transition", getattr(r, f"transition_elements_{side}")),
+            ):
                 got = received.get((r.level, r.node, side, phase), 0)
-                rows.append((r.level or "root", r.node, side, phase, float(model), int(got), got - float(model)))
+                rows.append(
+                    (
+                        r.level or "root",
+                        r.node,
+                        side,
+                        phase,
+                        float(model),
+                        int(got),
+                        got - float(model),
+                    )
+                )
     known = {(r.level, r.node) for r in ev.breakdown.itertuples()}
     for (split, node, side, phase), got in received.items():
         if (split, node) not in known:
             rows.append((split or "root", node, side, phase, 0.0, int(got), float(got)))
     order = {n.name: i for i, n in enumerate(schedule.problem.planning.nodes)}
-    rows.sort(key=lambda r: (0 if r[0] == "root" else len(r[0]), r[0], order.get(r[1], -1), r[2], r[3]))
-    return pd.DataFrame(rows, columns=["split", "node", "side", "phase", "model_elements", "measured_elements",
-                                       "difference"])
+    rows.sort(
+        key=lambda r: (0 if r[0] == "root" else len(r[0]), r[0], order.get(r[1], -1), r[2], r[3])
+    )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "split",
+            "node",
+            "side",
+            "phase",
+            "model_elements",
+            "measured_elements",
+            "difference",
+        ],
+    )
 
 
 def _timing(schedule: Schedule, results: list[dict], evaluation) -> pd.DataFrame:
@@ -317,8 +389,15 @@ def _timing(schedule: Schedule, results: list[dict], evaluation) -> pd.DataFrame
     return pd.DataFrame(rows, columns=["node", "model_s", "measured_s"])
 
 
-def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: float = 0.01,
-             cluster: Cluster | None = None, backend: str = "auto") -> ExecutionReport:
+def run_plan(
+    problem: Problem,
+    plan: Plan,
+    steps: int = 1,
+    seed: int = 0,
+    lr: float = 0.01,
+    cluster: Cluster | None = None,
+    backend: str = "auto",
+) -> ExecutionReport:
     """Execute ``steps`` training steps of ``plan`` with one process per device and compare.
 
     ``cluster``: worker processes to reuse (else started here with ``backend`` and stopped)."""
@@ -346,11 +425,20 @@ def run_plan(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: fl
             received[key] = received.get(key, 0) + n
     planned = schedule.received()
     if planned != received:
-        raise ExecutionError("run: the elements the workers received differ from the schedule's messages")
+        raise ExecutionError(
+            "run: the elements the workers received differ from the schedule's messages"
+        )
     ev = evaluate(problem, executed_plan(schedule))
-    return ExecutionReport(losses, tuple(ref_losses), err, compare_bytes(schedule, received, ev),
-                           _timing(schedule, results, ev), schedule.executed_shares, schedule.inexact,
-                           problem.bytes_per_element)
+    return ExecutionReport(
+        losses,
+        tuple(ref_losses),
+        err,
+        compare_bytes(schedule, received, ev),
+        _timing(schedule, results, ev),
+        schedule.executed_shares,
+        schedule.inexact,
+        problem.bytes_per_element,
+    )
 
 
 @dataclass(frozen=True)
@@ -373,15 +461,24 @@ class TorchRunReport:
 
     @property
     def loss_rel_error(self) -> float:
-        return max(abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses))
+        return max(
+            abs(a - b) / max(abs(b), 1e-300) for a, b in zip(self.losses, self.reference_losses)
+        )
 
     @property
     def numerics_equal(self) -> bool:
         return self.loss_rel_error <= RTOL and self.max_grad_rel_error <= RTOL
 
 
-def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: float = 0.01,
-              cluster: Cluster | None = None, backend: str = "auto") -> TorchRunReport:
+def run_torch(
+    problem: Problem,
+    plan: Plan,
+    steps: int = 1,
+    seed: int = 0,
+    lr: float = 0.01,
+    cluster: Cluster | None = None,
+    backend: str = "auto",
+) -> TorchRunReport:
     """Execute ``plan`` with torch's own DTensor (one process per device of the export's mesh)
     and compare its losses and gradients with one process's. Raises :class:`ConfigError`
     naming every part of the plan torch cannot express (:func:`~parplan.executor.export.nearest_plan`
@@ -395,8 +492,10 @@ def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: f
     export = torch_export(problem, plan)
     if not export.expressible:
         first = "; ".join(f"{a} at {b or 'root'}: {c}" for a, b, c in export.refusals[:3])
-        raise ConfigError(f"run --runtime torch: torch cannot express {len(export.refusals)} part(s) of the plan "
-                          f"({first}); `parplan export --nearest` gives the closest plan it can run")
+        raise ConfigError(
+            f"run --runtime torch: torch cannot express {len(export.refusals)} part(s) of the plan "
+            f"({first}); `parplan export --nearest` gives the closest plan it can run"
+        )
     graph_frames(problem)
     check_runnable(problem)
     world = int(np.prod(export.mesh_shape))
@@ -415,8 +514,15 @@ def run_torch(problem: Problem, plan: Plan, steps: int = 1, seed: int = 0, lr: f
     for r in results:
         for name, b in r["payload_elements"].items():
             payload[name] = payload.get(name, 0) + b
-    return TorchRunReport(tuple(results[0]["losses"]), tuple(ref_losses), worst, results[0]["collectives"], export,
-                          payload, evaluate(problem, plan).communication_elements)
+    return TorchRunReport(
+        tuple(results[0]["losses"]),
+        tuple(ref_losses),
+        worst,
+        results[0]["collectives"],
+        export,
+        payload,
+        evaluate(problem, plan).communication_elements,
+    )
 
 
 def _grad_error(results: list[dict], ref: dict) -> float:
@@ -439,5 +545,15 @@ def _grad_error(results: list[dict], ref: dict) -> float:
     return worst
 
 
-__all__ = ["Cluster", "ExecutionError", "ExecutionReport", "TorchRunReport", "check_runnable", "compare_bytes",
-           "process_bytes", "resolve_backend", "run_plan", "run_torch"]
+__all__ = [
+    "Cluster",
+    "ExecutionError",
+    "ExecutionReport",
+    "TorchRunReport",
+    "check_runnable",
+    "compare_bytes",
+    "process_bytes",
+    "resolve_backend",
+    "run_plan",
+    "run_torch",
+]

@@ -46,8 +46,24 @@ from functools import cached_property
 
 import numpy as np
 
-from parplan.costmodel.graph import (INPUT, Activation, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten,
-                                    Glu, Linear, Mul, Norm, Pool2d, Scale, Tokens)
+from parplan.costmodel.graph import (
+    INPUT,
+    Activation,
+    Add,
+    Attention,
+    Bias,
+    Concat,
+    Conv2d,
+    Embedding,
+    Flatten,
+    Glu,
+    Linear,
+    Mul,
+    Norm,
+    Pool2d,
+    Scale,
+    Tokens,
+)
 from parplan.costmodel.layout import Layout, PartitionType, split_axes
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError
@@ -56,14 +72,37 @@ from parplan.errors import ConfigError
 ELEMENTWISE = (Activation, Norm, Pool2d, Flatten, Attention, Scale, Bias, Glu, Tokens)
 #: Every layer kind the executor runs (graph_frames' dispatch), with how its errors name it;
 #: ``SUPPORTED`` is made from it, and a test checks every kind of the graph is here or refused.
-RUNS = {Conv2d: "conv", Linear: "linear (also per position)", Pool2d: "pooling", Activation: "activations",
-        Norm: "batch, layer and RMS norm", Scale: "learned scales", Bias: "learned biases", Tokens: "class tokens",
-        Glu: "gated units", Attention: "attention cores", Flatten: "flatten", Embedding: "embeddings", Add: "add",
-        Mul: "products (also per-channel gates)", Concat: "concat"}
+RUNS = {
+    Conv2d: "conv",
+    Linear: "linear (also per position)",
+    Pool2d: "pooling",
+    Activation: "activations",
+    Norm: "batch, layer and RMS norm",
+    Scale: "learned scales",
+    Bias: "learned biases",
+    Tokens: "class tokens",
+    Glu: "gated units",
+    Attention: "attention cores",
+    Flatten: "flatten",
+    Embedding: "embeddings",
+    Add: "add",
+    Mul: "products (also per-channel gates)",
+    Concat: "concat",
+}
 #: What the executor runs, for error messages.
 SUPPORTED = ", ".join(RUNS.values())
 #: Activation functions the executor runs.
-FUNCTIONS = ("relu", "relu6", "gelu", "silu", "tanh", "sigmoid", "identity", "dropout", "stochastic_depth")
+FUNCTIONS = (
+    "relu",
+    "relu6",
+    "gelu",
+    "silu",
+    "tanh",
+    "sigmoid",
+    "identity",
+    "dropout",
+    "stochastic_depth",
+)
 #: Row statistics a norm over the features reduces per position (docs/costmodel.md section 2).
 ROW_STATS = {"layer": 2, "rms": 1}
 
@@ -100,7 +139,7 @@ class Box:
         when the group has no work for the node."""
         m = np.zeros((rows, cols), dtype=bool)
         if not self.empty:
-            m[self.r0:self.r1, self.ins if which == "in" else self.outs] = True
+            m[self.r0 : self.r1, self.ins if which == "in" else self.outs] = True
         return m
 
 
@@ -174,7 +213,9 @@ class Schedule:
 
     def chain(self, node: str) -> list[str]:
         """Layers computed from ``node``'s output (element-wise in the model), in graph order."""
-        return [n for n in self.problem.graph.analyze().order if self.origin[n] == node and n != node]
+        return [
+            n for n in self.problem.graph.analyze().order if self.origin[n] == node and n != node
+        ]
 
     def messages(self):
         """Every message of one step, in execution order."""
@@ -217,6 +258,7 @@ _WEIGHT_BUFFERS = ("/dw", "/table", "/w")
 
 def _window(schedule: Schedule, lo: int, hi: int, last: bool) -> Schedule:
     """One micro-batch of ``schedule``: rows [lo, hi) (see :meth:`Schedule.micro_batches`)."""
+
     def rows(msgs):
         out = []
         for m in msgs:
@@ -235,22 +277,36 @@ def _window(schedule: Schedule, lo: int, hi: int, last: bool) -> Schedule:
         the last micro-batch, except the reduce-scatter at ZeRO-2/3, after every one."""
         out = []
         for m in rows(msgs):
-            if not m.tensor.endswith(_WEIGHT_BUFFERS) or last or (
-                    m.kind == "rs" and m.tensor.endswith("/dw") and schedule.problem.zero_stage >= 2):
+            if (
+                not m.tensor.endswith(_WEIGHT_BUFFERS)
+                or last
+                or (
+                    m.kind == "rs" and m.tensor.endswith("/dw") and schedule.problem.zero_stage >= 2
+                )
+            ):
                 out.append(m)
         return out
 
-    boxes = {leaf: {name: Box(max(b.r0, lo), min(b.r1, hi), b.ins, b.outs) if b.r0 < hi and b.r1 > lo
-                    else Box(lo, lo, b.ins, b.outs) for name, b in group.items()}
-             for leaf, group in schedule.boxes.items()}
+    boxes = {
+        leaf: {
+            name: Box(max(b.r0, lo), min(b.r1, hi), b.ins, b.outs)
+            if b.r0 < hi and b.r1 > lo
+            else Box(lo, lo, b.ins, b.outs)
+            for name, b in group.items()
+        }
+        for leaf, group in schedule.boxes.items()
+    }
     return replace(
-        schedule, boxes=boxes, window=(lo, hi, last),
+        schedule,
+        boxes=boxes,
+        window=(lo, hi, last),
         forward={k: rows(v) for k, v in schedule.forward.items()},
         transitions_fwd={k: rows(v) for k, v in schedule.transitions_fwd.items()},
         transitions_bwd={k: rows(v) for k, v in schedule.transitions_bwd.items()},
         backward={k: weights(v) for k, v in schedule.backward.items()},
         ops_fwd={k: rows(v) for k, v in schedule.ops_fwd.items()},
-        ops_bwd={k: rows(v) for k, v in schedule.ops_bwd.items()})
+        ops_bwd={k: rows(v) for k, v in schedule.ops_bwd.items()},
+    )
 
 
 # ------------------------------------------------------------------------------------ frames
@@ -271,23 +327,37 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
         srcs = [frames[s] for s in layer.inputs]
         if isinstance(layer, (Conv2d, Linear)):
             if getattr(layer, "experts", 1) != 1:
-                raise ConfigError(f"run: layer '{name}' is a mixture-of-experts bank; the executor runs dense layers")
+                raise ConfigError(
+                    f"run: layer '{name}' is a mixture-of-experts bank; the executor runs dense layers"
+                )
             if getattr(layer, "groups", 1) != 1:
-                raise ConfigError(f"run: layer '{name}' is a grouped convolution (groups={layer.groups}); "
-                                  "the executor runs groups=1 only")
+                raise ConfigError(
+                    f"run: layer '{name}' is a grouped convolution (groups={layer.groups}); "
+                    "the executor runs groups=1 only"
+                )
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
         elif isinstance(layer, Embedding):
-            through = [c for c in info.consumers[name] if not (graph.layer(c).weighted or graph.layer(c).join)]
+            through = [
+                c
+                for c in info.consumers[name]
+                if not (graph.layer(c).weighted or graph.layer(c).join)
+            ]
             if through:
-                raise ConfigError(f"run: embedding '{name}' is read through '{through[0]}' (a layer without weights); "
-                                  "the executor runs lookups read by weighted layers and joins directly")
+                raise ConfigError(
+                    f"run: embedding '{name}' is read through '{through[0]}' (a layer without weights); "
+                    "the executor runs lookups read by weighted layers and joins directly"
+                )
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
         elif isinstance(layer, (Add, Mul)):
             if any(f.segments != srcs[0].segments for f in srcs[1:]):
-                raise ConfigError(f"run: join '{name}' joins tensors with different concatenation structure; "
-                                  "the executor splits their columns differently")
+                raise ConfigError(
+                    f"run: join '{name}' joins tensors with different concatenation structure; "
+                    "the executor splits their columns differently"
+                )
             if len(set(layer.inputs)) != len(layer.inputs):
-                raise ConfigError(f"run: join '{name}' reads one tensor twice; the executor needs distinct inputs")
+                raise ConfigError(
+                    f"run: join '{name}' reads one tensor twice; the executor needs distinct inputs"
+                )
             big = max(srcs, key=lambda f: f.cell)
             frames[name] = Frame(out.channels, out.spatial, big.segments, big.unit)
         elif isinstance(layer, Concat):
@@ -298,13 +368,17 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
             frames[name] = Frame(out.channels, out.spatial, tuple(segs))
         elif isinstance(layer, Attention):
             if layer.bias_params or layer.window:
-                raise ConfigError(f"run: attention '{name}' has a learned bias or windows; the executor runs "
-                                  "full multi-head and grouped-query attention")
+                raise ConfigError(
+                    f"run: attention '{name}' has a learned bias or windows; the executor runs "
+                    "full multi-head and grouped-query attention"
+                )
             src = srcs[0]
             head = out.channels // layer.heads
             rep = layer.heads // layer.key_heads
             if src.segments != ((0, src.cols),):
-                raise ConfigError(f"run: attention '{name}' reads a concatenation; feed it one QKV projection")
+                raise ConfigError(
+                    f"run: attention '{name}' reads a concatenation; feed it one QKV projection"
+                )
             heads_of[layer.inputs[0]] = (rep + 2) * head  # a key/value group: its q heads, k, v
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),), rep * head)
         elif isinstance(layer, Glu):
@@ -315,27 +389,37 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
             frames[name] = Frame(out.channels, src.cell, ((0, out.channels),))
         elif isinstance(layer, ELEMENTWISE):
             if isinstance(layer, Activation) and layer.function.lower() not in FUNCTIONS:
-                raise ConfigError(f"run: activation '{name}' uses '{layer.function}'; the executor runs "
-                                  f"{', '.join(FUNCTIONS)}")
+                raise ConfigError(
+                    f"run: activation '{name}' uses '{layer.function}'; the executor runs "
+                    f"{', '.join(FUNCTIONS)}"
+                )
             src = srcs[0]
             cell = out.spatial if isinstance(layer, (Pool2d, Tokens)) else src.cell
             frames[name] = Frame(src.cols, cell, src.segments, src.unit)
         else:
-            raise ConfigError(f"run: layer '{name}' is a {type(layer).__name__}; the executor runs {SUPPORTED}")
+            raise ConfigError(
+                f"run: layer '{name}' is a {type(layer).__name__}; the executor runs {SUPPORTED}"
+            )
     for name, half in gated.items():  # a fused gate / up projection: a column share of each half
         if len(info.consumers[name]) != 1:
-            raise ConfigError(f"run: gated unit input '{name}' must be read by the gated unit alone")
+            raise ConfigError(
+                f"run: gated unit input '{name}' must be read by the gated unit alone"
+            )
         f = frames[name]
         frames[name] = Frame(f.cols, f.cell, ((0, half), (half, 2 * half)), f.unit)
     for name, unit in heads_of.items():  # a QKV projection is divided by whole heads
         if not graph.layer(name).weighted or len(info.consumers[name]) != 1:
-            raise ConfigError(f"run: attention input '{name}' must be a projection read by the attention alone")
+            raise ConfigError(
+                f"run: attention input '{name}' must be a projection read by the attention alone"
+            )
         f = frames[name]
         frames[name] = Frame(f.cols, f.cell, f.segments, unit)
     return frames
 
 
-def tensor_cols(problem: Problem, frames: dict[str, Frame], tensor: str, cols: np.ndarray) -> np.ndarray:
+def tensor_cols(
+    problem: Problem, frames: dict[str, Frame], tensor: str, cols: np.ndarray
+) -> np.ndarray:
     """Columns of ``tensor`` computed from its producer's output columns ``cols``: the same,
     except past an attention core, which maps whole heads of its fused input to its output."""
     graph = problem.graph
@@ -378,7 +462,9 @@ def _cut(n: int, share: float) -> int:
     return int(np.floor(share * n + 0.5))
 
 
-def _split_cols(cols: np.ndarray, share: float, segments, unit: int = 1) -> tuple[np.ndarray, np.ndarray, list[float]]:
+def _split_cols(
+    cols: np.ndarray, share: float, segments, unit: int = 1
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Side 1 takes the first ``round(share * k)`` of each segment's ``k`` columns (counted in
     groups of ``unit`` that are never divided)."""
     first, rest, fracs = [], [], []
@@ -399,8 +485,11 @@ def _split_box(box: Box, choice, share: float, in_frame: Frame, out_frame: Frame
         return box, box, share
     if "rows" in axes:
         k = _cut(box.r1 - box.r0, share)
-        return (Box(box.r0, box.r0 + k, box.ins, box.outs), Box(box.r0 + k, box.r1, box.ins, box.outs),
-                k / (box.r1 - box.r0))
+        return (
+            Box(box.r0, box.r0 + k, box.ins, box.outs),
+            Box(box.r0 + k, box.r1, box.ins, box.outs),
+            k / (box.r1 - box.r0),
+        )
     if not axes:  # a join's WHOLE
         empty = Box(box.r0, box.r0, box.ins, box.outs)
         if share <= 0.0:
@@ -452,7 +541,9 @@ def node_boxes(problem: Problem, plan: Plan, frames: dict[str, Frame]):
         left, right, shares = {}, {}, []
         for v, node in enumerate(nodes):
             fin, fout = frames_of(node)
-            a, b, s = _split_box(here[node.name], split.choices[v], split.shares[v], fin, fout, node.is_join)
+            a, b, s = _split_box(
+                here[node.name], split.choices[v], split.shares[v], fin, fout, node.is_join
+            )
             left[node.name], right[node.name] = a, b
             if s is None:
                 inexact.append(f"{path}/{node.name}")
@@ -515,10 +606,13 @@ def readers_of(problem: Problem, frames) -> dict[str, list[_Reader]]:
         seen = set()
         for src in layer.inputs:
             if src in seen:
-                raise ConfigError(f"run: layer '{node.name}' reads '{src}' twice; the executor needs distinct inputs")
+                raise ConfigError(
+                    f"run: layer '{node.name}' reads '{src}' twice; the executor needs distinct inputs"
+                )
             seen.add(src)
-            out.setdefault(src, []).append(_Reader(node.name, off if isinstance(layer, Concat) else 0,
-                                                   not node.is_join))
+            out.setdefault(src, []).append(
+                _Reader(node.name, off if isinstance(layer, Concat) else 0, not node.is_join)
+            )
             off += frames[src].cols
     return out
 
@@ -529,7 +623,7 @@ def held_mask(problem: Problem, frames: dict[str, Frame], box: Box, tensor: str)
     frame = frames[tensor]
     m = np.zeros((problem.batch, frame.cols), dtype=bool)
     if not box.empty:
-        m[box.r0:box.r1, tensor_cols(problem, frames, tensor, box.outs)] = True
+        m[box.r0 : box.r1, tensor_cols(problem, frames, tensor, box.outs)] = True
     return m
 
 
@@ -542,7 +636,7 @@ def need_mask(box: Box, reader: _Reader, rows: int, frame: Frame) -> np.ndarray:
     cols = box.ins
     if reader.offset or not reader.is_weighted:
         cols = cols[(cols >= reader.offset) & (cols < reader.offset + frame.cols)] - reader.offset
-    m[box.r0:box.r1, cols] = True
+    m[box.r0 : box.r1, cols] = True
     return m
 
 
@@ -617,8 +711,11 @@ def _transitions(problem, leaves, boxes, frames, readers, origin):
         need = {p: [need_mask(boxes[p][r.node], r, rows, frame) for r in rs] for p in paths}
         union = {p: np.logical_or.reduce(need[p]) for p in paths}
         for src, dst, mask, split, side in _route(problem.array, list(leaves), hold, union):
-            fwd[producer].append(Message(src, dst, "fwd", tensor, mask, frame.cell, split, side, producer,
-                                         "transition"))
+            fwd[producer].append(
+                Message(
+                    src, dst, "fwd", tensor, mask, frame.cell, split, side, producer, "transition"
+                )
+            )
         merged: dict[tuple, list] = {}
         for j, r in enumerate(rs):
             holders = {p: need[p][j] for p in paths}
@@ -626,11 +723,26 @@ def _transitions(problem, leaves, boxes, frames, readers, origin):
                 # two single devices pre-sum the consumers' gradients: one value per point
                 key = (src, dst, split, side) if leaf_pair[split] else (src, dst, split, side, j)
                 merged.setdefault(key, []).append((r.node, mask))
-        for key, parts in sorted(merged.items(), key=lambda kv: len(kv[0][2])):  # from the root down
+        for key, parts in sorted(
+            merged.items(), key=lambda kv: len(kv[0][2])
+        ):  # from the root down
             src, dst, split, side = key[:4]
             union_mask = np.logical_or.reduce([m for _, m in parts])
-            bwd[producer].append(Message(src, dst, "bwd", tensor, union_mask, frame.cell, split, side, producer,
-                                         "transition", tuple(parts)))
+            bwd[producer].append(
+                Message(
+                    src,
+                    dst,
+                    "bwd",
+                    tensor,
+                    union_mask,
+                    frame.cell,
+                    split,
+                    side,
+                    producer,
+                    "transition",
+                    tuple(parts),
+                )
+            )
     return fwd, bwd
 
 
@@ -638,8 +750,21 @@ def _layer_order(problem: Problem) -> list[str]:
     return [INPUT, *problem.graph.analyze().order]
 
 
-def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, shape, cell, tensor, replicating=(),
-               owners_out: dict | None = None):
+def _reduction(
+    problem,
+    plan,
+    leaves,
+    boxes,
+    node_index,
+    name,
+    reduced,
+    region,
+    shape,
+    cell,
+    tensor,
+    replicating=(),
+    owners_out: dict | None = None,
+):
     """Hierarchical reduce-scatter and all-gather of a partial sum: ``region(box)`` is a leaf's
     (rows, cols) mask of the reduced tensor, ``reduced`` the choices that leave partials on
     both sides. Where a split in ``replicating`` gives both sides the same part after a split
@@ -668,6 +793,7 @@ def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, 
 
                 def forward(m=shared, a=o1, b=o2):
                     _pairs(ag, m, a, b, "ag", tensor, cell, leaves, name)
+
                 return own, [forward] + steps1 + steps2
             return own, steps1 + steps2
         pts = np.flatnonzero(o1.ravel() >= 0)
@@ -682,6 +808,7 @@ def _reduction(problem, plan, leaves, boxes, node_index, name, reduced, region, 
         def gather(m1=first, m2=second, a=o1, b=o2):
             _pairs(ag, m1, a, b, "ag", tensor, cell, leaves, name)
             _pairs(ag, m2, b, a, "ag", tensor, cell, leaves, name)
+
         return own, [gather] + steps1 + steps2
 
     own, steps = owners(problem.array, "", False)
@@ -709,8 +836,10 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
 
     check_plan(problem, plan)
     if problem.array.collective is not None:
-        raise ConfigError("run: arrays with an all-reduce collective (@ALG:TOPO) are not executed; "
-                          "drop the @... suffix to run the plan with the split-by-split exchanges")
+        raise ConfigError(
+            "run: arrays with an all-reduce collective (@ALG:TOPO) are not executed; "
+            "drop the @... suffix to run the plan with the split-by-split exchanges"
+        )
     frames = graph_frames(problem)
     origin = origins(problem)
     leaves = tuple(_leaf_paths(problem.array))
@@ -732,15 +861,45 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
         rows = problem.batch
         wcell = weight_cell(layer, fin)
         forward[node.name] = _reduction(
-            problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.IN,),
-            lambda b: b.mask(rows, fout.cols, "out"), (rows, fout.cols), fout.cell, f"{node.name}/out")
+            problem,
+            exec_plan,
+            list(leaves),
+            boxes,
+            v,
+            node.name,
+            (PartitionType.IN,),
+            lambda b: b.mask(rows, fout.cols, "out"),
+            (rows, fout.cols),
+            fout.cell,
+            f"{node.name}/out",
+        )
         ein = _reduction(
-            problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.OUT,),
-            lambda b: b.mask(rows, fin.cols, "in"), (rows, fin.cols), fin.cell, f"{node.name}/ein")
+            problem,
+            exec_plan,
+            list(leaves),
+            boxes,
+            v,
+            node.name,
+            (PartitionType.OUT,),
+            lambda b: b.mask(rows, fin.cols, "in"),
+            (rows, fin.cols),
+            fin.cell,
+            f"{node.name}/ein",
+        )
         dw = _reduction(
-            problem, exec_plan, list(leaves), boxes, v, node.name, (PartitionType.BATCH,),
-            lambda b: _weight_mask(b, fin.cols, fout.cols), (fin.cols, fout.cols), wcell, f"{node.name}/dw",
-            owners_out=shards)
+            problem,
+            exec_plan,
+            list(leaves),
+            boxes,
+            v,
+            node.name,
+            (PartitionType.BATCH,),
+            lambda b: _weight_mask(b, fin.cols, fout.cols),
+            (fin.cols, fout.cols),
+            wcell,
+            f"{node.name}/dw",
+            owners_out=shards,
+        )
         if problem.zero_stage >= 3:
             # ZeRO-3 (docs/costmodel.md section 6.1): each device keeps the shard of the weights whose
             # gradient total the reduce-scatter leaves it, and updates only that; the all-gather
@@ -750,13 +909,33 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
         backward[node.name] = ein + dw
     ops_fwd, ops_bwd = _norm_statistics(problem, exec_plan, list(leaves), boxes, frames, origin)
     for v, node in enumerate(problem.planning.nodes):
-        backward[node.name] += _table_gradients(problem, exec_plan, list(leaves), boxes, frames, origin, v)
+        backward[node.name] += _table_gradients(
+            problem, exec_plan, list(leaves), boxes, frames, origin, v
+        )
     last = graph.analyze().order[-1]
-    return Schedule(problem, plan, leaves, frames, boxes, forward, fwd_t, bwd_t, backward, executed, inexact,
-                    {"loss": _loss_owners(problem, boxes, leaves, frames, origin[last], last),
-                     **{f"{name}/w": own for name, own in
-                        ((t.rsplit("/", 1)[0], o) for t, o in shards.items())}},
-                    ops_fwd, ops_bwd, gathers)
+    return Schedule(
+        problem,
+        plan,
+        leaves,
+        frames,
+        boxes,
+        forward,
+        fwd_t,
+        bwd_t,
+        backward,
+        executed,
+        inexact,
+        {
+            "loss": _loss_owners(problem, boxes, leaves, frames, origin[last], last),
+            **{
+                f"{name}/w": own
+                for name, own in ((t.rsplit("/", 1)[0], o) for t, o in shards.items())
+            },
+        },
+        ops_fwd,
+        ops_bwd,
+        gathers,
+    )
 
 
 def weight_cell(layer, fin: Frame) -> int:
@@ -792,12 +971,24 @@ def _norm_statistics(problem, plan, leaves, boxes, frames, origin):
         def region(b):
             m = np.zeros((rows, 1), dtype=bool)
             if not b.empty:
-                m[b.r0:b.r1] = True
+                m[b.r0 : b.r1] = True
             return m
 
         for phase, out in (("stats", fwd), ("bstats", bwd)):
-            out[name] = _reduction(problem, plan, leaves, boxes, index[producer], producer, COLUMN_CUTS, region,
-                                   (rows, 1), cell, f"{name}/{phase}", (PartitionType.IN, Layout.WHOLE))
+            out[name] = _reduction(
+                problem,
+                plan,
+                leaves,
+                boxes,
+                index[producer],
+                producer,
+                COLUMN_CUTS,
+                region,
+                (rows, 1),
+                cell,
+                f"{name}/{phase}",
+                (PartitionType.IN, Layout.WHOLE),
+            )
     return fwd, bwd
 
 
@@ -823,8 +1014,20 @@ def _table_gradients(problem, plan, leaves, boxes, frames, origin, v):
                 m[:, mine] = True
             return m
 
-        out += _reduction(problem, plan, leaves, boxes, v, node.name, ROW_CUTS, region, (layer.num, cols), 1,
-                          f"{src}/table", (PartitionType.OUT, Layout.WHOLE))
+        out += _reduction(
+            problem,
+            plan,
+            leaves,
+            boxes,
+            v,
+            node.name,
+            ROW_CUTS,
+            region,
+            (layer.num, cols),
+            1,
+            f"{src}/table",
+            (PartitionType.OUT, Layout.WHOLE),
+        )
     return out
 
 
@@ -857,5 +1060,19 @@ def _loss_owners(problem, boxes, leaves, frames, producer, last) -> np.ndarray:
     return own
 
 
-__all__ = ["Box", "Frame", "Message", "Schedule", "build_schedule", "executed_plan", "graph_frames",
-           "held_mask", "need_mask", "node_boxes", "origins", "readers_of", "tensor_cols", "weight_cell"]
+__all__ = [
+    "Box",
+    "Frame",
+    "Message",
+    "Schedule",
+    "build_schedule",
+    "executed_plan",
+    "graph_frames",
+    "held_mask",
+    "need_mask",
+    "node_boxes",
+    "origins",
+    "readers_of",
+    "tensor_cols",
+    "weight_cell",
+]

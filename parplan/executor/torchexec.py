@@ -20,10 +20,32 @@ import numpy as np
 import torch
 import torch.nn.functional as tf
 
-from parplan.costmodel.graph import (INPUT, Add, Attention, Bias, Concat, Conv2d, Embedding, Flatten, Glu, Linear, Mul,
-                                    Norm, Pool2d, Scale, Tokens)
-from parplan.executor.schedule import (Schedule, graph_frames, held_mask, need_mask, readers_of, tensor_cols,
-                                       weight_cell)
+from parplan.costmodel.graph import (
+    INPUT,
+    Add,
+    Attention,
+    Bias,
+    Concat,
+    Conv2d,
+    Embedding,
+    Flatten,
+    Glu,
+    Linear,
+    Mul,
+    Norm,
+    Pool2d,
+    Scale,
+    Tokens,
+)
+from parplan.executor.schedule import (
+    Schedule,
+    graph_frames,
+    held_mask,
+    need_mask,
+    readers_of,
+    tensor_cols,
+    weight_cell,
+)
 
 #: Epsilon of a layer norm.
 LN_EPS = 1e-5
@@ -46,16 +68,27 @@ def init_tensors(problem, seed: int):
         if isinstance(layer, Conv2d):
             kh, kw = _pair(layer.kernel)
             fan = x.channels * kh * kw
-            weights[name] = torch.randn(layer.out_channels, x.channels, kh, kw, generator=g, dtype=DTYPE) / fan ** 0.5
+            weights[name] = (
+                torch.randn(layer.out_channels, x.channels, kh, kw, generator=g, dtype=DTYPE)
+                / fan**0.5
+            )
         elif isinstance(layer, Linear):
             fan = x.channels if layer.per_position else x.elements
-            weights[name] = torch.randn(layer.out_features, fan, generator=g, dtype=DTYPE) / fan ** 0.5
+            weights[name] = (
+                torch.randn(layer.out_features, fan, generator=g, dtype=DTYPE) / fan**0.5
+            )
         elif isinstance(layer, Embedding):
             weights[name] = torch.randn(layer.num, layer.dim, generator=g, dtype=DTYPE)
     s = problem.graph.input_shape
-    tables = [problem.graph.layer(n).num for n in info.order if isinstance(problem.graph.layer(n), Embedding)]
+    tables = [
+        problem.graph.layer(n).num
+        for n in info.order
+        if isinstance(problem.graph.layer(n), Embedding)
+    ]
     if tables:  # token ids
-        inp = torch.randint(0, min(tables), (problem.batch, s.channels, s.height, s.width), generator=g).to(DTYPE)
+        inp = torch.randint(
+            0, min(tables), (problem.batch, s.channels, s.height, s.width), generator=g
+        ).to(DTYPE)
     else:
         inp = torch.randn(problem.batch, s.channels, s.height, s.width, generator=g, dtype=DTYPE)
     out = info.out_shape[info.order[-1]]
@@ -78,7 +111,7 @@ def attention(x: torch.Tensor, head: int, rep: int = 1, rotary: bool = False) ->
     q, k, v = h[:, :, :rep], h[:, :, rep], h[:, :, rep + 1]
     if rotary:
         q, k = rope(q, seq), rope(k, seq)
-    a = torch.softmax(torch.einsum("ngrds,ngdt->ngrst", q, k) / head ** 0.5, dim=-1)
+    a = torch.softmax(torch.einsum("ngrds,ngdt->ngrst", q, k) / head**0.5, dim=-1)
     return torch.einsum("ngrst,ngdt->ngrds", a, v).reshape(n, -1, seq)
 
 
@@ -117,8 +150,12 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
     """An element-wise layer on ``x`` of shape (rows, len(cols), cell) -> (rows, len(cols), cell')."""
     n, c = x.shape[0], x.shape[1]
     if isinstance(layer, Attention):
-        return attention(x, info.out_shape[layer.name].channels // layer.heads, layer.heads // layer.key_heads,
-                         layer.rotary)
+        return attention(
+            x,
+            info.out_shape[layer.name].channels // layer.heads,
+            layer.heads // layer.key_heads,
+            layer.rotary,
+        )
     if isinstance(layer, Pool2d):
         s = info.in_shapes[layer.name][0]
         x4 = x.reshape(n, c, s.height, s.width)
@@ -139,8 +176,15 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
         return x * norm_scale(total)[torch.as_tensor(cols)].to(x.device).view(1, c, 1)
     if isinstance(layer, Bias):
         out = info.out_shape[layer.name]
-        return x + fixed_bias(out.channels, out.spatial, layer.full)[torch.as_tensor(cols)].to(x.device)[None]
-    if isinstance(layer, Tokens):  # fixed tokens (like a norm's affine values, not trained) before the positions
+        return (
+            x
+            + fixed_bias(out.channels, out.spatial, layer.full)[torch.as_tensor(cols)].to(x.device)[
+                None
+            ]
+        )
+    if isinstance(
+        layer, Tokens
+    ):  # fixed tokens (like a norm's affine values, not trained) before the positions
         total = info.out_shape[layer.name].channels
         token = fixed_bias(total, layer.count, True)[torch.as_tensor(cols)].to(x.device)
         return torch.cat([token[None].expand(n, -1, -1), x], dim=2)
@@ -156,8 +200,14 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
 
 
 #: Activation functions by name (the rest of FUNCTIONS are identities in a deterministic step).
-ACTIVATIONS = {"relu": torch.relu, "relu6": lambda x: tf.hardtanh(x, 0.0, 6.0), "gelu": tf.gelu, "silu": tf.silu,
-               "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "relu6": lambda x: tf.hardtanh(x, 0.0, 6.0),
+    "gelu": tf.gelu,
+    "silu": tf.silu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+}
 
 
 def reference_step(problem, weights, inp, target):
@@ -170,8 +220,12 @@ def reference_step(problem, weights, inp, target):
         xs = [f[s] for s in layer.inputs]
         if isinstance(layer, Conv2d):
             s = info.in_shapes[name][0]
-            y = tf.conv2d(xs[0].reshape(problem.batch, s.channels, s.height, s.width), w[name],
-                          stride=_pair(layer.stride), padding=_pair(layer.padding))
+            y = tf.conv2d(
+                xs[0].reshape(problem.batch, s.channels, s.height, s.width),
+                w[name],
+                stride=_pair(layer.stride),
+                padding=_pair(layer.padding),
+            )
             f[name] = y.reshape(problem.batch, y.shape[1], -1)
         elif isinstance(layer, Linear) and layer.per_position:
             f[name] = torch.einsum("bis,oi->bos", xs[0], w[name])
@@ -239,7 +293,9 @@ class DeviceStep:
         self.E: dict[str, torch.Tensor] = {}
         self.bufs: dict[str, torch.Tensor] = {}
         self.saved: dict[str, tuple] = {}
-        self.avail: dict[tuple[str, str], torch.Tensor] = {}  # (tensor, consumer) -> its gradient here
+        self.avail: dict[
+            tuple[str, str], torch.Tensor
+        ] = {}  # (tensor, consumer) -> its gradient here
         self.arrived: dict[str, torch.Tensor] = {}  # tensor -> pre-summed gradients received
         self.received: dict[tuple, int] = {}
         self.seconds: dict[str, float] = {}
@@ -293,7 +349,7 @@ class DeviceStep:
                 if src == tensor:
                     break
                 off += self.s.frames[src].cols
-            return e[:, off:off + self.s.frames[tensor].cols]
+            return e[:, off : off + self.s.frames[tensor].cols]
         return e
 
     def exchange(self, messages) -> None:
@@ -397,21 +453,29 @@ class DeviceStep:
             return
         ins, outs = self._t(box.ins), self._t(box.outs)
         n = box.r1 - box.r0
-        x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, ins].clone().requires_grad_()
+        x = self._tensor(self.F, layer.inputs[0])[box.r0 : box.r1][:, ins].clone().requires_grad_()
         wfull = self.gathered[name] if self.p.zero_stage >= 3 else self.weights[name]
         if isinstance(layer, Conv2d):
             s = self.info.in_shapes[name][0]
             w = wfull[outs][:, ins].clone().requires_grad_()
-            y = tf.conv2d(x.reshape(n, len(ins), s.height, s.width), w, stride=_pair(layer.stride),
-                          padding=_pair(layer.padding)).reshape(n, len(outs), -1)
+            y = tf.conv2d(
+                x.reshape(n, len(ins), s.height, s.width),
+                w,
+                stride=_pair(layer.stride),
+                padding=_pair(layer.padding),
+            ).reshape(n, len(outs), -1)
         elif layer.per_position:
             w = wfull[outs][:, ins].clone().requires_grad_()
             y = torch.einsum("ris,oi->ros", x, w)
         else:
-            w = wfull.reshape(wfull.shape[0], fin.cols, fin.cell)[outs][:, ins].clone().requires_grad_()
+            w = (
+                wfull.reshape(wfull.shape[0], fin.cols, fin.cell)[outs][:, ins]
+                .clone()
+                .requires_grad_()
+            )
             y = (x.reshape(n, -1) @ w.reshape(len(outs), -1).T).reshape(n, len(outs), 1)
         self.saved[name] = (x, w, y)
-        self.bufs[f"{name}/out"][box.r0:box.r1, outs] = y.detach()
+        self.bufs[f"{name}/out"][box.r0 : box.r1, outs] = y.detach()
 
     def _join(self, name, layer, box) -> None:
         out = self._tensor(self.F, name)
@@ -419,20 +483,21 @@ class DeviceStep:
             return
         cols = self._t(box.outs)
         if isinstance(layer, Add):
-            total = sum(self._tensor(self.F, s)[box.r0:box.r1][:, cols] for s in layer.inputs)
-            out[box.r0:box.r1, cols] = total
+            total = sum(self._tensor(self.F, s)[box.r0 : box.r1][:, cols] for s in layer.inputs)
+            out[box.r0 : box.r1, cols] = total
             return
         if isinstance(layer, Mul):  # a per-channel gate (one position) broadcasts over positions
-            a, b = (self._tensor(self.F, s)[box.r0:box.r1][:, cols] for s in layer.inputs)
-            out[box.r0:box.r1, cols] = a * b
+            a, b = (self._tensor(self.F, s)[box.r0 : box.r1][:, cols] for s in layer.inputs)
+            out[box.r0 : box.r1, cols] = a * b
             return
         off = 0
         for src in layer.inputs:
             c = self.s.frames[src].cols
             mine = box.outs[(box.outs >= off) & (box.outs < off + c)]
             if len(mine):
-                out[box.r0:box.r1, self._t(mine)] = self._tensor(self.F, src)[box.r0:box.r1][
-                    :, self._t(mine - off)]
+                out[box.r0 : box.r1, self._t(mine)] = self._tensor(self.F, src)[box.r0 : box.r1][
+                    :, self._t(mine - off)
+                ]
             off += c
 
     def _cols(self, tensor: str, box) -> np.ndarray:
@@ -451,10 +516,14 @@ class DeviceStep:
             if box.empty:
                 continue
             cin, cout = self._cols(layer.inputs[0], box), self._cols(name, box)
-            x = self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, self._t(cin)].clone().requires_grad_()
+            x = (
+                self._tensor(self.F, layer.inputs[0])[box.r0 : box.r1][:, self._t(cin)]
+                .clone()
+                .requires_grad_()
+            )
             y = apply_op(layer, self.info, x, cin)
             self.saved[name] = (x, y)
-            out[box.r0:box.r1, self._t(cout)] = y.detach()
+            out[box.r0 : box.r1, self._t(cout)] = y.detach()
 
     def _row_sums(self, name: str, phase: str, box, *parts) -> tuple:
         """Sums over every column of (rows, columns, positions) tensors ``parts`` held in parts:
@@ -463,39 +532,39 @@ class DeviceStep:
         cell = self.s.frames[name].cell
         buf = self.bufs[f"{name}/{phase}"] = self._zeros(self.p.batch, 1, len(parts) * cell)
         if not box.empty:
-            buf[box.r0:box.r1, 0] = torch.cat([x.sum(dim=1) for x in parts], dim=1)
+            buf[box.r0 : box.r1, 0] = torch.cat([x.sum(dim=1) for x in parts], dim=1)
         self.exchange((self.s.ops_fwd if phase == "stats" else self.s.ops_bwd)[name])
         if box.empty:
             return (None,) * len(parts)
-        total = buf[box.r0:box.r1, 0]
-        return tuple(total[:, None, i * cell:(i + 1) * cell] for i in range(len(parts)))
+        total = buf[box.r0 : box.r1, 0]
+        return tuple(total[:, None, i * cell : (i + 1) * cell] for i in range(len(parts)))
 
     def _rms_norm(self, name, layer, box, out) -> None:
         cols = None if box.empty else self._t(self._cols(name, box))
-        x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols]
+        x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0 : box.r1][:, cols]
         (s2,) = self._row_sums(name, "stats", box, x * x if x is not None else None)
         if box.empty:
             return
         rstd = 1.0 / torch.sqrt(s2 / self.s.frames[name].cols + LN_EPS)
         xhat = x * rstd
         self.saved[name] = ("rms", xhat, rstd)
-        out[box.r0:box.r1, cols] = xhat
+        out[box.r0 : box.r1, cols] = xhat
 
     def _rms_norm_backward(self, name, layer, box) -> None:
         g = xhat = None
         if not box.empty:
             cols = self._t(self._cols(name, box))
             _, xhat, rstd = self.saved[name]
-            g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
+            g = self._tensor(self.E, name)[box.r0 : box.r1][:, cols]
         (b,) = self._row_sums(name, "bstats", box, g * xhat if g is not None else None)
         if box.empty:
             return
         gx = rstd * (g - xhat * b / self.s.frames[name].cols)
-        self._tensor(self.E, layer.inputs[0])[box.r0:box.r1, cols] += gx
+        self._tensor(self.E, layer.inputs[0])[box.r0 : box.r1, cols] += gx
 
     def _layer_norm(self, name, layer, box, out) -> None:
         cols = None if box.empty else self._t(self._cols(name, box))
-        x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0:box.r1][:, cols]
+        x = None if box.empty else self._tensor(self.F, layer.inputs[0])[box.r0 : box.r1][:, cols]
         s1, s2 = self._row_sums(name, "stats", box, x, x * x if x is not None else None)
         if box.empty:
             return
@@ -504,20 +573,20 @@ class DeviceStep:
         rstd = 1.0 / torch.sqrt(s2 / c - mean * mean + LN_EPS)
         xhat = (x - mean) * rstd
         self.saved[name] = ("ln", xhat, rstd)
-        out[box.r0:box.r1, cols] = xhat
+        out[box.r0 : box.r1, cols] = xhat
 
     def _layer_norm_backward(self, name, layer, box) -> None:
         g = xhat = None
         if not box.empty:
             cols = self._t(self._cols(name, box))
             _, xhat, rstd = self.saved[name]
-            g = self._tensor(self.E, name)[box.r0:box.r1][:, cols]
+            g = self._tensor(self.E, name)[box.r0 : box.r1][:, cols]
         a, b = self._row_sums(name, "bstats", box, g, g * xhat if g is not None else None)
         if box.empty:
             return
         c = self.s.frames[name].cols
         gx = rstd * (g - a / c - xhat * b / c)
-        self._tensor(self.E, layer.inputs[0])[box.r0:box.r1, cols] += gx
+        self._tensor(self.E, layer.inputs[0])[box.r0 : box.r1, cols] += gx
 
     # ---------------------------------------------------------------- loss and backward
     def loss(self) -> float:
@@ -529,11 +598,11 @@ class DeviceStep:
             return 0.0
         mine = self._cols(last, box)
         cols = self._t(mine)
-        y = self.F[last][box.r0:box.r1][:, cols]
+        y = self.F[last][box.r0 : box.r1][:, cols]
         fr = self.s.frames[last]
-        t = self.target.reshape(self.p.batch, fr.cols, fr.cell)[box.r0:box.r1][:, cols]
-        e[box.r0:box.r1, cols] = y - t
-        own = self._t(self.s.owners["loss"][box.r0:box.r1][:, mine] == self.rank)
+        t = self.target.reshape(self.p.batch, fr.cols, fr.cell)[box.r0 : box.r1][:, cols]
+        e[box.r0 : box.r1, cols] = y - t
+        own = self._t(self.s.owners["loss"][box.r0 : box.r1][:, mine] == self.rank)
         return float(0.5 * ((y - t) ** 2)[own].sum())
 
     def _recompute(self, node) -> None:
@@ -558,10 +627,16 @@ class DeviceStep:
             box = self.boxes[node.name]
             if self.p.zero_stage >= 3 and not node.is_join:
                 forward = self.gathered[node.name]
-                self._gather(node.name, graph.layer(node.name))  # the weights were freed after forward
-                if not box.empty and not torch.equal(self._region(node.name, box, forward),
-                                                     self._region(node.name, box, self.gathered[node.name])):
-                    raise RuntimeError(f"{node.name}: the backward gather brought other weights than forward's")
+                self._gather(
+                    node.name, graph.layer(node.name)
+                )  # the weights were freed after forward
+                if not box.empty and not torch.equal(
+                    self._region(node.name, box, forward),
+                    self._region(node.name, box, self.gathered[node.name]),
+                ):
+                    raise RuntimeError(
+                        f"{node.name}: the backward gather brought other weights than forward's"
+                    )
             if self.p.recompute:
                 self._recompute(node)
             tensors = [t for t in (node.name, *self.s.chain(node.name)) if t in self.readers]
@@ -582,17 +657,17 @@ class DeviceStep:
                 if box.empty:
                     continue
                 x, y = self.saved[name]
-                g = self._tensor(self.E, name)[box.r0:box.r1][:, self._t(self._cols(name, box))]
+                g = self._tensor(self.E, name)[box.r0 : box.r1][:, self._t(self._cols(name, box))]
                 (gx,) = torch.autograd.grad(y, x, g)
                 cin = self._t(self._cols(layer.inputs[0], box))
-                self._tensor(self.E, layer.inputs[0])[box.r0:box.r1, cin] += gx
+                self._tensor(self.E, layer.inputs[0])[box.r0 : box.r1, cin] += gx
             if not node.is_join and not box.empty:
                 layer = graph.layer(node.name)
                 x, w, y = self.saved[node.name]
-                g = self._tensor(self.E, node.name)[box.r0:box.r1][:, self._t(box.outs)]
+                g = self._tensor(self.E, node.name)[box.r0 : box.r1][:, self._t(box.outs)]
                 gx, gw = torch.autograd.grad(y, (x, w), g)
                 ins, outs = self._t(box.ins), self._t(box.outs)
-                self.bufs[f"{node.name}/ein"][box.r0:box.r1, ins] = gx
+                self.bufs[f"{node.name}/ein"][box.r0 : box.r1, ins] = gx
                 if isinstance(layer, Conv2d):
                     grid = gw.permute(1, 0, 2, 3).reshape(len(ins), len(outs), -1)
                 elif layer.per_position:
@@ -626,7 +701,9 @@ class DeviceStep:
             m = need_mask(box, r, self.p.batch, fr)
             if not m.any():
                 continue
-            e = self._contribution(node, src) * self._t(m)[:, :, None]  # (batch, columns, positions)
+            e = (
+                self._contribution(node, src) * self._t(m)[:, :, None]
+            )  # (batch, columns, positions)
             ids = self.F[INPUT].reshape(self.p.batch, -1).long() % layer.num  # (batch, positions)
             flat = e.permute(0, 2, 1).reshape(-1, fr.cols)
             buf[:, :, 0].index_add_(0, ids.reshape(-1), flat)
@@ -689,7 +766,9 @@ class DeviceStep:
             if node.is_join or box.empty and self.p.zero_stage < 3:
                 continue
             layer = self.p.graph.layer(node.name)
-            if self.p.zero_stage >= 3:  # only this device's shard: the next forward gathers the rest
+            if (
+                self.p.zero_stage >= 3
+            ):  # only this device's shard: the next forward gathers the rest
                 fin = self.s.frames[layer.inputs[0]]
                 grid = weight_grid(layer, self.weights[node.name], fin.cell).clone()
                 own = self._owned(node.name)
@@ -697,7 +776,9 @@ class DeviceStep:
                 self.weights[node.name].copy_(grid_weight(layer, grid, self.weights[node.name]))
                 continue
             ins, outs = self._t(box.ins), self._t(box.outs)
-            g = self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]].permute(1, 0, 2)  # (out, in, cell)
+            g = self.bufs[f"{node.name}/dw"][ins[:, None], outs[None, :]].permute(
+                1, 0, 2
+            )  # (out, in, cell)
             w = self.weights[node.name]
             if isinstance(layer, Conv2d):
                 w[outs[:, None], ins[None, :]] -= lr * g.reshape(len(outs), len(ins), *w.shape[2:])
@@ -710,11 +791,17 @@ class DeviceStep:
             for src, _ in self._embeddings(node.name):
                 fr = self.s.frames[src]
                 r = next(x for x in self.readers[src] if x.node == node.name)
-                cols = self._t(np.flatnonzero(need_mask(self.boxes[node.name], r, self.p.batch, fr).any(axis=0)))
+                cols = self._t(
+                    np.flatnonzero(
+                        need_mask(self.boxes[node.name], r, self.p.batch, fr).any(axis=0)
+                    )
+                )
                 self.weights[src][:, cols] -= lr * self.bufs[f"{src}/table"][:, cols, 0]
 
 
-def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: float, device: str = "cpu") -> dict:
+def run_device(
+    schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: float, device: str = "cpu"
+) -> dict:
     """All ``steps`` of one device (on torch ``device``); returns its losses, weight gradients of
     the last step, elements received per (split, node, side, phase) per step, and per-node
     seconds."""
@@ -737,8 +824,13 @@ def run_device(schedule: Schedule, rank: int, comm, seed: int, steps: int, lr: f
         seconds.append(dict(step.seconds))
         if k + 1 < steps:
             step.apply_update(lr)
-    return {"rank": rank, "losses": losses, "grads": step.weight_gradients(), "received": received,
-            "seconds": seconds}
+    return {
+        "rank": rank,
+        "losses": losses,
+        "grads": step.weight_gradients(),
+        "received": received,
+        "seconds": seconds,
+    }
 
 
 def reference_steps(problem, seed: int, steps: int, lr: float) -> tuple[list[float], dict]:
@@ -768,5 +860,13 @@ def reference_run(problem, seed: int, steps: int, lr: float):
     return losses, grids
 
 
-__all__ = ["DeviceStep", "apply_op", "init_tensors", "reference_run", "reference_step", "reference_steps", "run_device",
-           "weight_grid"]
+__all__ = [
+    "DeviceStep",
+    "apply_op",
+    "init_tensors",
+    "reference_run",
+    "reference_step",
+    "reference_steps",
+    "run_device",
+    "weight_grid",
+]

@@ -51,8 +51,17 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from parplan.costmodel.cost import (OVERLAP_WINDOW, Objective, StateTable, covered_below, cuts_below, node_terms, output_groups,
-                                    scale_for_sides, share_points)
+from parplan.costmodel.cost import (
+    OVERLAP_WINDOW,
+    Objective,
+    StateTable,
+    covered_below,
+    cuts_below,
+    node_terms,
+    output_groups,
+    scale_for_sides,
+    share_points,
+)
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.evaluate import evaluate, price_of
 from parplan.costmodel.hardware import ArrayNode, signature
@@ -80,8 +89,12 @@ class NodeFrame:
     def child(self, choice: Choice, share: float, side: int, collective: bool) -> "NodeFrame":
         """The frame on side ``side`` (0, 1) of a split giving this node ``(choice, share)``."""
         one = Split((choice,), (share,))
-        return NodeFrame(scale_for_sides(self.dims, choice, share)[side], child_region(self.region, choice, share, side),
-                         cuts_below((self.cut,), one)[0], covered_below((self.covered,), one, collective)[0])
+        return NodeFrame(
+            scale_for_sides(self.dims, choice, share)[side],
+            child_region(self.region, choice, share, side),
+            cuts_below((self.cut,), one)[0],
+            covered_below((self.covered,), one, collective)[0],
+        )
 
 
 def state_classes(array: ArrayNode, symmetric: bool) -> dict[str, str]:
@@ -122,9 +135,13 @@ class JointDecoder:
     """Turns the joint model's solution into a :class:`Plan`, and a plan into a start point."""
 
     classes: Mapping[str, str]  # group path -> state class
-    states: Mapping[str, tuple[tuple[tuple[Choice, float], ...], ...]]  # class -> per node: its states
+    states: Mapping[
+        str, tuple[tuple[tuple[Choice, float], ...], ...]
+    ]  # class -> per node: its states
     ys: Mapping[str, tuple[tuple[int, ...], ...]]  # class -> per node: variable of each state
-    cells: tuple[tuple[int, tuple[tuple[str, int], ...], tuple[int, ...]], ...]  # (first var, members, shape)
+    cells: tuple[
+        tuple[int, tuple[tuple[str, int], ...], tuple[int, ...]], ...
+    ]  # (first var, members, shape)
     times: Mapping[tuple[str, int], int]  # (group path, node) -> variable t
     n_vars: int
     scale: float  # model units per second (time objective) or per element
@@ -132,16 +149,25 @@ class JointDecoder:
 
     def plan(self, values: Sequence[float]) -> Plan:
         """The plan of a solution (each node's state with the largest ``y``)."""
-        chosen = {k: tuple(per[int(np.argmax([values[i] for i in yv]))] for per, yv in zip(self.states[k], ys))
-                  for k, ys in self.ys.items()}
-        splits = {path: Split(tuple(c for c, _ in chosen[k]), tuple(a for _, a in chosen[k]))
-                  for path, k in self.classes.items() if k in chosen}
+        chosen = {
+            k: tuple(
+                per[int(np.argmax([values[i] for i in yv]))] for per, yv in zip(self.states[k], ys)
+            )
+            for k, ys in self.ys.items()
+        }
+        splits = {
+            path: Split(tuple(c for c, _ in chosen[k]), tuple(a for _, a in chosen[k]))
+            for path, k in self.classes.items()
+            if k in chosen
+        }
         return Plan(splits, planner=self.planner)
 
     def __call__(self, raw) -> Plan:
         return self.plan(raw.values)
 
-    def start(self, plan: Plan, node_times: Mapping[tuple[str, int], float]) -> tuple[float, ...] | None:
+    def start(
+        self, plan: Plan, node_times: Mapping[tuple[str, int], float]
+    ) -> tuple[float, ...] | None:
         """A solution vector for ``plan`` (None if ``plan`` is not in the model: a state off the
         share grid, or different states in groups of one class). ``node_times``: the evaluator's
         time of each node at each group of ``plan``."""
@@ -154,7 +180,11 @@ class JointDecoder:
                 return None
             idx = []
             for v, per in enumerate(self.states[k]):
-                hit = [j for j, (c, a) in enumerate(per) if c == split.choices[v] and abs(a - split.shares[v]) < 1e-12]
+                hit = [
+                    j
+                    for j, (c, a) in enumerate(per)
+                    if c == split.choices[v] and abs(a - split.shares[v]) < 1e-12
+                ]
                 if not hit:
                     return None
                 idx.append(hit[0])
@@ -165,14 +195,21 @@ class JointDecoder:
             for v, yv in enumerate(ys):
                 x[yv[index[k][v]]] = 1.0
         for first, members, shape in self.cells:
-            x[first + int(np.ravel_multi_index(tuple(index[k][w] for k, w in members), shape))] = 1.0
+            x[first + int(np.ravel_multi_index(tuple(index[k][w] for k, w in members), shape))] = (
+                1.0
+            )
         for key, var in self.times.items():
             x[var] = node_times[key] * self.scale
         return tuple(float(v) for v in x)
 
 
-def _frames_at(path: str, scope: tuple[int, ...], root: Mapping[int, NodeFrame],
-               states: Sequence[tuple[tuple[tuple[Choice, float], ...], ...]], collective: bool):
+def _frames_at(
+    path: str,
+    scope: tuple[int, ...],
+    root: Mapping[int, NodeFrame],
+    states: Sequence[tuple[tuple[tuple[Choice, float], ...], ...]],
+    collective: bool,
+):
     """Every combination of the scope's states at the groups above ``path`` (level-major, scope
     order inside a level), with the scope's frames at ``path``: (state indices, frames)."""
 
@@ -210,12 +247,22 @@ def _translation_key(u: int, scope: tuple[int, ...], frames: Mapping[int, NodeFr
 class _Builder:
     """Builds the joint model of one problem (see the module docstring)."""
 
-    def __init__(self, problem: Problem, options: PlanOptions, symmetric: bool, capacity: Mapping[str, float] | None):
+    def __init__(
+        self,
+        problem: Problem,
+        options: PlanOptions,
+        symmetric: bool,
+        capacity: Mapping[str, float] | None,
+    ):
         if problem.compat is not None:
-            raise ConfigError(f"the joint model prices parplan's own cost model; --compat {problem.compat} plans split "
-                              "by split (solve level by level)")
+            raise ConfigError(
+                f"the joint model prices parplan's own cost model; --compat {problem.compat} plans split "
+                "by split (solve level by level)"
+            )
         if problem.array.is_leaf:
-            raise ConfigError(f"array '{problem.array.describe()}' has one device: nothing to split")
+            raise ConfigError(
+                f"array '{problem.array.describe()}' has one device: nothing to split"
+            )
         self.p, self.o = problem, options
         self.pg = problem.planning
         self.n = len(self.pg.nodes)
@@ -234,7 +281,9 @@ class _Builder:
         self.cell_sets: dict[tuple, tuple[int, tuple[int, ...]]] = {}
         self.n_cells = 0
         self.times: dict[tuple[str, int], int] = {}
-        self.memo: dict[tuple, list[np.ndarray]] = {}  # node terms of frames equal up to translation
+        self.memo: dict[
+            tuple, list[np.ndarray]
+        ] = {}  # node terms of frames equal up to translation
         self.gids: dict[int, int] = {}
         self.sig_ids: dict[tuple, int] = {}
         self.scale = self._scale() * TIME_UNITS
@@ -243,10 +292,16 @@ class _Builder:
         """Model units per second (or element): about 1 unit per 1/1000 of the price of the plan
         with every node at its first state everywhere, so solver tolerances stay meaningful
         whatever dominates (compute, bandwidth or latency)."""
-        first = Split(tuple(self.o.choices(node)[0] for node in self.pg.nodes),
-                      tuple(share_points(self.p.side_spec(self.p.array), self.o.shares, self.o.share_grid)[-1:]
-                            * self.n))
-        plan = Plan({path: first for path, g in self.groups.items() if not g.is_leaf}, planner="scale")
+        first = Split(
+            tuple(self.o.choices(node)[0] for node in self.pg.nodes),
+            tuple(
+                share_points(self.p.side_spec(self.p.array), self.o.shares, self.o.share_grid)[-1:]
+                * self.n
+            ),
+        )
+        plan = Plan(
+            {path: first for path, g in self.groups.items() if not g.is_leaf}, planner="scale"
+        )
         ref = price_of(evaluate(self.p, plan), self.o)
         if not ref > 0:
             ref = sum(d.in_elements + d.weight_elements for d in self.p.root_dims())
@@ -258,21 +313,32 @@ class _Builder:
             if group.is_leaf or k in self.states:
                 continue
             shares = share_points(self.p.side_spec(group), self.o.shares, self.o.share_grid)
-            per = tuple(tuple((c, a) for c in self.o.choices(node) for a in shares) for node in self.pg.nodes)
+            per = tuple(
+                tuple((c, a) for c in self.o.choices(node) for a in shares)
+                for node in self.pg.nodes
+            )
             for v, node in enumerate(self.pg.nodes):
                 self.axes[v, k] = (self.o.choices(node), shares)
             self.states[k] = per
             ys = []
             for v, node_states in enumerate(per):
-                yv = tuple(self.b.var(f"y_{k or 'root'}_{v}_{j}", 0, 1, True) for j in range(len(node_states)))
-                self.b.constraint("one_hot", f"one_hot_{k or 'root'}_{v}", ((i, 1.0) for i in yv), "==", 1.0)
+                yv = tuple(
+                    self.b.var(f"y_{k or 'root'}_{v}_{j}", 0, 1, True)
+                    for j in range(len(node_states))
+                )
+                self.b.constraint(
+                    "one_hot", f"one_hot_{k or 'root'}_{v}", ((i, 1.0) for i in yv), "==", 1.0
+                )
                 ys.append(yv)
             self.ys[k] = tuple(ys)
 
     def cell_set(self, path: str, scope: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
         """(first variable, shape) of the cells over ``scope``'s states at every group above and at
         ``path`` (above only for a leaf); shared by the groups of one class sequence."""
-        levels = [self.classes[path[:j]] for j in range(len(path) + (0 if self.groups[path].is_leaf else 1))]
+        levels = [
+            self.classes[path[:j]]
+            for j in range(len(path) + (0 if self.groups[path].is_leaf else 1))
+        ]
         key = (tuple(levels), scope)
         if key in self.cell_sets:
             return self.cell_sets[key]
@@ -284,7 +350,8 @@ class _Builder:
             raise TableTooLarge(
                 f"the joint model of '{self.pg.name}' on {self.p.array.describe()} would need more than "
                 f"{MAX_JOINT_CELLS:,} cell variables (a node's cost depends on its and its consumers' states at "
-                "every level above it); use fewer devices, fixed shares (--shares half) or a coarser --share-grid")
+                "every level above it); use fewer devices, fixed shares (--shares half) or a coarser --share-grid"
+            )
         first = self.b.var(f"z_{path or 'root'}_{'_'.join(map(str, scope))}_0", 0, 1, False)
         for j in range(1, size):
             self.b.var(f"z_{path or 'root'}_{'_'.join(map(str, scope))}_{j}", 0, 1, False)
@@ -292,8 +359,13 @@ class _Builder:
         for axis, (k, w) in enumerate(members):
             for s in range(shape[axis]):
                 terms = [(first + int(c), 1.0) for c in np.take(cells, s, axis=axis).ravel()]
-                self.b.constraint("edge_link", f"link_{len(self.cells)}_{axis}_{s}",
-                                  terms + [(self.ys[k][w][s], -1.0)], "==", 0.0)
+                self.b.constraint(
+                    "edge_link",
+                    f"link_{len(self.cells)}_{axis}_{s}",
+                    terms + [(self.ys[k][w][s], -1.0)],
+                    "==",
+                    0.0,
+                )
         self.cells.append((first, members, shape))
         self.cell_sets[key] = (first, shape)
         return first, shape
@@ -314,21 +386,46 @@ class _Builder:
         first, shape = self.cell_set(path, scope)
         k = len(scope)
         out = [np.zeros(shape) for _ in range(4 if self.time_obj else 1)]
-        idx = {w: np.arange(len(here[w])).reshape([-1 if j == i else 1 for j in range(k)]) for i, w in enumerate(scope)}
-        group_key = (u, self.group_id(group), leaf_pair, tuple(self.axes[w, here_key] for w in scope))
-        for prefix, frames in _frames_at(path, scope, self.root, self.path_states(path), self.collective):
+        idx = {
+            w: np.arange(len(here[w])).reshape([-1 if j == i else 1 for j in range(k)])
+            for i, w in enumerate(scope)
+        }
+        group_key = (
+            u,
+            self.group_id(group),
+            leaf_pair,
+            tuple(self.axes[w, here_key] for w in scope),
+        )
+        for prefix, frames in _frames_at(
+            path, scope, self.root, self.path_states(path), self.collective
+        ):
             key = (group_key, _translation_key(u, scope, frames))
             if key not in self.memo:
-                tables = {w: StateTable.build(frames[w].dims, frames[w].covered, *self.axes[w, here_key], side, None,
-                                              frames[w].cut) for w in scope}
+                tables = {
+                    w: StateTable.build(
+                        frames[w].dims,
+                        frames[w].covered,
+                        *self.axes[w, here_key],
+                        side,
+                        None,
+                        frames[w].cut,
+                    )
+                    for w in scope
+                }
                 regions = {w: frames[w].region for w in scope}
                 terms = node_terms(tables, side, self.out_groups[u], u, idx, regions, leaf_pair)
-                if self.time_obj:  # each side's comm, then the part of it that overlaps work (section 4.2)
-                    self.memo[key] = [np.broadcast_to(np.asarray(x, dtype=float), shape[len(prefix):])
-                                      for x in (*terms.comm, *terms.weight)]
+                if (
+                    self.time_obj
+                ):  # each side's comm, then the part of it that overlaps work (section 4.2)
+                    self.memo[key] = [
+                        np.broadcast_to(np.asarray(x, dtype=float), shape[len(prefix) :])
+                        for x in (*terms.comm, *terms.weight)
+                    ]
                 else:
-                    both = np.asarray(terms.received[0], dtype=float) + np.asarray(terms.received[1], dtype=float)
-                    self.memo[key] = [np.broadcast_to(both, shape[len(prefix):])]
+                    both = np.asarray(terms.received[0], dtype=float) + np.asarray(
+                        terms.received[1], dtype=float
+                    )
+                    self.memo[key] = [np.broadcast_to(both, shape[len(prefix) :])]
             for i, slab in enumerate(self.memo[key]):
                 out[i][prefix] = slab
         return (first,) + shape, out
@@ -345,9 +442,13 @@ class _Builder:
         device = self.groups[path].device.as_device()
         bpe = self.p.bytes_per_element
         compute, memory = np.zeros(shape), np.zeros(shape)
-        for prefix, frames in _frames_at(path, (u,), self.root, self.path_states(path), self.collective):
+        for prefix, frames in _frames_at(
+            path, (u,), self.root, self.path_states(path), self.collective
+        ):
             compute[prefix] = frames[u].dims.compute_seconds(device, bpe)
-            memory[prefix] = frames[u].dims.memory_bytes(bpe, self.p.optimizer_bytes_per_param, self.p.zero_stage)
+            memory[prefix] = frames[u].dims.memory_bytes(
+                bpe, self.p.optimizer_bytes_per_param, self.p.zero_stage
+            )
         return first, compute.ravel(), memory.ravel()
 
     def build(self) -> tuple[MipModel, JointDecoder]:
@@ -359,9 +460,15 @@ class _Builder:
             mem_terms = []
             for u in range(self.n):
                 first, compute, memory = self.leaf_costs(path, u)
-                leaf_terms[path, u] = [(first + j, float(c) * self.scale) for j, c in enumerate(compute) if c]
+                leaf_terms[path, u] = [
+                    (first + j, float(c) * self.scale) for j, c in enumerate(compute) if c
+                ]
                 if self.capacity is not None:
-                    mem_terms += [(first + j, float(m) / self.capacity[path]) for j, m in enumerate(memory) if m]
+                    mem_terms += [
+                        (first + j, float(m) / self.capacity[path])
+                        for j, m in enumerate(memory)
+                        if m
+                    ]
             if self.capacity is not None:
                 self.b.constraint("memory", f"memory_{path}", mem_terms, "<=", 1.0)
         for path, group in self.groups.items():
@@ -369,10 +476,22 @@ class _Builder:
                 continue
             for u in range(self.n):
                 self.node_rows(path, u, leaf_terms)
-        model = self.b.build(objective_unit="s" if self.time_obj else "elements", objective_scale=self.scale,
-                             objective_error=0.0, exact=True, notes=self.notes())
-        dec = JointDecoder(self.classes, self.states, self.ys, tuple(self.cells), self.times, len(model.variables),
-                           self.scale)
+        model = self.b.build(
+            objective_unit="s" if self.time_obj else "elements",
+            objective_scale=self.scale,
+            objective_error=0.0,
+            exact=True,
+            notes=self.notes(),
+        )
+        dec = JointDecoder(
+            self.classes,
+            self.states,
+            self.ys,
+            tuple(self.cells),
+            self.times,
+            len(model.variables),
+            self.scale,
+        )
         return model, dec
 
     def time_var(self, path: str, u: int) -> int:
@@ -398,26 +517,43 @@ class _Builder:
             # t >= below + comm - min(weight, W below) (docs/costmodel.md section 4.2): two rows,
             # t >= below + (comm - weight) and t >= (1 - W) below + comm
             comm, weight = costs[i].ravel(), costs[2 + i].ravel()
-            rest = [(first + j, -float(c - w) * self.scale) for j, (c, w) in enumerate(zip(comm, weight)) if c - w]
-            self.b.constraint("node_time", f"time_{path or 'root'}_{u}_{i}", [(t, 1.0)] + below + rest, ">=", 0.0)
+            rest = [
+                (first + j, -float(c - w) * self.scale)
+                for j, (c, w) in enumerate(zip(comm, weight))
+                if c - w
+            ]
+            self.b.constraint(
+                "node_time", f"time_{path or 'root'}_{u}_{i}", [(t, 1.0)] + below + rest, ">=", 0.0
+            )
             if weight.any():
                 whole = [(first + j, -float(c) * self.scale) for j, c in enumerate(comm) if c]
                 part = [(var, a * (1.0 - OVERLAP_WINDOW)) for var, a in below]
-                self.b.constraint("node_time", f"time_{path or 'root'}_{u}_{i}_overlap", [(t, 1.0)] + part + whole,
-                                  ">=", 0.0)
+                self.b.constraint(
+                    "node_time",
+                    f"time_{path or 'root'}_{u}_{i}_overlap",
+                    [(t, 1.0)] + part + whole,
+                    ">=",
+                    0.0,
+                )
         if path == "":
             self.b.objective(t, 1.0)
 
     def notes(self) -> tuple[str, ...]:
         sym = any(k.endswith("S") for k in self.classes.values())
-        out = [f"joint model over all {sum(1 for g in self.groups.values() if not g.is_leaf)} splits"]
+        out = [
+            f"joint model over all {sum(1 for g in self.groups.values() if not g.is_leaf)} splits"
+        ]
         if sym:
-            out.append("interchangeable sibling groups take the same states (symmetric plans; docs/costmodel.md "
-                       "section 8 says when this loses nothing)")
+            out.append(
+                "interchangeable sibling groups take the same states (symmetric plans; docs/costmodel.md "
+                "section 8 says when this loses nothing)"
+            )
         return tuple(out)
 
 
-def frame_counts(problem: Problem, options: PlanOptions, path: str, u: int) -> list[tuple[int, int]]:
+def frame_counts(
+    problem: Problem, options: PlanOptions, path: str, u: int
+) -> list[tuple[int, int]]:
     """Why the joint model stops at 8-16 devices (docs/costmodel.md section 8, "Joint model"):
     for node ``u`` at each group along ``path`` (a string of ``L``/``R`` from the root), a pair
     (cells the model builds for ``u``'s scope there, cells a model would need that shares them
@@ -441,14 +577,20 @@ def frame_counts(problem: Problem, options: PlanOptions, path: str, u: int) -> l
         below = {}
         for fr in frames.values():
             for combo in itertools.product(*(here[w] for w in scope)):
-                child = {w: fr[w].child(*state, side, b.collective) for w, state in zip(scope, combo)}
+                child = {
+                    w: fr[w].child(*state, side, b.collective) for w, state in zip(scope, combo)
+                }
                 below.setdefault(_translation_key(u, scope, child), child)
         frames = below
     return out
 
 
-def build_joint(problem: Problem, options: PlanOptions | None = None, symmetric: bool = True,
-                capacity_bytes: Mapping[str, float] | None = None) -> tuple[MipModel, JointDecoder]:
+def build_joint(
+    problem: Problem,
+    options: PlanOptions | None = None,
+    symmetric: bool = True,
+    capacity_bytes: Mapping[str, float] | None = None,
+) -> tuple[MipModel, JointDecoder]:
     """The joint MIP of every split of ``problem`` and its decoder.
 
     ``symmetric``: interchangeable sibling groups share their states (fewer variables; a
@@ -458,5 +600,12 @@ def build_joint(problem: Problem, options: PlanOptions | None = None, symmetric:
     return _Builder(problem, options, symmetric, capacity_bytes).build()
 
 
-__all__ = ["MAX_JOINT_CELLS", "JointDecoder", "NodeFrame", "build_joint", "frame_counts", "groups_by_path",
-           "state_classes"]
+__all__ = [
+    "MAX_JOINT_CELLS",
+    "JointDecoder",
+    "NodeFrame",
+    "build_joint",
+    "frame_counts",
+    "groups_by_path",
+    "state_classes",
+]

@@ -58,7 +58,11 @@ def _num(x: float) -> str:
         return "+inf"
     if x == -math.inf:
         return "-inf"
-    return repr(float(x)).removesuffix(".0") if float(x).is_integer() and abs(x) < 1e15 else repr(float(x))
+    return (
+        repr(float(x)).removesuffix(".0")
+        if float(x).is_integer() and abs(x) < 1e15
+        else repr(float(x))
+    )
 
 
 def _terms(pairs, names) -> str:
@@ -73,7 +77,8 @@ def lp_text(model) -> str:
     lines = [f"\\* {model.name} *\\", "Minimize"]
     objective = _terms(model.objective, vn)
     if model.objective_constant:
-        objective += f" {'-' if model.objective_constant < 0 else '+'} {_num(abs(model.objective_constant))} obj_constant"
+        sign = "-" if model.objective_constant < 0 else "+"
+        objective += f" {sign} {_num(abs(model.objective_constant))} obj_constant"
     lines.append(f" obj: {objective}")
     lines.append("Subject To")
     for c, name in zip(model.constraints, cn):
@@ -120,7 +125,9 @@ def mps_text(model) -> str:
     lines.append("RHS")
     if model.objective_constant:
         lines.append(f" RHS obj {_num(-model.objective_constant)}")
-    lines += [f" RHS {name} {_num(c.rhs)}" for c, name in zip(model.constraints, cn) if c.rhs != 0.0]
+    lines += [
+        f" RHS {name} {_num(c.rhs)}" for c, name in zip(model.constraints, cn) if c.rhs != 0.0
+    ]
     lines.append("BOUNDS")
     for v, name in zip(model.variables, vn):
         if v.lb == -math.inf and v.ub == math.inf:

@@ -142,19 +142,26 @@ class MipModel:
 
     def describe(self) -> str:
         fams = ", ".join(f"{k} {n}" for k, n in self.families().items())
-        return (f"{self.n_vars} variables ({self.n_integer} integer), {self.n_constraints} constraints "
-                f"({fams})")
+        return (
+            f"{self.n_vars} variables ({self.n_integer} integer), {self.n_constraints} constraints "
+            f"({fams})"
+        )
 
     def without(self, *families: str) -> "MipModel":
         """The model with every constraint of ``families`` removed (for infeasibility diagnosis)."""
         unknown = set(families) - set(FAMILIES)
         if unknown:
-            raise ConfigError(f"unknown constraint families {sorted(unknown)}; valid: {list(FAMILIES)}")
-        return replace(self, constraints=tuple(c for c in self.constraints if c.family not in families))
+            raise ConfigError(
+                f"unknown constraint families {sorted(unknown)}; valid: {list(FAMILIES)}"
+            )
+        return replace(
+            self, constraints=tuple(c for c in self.constraints if c.family not in families)
+        )
 
     @property
     def is_integral(self) -> bool:
         """All variables integer with integer bounds, all coefficients integers (CP-SAT's input)."""
+
         def whole(x: float) -> bool:
             return math.isfinite(x) and abs(x - round(x)) <= 1e-9 * max(1.0, abs(x))
 
@@ -217,7 +224,9 @@ class ModelBuilder:
         self._vars.append(Variable(name, float(lb), float(ub), integer))
         return len(self._vars) - 1
 
-    def constraint(self, family: str, name: str, terms: Iterable[tuple[int, float]], sense: str, rhs: float) -> None:
+    def constraint(
+        self, family: str, name: str, terms: Iterable[tuple[int, float]], sense: str, rhs: float
+    ) -> None:
         if family not in FAMILIES:
             raise ValueError(f"unknown constraint family '{family}'")
         if sense not in SENSES:
@@ -294,8 +303,12 @@ def _elements_scale(sp) -> float:
 MEMORY_RESOLUTION = 1e-6
 
 
-def build_mip(sp, options: PlanOptions | None = None, memory: MemoryLimit | None = None,
-              discrete: bool = False) -> tuple[MipModel, SplitDecoder]:
+def build_mip(
+    sp,
+    options: PlanOptions | None = None,
+    memory: MemoryLimit | None = None,
+    discrete: bool = False,
+) -> tuple[MipModel, SplitDecoder]:
     """The MIP of split ``sp`` and its decoder.
 
     ``options``: objective, share mode, allowed choices, share grid; ``memory``: per-side
@@ -333,8 +346,13 @@ def build_mip(sp, options: PlanOptions | None = None, memory: MemoryLimit | None
         for axis, w in enumerate(scope):
             for s in range(shape[axis]):
                 members = np.take(cells, s, axis=axis).ravel()
-                b.constraint("edge_link", f"edge_link_{u}_{w}_{s}",
-                             [(zs[k], 1.0) for k in members] + [(ys[w][s], -1.0)], "==", 0.0)
+                b.constraint(
+                    "edge_link",
+                    f"edge_link_{u}_{w}_{s}",
+                    [(zs[k], 1.0) for k in members] + [(ys[w][s], -1.0)],
+                    "==",
+                    0.0,
+                )
     notes = []
     if memory is not None:
         for i, cap in enumerate(memory.capacity_bytes):
@@ -349,12 +367,21 @@ def build_mip(sp, options: PlanOptions | None = None, memory: MemoryLimit | None
             rhs = 1.0 if not discrete else math.floor(1.0 / MEMORY_RESOLUTION)
             b.constraint("memory", f"memory_side{i + 1}", terms, "<=", rhs)
         if not memory.per_device:
-            notes.append("side capacity = sum of its devices' memory (a necessary condition above the last level)")
+            notes.append(
+                "side capacity = sum of its devices' memory (a necessary condition above the last level)"
+            )
     if discrete:
-        notes.append(f"integer model: costs rounded to 1/{scale:.3g} of the objective unit (error <= 0.5 unit "
-                     "per node)" + ("; memory coefficients and capacities rounded down to 1e-6 of the capacity (a "
-                                       "relaxation: its plan is re-checked, and fails where the rounding let it "
-                                       "over)" if memory is not None else ""))
+        notes.append(
+            f"integer model: costs rounded to 1/{scale:.3g} of the objective unit (error <= 0.5 unit "
+            "per node)"
+            + (
+                "; memory coefficients and capacities rounded down to 1e-6 of the capacity (a "
+                "relaxation: its plan is re-checked, and fails where the rounding let it "
+                "over)"
+                if memory is not None
+                else ""
+            )
+        )
     model = b.build(
         objective_unit="s" if time_obj else "elements",
         objective_scale=scale,
@@ -388,9 +415,17 @@ def memory_need_model(model: MipModel) -> MipModel:
         replace(c, coeffs=c.coeffs + ((f, -c.rhs),), rhs=0.0) if c.family == "memory" else c
         for c in model.constraints
     )
-    return replace(model, variables=variables, constraints=cons, objective=((f, 1.0),),
-                   objective_constant=0.0, objective_unit="factor", objective_scale=1.0,
-                   objective_error=0.0, exact=True)
+    return replace(
+        model,
+        variables=variables,
+        constraints=cons,
+        objective=((f, 1.0),),
+        objective_constant=0.0,
+        objective_unit="factor",
+        objective_scale=1.0,
+        objective_error=0.0,
+        exact=True,
+    )
 
 
 __all__ = [
@@ -402,6 +437,6 @@ __all__ = [
     "SplitDecoder",
     "Variable",
     "build_mip",
-        "memory_need_model",
+    "memory_need_model",
     "plan_memory_bytes",
 ]

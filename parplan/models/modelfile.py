@@ -158,8 +158,14 @@ LAYER_TYPES: dict[str, tuple[type[Layer], dict[str, str]]] = {
 
 #: Canonical type name written by :func:`graph_to_dict`.
 _CANONICAL_TYPE: dict[type[Layer], str] = {
-    Conv2d: "conv", Linear: "linear", Pool2d: "pool", Activation: "act", Norm: "norm",
-    Flatten: "flatten", Add: "add", Concat: "concat",
+    Conv2d: "conv",
+    Linear: "linear",
+    Pool2d: "pool",
+    Activation: "act",
+    Norm: "norm",
+    Flatten: "flatten",
+    Add: "add",
+    Concat: "concat",
 }
 
 _PAIR_ATTRS = {"kernel", "stride", "padding", "output_size"}
@@ -172,7 +178,9 @@ _TOP_KEYS = ("name", "input", "layer", "layers", "description")
 
 def _attrs_of(cls: type[Layer]) -> tuple[str, ...]:
     """Init attributes of a layer class besides name and inputs."""
-    return tuple(f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("name", "inputs"))
+    return tuple(
+        f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("name", "inputs")
+    )
 
 
 def _hint(word: str, choices) -> str:
@@ -183,7 +191,9 @@ def _hint(word: str, choices) -> str:
 # --------------------------------------------------------------------------- model files
 
 
-def graph_from_dict(data: Mapping[str, Any], *, default_name: str = "model", source: str = "model") -> Graph:
+def graph_from_dict(
+    data: Mapping[str, Any], *, default_name: str = "model", source: str = "model"
+) -> Graph:
     """Build and check a :class:`Graph` from a parsed model description (see the module doc).
 
     ``source`` prefixes every error message (e.g. the file path). Raises
@@ -200,14 +210,18 @@ def graph_from_dict(data: Mapping[str, Any], *, default_name: str = "model", sou
         parplan.errors.GraphError: model: layer 'fc': unknown key 'outfeatures' for type 'fc' (did you mean ...
     """
     if not isinstance(data, Mapping):
-        raise GraphError(f"{source}: a model description must be a table/object (got {type(data).__name__})")
+        raise GraphError(
+            f"{source}: a model description must be a table/object (got {type(data).__name__})"
+        )
     for key in data:
         if key not in _TOP_KEYS:
             raise GraphError(
                 f"{source}: unknown top-level key '{key}'{_hint(key, _TOP_KEYS)}; valid keys: {', '.join(_TOP_KEYS)}"
             )
     if "layer" in data and "layers" in data:
-        raise GraphError(f"{source}: give the layer list once, as 'layer' or as 'layers' (got both)")
+        raise GraphError(
+            f"{source}: give the layer list once, as 'layer' or as 'layers' (got both)"
+        )
     name = data.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise GraphError(f"{source}: 'name' must be a non-empty string (got {name!r})")
@@ -232,11 +246,15 @@ def graph_from_dict(data: Mapping[str, Any], *, default_name: str = "model", sou
 
 
 def _input_shape(value: Any, source: str) -> Shape:
-    ok = isinstance(value, list) and len(value) in (1, 3) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
+    ok = (
+        isinstance(value, list)
+        and len(value) in (1, 3)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
     )
     if not ok:
-        raise GraphError(f"{source}: 'input' must be [C, H, W] (or [C]) of positive ints (got {value!r})")
+        raise GraphError(
+            f"{source}: 'input' must be [C, H, W] (or [C]) of positive ints (got {value!r})"
+        )
     return Shape(*value)
 
 
@@ -245,7 +263,9 @@ def _layer_from_dict(raw: Any, previous: str, index: int, source: str) -> Layer:
         raise GraphError(f"{source}: layer #{index + 1} must be a table/object (got {raw!r})")
     name = raw.get("name")
     if not isinstance(name, str) or not name:
-        raise GraphError(f"{source}: layer #{index + 1} needs a non-empty string 'name' (got {name!r})")
+        raise GraphError(
+            f"{source}: layer #{index + 1} needs a non-empty string 'name' (got {name!r})"
+        )
     where = f"{source}: layer '{name}'"
     kind = raw.get("type")
     if not isinstance(kind, str) or kind.lower() not in LAYER_TYPES:
@@ -261,7 +281,9 @@ def _layer_from_dict(raw: Any, previous: str, index: int, source: str) -> Layer:
             continue
         if key not in valid:
             keys = ", ".join(_LAYER_KEYS + valid)
-            raise GraphError(f"{where}: unknown key '{key}' for type '{kind}'{_hint(key, valid)}; valid keys: {keys}")
+            raise GraphError(
+                f"{where}: unknown key '{key}' for type '{kind}'{_hint(key, valid)}; valid keys: {keys}"
+            )
         attrs[key] = _attr_value(where, key, value)
     for key, value in fixed.items():
         if key in attrs and attrs[key] != value:
@@ -274,7 +296,9 @@ def _layer_from_dict(raw: Any, previous: str, index: int, source: str) -> Layer:
     if isinstance(inputs, str):
         inputs = [inputs]
     if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
-        raise GraphError(f"{where}: 'inputs' must be a non-empty list of layer names (got {inputs!r})")
+        raise GraphError(
+            f"{where}: 'inputs' must be a non-empty list of layer names (got {inputs!r})"
+        )
     return cls(name, tuple(inputs), **attrs)
 
 
@@ -372,7 +396,9 @@ def save_model_file(graph: Graph, path: str | Path) -> Path:
     elif suffix == ".json":
         path.write_text(json.dumps(graph_to_dict(graph), indent=2) + "\n", encoding="utf-8")
     else:
-        raise ConfigError(f"cannot write model file '{path}': suffix must be .toml or .json (got '{suffix}')")
+        raise ConfigError(
+            f"cannot write model file '{path}': suffix must be .toml or .json (got '{suffix}')"
+        )
     return path
 
 
@@ -403,7 +429,17 @@ def load_model_file(path: str | Path) -> Graph:
 # --------------------------------------------------------------------------- layer tables
 
 #: Column order of a layer table without a header row.
-TABLE_COLUMNS = ("name", "type", "in_channels", "out_channels", "in_h", "in_w", "out_h", "out_w", "kernel")
+TABLE_COLUMNS = (
+    "name",
+    "type",
+    "in_channels",
+    "out_channels",
+    "in_h",
+    "in_w",
+    "out_h",
+    "out_w",
+    "kernel",
+)
 #: Optional columns (a header row must name them): ``link`` (``chain``, the default, or
 #: ``resize``) and ``shortcut`` (an earlier row's name, or empty / ``-``).
 OPTIONAL_COLUMNS = ("link", "shortcut")
@@ -434,7 +470,11 @@ def _read_text(path_or_text: str | Path) -> tuple[str, str, str]:
     if isinstance(path_or_text, Path):
         if not path_or_text.exists():
             raise ConfigError(f"layer table '{path_or_text}': no such file")
-        return read_text(path_or_text, "layer table"), f"layer table '{path_or_text}'", path_or_text.stem
+        return (
+            read_text(path_or_text, "layer table"),
+            f"layer table '{path_or_text}'",
+            path_or_text.stem,
+        )
     text = str(path_or_text)
     if "\n" not in text and Path(text).is_file():
         return _read_text(Path(text))
@@ -444,7 +484,9 @@ def _read_text(path_or_text: str | Path) -> tuple[str, str, str]:
 
 
 def _parse_rows(text: str, source: str) -> list[_Row]:
-    lines = [(i, line.split("#", 1)[0].strip()) for i, line in enumerate(text.splitlines(), start=1)]
+    lines = [
+        (i, line.split("#", 1)[0].strip()) for i, line in enumerate(text.splitlines(), start=1)
+    ]
     lines = [(i, line) for i, line in lines if line]
     comma = any("," in line for _, line in lines)
     fields_per_line = []
@@ -469,7 +511,11 @@ def _parse_rows(text: str, source: str) -> list[_Row]:
         raise GraphError(f"{source}: has no rows; columns are {', '.join(TABLE_COLUMNS)}")
     rows = []
     for number, (lineno, fields) in enumerate(fields_per_line, start=1):
-        name = fields[columns.index("name")] if len(fields) == len(columns) else (fields[0] if fields else "?")
+        name = (
+            fields[columns.index("name")]
+            if len(fields) == len(columns)
+            else (fields[0] if fields else "?")
+        )
         where = f"{source}: row {number} '{name}' (line {lineno})"
         if len(fields) != len(columns):
             raise GraphError(
@@ -484,15 +530,27 @@ def _parse_rows(text: str, source: str) -> list[_Row]:
             try:
                 numbers[key] = int(value[key])
             except ValueError:
-                raise GraphError(f"{where}: {key} must be a positive int (got '{value[key]}')") from None
+                raise GraphError(
+                    f"{where}: {key} must be a positive int (got '{value[key]}')"
+                ) from None
             if not 0 < numbers[key] <= MAX_EXTENT:
-                raise GraphError(f"{where}: {key} must be an int in [1, {MAX_EXTENT:,}] (got {numbers[key]})")
+                raise GraphError(
+                    f"{where}: {key} must be an int in [1, {MAX_EXTENT:,}] (got {numbers[key]})"
+                )
         link = value.get("link", "").lower() or "chain"
         if link not in _LINKS:
             raise GraphError(f"{where}: link must be chain or resize (got '{value['link']}')")
         shortcut = value.get("shortcut", "")
-        rows.append(_Row(where, name, _TABLE_TYPES[kind], **numbers, link=link,
-                         shortcut=None if shortcut in ("", "-") else shortcut))
+        rows.append(
+            _Row(
+                where,
+                name,
+                _TABLE_TYPES[kind],
+                **numbers,
+                link=link,
+                shortcut=None if shortcut in ("", "-") else shortcut,
+            )
+        )
     return rows
 
 
@@ -500,7 +558,10 @@ def _conv_geometry(n_in: int, n_out: int, kernel: int) -> tuple[int, int] | None
     """(stride, padding) mapping n_in to n_out: stride closest to n_in/n_out, then least padding."""
     for stride in sorted(range(1, n_in + 1), key=lambda s: (abs(s - n_in / n_out), s)):
         for padding in range(kernel // 2 + 1):
-            if n_in + 2 * padding >= kernel and (n_in + 2 * padding - kernel) // stride + 1 == n_out:
+            if (
+                n_in + 2 * padding >= kernel
+                and (n_in + 2 * padding - kernel) // stride + 1 == n_out
+            ):
                 return stride, padding
     return None
 
@@ -543,13 +604,19 @@ class _TableBuilder:
             )
         (kh, sh), (kw, sw) = _pool_geometry(s.height, h), _pool_geometry(s.width, w)
         # Rows start at the graph input's size, so a bridge always follows a row's layer.
-        self.add(Pool2d(f"{self.last}.pool", (self.last,), mode="max", kernel=(kh, kw), stride=(sh, sw)), Shape(s.channels, h, w))
+        self.add(
+            Pool2d(f"{self.last}.pool", (self.last,), mode="max", kernel=(kh, kw), stride=(sh, sw)),
+            Shape(s.channels, h, w),
+        )
 
     def resize_to(self, row: _Row) -> None:
         """``link=resize``: a :class:`Resize` adapter to the row's input shape where it differs."""
         want = Shape(row.in_channels, row.in_h, row.in_w)
         if row.link == "resize" and self.shape != want:
-            self.add(Resize(f"{row.name}.resize", (self.last,), want.channels, want.height, want.width), want)
+            self.add(
+                Resize(f"{row.name}.resize", (self.last,), want.channels, want.height, want.width),
+                want,
+            )
 
     def join_shortcut(self, row: _Row) -> None:
         """``shortcut=<row>``: the row reads the sum of the main path and what ``<row>`` read
@@ -564,10 +631,13 @@ class _TableBuilder:
                     raise GraphError(
                         f"{row.where}: the shortcut from '{row.shortcut}' carries {shape.channels}x{shape.height}x"
                         f"{shape.width}, the row reads {self.shape.channels}x{self.shape.height}x{self.shape.width}; "
-                        "give link=resize to adapt it")
+                        "give link=resize to adapt it"
+                    )
                 s = self.shape
                 src = f"{row.name}.shortcut"
-                self.layers.append(Resize(src, (self.reads[row.shortcut][0],), s.channels, s.height, s.width))
+                self.layers.append(
+                    Resize(src, (self.reads[row.shortcut][0],), s.channels, s.height, s.width)
+                )
             self.add(Add(f"{row.name}.add", (self.last, src)), self.shape)
         self.reads[row.name] = (self.last, self.shape)
 
@@ -576,16 +646,24 @@ class _TableBuilder:
         self._check_channels(row, self.shape.channels)
         self.pool_to(row, row.in_h, row.in_w)
         self.join_shortcut(row)
-        geometry = [_conv_geometry(n_in, n_out, row.kernel) for n_in, n_out in
-                    ((row.in_h, row.out_h), (row.in_w, row.out_w))]
+        geometry = [
+            _conv_geometry(n_in, n_out, row.kernel)
+            for n_in, n_out in ((row.in_h, row.out_h), (row.in_w, row.out_w))
+        ]
         if None in geometry:
             raise GraphError(
                 f"{row.where}: a {row.kernel}x{row.kernel} convolution cannot map {row.in_h}x{row.in_w} to "
                 f"{row.out_h}x{row.out_w} with stride >= 1 and padding <= {row.kernel // 2}; check the sizes"
             )
         (sh, ph), (sw, pw) = geometry
-        layer = Conv2d(row.name, (self.last,), out_channels=row.out_channels, kernel=(row.kernel, row.kernel),
-                       stride=(sh, sw), padding=(ph, pw))
+        layer = Conv2d(
+            row.name,
+            (self.last,),
+            out_channels=row.out_channels,
+            kernel=(row.kernel, row.kernel),
+            stride=(sh, sw),
+            padding=(ph, pw),
+        )
         self.add(layer, Shape(row.out_channels, row.out_h, row.out_w))
         self.last_row = row
 
@@ -608,15 +686,20 @@ class _TableBuilder:
         if after_conv or self.shape.spatial != 1:
             self.add(Flatten(f"{row.name}.flatten", (self.last,)), Shape(self.shape.elements))
         self.join_shortcut(row)
-        self.add(Linear(row.name, (self.last,), out_features=row.out_channels), Shape(row.out_channels))
+        self.add(
+            Linear(row.name, (self.last,), out_features=row.out_channels), Shape(row.out_channels)
+        )
         self.last_row = row
 
     def _pooled_size(self, row: _Row) -> tuple[int, int]:
         """(h, w) with C*h*w == in_channels and the aspect ratio of the previous output."""
         s = self.shape
         q, rest = divmod(row.in_channels, s.channels)
-        fits = [(h, q // h) for h in range(1, s.height + 1)
-                if not rest and q % h == 0 and q // h <= s.width and h * s.width == (q // h) * s.height]
+        fits = [
+            (h, q // h)
+            for h in range(1, s.height + 1)
+            if not rest and q % h == 0 and q // h <= s.width and h * s.width == (q // h) * s.height
+        ]
         if len(fits) != 1:
             prev = f"'{self.last_row.name}'" if self.last_row else "the input"
             raise GraphError(
@@ -629,8 +712,14 @@ class _TableBuilder:
 
     def _check_channels(self, row: _Row, channels: int) -> None:
         if row.in_channels != channels:
-            prev = f"the previous row '{self.last_row.name}' out_channels" if self.last_row else "the input channels"
-            raise GraphError(f"{row.where}: in_channels {row.in_channels} does not match {prev} {channels}")
+            prev = (
+                f"the previous row '{self.last_row.name}' out_channels"
+                if self.last_row
+                else "the input channels"
+            )
+            raise GraphError(
+                f"{row.where}: in_channels {row.in_channels} does not match {prev} {channels}"
+            )
 
 
 def load_layer_table(path_or_text: str | Path, *, name: str | None = None) -> Graph:
@@ -655,7 +744,11 @@ def load_layer_table(path_or_text: str | Path, *, name: str | None = None) -> Gr
             builder.conv(row)
         else:
             builder.fc(row)
-    graph = Graph(name or default_name, Shape(rows[0].in_channels, rows[0].in_h, rows[0].in_w), tuple(builder.layers))
+    graph = Graph(
+        name or default_name,
+        Shape(rows[0].in_channels, rows[0].in_h, rows[0].in_w),
+        tuple(builder.layers),
+    )
     try:
         graph.analyze()
     except GraphError as exc:
@@ -681,7 +774,9 @@ def load_model(spec: str | Path) -> Graph:
         parplan.errors.ConfigError: unknown model 'resnet-5O' ...; or give the path of an existing model file ...
     """
     if not isinstance(spec, (str, Path)):
-        raise ConfigError(f"model must be a zoo name or a path (got {type(spec).__name__} {spec!r:.60})")
+        raise ConfigError(
+            f"model must be a zoo name or a path (got {type(spec).__name__} {spec!r:.60})"
+        )
     if isinstance(spec, str) and zoo.canonical_name(spec) in zoo.MODELS:
         return zoo.get_model(spec)
     external = importers.load_external(spec)  # .onnx files, file.py:factory (torch or Graph)

@@ -82,7 +82,9 @@ class _Builder:
         self.layers: list[Layer] = []
         self.last = INPUT
 
-    def add(self, layer_cls: type[Layer], name: str, inputs: tuple[str, ...] | None = None, **attrs) -> str:
+    def add(
+        self, layer_cls: type[Layer], name: str, inputs: tuple[str, ...] | None = None, **attrs
+    ) -> str:
         self.layers.append(layer_cls(name, inputs if inputs else (self.last,), **attrs))
         self.last = name
         return name
@@ -91,8 +93,16 @@ class _Builder:
         return self.add(Linear, name, out_features=out, bias=bias, per_position=True)
 
 
-def _check(name: str, layers: int, hidden: int, heads: int, seq: int, vocab: int, positions: int) -> None:
-    for what, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq", seq), ("vocab", vocab)):
+def _check(
+    name: str, layers: int, hidden: int, heads: int, seq: int, vocab: int, positions: int
+) -> None:
+    for what, v in (
+        ("layers", layers),
+        ("hidden", hidden),
+        ("heads", heads),
+        ("seq", seq),
+        ("vocab", vocab),
+    ):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
             raise GraphError(f"model '{name}': {what} must be a positive int (got {v!r})")
     if hidden % heads:
@@ -110,7 +120,9 @@ def _attention(b: _Builder, p: str, hidden: int, heads: int) -> str:
     return b.linear(f"{p}.proj", hidden)
 
 
-def _pre_ln_blocks(b: _Builder, x: str, prefix: str, layers: int, hidden: int, heads: int, ffn: int) -> str:
+def _pre_ln_blocks(
+    b: _Builder, x: str, prefix: str, layers: int, hidden: int, heads: int, ffn: int
+) -> str:
     """``layers`` pre-LN blocks (GPT-2, ViT) after ``x``, named ``prefix.format(i)``; the last add."""
     for i in range(layers):
         p = prefix.format(i)
@@ -129,8 +141,16 @@ def _mlp(b: _Builder, p: str, hidden: int, ffn: int) -> str:
     return b.linear(f"{p}.fc2", hidden)
 
 
-def gpt_config(layers: int, hidden: int, heads: int, seq: int, vocab: int = 50257, name: str | None = None,
-               positions: int | None = None, ffn: int | None = None) -> TiedGraph:
+def gpt_config(
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq: int,
+    vocab: int = 50257,
+    name: str | None = None,
+    positions: int | None = None,
+    ffn: int | None = None,
+) -> TiedGraph:
     """A GPT-2 / GPT-3-style decoder (pre-LN, learned positions, LM head tied to the token embedding).
 
     ``seq`` is the training sequence length (tokens per sample); ``positions`` the learned
@@ -158,8 +178,17 @@ def gpt_config(layers: int, hidden: int, heads: int, seq: int, vocab: int = 5025
     return TiedGraph(name, Shape(1, seq, 1), tuple(b.layers), tied=(("lm_head", "wte"),))
 
 
-def bert_config(layers: int, hidden: int, heads: int, seq: int = 512, vocab: int = 30522, name: str | None = None,
-                positions: int = 512, token_types: int = 2, ffn: int | None = None) -> Graph:
+def bert_config(
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq: int = 512,
+    vocab: int = 30522,
+    name: str | None = None,
+    positions: int = 512,
+    token_types: int = 2,
+    ffn: int | None = None,
+) -> Graph:
     """A BERT encoder with pooler (post-LN; Devlin et al. 2019), as Hugging Face ``BertModel``.
 
     Word, position and token-type embeddings (all three look up the single token-id input:
@@ -192,8 +221,18 @@ def bert_config(layers: int, hidden: int, heads: int, seq: int = 512, vocab: int
     return Graph(name, Shape(1, seq, 1), tuple(b.layers))
 
 
-def llama_config(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, seq: int, vocab: int,
-                 experts: int = 1, top_k: int = 1, name: str | None = None) -> Graph:
+def llama_config(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    ffn: int,
+    seq: int,
+    vocab: int,
+    experts: int = 1,
+    top_k: int = 1,
+    name: str | None = None,
+) -> Graph:
     """A Llama-style decoder (pre-RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP,
     untied LM head), as Hugging Face ``LlamaForCausalLM`` / ``MistralForCausalLM``; with
     ``experts > 1`` a Mixtral-style mixture of experts (a router per block and SwiGLU experts,
@@ -218,15 +257,35 @@ def llama_config(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, 
     for i in range(layers):
         p = f"layers.{i}"
         b.add(Norm, f"{p}.norm1", (x,), kind="rms")
-        b.add(Linear, f"{p}.qkv", out_features=(heads + 2 * kv_heads) * d, bias=False, per_position=True)
-        b.add(Attention, f"{p}.attn", heads=heads, kv_heads=kv_heads if kv_heads != heads else 0, rotary=True)
+        b.add(
+            Linear,
+            f"{p}.qkv",
+            out_features=(heads + 2 * kv_heads) * d,
+            bias=False,
+            per_position=True,
+        )
+        b.add(
+            Attention,
+            f"{p}.attn",
+            heads=heads,
+            kv_heads=kv_heads if kv_heads != heads else 0,
+            rotary=True,
+        )
         b.add(Linear, f"{p}.o", out_features=hidden, bias=False, per_position=True)
         x = b.add(Add, f"{p}.add1", (x, b.last))
         norm = b.add(Norm, f"{p}.norm2", (x,), kind="rms")
         if experts > 1:
             b.add(Linear, f"{p}.router", out_features=experts, bias=False, per_position=True)
             b.add(Activation, f"{p}.router.softmax", function="softmax")
-        b.add(Linear, f"{p}.gate_up", (norm,), out_features=2 * ffn, bias=False, per_position=True, **moe)
+        b.add(
+            Linear,
+            f"{p}.gate_up",
+            (norm,),
+            out_features=2 * ffn,
+            bias=False,
+            per_position=True,
+            **moe,
+        )
         b.add(Glu, f"{p}.glu", function="silu")
         b.add(Linear, f"{p}.down", out_features=hidden, bias=False, per_position=True, **moe)
         x = b.add(Add, f"{p}.add2", (x, b.last))
@@ -235,8 +294,16 @@ def llama_config(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, 
     return Graph(name, Shape(1, seq, 1), tuple(b.layers))
 
 
-def vit_config(layers: int, hidden: int, heads: int, patch: int = 16, image: int = 224, ffn: int | None = None,
-               classes: int = 1000, name: str | None = None) -> Graph:
+def vit_config(
+    layers: int,
+    hidden: int,
+    heads: int,
+    patch: int = 16,
+    image: int = 224,
+    ffn: int | None = None,
+    classes: int = 1000,
+    name: str | None = None,
+) -> Graph:
     """A Vision Transformer (Dosovitskiy et al. 2021) as torchvision's ``vit_b_16``: a patch
     convolution, a class token and a learned position table, pre-LN blocks, the class token's
     final norm to a linear head.
@@ -255,7 +322,9 @@ def vit_config(layers: int, hidden: int, heads: int, patch: int = 16, image: int
     x = b.add(Bias, "positions", full=True)
     x = _pre_ln_blocks(b, x, "layers.{}", layers, hidden, heads, ffn)
     b.add(Norm, "ln", (x,), kind="layer")
-    b.add(Pool2d, "class", mode="avg", output_size=(1, 1))  # the class token: same shapes, no parameters
+    b.add(
+        Pool2d, "class", mode="avg", output_size=(1, 1)
+    )  # the class token: same shapes, no parameters
     b.linear("head", classes)
     return Graph(name, Shape(3, image, image), tuple(b.layers))
 
@@ -281,7 +350,9 @@ def mistral_7b() -> Graph:
 def mixtral_8x7b() -> Graph:
     """Mixtral-8x7B: Mistral-7B's shape with 8 SwiGLU experts per block, 2 per token;
     46,702,792,704 parameters."""
-    return llama_config(32, 4096, 32, 8, 14336, 2048, 32000, experts=8, top_k=2, name="mixtral-8x7b")
+    return llama_config(
+        32, 4096, 32, 8, 14336, 2048, 32000, experts=8, top_k=2, name="mixtral-8x7b"
+    )
 
 
 def vit_b16() -> Graph:
@@ -315,7 +386,9 @@ def gpt3(size: str, seq: int = 2048) -> TiedGraph:
     if key not in GPT3_SIZES:
         raise GraphError(f"unknown GPT-3 size '{size}'; valid sizes: {', '.join(GPT3_SIZES)}")
     layers, hidden, heads = GPT3_SIZES[key]
-    return gpt_config(layers, hidden, heads, seq, positions=2048 if seq <= 2048 else seq, name=f"gpt3-{key}")
+    return gpt_config(
+        layers, hidden, heads, seq, positions=2048 if seq <= 2048 else seq, name=f"gpt3-{key}"
+    )
 
 
 def bert_base() -> Graph:

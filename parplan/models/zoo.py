@@ -219,7 +219,13 @@ def alexnet() -> Graph:
         61100840
     """
     c = _Chain()
-    convs = {0: (64, 11, 4, 2), 3: (192, 5, 1, 2), 6: (384, 3, 1, 1), 8: (256, 3, 1, 1), 10: (256, 3, 1, 1)}
+    convs = {
+        0: (64, 11, 4, 2),
+        3: (192, 5, 1, 2),
+        6: (384, 3, 1, 1),
+        8: (256, 3, 1, 1),
+        10: (256, 3, 1, 1),
+    }
     for i in range(13):
         name = f"features.{i}"
         if i in convs:
@@ -254,11 +260,50 @@ def _classifier(c: _Chain, dropout_first: bool) -> None:
 _VGG_CFGS: dict[str, tuple] = {
     "A": (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
     "B": (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
-    "C": (64, 64, "M", 128, 128, "M", 256, 256, (256, 1), "M", 512, 512, (512, 1), "M",
-          512, 512, (512, 1), "M"),
+    "C": (
+        64,
+        64,
+        "M",
+        128,
+        128,
+        "M",
+        256,
+        256,
+        (256, 1),
+        "M",
+        512,
+        512,
+        (512, 1),
+        "M",
+        512,
+        512,
+        (512, 1),
+        "M",
+    ),
     "D": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"),
-    "E": (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
-          512, 512, 512, 512, "M"),
+    "E": (
+        64,
+        64,
+        "M",
+        128,
+        128,
+        "M",
+        256,
+        256,
+        256,
+        256,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+    ),
 }
 
 
@@ -330,7 +375,15 @@ def vgg_c() -> Graph:
 def _basic_block(c: _Chain, prefix: str, in_channels: int, planes: int, stride: int) -> int:
     """Torchvision BasicBlock (expansion 1); returns its output channels."""
     src = c.last
-    c.add(Conv2d, f"{prefix}.conv1", out_channels=planes, kernel=3, stride=stride, padding=1, bias=False)
+    c.add(
+        Conv2d,
+        f"{prefix}.conv1",
+        out_channels=planes,
+        kernel=3,
+        stride=stride,
+        padding=1,
+        bias=False,
+    )
     c.add(Norm, f"{prefix}.bn1", kind="batch")
     c.add(Activation, f"{prefix}.relu1", function="relu")
     c.add(Conv2d, f"{prefix}.conv2", out_channels=planes, kernel=3, padding=1, bias=False)
@@ -346,7 +399,15 @@ def _bottleneck(c: _Chain, prefix: str, in_channels: int, planes: int, stride: i
     c.add(Conv2d, f"{prefix}.conv1", out_channels=planes, kernel=1, bias=False)
     c.add(Norm, f"{prefix}.bn1", kind="batch")
     c.add(Activation, f"{prefix}.relu1", function="relu")
-    c.add(Conv2d, f"{prefix}.conv2", out_channels=planes, kernel=3, stride=stride, padding=1, bias=False)
+    c.add(
+        Conv2d,
+        f"{prefix}.conv2",
+        out_channels=planes,
+        kernel=3,
+        stride=stride,
+        padding=1,
+        bias=False,
+    )
     c.add(Norm, f"{prefix}.bn2", kind="batch")
     c.add(Activation, f"{prefix}.relu2", function="relu")
     c.add(Conv2d, f"{prefix}.conv3", out_channels=out, kernel=1, bias=False)
@@ -355,12 +416,21 @@ def _bottleneck(c: _Chain, prefix: str, in_channels: int, planes: int, stride: i
     return out
 
 
-def _join(c: _Chain, prefix: str, src: str, main: str, in_channels: int, out: int, stride: int) -> None:
+def _join(
+    c: _Chain, prefix: str, src: str, main: str, in_channels: int, out: int, stride: int
+) -> None:
     """Shortcut (identity, or 1x1 conv + BN when shape changes), ``add`` join and final ReLU."""
     shortcut = src
     if stride != 1 or in_channels != out:
-        c.add(Conv2d, f"{prefix}.downsample.0", inputs=(src,), out_channels=out, kernel=1, stride=stride,
-              bias=False)
+        c.add(
+            Conv2d,
+            f"{prefix}.downsample.0",
+            inputs=(src,),
+            out_channels=out,
+            kernel=1,
+            stride=stride,
+            bias=False,
+        )
         shortcut = c.add(Norm, f"{prefix}.downsample.1", kind="batch")
     c.add(Add, f"{prefix}.add", inputs=(main, shortcut))
     c.add(Activation, f"{prefix}.relu", function="relu")
@@ -528,9 +598,11 @@ def list_models() -> list[tuple[str, str]]:
     for name, build in MODELS.items():
         g = build()
         s = g.input_shape
-        rows.append((
-            name,
-            f"{_TITLES[name]}; input {s.channels}x{s.height}x{s.width}; "
-            f"{len(g.weighted_layers())} weighted layers; {g.parameter_count():,} params",
-        ))
+        rows.append(
+            (
+                name,
+                f"{_TITLES[name]}; input {s.channels}x{s.height}x{s.width}; "
+                f"{len(g.weighted_layers())} weighted layers; {g.parameter_count():,} params",
+            )
+        )
     return rows

@@ -46,7 +46,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
-from parplan.costmodel.stages import SCHEDULES, PipelinePlan, Stage, even_ends, groups_at, stage_problem
+from parplan.costmodel.stages import (
+    SCHEDULES,
+    PipelinePlan,
+    Stage,
+    even_ends,
+    groups_at,
+    stage_problem,
+)
 from parplan.errors import ConfigError
 from parplan.readers import parse_json, parse_toml, read_text
 from parplan.solvers.megatron import TORCH_STYLES, megatron_plan
@@ -71,8 +78,12 @@ class ParallelConfig:
     styles: tuple[tuple[str, str], ...] = ()
 
     def label(self) -> str:
-        parts = [f"TP{self.tensor}", f"PP{self.pipeline}", f"DP{self.data if self.data is not None else '?'}",
-                 f"ZeRO-{self.zero_stage}"] + (["recompute"] if self.recompute else [])
+        parts = [
+            f"TP{self.tensor}",
+            f"PP{self.pipeline}",
+            f"DP{self.data if self.data is not None else '?'}",
+            f"ZeRO-{self.zero_stage}",
+        ] + (["recompute"] if self.recompute else [])
         if self.micro_batch_size is not None:
             parts.append(f"micro-batch {self.micro_batch_size}")
         if self.styles:
@@ -82,21 +93,40 @@ class ParallelConfig:
 
 #: Keys read from flat configs (parplan's short names and Megatron-LM's argument names) -> field.
 _FLAT = {
-    "tp": "tensor", "tensor": "tensor", "tensor_parallel": "tensor", "tensor_model_parallel_size": "tensor",
-    "pp": "pipeline", "pipeline": "pipeline", "pipeline_parallel": "pipeline",
+    "tp": "tensor",
+    "tensor": "tensor",
+    "tensor_parallel": "tensor",
+    "tensor_model_parallel_size": "tensor",
+    "pp": "pipeline",
+    "pipeline": "pipeline",
+    "pipeline_parallel": "pipeline",
     "pipeline_model_parallel_size": "pipeline",
-    "dp": "data", "data": "data", "data_parallel": "data", "data_parallel_size": "data",
-    "zero": "zero_stage", "zero_stage": "zero_stage",
-    "recompute": "recompute", "recompute_activations": "recompute", "recompute_granularity": "recompute",
-    "mbs": "micro_batch_size", "micro_batch_size": "micro_batch_size",
-    "gbs": "global_batch", "global_batch": "global_batch", "global_batch_size": "global_batch",
-    "schedule": "schedule", "use_distributed_optimizer": "use_distributed_optimizer",
+    "dp": "data",
+    "data": "data",
+    "data_parallel": "data",
+    "data_parallel_size": "data",
+    "zero": "zero_stage",
+    "zero_stage": "zero_stage",
+    "recompute": "recompute",
+    "recompute_activations": "recompute",
+    "recompute_granularity": "recompute",
+    "mbs": "micro_batch_size",
+    "micro_batch_size": "micro_batch_size",
+    "gbs": "global_batch",
+    "global_batch": "global_batch",
+    "global_batch_size": "global_batch",
+    "schedule": "schedule",
+    "use_distributed_optimizer": "use_distributed_optimizer",
 }
 #: Keys whose presence with a value other than these parplan cannot model.
-_REFUSED = {"sequence_parallel": (False, "sequence parallelism"), "context_parallel_size": (1, "context parallelism"),
-            "context_parallel_degree": (1, "context parallelism"), "expert_model_parallel_size": (1, "expert parallelism"),
-            "expert_parallel_degree": (1, "expert parallelism"),
-            "virtual_pipeline_model_parallel_size": (None, "interleaved (virtual) pipeline stages")}
+_REFUSED = {
+    "sequence_parallel": (False, "sequence parallelism"),
+    "context_parallel_size": (1, "context parallelism"),
+    "context_parallel_degree": (1, "context parallelism"),
+    "expert_model_parallel_size": (1, "expert parallelism"),
+    "expert_parallel_degree": (1, "expert parallelism"),
+    "virtual_pipeline_model_parallel_size": (None, "interleaved (virtual) pipeline stages"),
+}
 
 
 def _key(k: str) -> str:
@@ -133,7 +163,9 @@ def _flat(entries: dict, where: str) -> ParallelConfig:
         key = _key(raw)
         if key in _REFUSED:
             allowed, what = _REFUSED[key]
-            if value not in (allowed, None, False, 0, 1) or (allowed is None and value not in (None, 1)):
+            if value not in (allowed, None, False, 0, 1) or (
+                allowed is None and value not in (None, 1)
+            ):
                 raise ConfigError(f"{where}: {raw} = {value!r}: parplan does not model {what}")
             continue
         field = _FLAT.get(key)
@@ -149,17 +181,23 @@ def _flat(entries: dict, where: str) -> ParallelConfig:
         elif field == "schedule":
             name = str(value).strip().lower()
             if name not in SCHEDULES:
-                raise ConfigError(f"{where}: schedule {value!r}: parplan models {', '.join(SCHEDULES)}")
+                raise ConfigError(
+                    f"{where}: schedule {value!r}: parplan models {', '.join(SCHEDULES)}"
+                )
             fields["schedule"] = name
         elif field == "zero_stage":
             z = _int(value, where, raw) if str(value).strip() != "0" else 0
             if z not in ZERO_STAGES:
-                raise ConfigError(f"{where}: {raw} must be one of {', '.join(map(str, ZERO_STAGES))} (got {value!r})")
+                raise ConfigError(
+                    f"{where}: {raw} must be one of {', '.join(map(str, ZERO_STAGES))} (got {value!r})"
+                )
             fields["zero_stage"] = z
         else:
             fields[field] = _int(value, where, raw)
     if distributed_optimizer and "zero_stage" not in fields:
-        fields["zero_stage"] = 1  # Megatron's distributed optimizer shards the optimizer state: ZeRO-1
+        fields["zero_stage"] = (
+            1  # Megatron's distributed optimizer shards the optimizer state: ZeRO-1
+        )
     return ParallelConfig(**fields, source=where)
 
 
@@ -169,26 +207,34 @@ def _torchtitan(doc: dict, where: str) -> ParallelConfig:
     checkpoint = doc.get("activation_checkpoint") or {}
     for key in ("context_parallel_degree", "expert_parallel_degree"):
         if int(par.get(key, 1) or 1) > 1:
-            raise ConfigError(f"{where}: [parallelism] {key} = {par[key]}: parplan does not model "
-                              f"{_REFUSED[key][1]}")
+            raise ConfigError(
+                f"{where}: [parallelism] {key} = {par[key]}: parplan does not model "
+                f"{_REFUSED[key][1]}"
+            )
     shard = int(par.get("data_parallel_shard_degree", -1) or -1)
     replicate = int(par.get("data_parallel_replicate_degree", 1) or 1)
     schedule = str(par.get("pipeline_parallel_schedule", "1F1B")).strip().lower()
     if schedule not in SCHEDULES:
-        raise ConfigError(f"{where}: pipeline_parallel_schedule {par['pipeline_parallel_schedule']!r}: parplan models "
-                          f"{', '.join(s.upper() if s == '1f1b' else 'GPipe' for s in SCHEDULES)}")
-    fields = {"tensor": _int(par.get("tensor_parallel_degree", 1), where, "tensor_parallel_degree"),
-              "pipeline": _int(par.get("pipeline_parallel_degree", 1), where, "pipeline_parallel_degree"),
-              "schedule": schedule, "recompute": str(checkpoint.get("mode", "none")).lower() in ("full", "selective"),
-              # FSDP shards over its shard degree (ZeRO-3); pure replication is DDP
-              "zero_stage": 3 if shard != 1 else 0}
+        raise ConfigError(
+            f"{where}: pipeline_parallel_schedule {par['pipeline_parallel_schedule']!r}: parplan models "
+            f"{', '.join(s.upper() if s == '1f1b' else 'GPipe' for s in SCHEDULES)}"
+        )
+    fields = {
+        "tensor": _int(par.get("tensor_parallel_degree", 1), where, "tensor_parallel_degree"),
+        "pipeline": _int(par.get("pipeline_parallel_degree", 1), where, "pipeline_parallel_degree"),
+        "schedule": schedule,
+        "recompute": str(checkpoint.get("mode", "none")).lower() in ("full", "selective"),
+        # FSDP shards over its shard degree (ZeRO-3); pure replication is DDP
+        "zero_stage": 3 if shard != 1 else 0,
+    }
     if shard > 0:
         fields["data"] = shard * replicate
     if "global_batch_size" in training and int(training["global_batch_size"]) > 0:
         fields["global_batch"] = _int(training["global_batch_size"], where, "global_batch_size")
     if "pipeline_parallel_microbatch_size" in par:
-        fields["micro_batch_size"] = _int(par["pipeline_parallel_microbatch_size"], where,
-                                          "pipeline_parallel_microbatch_size")
+        fields["micro_batch_size"] = _int(
+            par["pipeline_parallel_microbatch_size"], where, "pipeline_parallel_microbatch_size"
+        )
     elif "local_batch_size" in training and fields["pipeline"] == 1:
         fields["micro_batch_size"] = _int(training["local_batch_size"], where, "local_batch_size")
     return ParallelConfig(**fields, source=where)
@@ -216,8 +262,10 @@ def read_config(spec) -> ParallelConfig:
             continue
         key, sep, value = part.partition("=")
         if not sep:
-            raise ConfigError(f"config '{text}': expected key=value pairs such as tp=4,dp=4,zero=1 (or a .toml / "
-                              f".json file); '{part.strip()}' has no '='")
+            raise ConfigError(
+                f"config '{text}': expected key=value pairs such as tp=4,dp=4,zero=1 (or a .toml / "
+                f".json file); '{part.strip()}' has no '='"
+            )
         entries[key.strip()] = value.strip()
     if not entries:
         raise ConfigError("config: empty; give key=value pairs such as tp=4,dp=4,zero=1 or a file")
@@ -228,14 +276,21 @@ def _styles(mapping, where: str) -> tuple[tuple[str, str], ...]:
     """(pattern, style) pairs from a mapping of module paths (``fnmatch`` patterns) to style names
     (``colwise``, ``rowwise``, ``sequence``, ``prepare``; torch's class names also)."""
     if not isinstance(mapping, dict) or not mapping:
-        raise ConfigError(f"{where}: expected a table of module paths to styles (colwise, rowwise, ...)")
+        raise ConfigError(
+            f"{where}: expected a table of module paths to styles (colwise, rowwise, ...)"
+        )
     out = []
     for pattern, style in mapping.items():
-        name = TORCH_STYLES.get(type(style).__name__) if not isinstance(style, str) else \
-            TORCH_STYLES.get(style, style.strip().lower().removesuffix("parallel"))
+        name = (
+            TORCH_STYLES.get(type(style).__name__)
+            if not isinstance(style, str)
+            else TORCH_STYLES.get(style, style.strip().lower().removesuffix("parallel"))
+        )
         if name not in ("colwise", "rowwise", "sequence", "prepare"):
-            raise ConfigError(f"{where}: '{pattern}' = {style!r}: expected colwise, rowwise, sequence or prepare "
-                              "(torch's ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModule*)")
+            raise ConfigError(
+                f"{where}: '{pattern}' = {style!r}: expected colwise, rowwise, sequence or prepare "
+                "(torch's ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModule*)"
+            )
         out.append((str(pattern), name))
     return tuple(out)
 
@@ -255,7 +310,9 @@ def read_tensor_plan(spec: str) -> tuple[tuple[str, str], ...]:
         try:
             scope = runpy.run_path(file)
         except Exception as exc:  # noqa: BLE001 - the user's file: say what it raised
-            raise ConfigError(f"tensor plan '{text}': running {file} raised {type(exc).__name__}: {exc}") from None
+            raise ConfigError(
+                f"tensor plan '{text}': running {file} raised {type(exc).__name__}: {exc}"
+            ) from None
         if name not in scope:
             raise ConfigError(f"tensor plan '{text}': {file} defines no '{name}'")
         return _styles(scope[name], f"tensor plan '{text}'")
@@ -270,8 +327,10 @@ def read_tensor_plan(spec: str) -> tuple[tuple[str, str], ...]:
 
 def _levels(n: int, what: str) -> int:
     k = int(round(math.log2(n)))
-    if 2 ** k != n:
-        raise ConfigError(f"{what} degree {n} is not a power of two: parplan's groups halve the array")
+    if 2**k != n:
+        raise ConfigError(
+            f"{what} degree {n} is not a power of two: parplan's groups halve the array"
+        )
     return k
 
 
@@ -283,39 +342,63 @@ def config_plan(problem: Problem, config: ParallelConfig) -> tuple[Problem, Pipe
     tp, pp = config.tensor, config.pipeline
     tensor_levels, depth = _levels(tp, "tensor"), _levels(pp, "pipeline")
     if n % (tp * pp):
-        raise ConfigError(f"{config.label()}: tensor x pipeline = {tp * pp} does not divide the {n} devices of "
-                          f"{problem.array.describe()}")
+        raise ConfigError(
+            f"{config.label()}: tensor x pipeline = {tp * pp} does not divide the {n} devices of "
+            f"{problem.array.describe()}"
+        )
     dp = config.data if config.data is not None else n // (tp * pp)
     if tp * pp * dp != n:
-        raise ConfigError(f"{config.label()}: tensor x pipeline x data = {tp * pp * dp}, but "
-                          f"{problem.array.describe()} has {n} devices")
+        raise ConfigError(
+            f"{config.label()}: tensor x pipeline x data = {tp * pp * dp}, but "
+            f"{problem.array.describe()} has {n} devices"
+        )
     config = replace(config, data=dp)
     batch = config.global_batch or problem.batch
     mbs = config.micro_batch_size or batch // dp
     if batch % (mbs * dp):
-        raise ConfigError(f"{config.label()}: global batch {batch} is not a multiple of micro-batch size {mbs} x "
-                          f"data {dp}")
-    p = replace(problem, batch=batch, micro_batches=batch // (mbs * dp), zero_stage=config.zero_stage,
-                recompute=config.recompute)
+        raise ConfigError(
+            f"{config.label()}: global batch {batch} is not a multiple of micro-batch size {mbs} x "
+            f"data {dp}"
+        )
+    p = replace(
+        problem,
+        batch=batch,
+        micro_batches=batch // (mbs * dp),
+        zero_stage=config.zero_stage,
+        recompute=config.recompute,
+    )
     groups = groups_at(problem.array, depth)
     if len(groups) != pp:
-        raise ConfigError(f"{config.label()}: {problem.array.describe()} has no {pp} groups of {n // pp} devices "
-                          "to hold the pipeline's stages")
+        raise ConfigError(
+            f"{config.label()}: {problem.array.describe()} has no {pp} groups of {n // pp} devices "
+            "to hold the pipeline's stages"
+        )
     if any(problem.array.at(g).count != n // pp for g in groups):
-        raise ConfigError(f"{config.label()}: the groups of depth {depth} of {problem.array.describe()} are not "
-                          f"{pp} equal groups of {n // pp} devices")
+        raise ConfigError(
+            f"{config.label()}: the groups of depth {depth} of {problem.array.describe()} are not "
+            f"{pp} equal groups of {n // pp} devices"
+        )
     ends = even_ends(problem.graph, pp)
     stages, first = [], 0
     for path, last in zip(groups, ends):
         sub = stage_problem(p, first, last, path)
         if sub.array.depth < tensor_levels:
-            raise ConfigError(f"{config.label()}: a stage's group {sub.array.describe()} cannot hold tensor degree {tp}")
-        plan = megatron_plan(sub, tensor_levels, config.styles) if not sub.array.is_leaf else Plan({}, planner="megatron",
-                                                                                 info={"tensor_parallel": 1})
+            raise ConfigError(
+                f"{config.label()}: a stage's group {sub.array.describe()} cannot hold tensor degree {tp}"
+            )
+        plan = (
+            megatron_plan(sub, tensor_levels, config.styles)
+            if not sub.array.is_leaf
+            else Plan({}, planner="megatron", info={"tensor_parallel": 1})
+        )
         stages.append(Stage(first, last, path, plan))
         first = last + 1
-    return p, PipelinePlan(tuple(stages), schedule=config.schedule, planner="config",
-                           info={"config": config.label(), "source": config.source})
+    return p, PipelinePlan(
+        tuple(stages),
+        schedule=config.schedule,
+        planner="config",
+        info={"config": config.label(), "source": config.source},
+    )
 
 
 __all__ = ["ParallelConfig", "config_plan", "read_config", "read_tensor_plan"]

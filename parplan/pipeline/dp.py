@@ -61,7 +61,10 @@ class _Solver:
             if r == 1:
                 sync = 0.0
             elif self.options.sync is SyncModel.RING:
-                sync = 2.0 * (r - 1) / r * self.sums.params / lvl.bytes_per_s + 2.0 * (r - 1) * lvl.latency_s
+                sync = (
+                    2.0 * (r - 1) / r * self.sums.params / lvl.bytes_per_s
+                    + 2.0 * (r - 1) * lvl.latency_s
+                )
             else:
                 sync = 2.0 * (r - 1) * self.sums.params / lvl.bytes_per_s
             out = np.maximum(inner, sync) / r
@@ -88,7 +91,11 @@ class _Solver:
         for m in range(1, M + 1):
             single = self.stage_times(k, m, q / m)
             best = single[:, n - 1].copy() if top else single.copy()
-            bs = np.full(best.shape, n - 1, dtype=np.int64) if top else np.broadcast_to(np.arange(n), (n, n)).copy()
+            bs = (
+                np.full(best.shape, n - 1, dtype=np.int64)
+                if top
+                else np.broadcast_to(np.arange(n), (n, n)).copy()
+            )
             br = np.full(best.shape, m, dtype=np.int64)
             for r in range(1, m):
                 if n == 1:
@@ -165,9 +172,11 @@ def plan_pipeline(
     widest = max(machine.levels, key=lambda lv: lv.machines)
     if widest.machines > MAX_LEVEL_MACHINES:
         raise ConfigError(
-            f"the pipeline planner's DP is quadratic in the machines of a level, and level {machine.levels.index(widest) + 1} "
+            "the pipeline planner's DP is quadratic in the machines of a level, and level "
+            f"{machine.levels.index(widest) + 1} "
             f"has {widest.machines} (limit {MAX_LEVEL_MACHINES}): describe the array as nodes (e.g. 'dgx-h100:N', or a "
-            f"tree file whose nodes have their own links) or plan fewer devices")
+            f"tree file whose nodes have their own links) or plan fewer devices"
+        )
     sums = _Sums(profile)
     n, K = sums.n, len(machine.levels)
     solver = _Solver(sums, machine, options)
@@ -178,8 +187,15 @@ def plan_pipeline(
     if not math.isfinite(objective):
         raise InfeasibleError(_infeasible_message(profile, machine, options, sums))
     plan = solver.plan(K, 0, n - 1, m_top, Fraction(0), top=True)
-    result = evaluate_plan(profile, machine, plan, options, solver="dp", objective_seconds=objective,
-                           solve_seconds=time.perf_counter() - t0)
+    result = evaluate_plan(
+        profile,
+        machine,
+        plan,
+        options,
+        solver="dp",
+        objective_seconds=objective,
+        solve_seconds=time.perf_counter() - t0,
+    )
     if K > 1 and options.memory_limit_bytes is not None and options.allow_idle:
         note = (
             "memory limit with idle devices on a multi-level machine: stages assume the machines after them use "
@@ -189,7 +205,9 @@ def plan_pipeline(
     return result
 
 
-def _infeasible_message(profile: PipelineProfile, machine: Machine, options: PipelineOptions, sums: _Sums) -> str:
+def _infeasible_message(
+    profile: PipelineProfile, machine: Machine, options: PipelineOptions, sums: _Sums
+) -> str:
     if not options.replication and not options.allow_idle and sums.n < machine.devices:
         return (
             f"model '{profile.name}': a straight pipeline needs one layer per device but has {sums.n} layers for "

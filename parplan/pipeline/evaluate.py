@@ -10,7 +10,13 @@ import numpy as np
 from parplan.errors import ConfigError
 from parplan.pipeline.profile import PipelineProfile
 from parplan.pipeline.machine import Machine, SyncModel, sync_seconds, transfer_seconds
-from parplan.pipeline.plans import data_parallel_plan, LevelPlan, PipelineOptions, PipelineResult, StageReport
+from parplan.pipeline.plans import (
+    data_parallel_plan,
+    LevelPlan,
+    PipelineOptions,
+    PipelineResult,
+    StageReport,
+)
 
 _INF = math.inf
 
@@ -57,14 +63,22 @@ def _check_level_plan(
                 f"{where}: stages must cover the layers contiguously; stage {s.first}..{s.last} breaks at {pos}"
             )
         if s.replicas < 1:
-            raise ConfigError(f"{where}: stage {s.first}..{s.last} needs replicas >= 1 (got {s.replicas})")
+            raise ConfigError(
+                f"{where}: stage {s.first}..{s.last} needs replicas >= 1 (got {s.replicas})"
+            )
         if not options.replication and s.replicas != 1:
-            raise ConfigError(f"{where}: stage {s.first}..{s.last} is replicated but replication is off")
+            raise ConfigError(
+                f"{where}: stage {s.first}..{s.last} is replicated but replication is off"
+            )
         if level == 1 and s.inner is not None:
-            raise ConfigError(f"{where}: level-1 stages run on single devices and take no inner plan")
+            raise ConfigError(
+                f"{where}: level-1 stages run on single devices and take no inner plan"
+            )
         if level > 1:
             if s.inner is None:
-                raise ConfigError(f"{where}: stage {s.first}..{s.last} needs an inner plan of level {level - 1}")
+                raise ConfigError(
+                    f"{where}: stage {s.first}..{s.last} needs an inner plan of level {level - 1}"
+                )
             _check_level_plan(s.inner, level - 1, s.first, s.last, machine, options)
         pos = s.last + 1
     if pos != last + 1:
@@ -72,7 +86,9 @@ def _check_level_plan(
     used = sum(s.replicas for s in plan.stages)
     if used > lvl.machines or (not options.allow_idle and used != lvl.machines):
         rule = "at most" if options.allow_idle else "exactly"
-        raise ConfigError(f"{where}: stages use {used} machines; level {level} has {rule} {lvl.machines}")
+        raise ConfigError(
+            f"{where}: stages use {used} machines; level {level} has {rule} {lvl.machines}"
+        )
 
 
 def _price(plan: LevelPlan, sums: _Sums, machine: Machine, sync: SyncModel) -> float:
@@ -80,15 +96,30 @@ def _price(plan: LevelPlan, sums: _Sums, machine: Machine, sync: SyncModel) -> f
     lvl = machine.levels[plan.level - 1]
     terms = []
     for s in plan.stages:
-        inner = sums.compute[s.first, s.last] if plan.level == 1 else _price(s.inner, sums, machine, sync)
-        terms.append(max(inner, sync_seconds(sums.params[s.first, s.last], s.replicas, lvl, sync)) / s.replicas)
+        inner = (
+            sums.compute[s.first, s.last]
+            if plan.level == 1
+            else _price(s.inner, sums, machine, sync)
+        )
+        terms.append(
+            max(inner, sync_seconds(sums.params[s.first, s.last], s.replicas, lvl, sync))
+            / s.replicas
+        )
     for s in plan.stages[:-1]:
         terms.append(transfer_seconds(sums.cut[s.last], lvl))
     return max(terms)
 
 
-def _flatten(plan: LevelPlan, sums: _Sums, machine: Machine, sync: SyncModel, outer: int,
-             outer_terms: tuple[float, ...], stages: list, cuts: list) -> None:
+def _flatten(
+    plan: LevelPlan,
+    sums: _Sums,
+    machine: Machine,
+    sync: SyncModel,
+    outer: int,
+    outer_terms: tuple[float, ...],
+    stages: list,
+    cuts: list,
+) -> None:
     """Flat stages (first, last, devices, compute, sync1, effective) and cuts (after, level, bytes, effective)."""
     lvl = machine.levels[plan.level - 1]
     for n, s in enumerate(plan.stages):
@@ -97,9 +128,20 @@ def _flatten(plan: LevelPlan, sums: _Sums, machine: Machine, sync: SyncModel, ou
         if plan.level == 1:
             compute = float(sums.compute[s.first, s.last])
             eff = max(compute / (s.replicas * outer), own_term, *outer_terms)
-            stages.append((s.first, s.last, s.replicas * outer, compute, float(own_sync), float(eff)))
+            stages.append(
+                (s.first, s.last, s.replicas * outer, compute, float(own_sync), float(eff))
+            )
         else:
-            _flatten(s.inner, sums, machine, sync, outer * s.replicas, outer_terms + (own_term,), stages, cuts)
+            _flatten(
+                s.inner,
+                sums,
+                machine,
+                sync,
+                outer * s.replicas,
+                outer_terms + (own_term,),
+                stages,
+                cuts,
+            )
         if n < len(plan.stages) - 1:
             b = float(sums.cut[s.last])
             cuts.append((s.last, plan.level, b, float(transfer_seconds(b, lvl) / outer)))
@@ -111,7 +153,13 @@ def _memory(flat: list, sums: _Sums) -> list[tuple[int, float, float]]:
     downstream = sum(f[2] for f in flat)
     for first, last, devices, *_ in flat:
         in_flight = -(-downstream // devices)
-        out.append((in_flight, in_flight * float(sums.params[first, last]), in_flight * float(sums.acts[first, last])))
+        out.append(
+            (
+                in_flight,
+                in_flight * float(sums.params[first, last]),
+                in_flight * float(sums.acts[first, last]),
+            )
+        )
         downstream -= devices
     return out
 
@@ -148,15 +196,30 @@ def evaluate_plan(
     mem = _memory(flat, sums)
     cut_after = {c[0]: c for c in cuts}
     reports = []
-    for idx, ((first, last, devices, compute, sync1, eff), (in_flight, w, a)) in enumerate(zip(flat, mem)):
+    for idx, ((first, last, devices, compute, sync1, eff), (in_flight, w, a)) in enumerate(
+        zip(flat, mem)
+    ):
         c = cut_after.get(last, (last, 0, 0.0, 0.0))
-        reports.append(StageReport(
-            index=idx, first=first, last=last, layers=sums.names[first:last + 1], replicas=devices,
-            compute_seconds=compute, sync_seconds=sync1, seconds_per_minibatch=eff,
-            parameter_bytes=float(sums.params[first, last]), activation_bytes=float(sums.acts[first, last]),
-            in_flight=in_flight, weight_stash_bytes=w, activation_stash_bytes=a,
-            cut_bytes=c[2], cut_level=c[1], cut_seconds=c[3],
-        ))
+        reports.append(
+            StageReport(
+                index=idx,
+                first=first,
+                last=last,
+                layers=sums.names[first : last + 1],
+                replicas=devices,
+                compute_seconds=compute,
+                sync_seconds=sync1,
+                seconds_per_minibatch=eff,
+                parameter_bytes=float(sums.params[first, last]),
+                activation_bytes=float(sums.acts[first, last]),
+                in_flight=in_flight,
+                weight_stash_bytes=w,
+                activation_stash_bytes=a,
+                cut_bytes=c[2],
+                cut_level=c[1],
+                cut_seconds=c[3],
+            )
+        )
     worst_stage = max(range(len(reports)), key=lambda i: reports[i].seconds_per_minibatch)
     bottleneck, b_idx = f"stage {worst_stage}", worst_stage
     if cuts:

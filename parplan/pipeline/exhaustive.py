@@ -27,7 +27,9 @@ def _compositions(first: int, last: int) -> Iterator[list[tuple[int, int]]]:
             yield [(bounds[t] + 1, bounds[t + 1]) for t in range(len(bounds) - 1)]
 
 
-def _replica_vectors(stages: int, machines: int, options: PipelineOptions) -> Iterator[tuple[int, ...]]:
+def _replica_vectors(
+    stages: int, machines: int, options: PipelineOptions
+) -> Iterator[tuple[int, ...]]:
     if not options.replication:
         if stages == machines or (options.allow_idle and stages <= machines):
             yield (1,) * stages
@@ -40,7 +42,9 @@ def _replica_vectors(stages: int, machines: int, options: PipelineOptions) -> It
             yield tuple(bounds[t + 1] - bounds[t] for t in range(stages))
 
 
-def _all_plans(level: int, first: int, last: int, machine: Machine, options: PipelineOptions) -> Iterator[LevelPlan]:
+def _all_plans(
+    level: int, first: int, last: int, machine: Machine, options: PipelineOptions
+) -> Iterator[LevelPlan]:
     machines = machine.levels[level - 1].machines
     for ranges in _compositions(first, last):
         for reps in _replica_vectors(len(ranges), machines, options):
@@ -49,7 +53,9 @@ def _all_plans(level: int, first: int, last: int, machine: Machine, options: Pip
                 continue
             inners = [list(_all_plans(level - 1, a, b, machine, options)) for a, b in ranges]
             for combo in itertools.product(*inners):
-                yield LevelPlan(level, tuple(Stage(a, b, r, p) for (a, b), r, p in zip(ranges, reps, combo)))
+                yield LevelPlan(
+                    level, tuple(Stage(a, b, r, p) for (a, b), r, p in zip(ranges, reps, combo))
+                )
 
 
 def plan_exhaustive(
@@ -84,5 +90,13 @@ def plan_exhaustive(
         best, best_plan = seconds, plan
     if best_plan is None:
         raise InfeasibleError(_infeasible_message(profile, machine, options, sums))
-    return evaluate_plan(profile, machine, best_plan, options, solver="exhaustive", objective_seconds=best,
-                         solve_seconds=time.perf_counter() - t0, plans_examined=count)
+    return evaluate_plan(
+        profile,
+        machine,
+        best_plan,
+        options,
+        solver="exhaustive",
+        objective_seconds=best,
+        solve_seconds=time.perf_counter() - t0,
+        plans_examined=count,
+    )

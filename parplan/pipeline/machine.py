@@ -15,7 +15,6 @@ from parplan.costmodel.hardware import ArrayNode
 from parplan.errors import HardwareError
 
 
-
 class SyncModel(enum.Enum):
     """How a replicated stage's weight all-reduce over ``m`` replicas is priced.
 
@@ -41,9 +40,13 @@ class Level:
         if self.machines < 1:
             raise HardwareError(f"level {self.index}: machines must be >= 1 (got {self.machines})")
         if not self.bytes_per_s > 0:
-            raise HardwareError(f"level {self.index}: link bandwidth must be > 0 bytes/s (got {self.bytes_per_s})")
+            raise HardwareError(
+                f"level {self.index}: link bandwidth must be > 0 bytes/s (got {self.bytes_per_s})"
+            )
         if self.latency_s < 0:
-            raise HardwareError(f"level {self.index}: link latency must be >= 0 s (got {self.latency_s})")
+            raise HardwareError(
+                f"level {self.index}: link latency must be >= 0 s (got {self.latency_s})"
+            )
 
 
 @dataclass(frozen=True)
@@ -88,17 +91,23 @@ class Machine:
         )
 
 
-def flat_machine(devices: int, bytes_per_s: float, latency_s: float = 0.0, description: str = "") -> Machine:
+def flat_machine(
+    devices: int, bytes_per_s: float, latency_s: float = 0.0, description: str = ""
+) -> Machine:
     """One level of ``devices`` devices joined by links of ``bytes_per_s``.
 
     Example:
         >>> flat_machine(8, 25e9).devices
         8
     """
-    return Machine((Level(1, devices, bytes_per_s, latency_s),), description or f"{devices} devices")
+    return Machine(
+        (Level(1, devices, bytes_per_s, latency_s),), description or f"{devices} devices"
+    )
 
 
-def hierarchical_machine(levels: Sequence[tuple[int, float, float]], description: str = "") -> Machine:
+def hierarchical_machine(
+    levels: Sequence[tuple[int, float, float]], description: str = ""
+) -> Machine:
     """Machine from ``(machines, bytes_per_s, latency_s)`` per level, lowest first.
 
     Example:
@@ -106,7 +115,9 @@ def hierarchical_machine(levels: Sequence[tuple[int, float, float]], description
         >>> m.devices, m.devices_below(1)
         (32, 8)
     """
-    lv = tuple(Level(k, int(n), float(bw), float(lat)) for k, (n, bw, lat) in enumerate(levels, start=1))
+    lv = tuple(
+        Level(k, int(n), float(bw), float(lat)) for k, (n, bw, lat) in enumerate(levels, start=1)
+    )
     return Machine(lv, description or " x ".join(str(lvl.machines) for lvl in reversed(lv)))
 
 
@@ -143,11 +154,19 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
     n = array.count
     if n == 1:
         levels = (Level(1, 1, devices[0].link_bytes_per_s, devices[0].link_latency_s),)
-        return Machine(levels, array.describe(), slow.flops_per_s, array.min_memory_bytes, tuple(notes),
-                       slow.as_device())
+        return Machine(
+            levels,
+            array.describe(),
+            slow.flops_per_s,
+            array.min_memory_bytes,
+            tuple(notes),
+            slow.as_device(),
+        )
 
     def leaf_depths(node: ArrayNode, d: int) -> set[int]:
-        return {d} if node.is_leaf else leaf_depths(node.left, d + 1) | leaf_depths(node.right, d + 1)
+        return (
+            {d} if node.is_leaf else leaf_depths(node.left, d + 1) | leaf_depths(node.right, d + 1)
+        )
 
     depths = leaf_depths(array, 0)
     links = [node.link for _, node in array.inner_nodes()]
@@ -158,8 +177,14 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
             f"array tree is not a perfect binary tree ({n} devices); planned as one level of {n} devices "
             f"at its slowest link ({bw / 1e9:g} GB/s)"
         )
-        return Machine((Level(1, n, bw, lat),), array.describe(), slow.flops_per_s, array.min_memory_bytes,
-                       tuple(notes), slow.as_device())
+        return Machine(
+            (Level(1, n, bw, lat),),
+            array.describe(),
+            slow.flops_per_s,
+            array.min_memory_bytes,
+            tuple(notes),
+            slow.as_device(),
+        )
     height = depths.pop()
     by_height: dict[int, list] = {k: [] for k in range(1, height + 1)}
 
@@ -186,12 +211,23 @@ def machine_from_array(array: ArrayNode, merge_equal_levels: bool = True) -> Mac
         else:
             merged.append(list(entry))
     if merge_equal_levels and len(merged) < len(raw):
-        notes.append(f"levels with equal links merged: {len(raw)} tree levels -> {len(merged)} planner level(s)")
+        notes.append(
+            f"levels with equal links merged: {len(raw)} tree levels -> {len(merged)} planner level(s)"
+        )
     levels = tuple(Level(k, n_, bw, lat) for k, (n_, bw, lat) in enumerate(merged, start=1))
-    return Machine(levels, array.describe(), slow.flops_per_s, array.min_memory_bytes, tuple(notes), slow.as_device())
+    return Machine(
+        levels,
+        array.describe(),
+        slow.flops_per_s,
+        array.min_memory_bytes,
+        tuple(notes),
+        slow.as_device(),
+    )
 
 
-def sync_seconds(bytes_: float, replicas: int, level: Level, model: SyncModel = SyncModel.RING) -> float:
+def sync_seconds(
+    bytes_: float, replicas: int, level: Level, model: SyncModel = SyncModel.RING
+) -> float:
     """Seconds to all-reduce ``bytes_`` of weights over ``replicas`` replicas on ``level``'s links.
 
     Example:

@@ -51,9 +51,24 @@ import numpy as np
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem, Split
-from parplan.costmodel.stages import (SCHEDULES, PipelineEvaluation, PipelinePlan, Stage, cut_points, cut_tensor,
-                                      cut_seconds, evaluate_pipeline, group_array, groups_at, held_memory, in_flight, stage_evaluation,
-                                      stage_problem, structure, whole_model_stage)
+from parplan.costmodel.stages import (
+    SCHEDULES,
+    PipelineEvaluation,
+    PipelinePlan,
+    Stage,
+    cut_points,
+    cut_tensor,
+    cut_seconds,
+    evaluate_pipeline,
+    group_array,
+    groups_at,
+    held_memory,
+    in_flight,
+    stage_evaluation,
+    stage_problem,
+    structure,
+    whole_model_stage,
+)
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.fit import device_limits, fit_plan
 from parplan.solvers.planners import make_plan
@@ -77,11 +92,17 @@ class Setting:
     recompute: bool
 
     def apply(self, problem: Problem) -> Problem:
-        return replace(problem, micro_batches=self.micro_batches, zero_stage=self.zero_stage,
-                       recompute=self.recompute)
+        return replace(
+            problem,
+            micro_batches=self.micro_batches,
+            zero_stage=self.zero_stage,
+            recompute=self.recompute,
+        )
 
     def label(self) -> str:
-        return f"m={self.micro_batches}, zero-{self.zero_stage}" + (", recompute" if self.recompute else "")
+        return f"m={self.micro_batches}, zero-{self.zero_stage}" + (
+            ", recompute" if self.recompute else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -125,21 +146,32 @@ def frontiers(array: ArrayNode, max_stages: int) -> list[tuple[str, ...]]:
         if len(groups) > max_stages:
             break
         for order in (tuple(groups), tuple(reversed(groups))):
-            if order not in out and (order == tuple(groups) or
-                                     [signature(array.at(g)) for g in order] != [signature(array.at(g)) for g in groups]):
+            if order not in out and (
+                order == tuple(groups)
+                or [signature(array.at(g)) for g in order]
+                != [signature(array.at(g)) for g in groups]
+            ):
                 out.append(order)
     return out
 
 
-def settings_of(problem: Problem, stages: int, micro_batches="auto", zero="auto", recompute="auto") -> list[Setting]:
+def settings_of(
+    problem: Problem, stages: int, micro_batches="auto", zero="auto", recompute="auto"
+) -> list[Setting]:
     """Settings to search for ``stages`` stages: each given tuple, or "auto": micro-batches
     ``p``, ``2p``, ``4p`` and ``8p`` that divide the batch (fewer leave most of a pipeline idle,
     more cost a latency and a weight read each; for one stage, 1 to 8), ZeRO stages 1 and 3 (stage 0
     costs what stage 1 costs and keeps more; stage 2 reduce-scatters every micro-batch), and
     recomputation off and on."""
     if micro_batches == "auto":
-        ms = [m for m in (stages, 2 * stages, 4 * stages, 8 * stages) if m <= problem.batch and problem.batch % m == 0]
-        ms = ms or [max(m for m in range(1, min(stages, problem.batch) + 1) if problem.batch % m == 0)]
+        ms = [
+            m
+            for m in (stages, 2 * stages, 4 * stages, 8 * stages)
+            if m <= problem.batch and problem.batch % m == 0
+        ]
+        ms = ms or [
+            max(m for m in range(1, min(stages, problem.batch) + 1) if problem.batch % m == 0)
+        ]
     else:
         ms = list(micro_batches)
     zs = [1, 3] if zero == "auto" else list(zero)
@@ -149,9 +181,13 @@ def settings_of(problem: Problem, stages: int, micro_batches="auto", zero="auto"
             raise ConfigError(f"micro-batches must divide the batch {problem.batch} (got {m!r})")
     for z in zs:
         if isinstance(z, bool) or z not in ZERO_STAGES:
-            raise ConfigError(f"ZeRO stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {z!r})")
+            raise ConfigError(
+                f"ZeRO stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {z!r})"
+            )
     if not ms or not zs or not rs:
-        raise ConfigError("the pipeline search needs at least one value of micro-batches, ZeRO stage and recompute")
+        raise ConfigError(
+            "the pipeline search needs at least one value of micro-batches, ZeRO stage and recompute"
+        )
     return [Setting(m, z, bool(r)) for m in ms for z in zs for r in rs]
 
 
@@ -163,21 +199,33 @@ def template_planner(planner: str) -> str:
 
 def _groups_text(groups: Sequence[str], array: ArrayNode) -> str:
     sizes = sorted({array.at(g).count for g in groups})
-    names = ", ".join(g or "root" for g in groups) if len(groups) <= 8 else f"{groups[0]} .. {groups[-1]}"
+    names = (
+        ", ".join(g or "root" for g in groups)
+        if len(groups) <= 8
+        else f"{groups[0]} .. {groups[-1]}"
+    )
     return f"groups of {'/'.join(map(str, sizes))} device{'s' * (sizes != [1])} ({names})"
 
 
 class _Prices:
     """Template plans and their per-unit prefix sums per (group signature, template, setting)."""
 
-    def __init__(self, problem: Problem, planner: str, bounds: Sequence[int], limits: dict[str, float],
-                 say: Callable[[str], None]):
+    def __init__(
+        self,
+        problem: Problem,
+        planner: str,
+        bounds: Sequence[int],
+        limits: dict[str, float],
+        say: Callable[[str], None],
+    ):
         self.problem, self.planner, self.limits, self.say = problem, planner, limits, say
         order = problem.graph.analyze().order
         pos = {name: k for k, name in enumerate(order)}
         b = np.asarray(bounds)
         # unit of each planning node: boundaries[u] < pos <= boundaries[u + 1]
-        self.unit = np.array([int(np.searchsorted(b, pos[n.name], side="left")) - 1 for n in problem.planning.nodes])
+        self.unit = np.array(
+            [int(np.searchsorted(b, pos[n.name], side="left")) - 1 for n in problem.planning.nodes]
+        )
         self.units = len(bounds) - 1
         self.templates: dict[tuple, dict[str, Plan]] = {}
         self.sums: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -189,14 +237,18 @@ class _Prices:
         key = self.key(path)
         if key not in self.templates:
             group = group_array(self.problem.array, path)
-            base = replace(self.problem, array=group, micro_batches=1, zero_stage=0, recompute=False)
+            base = replace(
+                self.problem, array=group, micro_batches=1, zero_stage=0, recompute=False
+            )
             if group.is_leaf:
                 self.templates[key] = {"device": Plan({}, planner="device")}
             else:
                 name = template_planner(self.planner)
                 self.say(f"pipeline: template plans on {group.describe()} ({group.count} devices)")
                 part, data = make_plan(base, name), make_plan(base, "data")
-                same = dict(part.splits) == dict(data.splits)  # priced once when the planner chose data parallel
+                same = dict(part.splits) == dict(
+                    data.splits
+                )  # priced once when the planner chose data parallel
                 self.templates[key] = {"data": data} if same else {"partition": part, "data": data}
         return self.templates[key]
 
@@ -217,12 +269,16 @@ class _Prices:
                 s, a = ev.node_memory[leaf]
                 np.add.at(state[i], self.unit, s)
                 np.add.at(act[i], self.unit, a)
-            cat = lambda x: np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)  # noqa: E731
+            cat = lambda x: np.concatenate(
+                [np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1
+            )  # noqa: E731
             limit = np.array([self.limits.get(path + leaf, math.inf) for leaf in leaves])
             self.sums[key] = (cat(time), cat(state), cat(act), limit)
         return self.sums[key]
 
-    def stage_matrix(self, path: str, kinds: Sequence[str], setting: Setting, held: int, memory: bool = True):
+    def stage_matrix(
+        self, path: str, kinds: Sequence[str], setting: Setting, held: int, memory: bool = True
+    ):
         """(K x K) stage step seconds for units a..b-1 (inf where a >= b or no template fits;
         ``memory=False``: whether it fits is not asked), and the template index each came from."""
         best = np.full((self.units + 1, self.units + 1), math.inf)
@@ -231,7 +287,9 @@ class _Prices:
         for i, kind in enumerate(kinds):
             time, state, act, limit = self.prefix(path, kind, setting)
             t = time[None, :] - time[:, None]
-            need = (state[:, None, :] - state[:, :, None]) + held * (act[:, None, :] - act[:, :, None])
+            need = (state[:, None, :] - state[:, :, None]) + held * (
+                act[:, None, :] - act[:, :, None]
+            )
             fits = np.all(need <= limit[:, None, None] * (1 + 1e-12), axis=0) if memory else True
             t = np.where(upper & fits, t, math.inf)
             better = t < best
@@ -240,7 +298,9 @@ class _Prices:
         return best, which
 
 
-def _dp(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) -> tuple[float, tuple[int, ...], list[str]]:
+def _dp(
+    costs: list[np.ndarray], transfers: list[np.ndarray], m: int
+) -> tuple[float, tuple[int, ...], list[str]]:
     """min over stage cuts of sum c + sum x + (m - 1) max(c, x), with ``costs[s][a, b]`` stage
     ``s``'s per-micro-batch time on units a..b-1 and ``transfers[s][a]`` the cut before stage s
     at boundary a (``transfers[0]`` unused). Returns (value, boundaries, notes)."""
@@ -282,7 +342,9 @@ def _dp(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) -> tuple[f
         if free + (m - 1) * tau >= best:
             break
         if i >= MAX_TAUS:
-            notes.append(f"stopped after {MAX_TAUS} bounds: the stage split is the best of those, not proven")
+            notes.append(
+                f"stopped after {MAX_TAUS} bounds: the stage split is the best of those, not proven"
+            )
             break
         value = run(tau)[0]
         if value + (m - 1) * tau < best:
@@ -310,21 +372,34 @@ def brute_force(costs: list[np.ndarray], transfers: list[np.ndarray], m: int) ->
     return best
 
 
-def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = "1f1b",
-                     micro_batches="auto", zero="auto", recompute="auto", max_stages: int | None = None,
-                     limit_bytes: float | None = None, ignore_memory: bool = False,
-                     progress: Callable[[str], None] | None = None, prune: bool = True,
-                     one_stage: bool = True) -> PartitionedResult:
+def plan_partitioned(
+    problem: Problem,
+    planner: str = "accpar",
+    schedule: str = "1f1b",
+    micro_batches="auto",
+    zero="auto",
+    recompute="auto",
+    max_stages: int | None = None,
+    limit_bytes: float | None = None,
+    ignore_memory: bool = False,
+    progress: Callable[[str], None] | None = None,
+    prune: bool = True,
+    one_stage: bool = True,
+) -> PartitionedResult:
     """The fastest pipeline x partition x data plan of ``problem`` that parplan finds (module
     docstring); ``limit_bytes`` per device (None: each device's own), ``ignore_memory``: none.
     ``prune``: skip a setting whose memory-free optimum cannot beat the best estimate (False:
     search every setting; the best estimate is the same); ``one_stage``: also price the
     one-stage (partition-only) plan. Raises :class:`InfeasibleError` when no candidate fits."""
     if not isinstance(problem, Problem):
-        raise ConfigError(f"plan_partitioned: problem must be a Problem (got {type(problem).__name__})")
+        raise ConfigError(
+            f"plan_partitioned: problem must be a Problem (got {type(problem).__name__})"
+        )
     if schedule not in SCHEDULES:
         raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)} (got {schedule!r})")
-    if max_stages is not None and (isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1):
+    if max_stages is not None and (
+        isinstance(max_stages, bool) or not isinstance(max_stages, int) or max_stages < 1
+    ):
         raise ConfigError(f"max_stages must be an integer >= 1 (got {max_stages!r})")
     say = progress or (lambda msg: None)
     bounds = boundaries(problem)
@@ -333,8 +408,11 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
     settings_of(problem, 1, micro_batches, zero, recompute)  # bad values are errors before any work
     prices = _Prices(problem, planner, bounds, limits, say)
     info = problem.graph.analyze()
-    cut_elements = np.array([0.0] + [info.out_shape[cut_tensor(problem.graph, k)].elements for k in bounds[1:-1]]
-                            + [0.0])
+    cut_elements = np.array(
+        [0.0]
+        + [info.out_shape[cut_tensor(problem.graph, k)].elements for k in bounds[1:-1]]
+        + [0.0]
+    )
     orders = [o for o in frontiers(problem.array, min(max_stages or units, units)) if len(o) > 1]
     candidates: list[Candidate] = []
     notes: list[str] = []
@@ -346,32 +424,59 @@ def plan_partitioned(problem: Problem, planner: str = "accpar", schedule: str = 
         p = len(groups)
         settings = settings_of(problem, p, micro_batches, zero, recompute)
         searched += len(settings)
-        say(f"pipeline: {p} stages on {_groups_text(groups, problem.array)}, {len(settings)} settings")
+        say(
+            f"pipeline: {p} stages on {_groups_text(groups, problem.array)}, {len(settings)} settings"
+        )
         by_m: dict[int, list[Setting]] = {}
         for setting in settings:
             by_m.setdefault(setting.micro_batches, []).append(setting)
         for m, at_m in by_m.items():
             transfers = [np.zeros(units + 1)]
             for a, b in zip(groups, groups[1:]):
-                transfers.append(np.array([cut_seconds(problem, a, b, e, m) if 0 < i < units else math.inf
-                                           for i, e in enumerate(cut_elements)]))
-            floor = None  # the cheapest setting's optimum with memory ignored bounds every setting at m
+                transfers.append(
+                    np.array(
+                        [
+                            cut_seconds(problem, a, b, e, m) if 0 < i < units else math.inf
+                            for i, e in enumerate(cut_elements)
+                        ]
+                    )
+                )
+            floor = (
+                None  # the cheapest setting's optimum with memory ignored bounds every setting at m
+            )
             for setting in sorted(at_m, key=_setting_cost):
                 if prune and floor is not None and floor >= best:
                     skipped += 1
                     continue
                 for data_only in (False, True):
-                    value, cut, kinds, dp_notes = _search(prices, groups, setting, schedule, transfers, data_only)
+                    value, cut, kinds, dp_notes = _search(
+                        prices, groups, setting, schedule, transfers, data_only
+                    )
                     notes += [n for n in dp_notes if n not in notes]
                     if math.isfinite(value):
                         candidates.append(Candidate(value, setting, groups, cut, kinds, data_only))
                         best = min(best, value)
                 if floor is None:
-                    floor = _search(prices, groups, setting, schedule, transfers, False, memory=False)[0]
+                    floor = _search(
+                        prices, groups, setting, schedule, transfers, False, memory=False
+                    )[0]
     if skipped:
-        say(f"pipeline: {skipped} of {searched} settings skipped (their least step exceeds the best found)")
-    one = _one_stage(problem, planner, prices, settings_of(problem, 1, micro_batches, zero, recompute),
-                     limit_bytes, ignore_memory, say) if one_stage else []
+        say(
+            f"pipeline: {skipped} of {searched} settings skipped (their least step exceeds the best found)"
+        )
+    one = (
+        _one_stage(
+            problem,
+            planner,
+            prices,
+            settings_of(problem, 1, micro_batches, zero, recompute),
+            limit_bytes,
+            ignore_memory,
+            say,
+        )
+        if one_stage
+        else []
+    )
     return _price(problem, planner, schedule, bounds, prices, candidates, one, notes, say, searched)
 
 
@@ -382,8 +487,15 @@ def _setting_cost(setting: Setting) -> tuple:
     return (setting.recompute, setting.zero_stage >= 2, setting.zero_stage)
 
 
-def _search(prices: _Prices, groups, setting: Setting, schedule: str, transfers, data_only: bool,
-            memory: bool = True):
+def _search(
+    prices: _Prices,
+    groups,
+    setting: Setting,
+    schedule: str,
+    transfers,
+    data_only: bool,
+    memory: bool = True,
+):
     """The stage DP for one order of groups and one setting: (value, cut, templates, notes)."""
     p, m = len(groups), setting.micro_batches
     costs, which, kinds_of = [], [], []
@@ -396,7 +508,11 @@ def _search(prices: _Prices, groups, setting: Setting, schedule: str, transfers,
         which.append(w)
         kinds_of.append(kinds)
     value, cut, notes = _dp(costs, transfers, m)
-    kinds = tuple(kinds_of[s][which[s][cut[s], cut[s + 1]]] for s in range(p)) if math.isfinite(value) else ()
+    kinds = (
+        tuple(kinds_of[s][which[s][cut[s], cut[s + 1]]] for s in range(p))
+        if math.isfinite(value)
+        else ()
+    )
     return value, cut, kinds, notes
 
 
@@ -404,29 +520,58 @@ def _restrict(template: Plan, whole: Problem, sub: Problem) -> Plan:
     """The template's choices and shares for the stage's nodes (by name), per split of the group."""
     index = {n.name: v for v, n in enumerate(whole.planning.nodes)}
     take = [index[n.name] for n in sub.planning.nodes]
-    return Plan({path: Split(tuple(s.choices[v] for v in take), tuple(s.shares[v] for v in take))
-                 for path, s in template.splits.items()}, planner=template.planner)
+    return Plan(
+        {
+            path: Split(tuple(s.choices[v] for v in take), tuple(s.shares[v] for v in take))
+            for path, s in template.splits.items()
+        },
+        planner=template.planner,
+    )
 
 
-def _stage_plan(problem: Problem, first: int, last: int, path: str, template: Plan, planner: str,
-                limits: dict[str, float], held: int, memo: dict, evals: dict) -> tuple[Plan, bool]:
+def _stage_plan(
+    problem: Problem,
+    first: int,
+    last: int,
+    path: str,
+    template: Plan,
+    planner: str,
+    limits: dict[str, float],
+    held: int,
+    memo: dict,
+    evals: dict,
+) -> tuple[Plan, bool]:
     """The stage's plan: its template's restriction or the planner's own plan of the stage, the
     faster that fits (its devices holding ``held`` micro-batches); and whether it fits. The
     planner's plan is kept in ``memo`` for stages of the same structure on equal groups."""
     sub = stage_problem(problem, first, last, path)
     options = [_restrict(template, replace(problem, array=sub.array), sub)]
     if not sub.array.is_leaf:
-        name = planner if sub.array.count <= PORTFOLIO_MAX_DEVICES or planner != "accpar" else "accpar-topdown"
-        key = (structure(sub.graph), signature(sub.array), sub.array.collective, name,
-               replace(sub, graph=problem.graph, array=problem.array))
+        name = (
+            planner
+            if sub.array.count <= PORTFOLIO_MAX_DEVICES or planner != "accpar"
+            else "accpar-topdown"
+        )
+        key = (
+            structure(sub.graph),
+            signature(sub.array),
+            sub.array.collective,
+            name,
+            replace(sub, graph=problem.graph, array=problem.array),
+        )
         if key not in memo:
             memo[key] = make_plan(sub, name)
         options.append(memo[key])
     best, best_key = None, None
     for plan in options:
         ev = stage_evaluation(sub, plan, evals)
-        over = max((need - limits.get(path + leaf, math.inf) for leaf, need in held_memory(ev, held).items()),
-                   default=-1.0)
+        over = max(
+            (
+                need - limits.get(path + leaf, math.inf)
+                for leaf, need in held_memory(ev, held).items()
+            ),
+            default=-1.0,
+        )
         key = (over > 0, ev.step_time_s)
         if best_key is None or key < best_key:
             best, best_key = plan, key
@@ -441,10 +586,14 @@ def _one_stage(problem, planner, prices, settings, limit_bytes, ignore_memory, s
     out = []
     if problem.array.count <= PORTFOLIO_MAX_DEVICES:
         say("pipeline: the one-stage plan (partition only)")
-        fixed = {what: values[0] if len(values) == 1 else "auto" for what, values in (
-            ("micro_batches", sorted({c.micro_batches for c in settings})),
-            ("zero", sorted({c.zero_stage for c in settings})),
-            ("recompute", sorted({c.recompute for c in settings})))}
+        fixed = {
+            what: values[0] if len(values) == 1 else "auto"
+            for what, values in (
+                ("micro_batches", sorted({c.micro_batches for c in settings})),
+                ("zero", sorted({c.zero_stage for c in settings})),
+                ("recompute", sorted({c.recompute for c in settings})),
+            )
+        }
         try:
             if ignore_memory:
                 out.append(("1 stage", problem, make_plan(problem, planner)))
@@ -455,14 +604,20 @@ def _one_stage(problem, planner, prices, settings, limit_bytes, ignore_memory, s
             pass
     if problem.array.count > PORTFOLIO_MAX_DEVICES or problem.array.is_leaf:
         for kind, plan in prices.plans("").items():
-            out += [(f"1 stage ({kind} template)", setting.apply(problem), plan) for setting in settings]
+            out += [
+                (f"1 stage ({kind} template)", setting.apply(problem), plan) for setting in settings
+            ]
     return out
 
 
 def _cheapest_first(setting_problem: Problem) -> tuple:
     """Settings in the order their cost rises (section 6.2: ZeRO-1 without recomputation and with
     one micro-batch costs the least; every other setting adds time)."""
-    return (setting_problem.recompute, setting_problem.zero_stage > 2, setting_problem.micro_batches)
+    return (
+        setting_problem.recompute,
+        setting_problem.zero_stage > 2,
+        setting_problem.micro_batches,
+    )
 
 
 def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, notes, say, searched):
@@ -470,19 +625,31 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
     seen: set = set()
     unique = []  # settings that price a split alike (ZeRO on one-device stages) are priced once
     for c in sorted(candidates, key=lambda c: (c.estimate_s, c.setting.zero_stage)):
-        key = (c.groups, c.bounds, c.kinds, c.setting.micro_batches, c.setting.recompute, c.data_only,
-               float(f"{c.estimate_s:.12g}"))
+        key = (
+            c.groups,
+            c.bounds,
+            c.kinds,
+            c.setting.micro_batches,
+            c.setting.recompute,
+            c.data_only,
+            float(f"{c.estimate_s:.12g}"),
+        )
         if key not in seen:
             seen.add(key)
             unique.append(c)
-    chosen = [c for c in unique if not c.data_only][:EXACT_CANDIDATES] + [c for c in unique if c.data_only][:1]
+    chosen = [c for c in unique if not c.data_only][:EXACT_CANDIDATES] + [
+        c for c in unique if c.data_only
+    ][:1]
     priced: list[tuple[str, float, float, bool]] = []
     memo: dict = {}  # the planner's plans of stages, by structure, group and settings
     evals: dict = {}  # stage evaluations, likewise (costmodel.stages.stage_evaluation)
     results: list[tuple[float, Problem, PipelinePlan, PipelineEvaluation]] = []
 
     def fits(ev: PipelineEvaluation) -> bool:
-        return all(need <= limits.get(path, math.inf) * (1 + 1e-12) for path, need in ev.device_memory_bytes.items())
+        return all(
+            need <= limits.get(path, math.inf) * (1 + 1e-12)
+            for path, need in ev.device_memory_bytes.items()
+        )
 
     best_one, fitted = None, {}
     for label, p, plan in sorted(one_stage, key=lambda c: (c[0], _cheapest_first(c[1]))):
@@ -498,25 +665,50 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
         priced.append(("1 stage: no plan fits with these settings", math.inf, math.inf, False))
     else:
         t, label, p, pp, ev = best_one
-        priced.append((f"{label}, " + Setting(p.micro_batches, p.zero_stage, p.recompute).label(), t,
-                       ev.peak_memory_bytes, True))
+        priced.append(
+            (
+                f"{label}, " + Setting(p.micro_batches, p.zero_stage, p.recompute).label(),
+                t,
+                ev.peak_memory_bytes,
+                True,
+            )
+        )
         results.append((t, p, pp, ev))
     for cand in chosen:
         p = cand.setting.apply(problem)
         n = len(cand.groups)
-        say(f"pipeline: pricing {n} stages, {cand.setting.label()} (estimate {cand.estimate_s * 1e3:.3f} ms)")
+        say(
+            f"pipeline: pricing {n} stages, {cand.setting.label()} (estimate {cand.estimate_s * 1e3:.3f} ms)"
+        )
         stages, ok = [], True
         for s, path in enumerate(cand.groups):
             first, last = bounds[cand.bounds[s]] + 1, bounds[cand.bounds[s + 1]]
             template = prices.plans(path)[cand.kinds[s]]
             held = in_flight(schedule, s, n, cand.setting.micro_batches)
-            plan, good = _stage_plan(p, first, last, path, template, "data" if cand.data_only else planner,
-                                     limits, held, memo, evals)
+            plan, good = _stage_plan(
+                p,
+                first,
+                last,
+                path,
+                template,
+                "data" if cand.data_only else planner,
+                limits,
+                held,
+                memo,
+                evals,
+            )
             ok &= good
             stages.append(Stage(first, last, path, plan))
-        pp = PipelinePlan(tuple(stages), schedule=schedule, planner=f"pipeline-{planner}",
-                          info={"setting": cand.setting.label(), "estimate_s": cand.estimate_s,
-                                "stage_plans": "data" if cand.data_only else planner})
+        pp = PipelinePlan(
+            tuple(stages),
+            schedule=schedule,
+            planner=f"pipeline-{planner}",
+            info={
+                "setting": cand.setting.label(),
+                "estimate_s": cand.estimate_s,
+                "stage_plans": "data" if cand.data_only else planner,
+            },
+        )
         ev = evaluate_pipeline(p, pp, evals)
         good = fits(ev)
         label = f"{n} stages{' (data parallel inside)' if cand.data_only else ''}, {cand.setting.label()}"
@@ -524,17 +716,43 @@ def _price(problem, planner, schedule, bounds, prices, candidates, one_stage, no
         if good:
             results.append((ev.step_time_s, p, pp, ev))
     if not results:
-        closest = [f"{label}: peak {peak / 2**30:.2f} GiB" for label, _, peak, _ in priced if math.isfinite(peak)]
+        closest = [
+            f"{label}: peak {peak / 2**30:.2f} GiB"
+            for label, _, peak, _ in priced
+            if math.isfinite(peak)
+        ]
         raise InfeasibleError(
             "no pipeline plan found fits the memory limits"
-            + (": closest " + "; ".join(closest) if closest else
-               f" (no stage split of the {searched} settings searched fits in the DP)")
-            + "; try recomputation, more micro-batches or a larger memory limit")
+            + (
+                ": closest " + "; ".join(closest)
+                if closest
+                else f" (no stage split of the {searched} settings searched fits in the DP)"
+            )
+            + "; try recomputation, more micro-batches or a larger memory limit"
+        )
     step, p, pp, ev = min(results, key=lambda r: r[0])
-    ev = evaluate_pipeline(p, pp)  # the answer priced afresh: its stage evaluations carry its own layer names
-    return PartitionedResult(p, pp, ev, tuple(sorted(candidates, key=lambda c: c.estimate_s)), tuple(priced),
-                             tuple(notes))
+    ev = evaluate_pipeline(
+        p, pp
+    )  # the answer priced afresh: its stage evaluations carry its own layer names
+    return PartitionedResult(
+        p,
+        pp,
+        ev,
+        tuple(sorted(candidates, key=lambda c: c.estimate_s)),
+        tuple(priced),
+        tuple(notes),
+    )
 
 
-__all__ = ["plan_partitioned", "PartitionedResult", "Candidate", "Setting", "brute_force", "frontiers",
-           "settings_of", "boundaries", "structure", "template_planner"]
+__all__ = [
+    "plan_partitioned",
+    "PartitionedResult",
+    "Candidate",
+    "Setting",
+    "brute_force",
+    "frontiers",
+    "settings_of",
+    "boundaries",
+    "structure",
+    "template_planner",
+]

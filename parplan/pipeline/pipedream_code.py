@@ -53,9 +53,21 @@ from parplan.pipeline.profile import PipelineProfile
 #: PipeDream's published profiles (AlexNet, VGG-16, ResNet-18/50, GNMT), shipped with parplan.
 PROFILES = Path(__file__).resolve().parents[1] / "data" / "pipedream"
 
-__all__ = ["PROFILES", "CodeStates", "CodeStage", "CodePlan", "code_states", "code_plan", "code_price", "code_price_sets",
-           "code_data_parallel", "to_level_plan", "SideBySide", "side_by_side",
-           "side_by_side_table"]
+__all__ = [
+    "PROFILES",
+    "CodeStates",
+    "CodeStage",
+    "CodePlan",
+    "code_states",
+    "code_plan",
+    "code_price",
+    "code_price_sets",
+    "code_data_parallel",
+    "to_level_plan",
+    "SideBySide",
+    "side_by_side",
+    "side_by_side_table",
+]
 
 
 # ----------------------------------------------------------------------------------- antichains
@@ -140,7 +152,9 @@ class _Dag:
         return out
 
 
-def _optimizer_graph(profile: PipelineProfile) -> tuple[list[str], list[tuple[str, str]], tuple[str, ...]]:
+def _optimizer_graph(
+    profile: PipelineProfile,
+) -> tuple[list[str], list[tuple[str, str]], tuple[str, ...]]:
     """(nodes in file order, edges, removed nodes) after the optimizer's clean-up: sources
     named ``Input...`` removed (their time zeroed), then sinks named ``__getitem__...``."""
     layers = {layer.name: layer for layer in profile.layers}
@@ -151,11 +165,15 @@ def _optimizer_graph(profile: PipelineProfile) -> tuple[list[str], list[tuple[st
     kept = [n for n in order if n not in inputs]
     edges = [(u, v) for u, v in edges if u in kept and v in kept]
     has_out = {u for u, _ in edges}
-    sinks = [n for n in kept if n not in has_out and layers[n].description.startswith("__getitem__")]
+    sinks = [
+        n for n in kept if n not in has_out and layers[n].description.startswith("__getitem__")
+    ]
     kept = [n for n in kept if n not in sinks]
     edges = [(u, v) for u, v in edges if u in kept and v in kept]
     if not kept:
-        raise ConfigError(f"profile '{profile.name}': nothing is left after removing its Input nodes")
+        raise ConfigError(
+            f"profile '{profile.name}': nothing is left after removing its Input nodes"
+        )
     return kept, edges, tuple(inputs) + tuple(sinks)
 
 
@@ -191,7 +209,9 @@ def code_states(profile: PipelineProfile) -> CodeStates:
     dag = _Dag(kept, edges)
     augmented, order, states = _antichain_dag(dag, next(n for n in kept if not dag.g.in_degree(n)))
     index = {s: i for i, s in enumerate(order)}
-    topo = [x.name for x in profile.layers if x.name in dag.g]  # names in the profile's order, for reports
+    topo = [
+        x.name for x in profile.layers if x.name in dag.g
+    ]  # names in the profile's order, for reports
     compute = {n: layers[n].compute_seconds for n in topo}
     params = {n: layers[n].parameter_bytes for n in topo}
     members, c, a, w, o, preds = [], [], [], [], [], []
@@ -205,8 +225,19 @@ def code_states(profile: PipelineProfile) -> CodeStates:
         w.append(math.fsum(params[x] for x in m))
         o.append(math.fsum(layers[x].activation_bytes for x in aug))
         preds.append(tuple(sorted(index[p] for p in nx.ancestors(states, s))))
-    return CodeStates(profile.name, tuple(frozenset(augmented[s]) for s in order), tuple(members), tuple(c),
-                      tuple(a), tuple(w), tuple(o), tuple(preds), removed, compute, params)
+    return CodeStates(
+        profile.name,
+        tuple(frozenset(augmented[s]) for s in order),
+        tuple(members),
+        tuple(c),
+        tuple(a),
+        tuple(w),
+        tuple(o),
+        tuple(preds),
+        removed,
+        compute,
+        params,
+    )
 
 
 # ----------------------------------------------------------------------------------- the DP
@@ -256,8 +287,15 @@ def _ranges(values: tuple[float, ...]) -> list[list[float | None]]:
     return rows
 
 
-def _table(st: CodeStates, compute, machines: int, within: int, bw: float, final: bool,
-           compression: float | None):
+def _table(
+    st: CodeStates,
+    compute,
+    machines: int,
+    within: int,
+    bw: float,
+    final: bool,
+    compression: float | None,
+):
     """One level's table: ``A[i][j][m]`` = (seconds, split (k, machines left) or None, replicas)
     for the range after state ``i - 1`` up to ``j`` on ``m + 1`` machines."""
     n = st.n
@@ -270,7 +308,10 @@ def _table(st: CodeStates, compute, machines: int, within: int, bw: float, final
             if c is None:
                 continue
             w = params[i][j]
-            A[i][j] = [((c + 4.0 * m * w / (bw * (m + 1)) / within) / (m + 1), None, m + 1) for m in range(machines)]
+            A[i][j] = [
+                ((c + 4.0 * m * w / (bw * (m + 1)) / within) / (m + 1), None, m + 1)
+                for m in range(machines)
+            ]
     for i in range(1 if final else n + 1):
         before = st.pred_sets[i - 1] if i else frozenset()
         for m in range(1, machines):
@@ -315,14 +356,22 @@ def _analyze(A, start: int, end: int, machines: int) -> list[CodeStage]:
 def _check_machine(machines, bandwidths, compression) -> tuple[tuple[int, ...], tuple[float, ...]]:
     machines, bandwidths = tuple(machines), tuple(bandwidths)
     if not machines or len(machines) != len(bandwidths):
-        raise ConfigError(f"pipedream-code: give one bandwidth per level (got {len(machines)} levels, "
-                          f"{len(bandwidths)} bandwidths)")
+        raise ConfigError(
+            f"pipedream-code: give one bandwidth per level (got {len(machines)} levels, "
+            f"{len(bandwidths)} bandwidths)"
+        )
     if any(isinstance(m, bool) or int(m) != m or m < 1 for m in machines):
-        raise ConfigError(f"pipedream-code: machines per level must be integers >= 1 (got {list(machines)})")
+        raise ConfigError(
+            f"pipedream-code: machines per level must be integers >= 1 (got {list(machines)})"
+        )
     if any(not b > 0 for b in bandwidths):
-        raise ConfigError(f"pipedream-code: bandwidths must be > 0 bytes/s (got {list(bandwidths)})")
+        raise ConfigError(
+            f"pipedream-code: bandwidths must be > 0 bytes/s (got {list(bandwidths)})"
+        )
     if compression is not None and not compression > 0:
-        raise ConfigError(f"pipedream-code: the activation compression ratio must be > 0 (got {compression})")
+        raise ConfigError(
+            f"pipedream-code: the activation compression ratio must be > 0 (got {compression})"
+        )
     return tuple(int(m) for m in machines), tuple(float(b) for b in bandwidths)
 
 
@@ -336,8 +385,13 @@ def code_data_parallel(states: CodeStates, machines, bandwidths) -> float:
     return t
 
 
-def code_plan(profile: PipelineProfile, machines, bandwidths, compression: float | None = None,
-              states: CodeStates | None = None) -> CodePlan:
+def code_plan(
+    profile: PipelineProfile,
+    machines,
+    bandwidths,
+    compression: float | None = None,
+    states: CodeStates | None = None,
+) -> CodePlan:
     """The optimizer's plan of ``profile`` on ``machines[k]`` machines per level (lowest first,
     as its ``-n``) joined by ``bandwidths[k]`` bytes/s (its ``-b``; its default is 1e9)."""
     machines, bandwidths = _check_machine(machines, bandwidths, compression)
@@ -355,20 +409,33 @@ def code_plan(profile: PipelineProfile, machines, bandwidths, compression: float
         levels.append(tuple(stages))
         ranges = [(s.start, s.end) for s in stages]
     seconds = tables[-1][0][st.n - 1][machines[-1] - 1][0]
-    return CodePlan(st, machines, bandwidths, compression, tuple(levels), seconds,
-                    code_data_parallel(st, machines, bandwidths))
+    return CodePlan(
+        st,
+        machines,
+        bandwidths,
+        compression,
+        tuple(levels),
+        seconds,
+        code_data_parallel(st, machines, bandwidths),
+    )
 
 
 # ----------------------------------------------------------------------------------- pricing
 
 
-def _stage_seconds(compute: float, weight_bytes: float, replicas: int, bw: float, divide_sync: int) -> float:
+def _stage_seconds(
+    compute: float, weight_bytes: float, replicas: int, bw: float, divide_sync: int
+) -> float:
     """The optimizer's stage time: ``(compute + 4 (r-1)/r x W / B / divide_sync) / r`` (the first
     stage of a range divides its sync by the machines below; later stages by 1)."""
-    return (compute + 4.0 * (replicas - 1) * weight_bytes / (bw * replicas) / divide_sync) / replicas
+    return (
+        compute + 4.0 * (replicas - 1) * weight_bytes / (bw * replicas) / divide_sync
+    ) / replicas
 
 
-def code_price(states: CodeStates, machines, bandwidths, levels, compression: float | None = None) -> float:
+def code_price(
+    states: CodeStates, machines, bandwidths, levels, compression: float | None = None
+) -> float:
     """Seconds per minibatch of a nested plan given as the optimizer prints it (``levels[0]``
     the top level's stages, each deeper level's stages inside the ranges above), priced by the
     optimizer's formulas: an independent check of :func:`code_plan` on any plan."""
@@ -388,7 +455,9 @@ def code_price(states: CodeStates, machines, bandwidths, levels, compression: fl
         worst = 0.0
         for idx, s in enumerate(stages):
             c = compute(level, s.start, s.end)
-            w = states.parameter_bytes[s.end - 1] - (states.parameter_bytes[s.start - 1] if s.start else 0.0)
+            w = states.parameter_bytes[s.end - 1] - (
+                states.parameter_bytes[s.start - 1] if s.start else 0.0
+            )
             r = s.replicas
             t = _stage_seconds(c, w, r, bw, within if idx == 0 else 1)
             if idx and compression is not None:
@@ -401,7 +470,9 @@ def code_price(states: CodeStates, machines, bandwidths, levels, compression: fl
     return price(0, levels[0])
 
 
-def code_price_sets(states: CodeStates, machines, bandwidths, plan: LevelPlan, names: tuple[str, ...]) -> float:
+def code_price_sets(
+    states: CodeStates, machines, bandwidths, plan: LevelPlan, names: tuple[str, ...]
+) -> float:
     """Seconds per minibatch of a parplan :class:`LevelPlan` (stages over positions of
     ``names``, any contiguous ranges of a linearisation) under the optimizer's formulas without
     compression: a stage's compute and weights are its nodes' (inputs count zero), the first
@@ -409,7 +480,7 @@ def code_price_sets(states: CodeStates, machines, bandwidths, plan: LevelPlan, n
     machines, bandwidths = _check_machine(machines, bandwidths, None)
 
     def stage_nodes(stage: Stage) -> list[str]:
-        return [x for x in names[stage.first:stage.last + 1] if x in states.compute]
+        return [x for x in names[stage.first : stage.last + 1] if x in states.compute]
 
     def price(lp: LevelPlan) -> float:
         k = lp.level - 1
@@ -417,13 +488,19 @@ def code_price_sets(states: CodeStates, machines, bandwidths, plan: LevelPlan, n
         worst = 0.0
         for idx, s in enumerate(lp.stages):
             nodes = stage_nodes(s)
-            c = price(s.inner) if s.inner is not None else math.fsum(states.compute[x] for x in nodes)
+            c = (
+                price(s.inner)
+                if s.inner is not None
+                else math.fsum(states.compute[x] for x in nodes)
+            )
             w = math.fsum(states.parameters[x] for x in nodes)
             worst = max(worst, _stage_seconds(c, w, s.replicas, bw, within if idx == 0 else 1))
         return worst
 
     if plan.level != len(machines):
-        raise ConfigError(f"pipedream-code: the plan has {plan.level} levels, the machine {len(machines)}")
+        raise ConfigError(
+            f"pipedream-code: the plan has {plan.level} levels, the machine {len(machines)}"
+        )
     return price(plan)
 
 
@@ -445,7 +522,7 @@ def to_level_plan(plan: CodePlan, names: tuple[str, ...]) -> LevelPlan | None:
             owner[x] = idx
     for x in names:  # removed nodes: inputs to the first stage, sinks to the last stage before them
         if x not in owner:
-            before = [owner[y] for y in names[:pos[x]] if y in owner]
+            before = [owner[y] for y in names[: pos[x]] if y in owner]
             owner[x] = max(before) if before else 0
     spans = []
     for idx in range(len(flat)):
@@ -491,14 +568,22 @@ class SideBySide:
             return None if a is None or b is None else a / b
 
         return [
-            {"plan": "pipedream-code", "stages": len(self.code.levels[-1]),
-             "code_s": self.code.seconds, "parplan_s": self.code_by_parplan,
-             "code_speedup_vs_dp": ratio(code_dp, self.code.seconds),
-             "parplan_speedup_vs_dp": ratio(native_dp, self.code_by_parplan)},
-            {"plan": "parplan", "stages": len(self.native.stages),
-             "code_s": self.native_by_code, "parplan_s": self.native.seconds_per_minibatch,
-             "code_speedup_vs_dp": ratio(code_dp, self.native_by_code),
-             "parplan_speedup_vs_dp": ratio(native_dp, self.native.seconds_per_minibatch)},
+            {
+                "plan": "pipedream-code",
+                "stages": len(self.code.levels[-1]),
+                "code_s": self.code.seconds,
+                "parplan_s": self.code_by_parplan,
+                "code_speedup_vs_dp": ratio(code_dp, self.code.seconds),
+                "parplan_speedup_vs_dp": ratio(native_dp, self.code_by_parplan),
+            },
+            {
+                "plan": "parplan",
+                "stages": len(self.native.stages),
+                "code_s": self.native_by_code,
+                "parplan_s": self.native.seconds_per_minibatch,
+                "code_speedup_vs_dp": ratio(code_dp, self.native_by_code),
+                "parplan_speedup_vs_dp": ratio(native_dp, self.native.seconds_per_minibatch),
+            },
         ]
 
 
@@ -517,31 +602,48 @@ def side_by_side_table(sbs: SideBySide) -> str:
     """Plain-text report of :func:`side_by_side`: the optimizer's stages per level, then both
     plans under both models."""
     code = sbs.code
-    lines = [f"PipeDream's released optimizer (--cost-model pipedream-code) on {code.states.name}: "
-             f"{code.states.n} antichain states; machines per level {list(code.machines)} (lowest first) at "
-             f"{', '.join(f'{b / 1e9:g}' for b in code.bandwidths)} GB/s"
-             + (f", activation compression {code.compression:g}" if code.compression else ""), ""]
+    lines = [
+        f"PipeDream's released optimizer (--cost-model pipedream-code) on {code.states.name}: "
+        f"{code.states.n} antichain states; machines per level {list(code.machines)} (lowest first) at "
+        f"{', '.join(f'{b / 1e9:g}' for b in code.bandwidths)} GB/s"
+        + (f", activation compression {code.compression:g}" if code.compression else ""),
+        "",
+    ]
     for depth, stages in enumerate(code.levels):
         lines.append(f"  level {len(code.levels) - depth} stages (states, replicas, nodes):")
         for s in stages:
             lines.append(f"    [{s.start}, {s.end})  x{s.replicas}  {_stage_names(code, s)}")
-    lines += ["", f"  {'plan':<16}{'stages':>7}{'code model ms':>15}{'parplan ms':>12}{'code vs DP':>12}"
-                  f"{'parplan vs DP':>15}"]
+    lines += [
+        "",
+        f"  {'plan':<16}{'stages':>7}{'code model ms':>15}{'parplan ms':>12}{'code vs DP':>12}"
+        f"{'parplan vs DP':>15}",
+    ]
     for r in sbs.rows():
+
         def x(v):
             return "-" if v is None else f"{v:.2f}x"
-        lines.append(f"  {r['plan']:<16}{r['stages']:>7}{_fmt_ms(r['code_s']):>15}{_fmt_ms(r['parplan_s']):>12}"
-                     f"{x(r['code_speedup_vs_dp']):>12}{x(r['parplan_speedup_vs_dp']):>15}")
-    lines += ["", "  code model: the optimizer's formulas (stage time (compute + 4(m-1)/m W/B)/m, no transfers "
-                  "without compression, inputs' loading time zeroed, antichain states); parplan: "
-                  "docs/pipeline.md (max(compute, ring sync)/m, every cut's transfer, the profile's own order)."]
+
+        lines.append(
+            f"  {r['plan']:<16}{r['stages']:>7}{_fmt_ms(r['code_s']):>15}{_fmt_ms(r['parplan_s']):>12}"
+            f"{x(r['code_speedup_vs_dp']):>12}{x(r['parplan_speedup_vs_dp']):>15}"
+        )
+    lines += [
+        "",
+        "  code model: the optimizer's formulas (stage time (compute + 4(m-1)/m W/B)/m, no transfers "
+        "without compression, inputs' loading time zeroed, antichain states); parplan: "
+        "docs/pipeline.md (max(compute, ring sync)/m, every cut's transfer, the profile's own order).",
+    ]
     if sbs.code_by_parplan is None:
-        lines.append("  '-': the optimizer's stages are not contiguous in parplan's linearisation, so parplan's "
-                     "model cannot price them")
+        lines.append(
+            "  '-': the optimizer's stages are not contiguous in parplan's linearisation, so parplan's "
+            "model cannot price them"
+        )
     return "\n".join(lines)
 
 
-def side_by_side(profile: PipelineProfile, machine, compression: float | None = None, options=None) -> SideBySide:
+def side_by_side(
+    profile: PipelineProfile, machine, compression: float | None = None, options=None
+) -> SideBySide:
     """:func:`code_plan` and parplan's :func:`~parplan.pipeline.dp.plan_pipeline` on ``profile``
     and ``machine`` (its levels' machines and link bandwidths; the optimizer has no latency),
     each priced by both models."""
@@ -557,6 +659,14 @@ def side_by_side(profile: PipelineProfile, machine, compression: float | None = 
     native = plan_pipeline(profile, machine, options)
     names = tuple(layer.name for layer in profile.layers)
     lp = to_level_plan(code, names)
-    code_by_parplan = evaluate_plan(profile, machine, lp, options).seconds_per_minibatch if lp is not None else None
-    native_by_code = code_price_sets(st, machines, bandwidths, native.plan, names) if compression is None else None
+    code_by_parplan = (
+        evaluate_plan(profile, machine, lp, options).seconds_per_minibatch
+        if lp is not None
+        else None
+    )
+    native_by_code = (
+        code_price_sets(st, machines, bandwidths, native.plan, names)
+        if compression is None
+        else None
+    )
     return SideBySide(code, native, code_by_parplan, native_by_code)

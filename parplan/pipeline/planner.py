@@ -46,10 +46,24 @@ from __future__ import annotations
 from parplan.pipeline.dp import plan_pipeline
 from parplan.pipeline.evaluate import evaluate_plan
 from parplan.pipeline.exhaustive import plan_exhaustive
-from parplan.pipeline.machine import (Level, Machine, SyncModel, flat_machine, hierarchical_machine,
-                                      machine_from_array, sync_seconds, transfer_seconds)
-from parplan.pipeline.plans import (LevelPlan, PipelineOptions, PipelineResult, Stage, StageReport,
-                                    data_parallel_plan)
+from parplan.pipeline.machine import (
+    Level,
+    Machine,
+    SyncModel,
+    flat_machine,
+    hierarchical_machine,
+    machine_from_array,
+    sync_seconds,
+    transfer_seconds,
+)
+from parplan.pipeline.plans import (
+    LevelPlan,
+    PipelineOptions,
+    PipelineResult,
+    Stage,
+    StageReport,
+    data_parallel_plan,
+)
 
 __all__ = [
     "SyncModel",

@@ -10,7 +10,6 @@ from parplan.errors import ConfigError
 from parplan.pipeline.machine import Machine, SyncModel
 
 
-
 @dataclass(frozen=True)
 class PipelineOptions:
     """Planner settings.
@@ -30,7 +29,9 @@ class PipelineOptions:
         if self.memory_limit_bytes is not None and not self.memory_limit_bytes > 0:
             raise ConfigError(f"memory limit must be > 0 bytes (got {self.memory_limit_bytes})")
         if not isinstance(self.sync, SyncModel):
-            raise ConfigError(f"sync must be a SyncModel ({', '.join(s.value for s in SyncModel)}), got {self.sync!r}")
+            raise ConfigError(
+                f"sync must be a SyncModel ({', '.join(s.value for s in SyncModel)}), got {self.sync!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -164,21 +165,42 @@ class PipelineResult:
             + f", idle devices {'allowed' if o.allow_idle else 'not allowed'}, weight sync {o.sync.value}",
             "",
         ]
-        header = ("stage", "layers", "n", "devices", "compute ms", "time ms", "in-flight", "memory GiB", "cut MB",
-                  "cut ms", "cut level")
+        header = (
+            "stage",
+            "layers",
+            "n",
+            "devices",
+            "compute ms",
+            "time ms",
+            "in-flight",
+            "memory GiB",
+            "cut MB",
+            "cut ms",
+            "cut level",
+        )
         rows = []
         for s in self.stages:
             names = s.layers[0] if len(s.layers) == 1 else f"{s.layers[0]}..{s.layers[-1]}"
-            rows.append((
-                str(s.index), names, str(len(s.layers)), str(s.replicas), f"{s.compute_seconds * 1e3:.3f}",
-                f"{s.seconds_per_minibatch * 1e3:.3f}", str(s.in_flight), f"{s.memory_bytes / 2**30:.2f}",
-                f"{s.cut_bytes / 1e6:.2f}" if s.index < len(self.stages) - 1 else "-",
-                f"{s.cut_seconds * 1e3:.3f}" if s.index < len(self.stages) - 1 else "-",
-                str(s.cut_level) if s.index < len(self.stages) - 1 else "-",
-            ))
+            rows.append(
+                (
+                    str(s.index),
+                    names,
+                    str(len(s.layers)),
+                    str(s.replicas),
+                    f"{s.compute_seconds * 1e3:.3f}",
+                    f"{s.seconds_per_minibatch * 1e3:.3f}",
+                    str(s.in_flight),
+                    f"{s.memory_bytes / 2**30:.2f}",
+                    f"{s.cut_bytes / 1e6:.2f}" if s.index < len(self.stages) - 1 else "-",
+                    f"{s.cut_seconds * 1e3:.3f}" if s.index < len(self.stages) - 1 else "-",
+                    str(s.cut_level) if s.index < len(self.stages) - 1 else "-",
+                )
+            )
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         for r in (header, *rows):
-            cells = (c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            cells = (
+                c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            )
             lines.append("  " + "  ".join(cells))
         dp = f"{self.data_parallel_seconds * 1e3:.3f} ms"
         if not self.data_parallel_fits:
@@ -226,7 +248,11 @@ class PipelineResult:
                 "sync": o.sync.value,
             },
             "stages": [
-                {**{k: v for k, v in asdict(s).items()}, "layers": list(s.layers), "memory_bytes": s.memory_bytes}
+                {
+                    **{k: v for k, v in asdict(s).items()},
+                    "layers": list(s.layers),
+                    "memory_bytes": s.memory_bytes,
+                }
                 for s in self.stages
             ],
             "seconds_per_minibatch": self.seconds_per_minibatch,
@@ -251,8 +277,12 @@ def _plan_to_dict(plan: LevelPlan) -> dict:
     return {
         "level": plan.level,
         "stages": [
-            {"first": s.first, "last": s.last, "replicas": s.replicas,
-             "inner": _plan_to_dict(s.inner) if s.inner else None}
+            {
+                "first": s.first,
+                "last": s.last,
+                "replicas": s.replicas,
+                "inner": _plan_to_dict(s.inner) if s.inner else None,
+            }
             for s in plan.stages
         ],
     }

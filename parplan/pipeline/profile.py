@@ -39,7 +39,13 @@ from parplan.costmodel.graph import INPUT, Graph
 from parplan.errors import ConfigError, GraphError
 from parplan.readers import read_text
 
-__all__ = ["ProfiledLayer", "PipelineProfile", "parse_profile", "read_profile", "profile_from_graph"]
+__all__ = [
+    "ProfiledLayer",
+    "PipelineProfile",
+    "parse_profile",
+    "read_profile",
+    "profile_from_graph",
+]
 
 _NODE = re.compile(r"^(?P<id>\S+) -- (?P<desc>.*) -- (?P<fields>forward_compute_time=.*)$")
 _EDGE = re.compile(r"^(?P<src>\S+) -- (?P<dst>\S+)$")
@@ -89,7 +95,10 @@ class PipelineProfile:
     def is_chain(self) -> bool:
         """True when every edge joins consecutive layers (no branching to linearize)."""
         pos = {layer.name: i for i, layer in enumerate(self.layers)}
-        return all(pos[v] == pos[u] + 1 for u, v in self.edges) and len(self.edges) == len(self.layers) - 1
+        return (
+            all(pos[v] == pos[u] + 1 for u, v in self.edges)
+            and len(self.edges) == len(self.layers) - 1
+        )
 
     def cut_bytes(self) -> tuple[float, ...]:
         """Bytes crossing the cut after each position ``s`` (``len(layers) - 1`` values).
@@ -135,14 +144,20 @@ def _number(source: str, lineno: int, field: str, text: str) -> float:
     if text.startswith("[") and text.endswith("]"):
         parts = [p for p in re.split(r"[;,]", text[1:-1]) if p.strip()]
         if not parts:
-            raise GraphError(f"profile '{source}' line {lineno}: {field} is an empty list; give a number of bytes")
+            raise GraphError(
+                f"profile '{source}' line {lineno}: {field} is an empty list; give a number of bytes"
+            )
         return math.fsum(_number(source, lineno, field, p) for p in parts)
     try:
         value = float(text)
     except ValueError:
-        raise GraphError(f"profile '{source}' line {lineno}: {field} must be a number (got {text!r})") from None
+        raise GraphError(
+            f"profile '{source}' line {lineno}: {field} must be a number (got {text!r})"
+        ) from None
     if not math.isfinite(value) or value < 0:
-        raise GraphError(f"profile '{source}' line {lineno}: {field} must be a finite number >= 0 (got {text})")
+        raise GraphError(
+            f"profile '{source}' line {lineno}: {field} must be a finite number >= 0 (got {text})"
+        )
     return value
 
 
@@ -162,7 +177,9 @@ def _parse_fields(source: str, lineno: int, text: str) -> dict[str, float]:
     for part in parts:
         key, sep, val = part.strip().partition("=")
         if not sep:
-            raise GraphError(f"profile '{source}' line {lineno}: expected 'key=value', got {part.strip()!r}")
+            raise GraphError(
+                f"profile '{source}' line {lineno}: expected 'key=value', got {part.strip()!r}"
+            )
         if key not in _FIELDS:
             raise GraphError(
                 f"profile '{source}' line {lineno}: unknown field {key!r}; valid fields: {', '.join(_FIELDS)}"
@@ -230,7 +247,9 @@ def parse_profile(text: str, source: str = "<string>", name: str | None = None) 
                     "declare it with a node line"
                 )
         if src == dst:
-            raise GraphError(f"profile '{source}' line {lineno}: edge {src} -- {dst} is a self-loop")
+            raise GraphError(
+                f"profile '{source}' line {lineno}: edge {src} -- {dst} is a self-loop"
+            )
         dag.add_edge(src, dst)
     try:
         cycle = nx.find_cycle(dag)
@@ -238,7 +257,9 @@ def parse_profile(text: str, source: str = "<string>", name: str | None = None) 
         cycle = None
     if cycle:
         names = " -> ".join([e[0] for e in cycle] + [cycle[0][0]])
-        raise GraphError(f"profile '{source}': the edges form a cycle {names}; a profile must be a DAG")
+        raise GraphError(
+            f"profile '{source}': the edges form a cycle {names}; a profile must be a DAG"
+        )
     order = list(nx.lexicographical_topological_sort(dag, key=_natural_key))
     pos = {n: i for i, n in enumerate(order)}
     layers = tuple(nodes[n] for n in order)
@@ -320,15 +341,20 @@ def profile_from_graph(
                 parameter_bytes=prof.weight_elements * bytes_per_element,
             )
         )
-    edges = tuple((src, layer.name) for layer in graph.layers for src in layer.inputs if src != INPUT)
+    edges = tuple(
+        (src, layer.name) for layer in graph.layers for src in layer.inputs if src != INPUT
+    )
     pos = {layer.name: i for i, layer in enumerate(layers)}
     profile = PipelineProfile(
         name=graph.name,
         layers=tuple(layers),
         edges=tuple(sorted(edges, key=lambda e: (pos[e[0]], pos[e[1]]))),
         source=f"cost model: graph '{graph.name}' at batch {batch}, {device.flops_per_s / 1e12:g} TFLOP/s per device"
-        + (f" (efficiency {device.efficiency:g}, HBM {device.memory_bytes_per_s / 1e9:g} GB/s)"
-           if math.isfinite(device.memory_bytes_per_s) else "")
+        + (
+            f" (efficiency {device.efficiency:g}, HBM {device.memory_bytes_per_s / 1e9:g} GB/s)"
+            if math.isfinite(device.memory_bytes_per_s)
+            else ""
+        )
         + f", {bytes_per_element:g} bytes per element",
     )
     if not profile.is_chain:

@@ -106,20 +106,26 @@ def time_breakdown(report) -> pd.DataFrame:
         frac = (intra / total.where(total > 0)).fillna(0.0)
         intra_s += b[f"comm_s_{side}"] * frac
         trans_s += b[f"comm_s_{side}"] * (1.0 - frac).where(total > 0, 0.0)
-    per_node = pd.DataFrame({"intra": intra_s, "trans": trans_s, "node": b.node}).groupby("node", sort=False).sum()
+    per_node = (
+        pd.DataFrame({"intra": intra_s, "trans": trans_s, "node": b.node})
+        .groupby("node", sort=False)
+        .sum()
+    )
     intra_tot = frame.layer.map(per_node["intra"]).fillna(0.0).to_numpy()
     trans_tot = frame.layer.map(per_node["trans"]).fillna(0.0).to_numpy()
     comm = frame.communication_s.to_numpy()
     denom = intra_tot + trans_tot
     with np.errstate(invalid="ignore", divide="ignore"):
         intra_frac = np.where(denom > 0, intra_tot / denom, 0.0)
-    return pd.DataFrame({
-        "layer": frame.layer,
-        "kind": frame.kind,
-        "compute_ms": frame.compute_s.to_numpy() * 1e3,
-        "intra_ms": comm * intra_frac * 1e3,
-        "transition_ms": comm * (1.0 - intra_frac) * np.where(denom > 0, 1.0, 0.0) * 1e3,
-    })
+    return pd.DataFrame(
+        {
+            "layer": frame.layer,
+            "kind": frame.kind,
+            "compute_ms": frame.compute_s.to_numpy() * 1e3,
+            "intra_ms": comm * intra_frac * 1e3,
+            "transition_ms": comm * (1.0 - intra_frac) * np.where(denom > 0, 1.0, 0.0) * 1e3,
+        }
+    )
 
 
 #: Column width of a join relative to a weighted layer (joins carry a layout, no compute).
@@ -187,7 +193,10 @@ def plot_compare(frame, meta: dict, path: str | Path, *, dpi: int = 150) -> str:
     for ax in (left, right):
         ax.set_xticks(x)
         ax.set_xticklabels(frame.planner, rotation=30, ha="right")
-    fig.suptitle(f"{meta['model']} on {meta['array']} ({meta['devices']} devices), batch {meta['batch']}", fontsize=11)
+    fig.suptitle(
+        f"{meta['model']} on {meta['array']} ({meta['devices']} devices), batch {meta['batch']}",
+        fontsize=11,
+    )
     fig.savefig(str(path), dpi=dpi)
     return str(path)
 
@@ -203,8 +212,17 @@ def _draw_strip(ax, report, levels, centres: np.ndarray, widths: np.ndarray) -> 
             fill = 1.0 if isinstance(c, Layout) else min(max(a, 0.0), 1.0)
             x0, w = centres[v] - widths[v] / 2, widths[v]
             ax.add_patch(Rectangle((x0, y), w, 1.0, facecolor=colour, alpha=0.28, linewidth=0))
-            ax.add_patch(Rectangle((x0, y), w, 0.9 * fill, facecolor=colour, linewidth=0,
-                                   hatch="////" if m else None, edgecolor="white" if m else None))
+            ax.add_patch(
+                Rectangle(
+                    (x0, y),
+                    w,
+                    0.9 * fill,
+                    facecolor=colour,
+                    linewidth=0,
+                    hatch="////" if m else None,
+                    edgecolor="white" if m else None,
+                )
+            )
         ax.axhline(y, color="white", linewidth=1.5)
     ax.set_ylim(0, len(levels))
     ax.set_yticks([len(levels) - 1 - r + 0.5 for r in range(len(levels))])
@@ -212,19 +230,39 @@ def _draw_strip(ax, report, levels, centres: np.ndarray, widths: np.ndarray) -> 
     ax.tick_params(axis="y", length=0)
     for spine in ("top", "right", "left"):
         ax.spines[spine].set_visible(False)
-    ax.set_title("partition choice per level (filled height = share of the first group; hatched = groups differ)",
-                 fontsize=9, loc="left")
-    handles = [Patch(facecolor=COLOURS[c], label=_LABELS[c]) for c in (*TYPE_ORDER, *JOIN_LAYOUTS) if c in used]
-    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8, frameon=False)
+    ax.set_title(
+        "partition choice per level (filled height = share of the first group; hatched = groups differ)",
+        fontsize=9,
+        loc="left",
+    )
+    handles = [
+        Patch(facecolor=COLOURS[c], label=_LABELS[c])
+        for c in (*TYPE_ORDER, *JOIN_LAYOUTS)
+        if c in used
+    ]
+    ax.legend(
+        handles=handles, loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8, frameon=False
+    )
 
 
 def _draw_times(ax, times: pd.DataFrame, centres: np.ndarray, widths: np.ndarray) -> None:
     x = centres
     base = np.zeros(len(times))
-    for label, column in (("compute", "compute_ms"), ("intra-layer", "intra_ms"), ("transition", "transition_ms")):
+    for label, column in (
+        ("compute", "compute_ms"),
+        ("intra-layer", "intra_ms"),
+        ("transition", "transition_ms"),
+    ):
         values = times[column].to_numpy()
-        ax.bar(x, values, bottom=base, width=0.8 * widths, color=_TIME_COLOURS[label], label=f"{label} communication"
-               if label != "compute" else "compute", linewidth=0)
+        ax.bar(
+            x,
+            values,
+            bottom=base,
+            width=0.8 * widths,
+            color=_TIME_COLOURS[label],
+            label=f"{label} communication" if label != "compute" else "compute",
+            linewidth=0,
+        )
         base = base + values
     ax.set_ylabel("time per step (ms)")
     ax.set_title("time per layer", fontsize=9, loc="left")

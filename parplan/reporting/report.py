@@ -26,8 +26,12 @@ if TYPE_CHECKING:  # imported on demand by layer_frame
     import pandas as pd
 
 _LETTER = {
-    PartitionType.BATCH: "B", PartitionType.IN: "I", PartitionType.OUT: "O",
-    Layout.ROWS: "r", Layout.COLS: "c", Layout.WHOLE: "w",
+    PartitionType.BATCH: "B",
+    PartitionType.IN: "I",
+    PartitionType.OUT: "O",
+    Layout.ROWS: "r",
+    Layout.COLS: "c",
+    Layout.WHOLE: "w",
 }
 
 
@@ -49,8 +53,14 @@ class PlanReport:
     def layer_rows(self) -> list[dict]:
         """One row per planning node: root choice and share, compute, communication, time
         (plain dicts: printing a plan does not import pandas)."""
-        node_at, intra_at = _COLUMNS.index("node"), (_COLUMNS.index("intra_elements_1"), _COLUMNS.index("intra_elements_2"))
-        trans_at = (_COLUMNS.index("transition_elements_1"), _COLUMNS.index("transition_elements_2"))
+        node_at, intra_at = (
+            _COLUMNS.index("node"),
+            (_COLUMNS.index("intra_elements_1"), _COLUMNS.index("intra_elements_2")),
+        )
+        trans_at = (
+            _COLUMNS.index("transition_elements_1"),
+            _COLUMNS.index("transition_elements_2"),
+        )
         comm: dict[str, float] = {}
         trans: dict[str, float] = {}
         for r in self.evaluation.rows:
@@ -62,17 +72,19 @@ class PlanReport:
         for v, node in enumerate(self.problem.planning.nodes):
             t = self.evaluation.node_time_s[v]
             c = self.evaluation.leaf_compute_s[v]
-            rows.append({
-                "layer": node.name,
-                "kind": "join" if node.is_join else ("fc" if node.is_fc else "conv"),
-                "type": root.choices[v].value if root else "-",
-                "share": root.shares[v] if root else 1.0,
-                "compute_s": c,
-                "communication_s": max(t - c, 0.0),
-                "time_s": t,
-                "intra_bytes": float(comm.get(node.name, 0.0)) * bpe,
-                "transition_bytes": float(trans.get(node.name, 0.0)) * bpe,
-            })
+            rows.append(
+                {
+                    "layer": node.name,
+                    "kind": "join" if node.is_join else ("fc" if node.is_fc else "conv"),
+                    "type": root.choices[v].value if root else "-",
+                    "share": root.shares[v] if root else 1.0,
+                    "compute_s": c,
+                    "communication_s": max(t - c, 0.0),
+                    "time_s": t,
+                    "intra_bytes": float(comm.get(node.name, 0.0)) * bpe,
+                    "transition_bytes": float(trans.get(node.name, 0.0)) * bpe,
+                }
+            )
         return rows
 
     def layer_frame(self) -> pd.DataFrame:
@@ -95,9 +107,14 @@ class PlanReport:
             for v in range(len(pg.nodes)):
                 seen = {self.plan.splits[p].choices[v] for p in paths}
                 letters.append(_LETTER[seen.pop()] if len(seen) == 1 else "*")
-            links = sorted({(groups[p].link.ports, groups[p].link.bytes_per_s) for p in paths if p in groups})
+            links = sorted(
+                {(groups[p].link.ports, groups[p].link.bytes_per_s) for p in paths if p in groups}
+            )
             # a switched fabric's link: ports x one port's bandwidth (docs/costmodel.md section 4.1)
-            link = "/".join(f"{n} x {bw / 1e9:g}" if n > 1 else f"{bw / 1e9:g}" for n, bw in links) + " GB/s"
+            link = (
+                "/".join(f"{n} x {bw / 1e9:g}" if n > 1 else f"{bw / 1e9:g}" for n, bw in links)
+                + " GB/s"
+            )
             out.append((depth, len(paths), "".join(letters), link))
         return out
 
@@ -106,11 +123,20 @@ class PlanReport:
         from parplan.costmodel.planio import parplan_version
 
         p = self.problem
-        return {"model": p.graph.name, "array": p.array.describe(), "devices": p.array.count, "batch": p.batch,
-                "planner": self.plan.planner, "zero_stage": p.zero_stage, "recompute": p.recompute,
-                "micro_batches": p.micro_batches, "bytes_per_element": p.bytes_per_element,
-                "optimizer_bytes_per_param": p.optimizer_bytes_per_param, "overlap": p.overlap,
-                "parplan_version": parplan_version()}
+        return {
+            "model": p.graph.name,
+            "array": p.array.describe(),
+            "devices": p.array.count,
+            "batch": p.batch,
+            "planner": self.plan.planner,
+            "zero_stage": p.zero_stage,
+            "recompute": p.recompute,
+            "micro_batches": p.micro_batches,
+            "bytes_per_element": p.bytes_per_element,
+            "optimizer_bytes_per_param": p.optimizer_bytes_per_param,
+            "overlap": p.overlap,
+            "parplan_version": parplan_version(),
+        }
 
     def to_dict(self) -> dict:
         p, ev = self.problem, self.evaluation
@@ -152,13 +178,16 @@ class PlanReport:
         tu, tf = time_unit(max(max(r["time_s"], r["compute_s"]) for r in frame))
         bu, bf = byte_unit(max(max(r["intra_bytes"], r["transition_bytes"]) for r in frame))
         levels = p.array.depth
-        width = max(24, min(64, max((len(r["layer"]) for r in frame), default=0)))  # whole names, up to 64
+        width = max(
+            24, min(64, max((len(r["layer"]) for r in frame), default=0))
+        )  # whole names, up to 64
 
         def kind_of(r) -> str:
             # a split that leaves a layer to one half is not a batch (or any) split of it
             if r["type"] == "-":  # one device: no split
                 return "-"
             return "right" if r["share"] == 0.0 else "left" if r["share"] == 1.0 else r["type"]
+
         lines = [
             f"{p.graph.name} on {p.array.describe()} ({p.array.count} device{'s' * (p.array.count != 1)}, "
             f"{levels} level{'s' * (levels != 1)}), batch {p.batch}, planner {self.plan.planner}"
@@ -169,7 +198,8 @@ class PlanReport:
         ]
         for r in frame:
             lines.append(
-                f"{r['layer'][:width]:<{width}} {r['kind']:<4} {kind_of(r):<6} {r['share']:>6.3f} {r['compute_s'] * tf:>11.3f} "
+                f"{r['layer'][:width]:<{width}} {r['kind']:<4} {kind_of(r):<6} {r['share']:>6.3f} "
+                f"{r['compute_s'] * tf:>11.3f} "
                 f"{r['communication_s'] * tf:>9.3f} {r['intra_bytes'] * bf:>10.2f} {r['transition_bytes'] * bf:>10.2f} "
                 f"{r['time_s'] * tf:>9.3f}"
             )
@@ -178,27 +208,46 @@ class PlanReport:
             f"step time            {format_time(ev.step_time_s)}",
             f"data parallelism     {format_time(self.baseline.step_time_s)}  -> speedup {self.speedup:.2f}x",
             f"communication        {format_bytes(ev.communication_bytes)} per step (all levels)",
-            f"peak device memory   {format_bytes(ev.peak_memory_bytes)} (weights, gradients, optimizer state, activations"
-            + "".join(f"; {x}" for x in (f"ZeRO stage {p.zero_stage}" if p.zero_stage else "",
-                                             "recomputation" if p.recompute else "",
-                                             f"{p.micro_batches} micro-batches" if p.micro_batches > 1 else "") if x)
+            f"peak device memory   {format_bytes(ev.peak_memory_bytes)} "
+            "(weights, gradients, optimizer state, activations"
+            + "".join(
+                f"; {x}"
+                for x in (
+                    f"ZeRO stage {p.zero_stage}" if p.zero_stage else "",
+                    "recomputation" if p.recompute else "",
+                    f"{p.micro_batches} micro-batches" if p.micro_batches > 1 else "",
+                )
+                if x
+            )
             + ")",
         ]
         if self.wall_s is not None:
             lines.append(f"planning time        {format_time(self.wall_s)}")
         if p.array.is_leaf:
             return "\n".join(lines + ["", "one device: nothing to split"])
-        lines += ["", "types per level (level 1 = the root split; B=batch I=in O=out; joins r=rows c=cols w=whole; "
-                      "*=differs between groups):"]
+        lines += [
+            "",
+            "types per level (level 1 = the root split; B=batch I=in O=out; joins r=rows c=cols w=whole; "
+            "*=differs between groups):",
+        ]
         for depth, count, letters, link in self.level_types():
-            lines.append(f"  level {depth + 1} ({count} split{'s' if count > 1 else ''}, link {link}): {letters}")
+            lines.append(
+                f"  level {depth + 1} ({count} split{'s' if count > 1 else ''}, link {link}): {letters}"
+            )
         idle = self.idle_halves()
         if idle:
             path, fraction, side = idle[0]
-            others = f"; {len(idle) - 1} more split{'s' * (len(idle) != 2)} like it" if len(idle) > 1 else ""
-            lines += ["", f"note: at split {path or 'root'} the {side} half has no work for {fraction:.0%} of the step "
-                          f"(its devices wait: giving them work would cost more in communication than it saves"
-                          f"{others})"]
+            others = (
+                f"; {len(idle) - 1} more split{'s' * (len(idle) != 2)} like it"
+                if len(idle) > 1
+                else ""
+            )
+            lines += [
+                "",
+                f"note: at split {path or 'root'} the {side} half has no work for {fraction:.0%} of the step "
+                f"(its devices wait: giving them work would cost more in communication than it saves"
+                f"{others})",
+            ]
         return "\n".join(lines)
 
     def idle_halves(self, threshold: float = 0.5) -> list[tuple[str, float, str]]:
@@ -212,8 +261,11 @@ class PlanReport:
         out = []
         for path, split in plan.splits.items():
             for side, empty in (("left", 0.0), ("right", 1.0)):
-                idle = sum(t for t, a, v in zip(ev.node_time_s, split.shares, range(len(split.shares)))
-                           if a == empty and has_work(plan.splits, path, v))
+                idle = sum(
+                    t
+                    for t, a, v in zip(ev.node_time_s, split.shares, range(len(split.shares)))
+                    if a == empty and has_work(plan.splits, path, v)
+                )
                 if idle / total > threshold:
                     out.append((path, idle / total, side))
         return sorted(out, key=lambda r: -r[1])
@@ -264,6 +316,11 @@ def format_bytes(n: float) -> str:
     return f"{n * factor:.2f} {unit}"
 
 
-def plan_report(problem: Problem, plan: Plan, evaluation: Evaluation, baseline: Evaluation,
-                wall_s: float | None = None) -> PlanReport:
+def plan_report(
+    problem: Problem,
+    plan: Plan,
+    evaluation: Evaluation,
+    baseline: Evaluation,
+    wall_s: float | None = None,
+) -> PlanReport:
     return PlanReport(problem, plan, evaluation, baseline, wall_s)

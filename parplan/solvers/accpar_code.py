@@ -46,7 +46,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parplan.costmodel.cost import REL_TOL, Objective, ShareMode, node_terms, node_value, scale_for_sides
+from parplan.costmodel.cost import (
+    REL_TOL,
+    Objective,
+    ShareMode,
+    node_terms,
+    node_value,
+    scale_for_sides,
+)
 from parplan.costmodel.layout import PartitionType, ports
 from parplan.costmodel.planning import PlanningGraph
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -55,8 +62,11 @@ from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
 __all__ = ["CppView", "cpp_view", "cpp_tables", "cpp_dp", "cpp_level_comm", "solve_split_cpp"]
 
 #: Type-II and Type-III exchanged (the C++'s ``Com_Cost_Inter_Layer_Block``).
-_SWAP = {PartitionType.BATCH: PartitionType.BATCH, PartitionType.IN: PartitionType.OUT,
-         PartitionType.OUT: PartitionType.IN}
+_SWAP = {
+    PartitionType.BATCH: PartitionType.BATCH,
+    PartitionType.IN: PartitionType.OUT,
+    PartitionType.OUT: PartitionType.IN,
+}
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,9 @@ def cpp_view(planning: PlanningGraph) -> CppView | None:
         if len(jp) != 2 or prev not in jp or j in used:
             return None
         source = jp[1] if jp[0] == prev else jp[0]
-        readers = [w for w in planning.succs[source] if not nodes[w].is_join and w in pos and pos[w] < i]
+        readers = [
+            w for w in planning.succs[source] if not nodes[w].is_join and w in pos and pos[w] < i
+        ]
         if len(readers) != 1:
             return None
         used.add(j)
@@ -113,15 +125,29 @@ def _chain(sp: SplitProblem, view: CppView) -> SplitProblem:
     for i, v in enumerate(view.order):
         node = sp.planning.nodes[v]
         prev = sp.planning.nodes[view.order[i - 1]].name if i else None
-        nodes.append(replace(node, preds=(i - 1,) if i else (), fractions=(1.0,) if i else (),
-                             sources=(prev,) if i else (), absorbed=()))
+        nodes.append(
+            replace(
+                node,
+                preds=(i - 1,) if i else (),
+                fractions=(1.0,) if i else (),
+                sources=(prev,) if i else (),
+                absorbed=(),
+            )
+        )
 
     def pick(values):
         return None if values is None else tuple(values[v] for v in view.order)
 
-    return replace(sp, planning=PlanningGraph(sp.planning.name, tuple(nodes)), dims=pick(sp.dims),
-                   floor_s=pick(sp.floor_s), covered=pick(sp.covered), regions=pick(sp.regions),
-                   root_dims=pick(sp.root_dims), above=pick(sp.above))
+    return replace(
+        sp,
+        planning=PlanningGraph(sp.planning.name, tuple(nodes)),
+        dims=pick(sp.dims),
+        floor_s=pick(sp.floor_s),
+        covered=pick(sp.covered),
+        regions=pick(sp.regions),
+        root_dims=pick(sp.root_dims),
+        above=pick(sp.above),
+    )
 
 
 def cpp_tables(sp: SplitProblem, view: CppView, options: PlanOptions):
@@ -135,11 +161,15 @@ def cpp_tables(sp: SplitProblem, view: CppView, options: PlanOptions):
     intra, inter, short = [], [None] * n, {}
     for u in range(n):
         scope = (u, u + 1) if u + 1 < n else (u,)
-        idx = {w: np.arange(tables[w].size).reshape([-1 if j == k else 1 for j in range(len(scope))])
-               for k, w in enumerate(scope)}
+        idx = {
+            w: np.arange(tables[w].size).reshape([-1 if j == k else 1 for j in range(len(scope))])
+            for k, w in enumerate(scope)
+        }
         terms = node_terms(tables, chain.side, chain.groups(u), u, idx, *chain.frames)
         shape = tuple(tables[w].size for w in scope)
-        total = np.broadcast_to(np.asarray(node_value(terms, options.objective), dtype=float), shape)
+        total = np.broadcast_to(
+            np.asarray(node_value(terms, options.objective), dtype=float), shape
+        )
         own = np.broadcast_to(np.asarray(terms.intra[0] + terms.intra[1], dtype=float), shape)
         if u + 1 < n:
             own = own[:, 0]
@@ -167,7 +197,9 @@ def _swap_index(table_to, table_from):
     return np.array(out)
 
 
-def cpp_dp(intra, inter, shortcuts: dict[int, int], short: dict[int, np.ndarray]) -> tuple[list[int], float]:
+def cpp_dp(
+    intra, inter, shortcuts: dict[int, int], short: dict[int, np.ndarray]
+) -> tuple[list[int], float]:
     """(state per position, DP value): ``dp_on_one_hierarchy``'s recursion over state indices,
     with its running minimum, back-pointer shortcut types and tie rules (module doc). Plain
     Python lists: with 2 or 3 states per layer, numpy's per-call cost would dominate."""
@@ -186,7 +218,9 @@ def cpp_dp(intra, inter, shortcuts: dict[int, int], short: dict[int, np.ndarray]
                 c = prev[tp] + edge[tp][t]
                 if cut is not None:
                     ts = tp
-                    for k in range(l - 1, shortcuts[l], -1):  # follow the back-pointers to the start
+                    for k in range(
+                        l - 1, shortcuts[l], -1
+                    ):  # follow the back-pointers to the start
                         ts = track[k][ts]
                     c += cut[ts][t]
                 if c < best - REL_TOL * abs(best):

@@ -51,7 +51,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parplan.costmodel.compiled import core
-from parplan.costmodel.cost import DEFAULT_SHARE_GRID, CHOICE_CODE, _side_tuple, scale_for_sides, side_dims
+from parplan.costmodel.cost import (
+    DEFAULT_SHARE_GRID,
+    CHOICE_CODE,
+    _side_tuple,
+    scale_for_sides,
+    side_dims,
+)
 from parplan.costmodel.dims import device_figures
 from parplan.costmodel.layout import Layout
 from parplan.costmodel.dims import ElementOp, LayerDims
@@ -59,8 +65,19 @@ from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Problem
 from parplan.errors import ConfigError, TableTooLarge
 
-__all__ = ["GlobalBound", "hierarchy_bound", "node_bounds", "root_dp_bound", "pair_bound", "global_bound", "layer_excess",
-           "raised_tables", "DEFAULT_BOUND_GRID", "PAIR_MAX_DEVICES", "PAIR_BUDGET"]
+__all__ = [
+    "GlobalBound",
+    "hierarchy_bound",
+    "node_bounds",
+    "root_dp_bound",
+    "pair_bound",
+    "global_bound",
+    "layer_excess",
+    "raised_tables",
+    "DEFAULT_BOUND_GRID",
+    "PAIR_MAX_DEVICES",
+    "PAIR_BUDGET",
+]
 
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
@@ -124,8 +141,16 @@ class _Bound:
                 return i
             side = self._side(g)
             left, right = visit(g.left), visit(g.right)
-            rows[i] = (0, left, right, int(g.interchangeable_halves), sig, int(self.collective or side.overlap),
-                       (1.0,) * 7, _side_tuple(side, True))
+            rows[i] = (
+                0,
+                left,
+                right,
+                int(g.interchangeable_halves),
+                sig,
+                int(self.collective or side.overlap),
+                (1.0,) * 7,
+                _side_tuple(side, True),
+            )
             return i
 
         visit(root)
@@ -168,7 +193,10 @@ class _Bound:
         the sizes a split scales (B, Di and Do), so one memo serves every node whose other sizes
         and choices are these (repeated blocks: ResNet-152's 36 identical bottlenecks of a
         stage share theirs), at every split that asks."""
-        kind = (tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED), tuple(choices))
+        kind = (
+            tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED),
+            tuple(choices),
+        )
         if kind not in self.memos:
             self.memos[kind] = core.memo()
         self.memo = self.memos[kind]
@@ -189,7 +217,9 @@ class _Bound:
             self.use(dims, choices)
         tree, i = self.where(group)
         try:
-            return core.bound_lb(tree, self.memo, i, *dims.core_figures(), self.codes, self.grid, self.bpe)
+            return core.bound_lb(
+                tree, self.memo, i, *dims.core_figures(), self.codes, self.grid, self.bpe
+            )
         except OverflowError:
             raise _too_deep() from None
 
@@ -203,10 +233,22 @@ class _Bound:
         out = np.empty((2, table.size))
         codes = np.array([CHOICE_CODE[c] for c in table.choices], dtype=float)
         try:
-            core.bound_states(tree, self.memo, left, right, *dims.core_figures(), self.codes, self.grid, self.bpe,
-                              codes, np.ascontiguousarray(table.lo, dtype=float),
-                              np.ascontiguousarray(table.hi, dtype=float), table.has[0].astype(float),
-                              table.has[1].astype(float), out)
+            core.bound_states(
+                tree,
+                self.memo,
+                left,
+                right,
+                *dims.core_figures(),
+                self.codes,
+                self.grid,
+                self.bpe,
+                codes,
+                np.ascontiguousarray(table.lo, dtype=float),
+                np.ascontiguousarray(table.hi, dtype=float),
+                table.has[0].astype(float),
+                table.has[1].astype(float),
+                out,
+            )
         except OverflowError:
             raise _too_deep() from None
         return out
@@ -215,7 +257,8 @@ class _Bound:
 def _too_deep() -> TableTooLarge:
     return TableTooLarge(
         f"the per-node bound would ask for more than {BOUND_BUDGET:.3g} bounds on this array (its recursion grows "
-        "exponentially with the depth of unbalanced trees); the planners go on without their look-ahead criteria")
+        "exponentially with the depth of unbalanced trees); the planners go on without their look-ahead criteria"
+    )
 
 
 def _min_max(a, b, g: int) -> float:
@@ -256,8 +299,16 @@ class _Pair:
 
     The value is also at least ``LB(w) + LB(u)``."""
 
-    def __init__(self, problem: Problem, w: int, u: int, fraction: float, single: dict, grid: int,
-                 tables: dict | None = None):
+    def __init__(
+        self,
+        problem: Problem,
+        w: int,
+        u: int,
+        fraction: float,
+        single: dict,
+        grid: int,
+        tables: dict | None = None,
+    ):
         self.problem, self.w, self.u, self.fraction, self.grid = problem, w, u, fraction, grid
         nodes = problem.planning.nodes
         self.choices = (nodes[w].choices, nodes[u].choices)
@@ -282,8 +333,12 @@ class _Pair:
         if group.is_leaf:
             self.memo[key] = alone
             return alone
-        best = min(self.lb(group.left, dw, du), self.lb(group.right, dw, du), self._aligned(group, dw, du),
-                   self._apart(group, dw, du))
+        best = min(
+            self.lb(group.left, dw, du),
+            self.lb(group.right, dw, du),
+            self._aligned(group, dw, du),
+            self._apart(group, dw, du),
+        )
         self.memo[key] = max(best, alone)
         return self.memo[key]
 
@@ -303,13 +358,19 @@ class _Pair:
                 w1, w2 = bw.comm(group, dw, cw)
                 u1, u2 = bu.comm(group, du, cu)
                 if same:  # the best share is 1/2 (each side's term is monotone in its share)
-                    best = min(best, self.lb(group.left, _scaled(dw, cw, 0.5, 0), _scaled(du, cu, 0.5, 0))
-                               + max(w1 + u1, w2 + u2))
+                    best = min(
+                        best,
+                        self.lb(group.left, _scaled(dw, cw, 0.5, 0), _scaled(du, cu, 0.5, 0))
+                        + max(w1 + u1, w2 + u2),
+                    )
                     continue
                 g = self.grid
 
                 def a(k, cw=cw, cu=cu, c=w1 + u1):  # the left side at the interval's lower end
-                    return self.lb(group.left, _scaled(dw, cw, k / g, 0), _scaled(du, cu, k / g, 0)) + c
+                    return (
+                        self.lb(group.left, _scaled(dw, cw, k / g, 0), _scaled(du, cu, k / g, 0))
+                        + c
+                    )
 
                 def b(k, cw=cw, cu=cu, c=w2 + u2):  # the right side at the interval's upper end
                     x = (k + 1) / g
@@ -326,23 +387,46 @@ class _Pair:
 
         side = self.problem.side_spec(group)
         sets = share_intervals(share_points(side, ShareMode.FREE, self.grid))
-        tw, tu = (self._table(group, d, c, sets, side) for d, c in ((dw, self.choices[0]), (du, self.choices[1])))
+        tw, tu = (
+            self._table(group, d, c, sets, side)
+            for d, c in ((dw, self.choices[0]), (du, self.choices[1]))
+        )
         iw, iu = np.arange(tw.size)[:, None], np.arange(tu.size)[None, :]
         leaf_pair = bool(group.left.is_leaf and group.right.is_leaf)
-        mine = node_terms([tw, tu], side, [(self.fraction * du.in_elements, (1,))], 0, {0: iw, 1: iu}, None, leaf_pair)
+        mine = node_terms(
+            [tw, tu],
+            side,
+            [(self.fraction * du.in_elements, (1,))],
+            0,
+            {0: iw, 1: iu},
+            None,
+            leaf_pair,
+        )
         theirs = node_terms([tu], side, [], 0, {0: iu}, None, leaf_pair)
         total = 0.0
-        for tab, bound, choices, d, comm in ((tw, self.single[0], self.choices[0], dw, mine.comm),
-                                             (tu, self.single[1], self.choices[1], du, theirs.comm)):
+        for tab, bound, choices, d, comm in (
+            (tw, self.single[0], self.choices[0], dw, mine.comm),
+            (tu, self.single[1], self.choices[1], du, theirs.comm),
+        ):
             # each side's bound at the end of the state's share interval that leaves it least work
-            kids = [np.array([bound.lb(half, side_dims(d, c, float(x), i, bool(h)), choices)
-                              for c, x, h in zip(tab.choices, ends, tab.has[i])]).reshape(-1, 1)
-                    for i, (half, ends) in enumerate(((group.left, tab.lo), (group.right, tab.hi)))]
+            kids = [
+                np.array(
+                    [
+                        bound.lb(half, side_dims(d, c, float(x), i, bool(h)), choices)
+                        for c, x, h in zip(tab.choices, ends, tab.has[i])
+                    ]
+                ).reshape(-1, 1)
+                for i, (half, ends) in enumerate(((group.left, tab.lo), (group.right, tab.hi)))
+            ]
             if tab is tu:
                 kids = [k.T for k in kids]
             total = total + np.maximum(kids[0] + comm[0], kids[1] + comm[1])
         # both entirely on one side: the one-side branches of lb, in the children's frames
-        both = (tw.lo[:, None] == tw.hi[:, None]) & (tu.lo[None, :] == tu.hi[None, :]) & (tw.lo[:, None] == tu.lo[None, :])
+        both = (
+            (tw.lo[:, None] == tw.hi[:, None])
+            & (tu.lo[None, :] == tu.hi[None, :])
+            & (tw.lo[:, None] == tu.lo[None, :])
+        )
         return float(np.where(both, np.inf, total).min())
 
 
@@ -365,8 +449,13 @@ def _scaled(d: LayerDims, choice, a: float, i: int) -> LayerDims:
     return scale_for_sides(d, choice, a)[i]
 
 
-def pair_gains(problem: Problem, per_node: tuple[float, ...], grid: int = PAIR_GRID, solver: _Bound | None = None,
-               budget: int | None = None) -> dict[tuple[int, int], float]:
+def pair_gains(
+    problem: Problem,
+    per_node: tuple[float, ...],
+    grid: int = PAIR_GRID,
+    solver: _Bound | None = None,
+    budget: int | None = None,
+) -> dict[tuple[int, int], float]:
     """Per edge ``(w, u)``: how much :class:`_Pair` raises ``t(w) + t(u)`` above the two
     per-node bounds ``per_node`` at the root (>= 0). Edges are taken largest tensor first;
     with a ``budget``, no edge is started once that many (group, dims) cells have been
@@ -412,8 +501,15 @@ def matching_gain(gains: dict[tuple[int, int], float]) -> float:
     return float(sum(g[w][u]["weight"] for w, u in nx.max_weight_matching(g)))
 
 
-def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: _Bound | None = None,
-                  per_node: list | None = None, group: ArrayNode | None = None):
+def raised_tables(
+    problem: Problem,
+    sp,
+    options,
+    relaxed: bool = False,
+    solver: _Bound | None = None,
+    per_node: list | None = None,
+    group: ArrayNode | None = None,
+):
     """The state tables of split ``sp`` (of ``group``, default the root) with each side's
     compute for a node raised to ``max`` of its compute on one summed device and the per-node
     bound of :func:`hierarchy_bound` for that half (at the share that leaves the half least
@@ -435,7 +531,11 @@ def raised_tables(problem: Problem, sp, options, relaxed: bool = False, solver: 
         if per_node is not None:
             per_node.append(solver.lb(array, d, node.choices))
         lbs = solver.states(array, d, t)  # each half's bound in every state
-        raised.append(replace(t, compute=np.maximum(t.compute, lbs), steps=np.maximum(t.steps, lbs[:, :, None])))
+        raised.append(
+            replace(
+                t, compute=np.maximum(t.compute, lbs), steps=np.maximum(t.steps, lbs[:, :, None])
+            )
+        )
     return raised
 
 
@@ -448,7 +548,9 @@ def root_dp_bound(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID) -> flo
     return _both(problem, share_grid)[1]
 
 
-def _both(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID, solver: _Bound | None = None) -> tuple[GlobalBound, float]:
+def _both(
+    problem: Problem, share_grid: int = DEFAULT_SHARE_GRID, solver: _Bound | None = None
+) -> tuple[GlobalBound, float]:
     """(:func:`hierarchy_bound`, :func:`root_dp_bound`) in one pass over the nodes."""
     from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.dp import frontier_dp
@@ -464,14 +566,18 @@ def _both(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID, solver: _Bound
     per_node = GlobalBound(math.fsum(nodes), tuple(nodes), DEFAULT_BOUND_GRID)
     try:
         return per_node, frontier_dp(sp, options, relaxed=True, tables=tables)[0]
-    except TableTooLarge:  # a node read by many consumers: the per-node bound alone is still a bound
+    except (
+        TableTooLarge
+    ):  # a node read by many consumers: the per-node bound alone is still a bound
         return per_node, per_node.bound_s
 
 
 def _check(problem: Problem) -> None:
     if problem.compat is not None:
-        raise ConfigError(f"the global bound is for parplan's own cost model (the problem uses compat "
-                          f"'{problem.compat}')")
+        raise ConfigError(
+            f"the global bound is for parplan's own cost model (the problem uses compat "
+            f"'{problem.compat}')"
+        )
 
 
 def hierarchy_bound(problem: Problem, share_grid: int = DEFAULT_BOUND_GRID) -> GlobalBound:
@@ -505,8 +611,12 @@ PAIR_MAX_DEVICES = 32
 PAIR_BUDGET = 5_000
 
 
-def pair_bound(problem: Problem, per_node: GlobalBound | None = None, solver: _Bound | None = None,
-               budget: int | None = None) -> float:
+def pair_bound(
+    problem: Problem,
+    per_node: GlobalBound | None = None,
+    solver: _Bound | None = None,
+    budget: int | None = None,
+) -> float:
     """The per-node bound raised by the pair bound's gains over a maximum matching of the edges
     (docs/costmodel.md section 8, "Pair bound"): re-layouts between a node and one consumer at
     every level where the two are split apart. ``budget``: see :func:`pair_gains`."""
@@ -514,7 +624,9 @@ def pair_bound(problem: Problem, per_node: GlobalBound | None = None, solver: _B
     per_node = per_node or hierarchy_bound(problem)
     if problem.array.is_leaf:
         return per_node.bound_s
-    return per_node.bound_s + matching_gain(pair_gains(problem, per_node.node_s, solver=solver, budget=budget))
+    return per_node.bound_s + matching_gain(
+        pair_gains(problem, per_node.node_s, solver=solver, budget=budget)
+    )
 
 
 def layer_excess(node_time_s, bound: GlobalBound) -> list[float]:

@@ -34,8 +34,9 @@ from parplan.solvers.hierarchy import plan_top_down
 MAX_CELLS = 2 * 10**7
 
 
-def brute_force_split(sp: SplitProblem, options: PlanOptions,
-                      capacity_bytes: tuple[float, float] | None = None) -> tuple[float, Split | None]:
+def brute_force_split(
+    sp: SplitProblem, options: PlanOptions, capacity_bytes: tuple[float, float] | None = None
+) -> tuple[float, Split | None]:
     """(optimal objective, split) of one split by enumeration of the joint table. With
     ``capacity_bytes`` only assignments whose memory on each side (summed over the nodes'
     states) is within it count; ``(inf, None)`` when none is."""
@@ -44,8 +45,10 @@ def brute_force_split(sp: SplitProblem, options: PlanOptions,
     shape = tuple(t.size for t in tables)
     cells = float(np.prod(shape, dtype=float))
     if cells > MAX_CELLS:
-        raise ConfigError(f"graph '{sp.planning.name}': brute force would enumerate {cells:.3g} assignments "
-                          f"(limit {MAX_CELLS:.3g}); use the DP or the exact solver, or a coarser share grid")
+        raise ConfigError(
+            f"graph '{sp.planning.name}': brute force would enumerate {cells:.3g} assignments "
+            f"(limit {MAX_CELLS:.3g}); use the DP or the exact solver, or a coarser share grid"
+        )
     total = np.zeros(shape)
     for u in range(n):
         scope, table = node_factor(sp, tables, u, options)
@@ -78,7 +81,9 @@ def brute_force(problem: Problem, options: PlanOptions | None = None) -> tuple[P
 MAX_GLOBAL_PLANS = 20_000
 
 
-def brute_force_global(problem: Problem, options: PlanOptions | None = None) -> tuple[Plan, Evaluation]:
+def brute_force_global(
+    problem: Problem, options: PlanOptions | None = None
+) -> tuple[Plan, Evaluation]:
     """The global optimum over every plan of the whole hierarchy on ``options``' share points:
     each split's states chosen independently (no top-down recursion), every combination priced
     by the evaluator; ties to the first in enumeration order. The referee for whole-array
@@ -93,20 +98,36 @@ def brute_force_global(problem: Problem, options: PlanOptions | None = None) -> 
     per_split = []
     for path, group in problem.array.inner_nodes():
         shares = share_points(problem.side_spec(group), options.shares, options.share_grid)
-        states = [[(c, a) for c in options.choices(node) for a in shares] for node in problem.planning.nodes]
+        states = [
+            [(c, a) for c in options.choices(node) for a in shares]
+            for node in problem.planning.nodes
+        ]
         per_split.append(list(itertools.product(*states)))
     total = float(np.prod([len(s) for s in per_split], dtype=float))
     if total > MAX_GLOBAL_PLANS:
-        raise ConfigError(f"brute force over the whole hierarchy would price {total:.3g} plans (limit "
-                          f"{MAX_GLOBAL_PLANS:,}); use fewer nodes, devices or share points")
+        raise ConfigError(
+            f"brute force over the whole hierarchy would price {total:.3g} plans (limit "
+            f"{MAX_GLOBAL_PLANS:,}); use fewer nodes, devices or share points"
+        )
     best: tuple[float, Plan, Evaluation] | None = None
     for combo in itertools.product(*per_split):
-        plan = Plan({path: Split(tuple(c for c, _ in states), tuple(a for _, a in states))
-                     for path, states in zip(paths, combo)}, planner="brute-force-global")
+        plan = Plan(
+            {
+                path: Split(tuple(c for c, _ in states), tuple(a for _, a in states))
+                for path, states in zip(paths, combo)
+            },
+            planner="brute-force-global",
+        )
         ev = evaluate(problem, plan)
         if best is None or price_of(ev, options) < best[0]:
             best = (price_of(ev, options), plan, ev)
     return best[1], best[2]
 
 
-__all__ = ["MAX_CELLS", "MAX_GLOBAL_PLANS", "brute_force", "brute_force_global", "brute_force_split"]
+__all__ = [
+    "MAX_CELLS",
+    "MAX_GLOBAL_PLANS",
+    "brute_force",
+    "brute_force_global",
+    "brute_force_split",
+]

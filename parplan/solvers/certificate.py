@@ -36,7 +36,6 @@ class Status(StrEnum):
     ERROR = "error"  # the solver failed, or its plan did not pass the re-check
 
 
-
 @dataclass(frozen=True)
 class Certificate:
     """What an exact solve proves about its plan (see the module docstring for the statuses).
@@ -78,6 +77,7 @@ class Certificate:
 
     def lines(self) -> list[str]:
         """Human-readable summary, one fact per line."""
+
         def fmt(x):
             if x is None:
                 return "n/a"
@@ -99,15 +99,36 @@ class Certificate:
         out += [f"note            {n}" for n in self.notes]
         if len(self.splits) > 1:
             for path, c in self.splits.items():
-                out.append(f"split {path or 'root':<9} {c.status:<10} gap {'n/a' if c.gap is None else f'{c.gap:.2e}'}"
-                           f"  {c.wall_s:.2f} s")
+                out.append(
+                    f"split {path or 'root':<9} {c.status:<10} gap {'n/a' if c.gap is None else f'{c.gap:.2e}'}"
+                    f"  {c.wall_s:.2f} s"
+                )
         return out
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in (
-            "status", "termination", "has_solution", "objective", "model_objective", "bound", "gap", "unit",
-            "backend", "solver", "version", "wall_s", "scope", "path", "failed_family", "message", "model_size",
-            "continuous_bound")}
+        d = {
+            k: getattr(self, k)
+            for k in (
+                "status",
+                "termination",
+                "has_solution",
+                "objective",
+                "model_objective",
+                "bound",
+                "gap",
+                "unit",
+                "backend",
+                "solver",
+                "version",
+                "wall_s",
+                "scope",
+                "path",
+                "failed_family",
+                "message",
+                "model_size",
+                "continuous_bound",
+            )
+        }
         d["notes"] = list(self.notes)
         d["splits"] = {p or "root": c.to_dict() for p, c in self.splits.items()}
         return d
@@ -142,18 +163,40 @@ def gap(objective: float | None, bound: float | None) -> float | None:
     return max(0.0, (objective - bound) / abs(objective))
 
 
-def aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float, scope: str,
-              options: PlanOptions) -> Certificate:
+def aggregate(
+    problem,
+    plan,
+    ev,
+    certs,
+    failed: Certificate | None,
+    wall: float,
+    scope: str,
+    options: PlanOptions,
+) -> Certificate:
     """One certificate for a hierarchy from its splits' (``failed``: the split that stopped it)."""
     root = certs.get("") if failed is None else None
     first = failed or root or next(iter(certs.values()))
     notes: list[str] = []
     if failed is not None:
-        status = Status(failed.status) if failed.status in (Status.INFEASIBLE, Status.ERROR, Status.TIME_LIMIT) \
+        status = (
+            Status(failed.status)
+            if failed.status in (Status.INFEASIBLE, Status.ERROR, Status.TIME_LIMIT)
             else Status.ERROR
-        where = "the root split" if not certs else f"a split below the root (after {len(certs)} solved)"
-        return replace(failed, status=status, scope=scope, wall_s=wall, splits=certs, objective=None, gap=None,
-                       bound=None, notes=failed.notes + (f"no plan: {where} has {status} status",))
+        )
+        where = (
+            "the root split" if not certs else f"a split below the root (after {len(certs)} solved)"
+        )
+        return replace(
+            failed,
+            status=status,
+            scope=scope,
+            wall_s=wall,
+            splits=certs,
+            objective=None,
+            gap=None,
+            bound=None,
+            notes=failed.notes + (f"no plan: {where} has {status} status",),
+        )
     objective = price_of(ev, options)
     bound = root.bound if root is not None else None
     gap_ = gap(objective, bound)
@@ -166,16 +209,27 @@ def aggregate(problem, plan, ev, certs, failed: Certificate | None, wall: float,
     else:
         status = Status.FEASIBLE
         if all(s == Status.OPTIMAL for s in statuses) and not one_level:
-            notes.append("every split is optimal given its parent's plan (level-by-level, as AccPar); the bound "
-                         "is the root split's, valid for every plan of the hierarchy")
-    if one_level and root is not None and root.objective is not None and not math.isclose(
-            root.objective, objective, rel_tol=1e-9, abs_tol=0.0):
+            notes.append(
+                "every split is optimal given its parent's plan (level-by-level, as AccPar); the bound "
+                "is the root split's, valid for every plan of the hierarchy"
+            )
+    if (
+        one_level
+        and root is not None
+        and root.objective is not None
+        and not math.isclose(root.objective, objective, rel_tol=1e-9, abs_tol=0.0)
+    ):
         notes.append(f"split price {root.objective!r} differs from the evaluator's {objective!r}")
     notes.extend(n for c in certs.values() for n in c.notes if n not in notes)
     return Certificate(
         status=status,
-        termination=first.termination if len(certs) == 1 else
-        (Termination.OPTIMAL if all(c.termination == Termination.OPTIMAL for c in certs.values()) else Termination.MIXED),
+        termination=first.termination
+        if len(certs) == 1
+        else (
+            Termination.OPTIMAL
+            if all(c.termination == Termination.OPTIMAL for c in certs.values())
+            else Termination.MIXED
+        ),
         has_solution=True,
         objective=objective,
         model_objective=root.model_objective if (root is not None and one_level) else None,
@@ -202,9 +256,18 @@ def require_plan(result: ExactResult) -> Plan:
     c = result.certificate
     if c.status == "infeasible":
         raise InfeasibleError(c.message or "the planning problem is infeasible")
-    raise SolverError(f"backend '{c.backend}' found no plan ({c.status}): {c.message or c.termination}")
+    raise SolverError(
+        f"backend '{c.backend}' found no plan ({c.status}): {c.message or c.termination}"
+    )
 
 
-
-
-__all__ = ["Certificate", "ExactResult", "GAP_TOL", "Status", "aggregate", "gap", "require_plan", "status_of"]
+__all__ = [
+    "Certificate",
+    "ExactResult",
+    "GAP_TOL",
+    "Status",
+    "aggregate",
+    "gap",
+    "require_plan",
+    "status_of",
+]

@@ -32,8 +32,15 @@ from parplan.costmodel.compiled import core as _pricing
 from parplan.costmodel.cost import REL_TOL, ShareMode, node_terms, node_value, share_points
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
-from parplan.costmodel.split import (PlanOptions, SplitProblem, all_choices, check_factor_size, factor_scope, node_factor,
-                                     split_tables)
+from parplan.costmodel.split import (
+    PlanOptions,
+    SplitProblem,
+    all_choices,
+    check_factor_size,
+    factor_scope,
+    node_factor,
+    split_tables,
+)
 from parplan.errors import TableTooLarge
 
 #: Largest table (cells) the DP builds.
@@ -76,8 +83,13 @@ def elimination_order(scopes: list[tuple[int, ...]], n: int) -> list[int]:
     return order
 
 
-def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CELLS,
-                relaxed: bool = False, tables=None) -> tuple[float, Split]:
+def frontier_dp(
+    sp: SplitProblem,
+    options: PlanOptions,
+    max_cells: int = MAX_CELLS,
+    relaxed: bool = False,
+    tables=None,
+) -> tuple[float, Split]:
     """(optimal objective, split). Ties go to the lowest state: the earliest choice in BATCH,
     IN, OUT order (join layouts: rows, cols, whole), then the smallest share.
 
@@ -116,7 +128,7 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
                 f"(now {options.share_grid}) or the exact solver (parplan solve)"
             )
         axis = scope.index(v)
-        rest = scope[:axis] + scope[axis + 1:]
+        rest = scope[:axis] + scope[axis + 1 :]
         best, arg = eliminate(mine, scope, shape, axis)
         records.append((v, rest, arg))
         if rest:
@@ -135,7 +147,9 @@ def frontier_dp(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CEL
     return value, Split(choices, shares)
 
 
-def eliminate(mine, scope: tuple[int, ...], shape: tuple[int, ...], axis: int) -> tuple[np.ndarray, np.ndarray]:
+def eliminate(
+    mine, scope: tuple[int, ...], shape: tuple[int, ...], axis: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(min over ``scope[axis]`` of the sum of the tables ``mine``, the first state within
     :data:`~parplan.costmodel.cost.REL_TOL` of it), over the grid ``shape`` of ``scope`` less
     that axis: one elimination step, by the compiled core. Each table ``(s, array)`` spans its
@@ -146,7 +160,7 @@ def eliminate(mine, scope: tuple[int, ...], shape: tuple[int, ...], axis: int) -
         own = {w: st // 8 for w, st in zip(s, a.strides)}
         arrays.append(a)
         strides += [own[w] if w in own and a.shape[s.index(w)] > 1 else 0 for w in scope]
-    rest = shape[:axis] + shape[axis + 1:]
+    rest = shape[:axis] + shape[axis + 1 :]
     best, arg = np.empty(rest), np.empty(rest, dtype=np.int64)
     _pricing.eliminate(tuple(arrays), tuple(strides), tuple(shape), axis, best, arg)
     return best, arg
@@ -161,8 +175,9 @@ MAX_SWEEPS = 50
 FALLBACK_MAX_CELLS = 2 * 10**6
 
 
-def fallback_split(sp: SplitProblem, options: PlanOptions,
-                   max_cells: int = FALLBACK_MAX_CELLS) -> tuple[float, Split, str]:
+def fallback_split(
+    sp: SplitProblem, options: PlanOptions, max_cells: int = FALLBACK_MAX_CELLS
+) -> tuple[float, Split, str]:
     """(objective, split, how) for a split whose DP tables are too large (a node read by many
     consumers: Llama's residual stream feeding q, k, v and the next add; DenseNet's concats).
 
@@ -170,7 +185,11 @@ def fallback_split(sp: SplitProblem, options: PlanOptions,
     tables stay within ``max_cells`` gives a start; :func:`local_search` on the requested grid
     improves it. No optimality is claimed on the requested grid."""
     start, how = None, "local search from data parallelism"
-    found = finest_grid_dp(sp, options, options.share_grid // 2, max_cells) if options.shares is ShareMode.FREE else None
+    found = (
+        finest_grid_dp(sp, options, options.share_grid // 2, max_cells)
+        if options.shares is ShareMode.FREE
+        else None
+    )
     if found is not None:
         (_, start), grid = found
         how = f"exact DP on a share grid of {grid}, then local search on {options.share_grid}"
@@ -178,8 +197,9 @@ def fallback_split(sp: SplitProblem, options: PlanOptions,
     return value, split, how
 
 
-def finest_grid_dp(sp: SplitProblem, options: PlanOptions, grid: int, max_cells: int, tables=None,
-                   last: int = 2) -> tuple[tuple[float, Split], int] | None:
+def finest_grid_dp(
+    sp: SplitProblem, options: PlanOptions, grid: int, max_cells: int, tables=None, last: int = 2
+) -> tuple[tuple[float, Split], int] | None:
     """(:func:`frontier_dp`'s result, the grid) on the finest share grid from ``grid`` down
     (halving, to ``last``) whose tables stay within ``max_cells``; None if none does (with shares
     not free the grid changes nothing: one try). ``tables``: the options of a grid -> the state
@@ -195,7 +215,9 @@ def finest_grid_dp(sp: SplitProblem, options: PlanOptions, grid: int, max_cells:
     return None
 
 
-def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = None) -> tuple[float, Split]:
+def local_search(
+    sp: SplitProblem, options: PlanOptions, start: Split | None = None
+) -> tuple[float, Split]:
     """(objective, split) by coordinate descent over the nodes' states: no table is built.
 
     From ``start`` (default: data parallelism, every node's first choice at the proportional
@@ -220,8 +242,10 @@ def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = N
         idx = {w: np.asarray(state[w]) for w in scopes[u]}
         idx[v] = np.arange(tables[v].size)
         terms = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
-        value = np.broadcast_to(np.asarray(node_value(terms, options.objective, sp.floor(u, options)), dtype=float),
-                                (tables[v].size,))
+        value = np.broadcast_to(
+            np.asarray(node_value(terms, options.objective, sp.floor(u, options)), dtype=float),
+            (tables[v].size,),
+        )
         if options.memory_price > 0.0:  # the memory price is a term of u's own state (node_factor)
             t, cap = tables[u], sp.side.capacity_bytes
             price = options.memory_price * (t.memory[0] / cap[0] + t.memory[1] / cap[1])
@@ -243,5 +267,18 @@ def local_search(sp: SplitProblem, options: PlanOptions, start: Split | None = N
     return value, Split(choices, shares)
 
 
-__all__ = ["FALLBACK_MAX_CELLS", "MAX_CELLS", "finest_grid_dp", "continuous_bound", "fallback_split", "local_search", "PlanOptions", "SplitProblem", "all_choices", "elimination_order", "frontier_dp",
-           "solve_split", "PartitionType"]
+__all__ = [
+    "FALLBACK_MAX_CELLS",
+    "MAX_CELLS",
+    "finest_grid_dp",
+    "continuous_bound",
+    "fallback_split",
+    "local_search",
+    "PlanOptions",
+    "SplitProblem",
+    "all_choices",
+    "elimination_order",
+    "frontier_dp",
+    "solve_split",
+    "PartitionType",
+]

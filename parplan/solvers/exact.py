@@ -48,13 +48,27 @@ from parplan.costmodel.evaluate import evaluate, memory_overruns, price_of
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.errors import ConfigError, TableTooLarge
-from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model, plan_memory_bytes
+from parplan.formulation.mip import (
+    GIB,
+    MemoryLimit,
+    build_mip,
+    memory_need_model,
+    plan_memory_bytes,
+)
 from parplan.solvers.backends.base import SolveOptions, Termination
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
 from parplan.costmodel.split import PlanOptions, SplitProblem
 from parplan.solvers.dp import continuous_bound, fallback_split
-from parplan.solvers.certificate import (GAP_TOL, Certificate, ExactResult, Status, aggregate, gap, require_plan,
-                                        status_of)
+from parplan.solvers.certificate import (
+    GAP_TOL,
+    Certificate,
+    ExactResult,
+    Status,
+    aggregate,
+    gap,
+    require_plan,
+    status_of,
+)
 from parplan.solvers.hierarchy import plan_top_down
 from parplan.solvers.limits import device_limit_bytes
 
@@ -101,23 +115,35 @@ def solve_split_exact(
     message = ""
     if split is not None and memory is not None:
         used = plan_memory_bytes(sp, split)
-        over = [(i, u, c) for i, (u, c) in enumerate(zip(used, memory.capacity_bytes)) if u > c * (1 + MEMORY_TOL)]
+        over = [
+            (i, u, c)
+            for i, (u, c) in enumerate(zip(used, memory.capacity_bytes))
+            if u > c * (1 + MEMORY_TOL)
+        ]
         if over:
             i, u, c = over[0]
             status = Status.ERROR
-            message = (f"the solver's plan needs {u:.0f} B on side {i + 1}, over its {c:.0f} B limit (solver "
-                       "tolerance); the plan is not certified")
+            message = (
+                f"the solver's plan needs {u:.0f} B on side {i + 1}, over its {c:.0f} B limit (solver "
+                "tolerance); the plan is not certified"
+            )
     continuous = None
     if options.objective is Objective.TIME and options.shares is ShareMode.FREE and memory is None:
         continuous = continuous_bound(sp, options)
         if bound is not None and price is not None and bound > 0:
-            notes.append(f"shares on a grid of 1/{options.share_grid} (plus the proportional share); with continuous "
-                         f"shares this split costs at least {continuous * 1e3:.6g} ms (interval relaxation), so a "
-                         f"finer grid could gain at most {max(0.0, 1 - continuous / bound):.3%} (a bound from the "
-                         "relaxation, not an estimate: the gain measured is about half of it)")
-        elif price is not None:  # the solver proved no positive bound (e.g. stopped at its time limit)
-            notes.append(f"with continuous shares this split costs at least {continuous * 1e3:.6g} ms (interval "
-                         "relaxation)")
+            notes.append(
+                f"shares on a grid of 1/{options.share_grid} (plus the proportional share); with continuous "
+                f"shares this split costs at least {continuous * 1e3:.6g} ms (interval relaxation), so a "
+                f"finer grid could gain at most {max(0.0, 1 - continuous / bound):.3%} (a bound from the "
+                "relaxation, not an estimate: the gain measured is about half of it)"
+            )
+        elif (
+            price is not None
+        ):  # the solver proved no positive bound (e.g. stopped at its time limit)
+            notes.append(
+                f"with continuous shares this split costs at least {continuous * 1e3:.6g} ms (interval "
+                "relaxation)"
+            )
     failed = None
     if status == "infeasible" and diagnose:
         failed, message = _diagnose(sp, model, solver, solve_options, memory)
@@ -148,40 +174,65 @@ def solve_split_exact(
 def _default_message(status, raw, solve_options: SolveOptions) -> str:
     """What a certificate says when the solver said nothing: never an empty "error"."""
     if status == Status.TIME_LIMIT:
-        limit = "" if solve_options.time_limit_s is None else f" of {solve_options.time_limit_s:g} s"
+        limit = (
+            "" if solve_options.time_limit_s is None else f" of {solve_options.time_limit_s:g} s"
+        )
         found = "with a plan (its gap is reported)" if raw.has_solution else "before finding a plan"
         return f"the solver stopped at its time limit{limit} {found}"
     if status == Status.ERROR:
-        return (f"the solver stopped without a proof or a plan (its status: {raw.native_status or 'none'}, "
-                f"after {raw.wall_s:.3g} s)")
+        return (
+            f"the solver stopped without a proof or a plan (its status: {raw.native_status or 'none'}, "
+            f"after {raw.wall_s:.3g} s)"
+        )
     return ""
 
 
-def _fallback(sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None,
-              reason: str) -> tuple[Split | None, Certificate]:
+def _fallback(
+    sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None, reason: str
+) -> tuple[Split | None, Certificate]:
     """A split too large for the exact model (a node read by many consumers: DenseNet) still
     gets a plan: :func:`~parplan.solvers.dp.fallback_split`'s, re-priced and memory re-checked,
     certified as feasible only (no bound)."""
     t0 = time.perf_counter()
     _, split, how = fallback_split(sp, options)
     price = price_split(sp, split, options)
-    status, message = Status.FEASIBLE, f"{reason.split('; use')[0]}: no exact model; planned by {how}, no bound"
+    status, message = (
+        Status.FEASIBLE,
+        f"{reason.split('; use')[0]}: no exact model; planned by {how}, no bound",
+    )
     if memory is not None:
         used = plan_memory_bytes(sp, split)
         if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
             status, message = Status.ERROR, message + "; the plan exceeds the memory limit"
-    cert = Certificate(status=status, termination=Termination.NOT_SOLVED, has_solution=True, objective=price,
-                       model_objective=None, bound=None, gap=None, unit="s" if options.objective is Objective.TIME
-                       else "elements", backend=spec.name, solver="fallback", version="", wall_s=time.perf_counter() - t0,
-                       path=sp.path, message=message)
+    cert = Certificate(
+        status=status,
+        termination=Termination.NOT_SOLVED,
+        has_solution=True,
+        objective=price,
+        model_objective=None,
+        bound=None,
+        gap=None,
+        unit="s" if options.objective is Objective.TIME else "elements",
+        backend=spec.name,
+        solver="fallback",
+        version="",
+        wall_s=time.perf_counter() - t0,
+        path=sp.path,
+        message=message,
+    )
     return split, cert
 
 
-def _diagnose(sp: SplitProblem, model, solver, solve_options: SolveOptions, memory: MemoryLimit | None):
+def _diagnose(
+    sp: SplitProblem, model, solver, solve_options: SolveOptions, memory: MemoryLimit | None
+):
     """Which constraint family makes the split infeasible, and by how much (memory)."""
     c1, c2 = sp.side.flops_per_s
-    where = (f"split '{sp.path}'" if sp.path else
-             f"the split of the {sp.side.hosts}-device group ({c1 / 1e12:.0f} | {c2 / 1e12:.0f} TFLOP/s)")
+    where = (
+        f"split '{sp.path}'"
+        if sp.path
+        else f"the split of the {sp.side.hosts}-device group ({c1 / 1e12:.0f} | {c2 / 1e12:.0f} TFLOP/s)"
+    )
     if memory is None or "memory" not in model.families():
         return "unknown", f"{where} is infeasible without a memory limit (please report this model)"
     # Every state assignment satisfies the other families (one state per node; the cells follow),
@@ -199,22 +250,30 @@ def _diagnose(sp: SplitProblem, model, solver, solve_options: SolveOptions, memo
             factor = r.bound  # a proven lower bound on the factor: never over-states the need
     caps = memory.capacity_bytes
     if factor is None:
-        return "memory", f"memory: no plan of {where} fits the memory limit ({caps[0] / GIB:.2f} / {caps[1] / GIB:.2f} GiB)"
+        return (
+            "memory",
+            f"memory: no plan of {where} fits the memory limit ({caps[0] / GIB:.2f} / {caps[1] / GIB:.2f} GiB)",
+        )
     return "memory", (
         f"memory: {where} needs at least {factor:.4g}x the memory it has: side 1 at least "
         f"{factor * caps[0] / GIB:.2f} GiB (has {caps[0] / GIB:.2f}), side 2 at least {factor * caps[1] / GIB:.2f} GiB "
-        f"(has {caps[1] / GIB:.2f})" + ("" if memory.per_device else " in total over the side's devices")
+        f"(has {caps[1] / GIB:.2f})"
+        + ("" if memory.per_device else " in total over the side's devices")
         + "; raise the memory limit or use more devices"
     )
 
 
-def memory_limit_for(group: ArrayNode, memory_limit_bytes: float | str | None) -> MemoryLimit | None:
+def memory_limit_for(
+    group: ArrayNode, memory_limit_bytes: float | str | None
+) -> MemoryLimit | None:
     """Per-side capacities of splitting ``group``: ``memory_limit_bytes`` per device, or each
     device's own memory for ``"device"``, summed over the side's devices; None: no limit."""
     if memory_limit_bytes is None:
         return None
-    caps = tuple(sum(device_limit_bytes(d, memory_limit_bytes) for d in side.devices())
-                 for side in (group.left, group.right))
+    caps = tuple(
+        sum(device_limit_bytes(d, memory_limit_bytes) for d in side.devices())
+        for side in (group.left, group.right)
+    )
     return MemoryLimit(caps, per_device=group.left.is_leaf and group.right.is_leaf)
 
 
@@ -224,11 +283,16 @@ def _memory_for_side(problem: Problem, sp: SplitProblem, memory_limit_bytes) -> 
     model must have the same capacities."""
     if memory_limit_bytes is None:
         return None
-    limits = {memory_limit_for(g, memory_limit_bytes) for _, g in problem.array.inner_nodes()
-              if problem.side_spec(g) == sp.side}
+    limits = {
+        memory_limit_for(g, memory_limit_bytes)
+        for _, g in problem.array.inner_nodes()
+        if problem.side_spec(g) == sp.side
+    }
     if len(limits) != 1:
-        raise ConfigError(f"array '{problem.array.describe()}': cannot tell which group a split belongs to for "
-                          "its memory limit (groups with equal throughput and links but different memory)")
+        raise ConfigError(
+            f"array '{problem.array.describe()}': cannot tell which group a split belongs to for "
+            "its memory limit (groups with equal throughput and links but different memory)"
+        )
     return limits.pop()
 
 
@@ -263,15 +327,24 @@ def solve_exact(
     if joint:
         from parplan.solvers.joint import solve_joint
 
-        return solve_joint(problem, backend, options, memory_limit_bytes=memory_limit_bytes, symmetric=symmetric,
-                           solve_options=so, progress=progress)
+        return solve_joint(
+            problem,
+            backend,
+            options,
+            memory_limit_bytes=memory_limit_bytes,
+            symmetric=symmetric,
+            solve_options=so,
+            progress=progress,
+        )
     spec = backend_spec(backend)
     solved: list[tuple[Split, Certificate]] = []
 
     def plan_split(sp: SplitProblem) -> Split:
         if progress is not None:
             progress(f"solving a split of {sp.side.hosts} devices with {spec.name}")
-        split, cert = solve_split_exact(sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes))
+        split, cert = solve_split_exact(
+            sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes)
+        )
         if split is None or cert.status == Status.ERROR:
             # no plan, or one that failed the re-check (over its memory limit by the solver's
             # tolerance): never handed on as a plan (issue 30)
@@ -284,15 +357,33 @@ def solve_exact(
         plan = plan_top_down(problem, plan_split, f"exact-{spec.name}")
     except _Stop as stop:
         certs = {f"#{i}": c for i, (_, c) in enumerate(solved)}
-        cert = aggregate(problem, None, None, certs, stop.cert, time.perf_counter() - t0, "level-by-level", options)
+        cert = aggregate(
+            problem,
+            None,
+            None,
+            certs,
+            stop.cert,
+            time.perf_counter() - t0,
+            "level-by-level",
+            options,
+        )
         return ExactResult(None, cert, None)
     # the hierarchy hands splits over without their path: match them back by identity
     by_id = {id(split): cert for split, cert in solved}
     certs = {path: replace(by_id[id(split)], path=path) for path, split in plan.splits.items()}
-    plan = Plan(plan.splits, planner=f"exact-{spec.name}",
-                info={"objective": options.objective.value, "shares": options.shares.value, "scope": "level-by-level"})
+    plan = Plan(
+        plan.splits,
+        planner=f"exact-{spec.name}",
+        info={
+            "objective": options.objective.value,
+            "shares": options.shares.value,
+            "scope": "level-by-level",
+        },
+    )
     ev = evaluate(problem, plan)
-    cert = aggregate(problem, plan, ev, certs, None, time.perf_counter() - t0, "level-by-level", options)
+    cert = aggregate(
+        problem, plan, ev, certs, None, time.perf_counter() - t0, "level-by-level", options
+    )
     return ExactResult(plan, cert, ev)
 
 
@@ -345,11 +436,18 @@ class Certification:
         return None if b is None else max(0.0, (self.dp_objective - b) / self.dp_objective)
 
 
-def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", options: PlanOptions | None = None,
-            time_limit_s: float | None = None, memory_limit_bytes: float | str | None = None,
-            solve_options: SolveOptions | None = None,
-            progress: Callable[[str], None] | None = None, joint: bool = False,
-            symmetric: bool = True) -> Certification:
+def certify(
+    problem: Problem,
+    planner: str = "accpar",
+    backend: str = "scip",
+    options: PlanOptions | None = None,
+    time_limit_s: float | None = None,
+    memory_limit_bytes: float | str | None = None,
+    solve_options: SolveOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    joint: bool = False,
+    symmetric: bool = True,
+) -> Certification:
     """Run ``planner``'s DP and the exact solver on ``problem`` with the same options; compare.
     ``joint``: the exact solver plans every split at once (``symmetric``: see
     :func:`~parplan.solvers.joint.solve_joint`) instead of level by level.
@@ -369,8 +467,17 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
     dp_s = time.perf_counter() - t0
     dp_price = price_of(evaluate(problem, dp_plan), options)
     t0 = time.perf_counter()
-    result = solve_exact(problem, backend, options, time_limit_s=time_limit_s, memory_limit_bytes=memory_limit_bytes,
-                         solve_options=solve_options, progress=progress, joint=joint, symmetric=symmetric)
+    result = solve_exact(
+        problem,
+        backend,
+        options,
+        time_limit_s=time_limit_s,
+        memory_limit_bytes=memory_limit_bytes,
+        solve_options=solve_options,
+        progress=progress,
+        joint=joint,
+        symmetric=symmetric,
+    )
     exact_s = time.perf_counter() - t0
     cert = result.certificate
     bad = []
@@ -379,17 +486,29 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
         """Whether every device keeps ``plan`` within the memory limit (always without one)."""
         if memory_limit_bytes is None:
             return True
-        limit = None if memory_limit_bytes == "device" else device_limit_bytes(None, memory_limit_bytes)
+        limit = (
+            None if memory_limit_bytes == "device" else device_limit_bytes(None, memory_limit_bytes)
+        )
         return not memory_overruns(problem, evaluate(problem, plan), limit)
 
     # the DP plans without memory: its plan is a competitor only where it fits
     dp_fits = fits(dp_plan)
     # a symmetric joint bound holds for symmetric plans only; the DP's need not be one
     bound_covers_dp = not (joint and symmetric)
-    if cert.bound is not None and dp_price < cert.bound * (1 - 1e-6) and dp_fits and bound_covers_dp:
+    if (
+        cert.bound is not None
+        and dp_price < cert.bound * (1 - 1e-6)
+        and dp_fits
+        and bound_covers_dp
+    ):
         bad.append("the DP plan is cheaper than the exact solver's proven bound")
-    if (cert.is_optimal and problem.array.depth == 1 and cert.objective is not None
-            and dp_price < cert.objective * (1 - 1e-6) and dp_fits):
+    if (
+        cert.is_optimal
+        and problem.array.depth == 1
+        and cert.objective is not None
+        and dp_price < cert.objective * (1 - 1e-6)
+        and dp_fits
+    ):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
     bound = best = polished = portfolio = selected = None
     if options.objective is Objective.TIME and problem.compat is None:
@@ -398,8 +517,11 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
 
         start = dp_plan
         same = dict(shares=options.shares.value, share_grid=options.share_grid)
-        if (planner.strip().lower() == "accpar" and problem.array.depth > 1
-                and options == planner_options("accpar", **same)):
+        if (
+            planner.strip().lower() == "accpar"
+            and problem.array.depth > 1
+            and options == planner_options("accpar", **same)
+        ):
             if progress is not None:
                 progress("the accpar portfolio (every level criterion)")
             plan = make_plan(problem, "accpar", **same)
@@ -415,14 +537,29 @@ def certify(problem: Problem, planner: str = "accpar", backend: str = "scip", op
             moved = polish(problem, start, options)[0]
             polished = evaluate(problem, moved).step_time_s if fits(moved) else None
         # only plans that fit the memory limit count
-        found = ([dp_price] if dp_fits else []) + (
-            [cert.objective] if cert.objective is not None else []) + [
-            x for x in (polished, portfolio) if x is not None]
+        found = (
+            ([dp_price] if dp_fits else [])
+            + ([cert.objective] if cert.objective is not None else [])
+            + [x for x in (polished, portfolio) if x is not None]
+        )
         best = min(found) if found else None
-        if min([dp_price, *found]) < bound * (1 - 1e-9):  # the global bound drops memory: every plan
+        if min([dp_price, *found]) < bound * (
+            1 - 1e-9
+        ):  # the global bound drops memory: every plan
             bad.append("a plan is faster than the global bound")
-    return Certification(dp_plan, dp_price, dp_s, result, exact_s, tuple(bad), bound, best, polished, portfolio,
-                         selected)
+    return Certification(
+        dp_plan,
+        dp_price,
+        dp_s,
+        result,
+        exact_s,
+        tuple(bad),
+        bound,
+        best,
+        polished,
+        portfolio,
+        selected,
+    )
 
 
 __all__ = [

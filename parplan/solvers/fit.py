@@ -107,42 +107,70 @@ class Technique:
     micro_batches: int = 1
 
     def apply(self, problem: Problem) -> Problem:
-        return replace(problem, zero_stage=self.zero_stage, recompute=self.recompute,
-                       micro_batches=self.micro_batches)
+        return replace(
+            problem,
+            zero_stage=self.zero_stage,
+            recompute=self.recompute,
+            micro_batches=self.micro_batches,
+        )
 
     def label(self) -> str:
-        parts = [f"zero-{self.zero_stage}"] + (["recompute"] if self.recompute else []) + (
-            [f"{self.micro_batches} micro-batches"] if self.micro_batches > 1 else [])
+        parts = (
+            [f"zero-{self.zero_stage}"]
+            + (["recompute"] if self.recompute else [])
+            + ([f"{self.micro_batches} micro-batches"] if self.micro_batches > 1 else [])
+        )
         return ", ".join(parts)
 
 
-def techniques(problem: Problem, zero: int | str = "auto", recompute: bool | str = "auto",
-               micro_batches: int | str = "auto") -> list[Technique]:
+def techniques(
+    problem: Problem,
+    zero: int | str = "auto",
+    recompute: bool | str = "auto",
+    micro_batches: int | str = "auto",
+) -> list[Technique]:
     """The settings a search may use ("auto": every value at least the problem's own; micro-batches
     powers of two that divide the batch, up to :data:`MAX_MICRO_BATCHES`)."""
     if zero != "auto" and (isinstance(zero, bool) or zero not in ZERO_STAGES):
-        raise ConfigError(f"zero must be 'auto' or one of {', '.join(map(str, ZERO_STAGES))} (got {zero!r})")
+        raise ConfigError(
+            f"zero must be 'auto' or one of {', '.join(map(str, ZERO_STAGES))} (got {zero!r})"
+        )
     if recompute != "auto" and not isinstance(recompute, bool):
         raise ConfigError(f"recompute must be 'auto', True or False (got {recompute!r})")
-    if micro_batches != "auto" and (isinstance(micro_batches, bool) or not isinstance(micro_batches, int)
-                                    or micro_batches < 1 or problem.batch % micro_batches):
-        raise ConfigError(f"micro_batches must be 'auto' or an integer that divides the batch {problem.batch} "
-                          f"(got {micro_batches!r})")
+    if micro_batches != "auto" and (
+        isinstance(micro_batches, bool)
+        or not isinstance(micro_batches, int)
+        or micro_batches < 1
+        or problem.batch % micro_batches
+    ):
+        raise ConfigError(
+            f"micro_batches must be 'auto' or an integer that divides the batch {problem.batch} "
+            f"(got {micro_batches!r})"
+        )
     zs = [z for z in ZERO_STAGES if z >= problem.zero_stage] if zero == "auto" else [int(zero)]
     rs = sorted({problem.recompute, True}) if recompute == "auto" else [recompute]
     if micro_batches == "auto":
-        ms = [m for m in (2 ** k for k in range(12)) if problem.micro_batches <= m <= MAX_MICRO_BATCHES
-              and problem.batch % m == 0]
+        ms = [
+            m
+            for m in (2**k for k in range(12))
+            if problem.micro_batches <= m <= MAX_MICRO_BATCHES and problem.batch % m == 0
+        ]
         ms = ms or [problem.micro_batches]
     else:
         ms = [micro_batches]
     return [Technique(z, r, m) for z in zs for r in rs for m in ms]
 
 
-def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | None = None,
-             zero: int | str = "auto", progress: Callable[[str], None] | None = None,
-             plan_kwargs: dict | None = None, recompute: bool | str = "auto",
-             micro_batches: int | str = "auto") -> Fit:
+def fit_plan(
+    problem: Problem,
+    planner: str = "accpar",
+    limit_bytes: float | None = None,
+    zero: int | str = "auto",
+    progress: Callable[[str], None] | None = None,
+    plan_kwargs: dict | None = None,
+    recompute: bool | str = "auto",
+    micro_batches: int | str = "auto",
+) -> Fit:
     """The fastest plan parplan finds for ``problem`` that fits every device's memory
     (``limit_bytes`` per device, or each device's own), over the memory techniques
     (``zero``, ``recompute``, ``micro_batches``: "auto" searches them, a value fixes one) and
@@ -150,7 +178,9 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     from parplan.solvers.planners import make_plan, planner_options
 
     if limit_bytes is not None and not 0.0 < float(limit_bytes) < float("inf"):
-        raise ConfigError(f"memory limit must be a finite number of bytes > 0 (got {limit_bytes!r})")
+        raise ConfigError(
+            f"memory limit must be a finite number of bytes > 0 (got {limit_bytes!r})"
+        )
     settings = techniques(problem, zero, recompute, micro_batches)
     kwargs = dict(plan_kwargs or {})
     limits = device_limits(problem, limit_bytes)
@@ -177,8 +207,11 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
         # proven: no plan fits; one plan with the most memory-saving setting shows how close one comes
         p = lightest.apply(problem)
         say(f"memory: no plan can fit; planning with {lightest.label()} to show the closest")
-        raise InfeasibleError(infeasible_message(p, limits, candidate(p, make_plan(p, planner, **kwargs),
-                                                                             lightest.label())))
+        raise InfeasibleError(
+            infeasible_message(
+                p, limits, candidate(p, make_plan(p, planner, **kwargs), lightest.label())
+            )
+        )
     # 1. the planner's own plan, priced with every setting: the least ZeRO stage that fits at the
     # plain setting's time (stages 0-2 cost the same) is the answer when there is one
     plain = [t for t in settings if not t.recompute and t.micro_batches == problem.micro_batches]
@@ -199,33 +232,49 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     for fit in fitting[:REPLANNED]:
         t = Technique(fit.problem.zero_stage, fit.problem.recompute, fit.problem.micro_batches)
         say(f"memory: planning with {t.label()}")
-        found.append(candidate(fit.problem, make_plan(fit.problem, planner, progress=progress, **kwargs),
-                               t.label() + ", re-planned"))
+        found.append(
+            candidate(
+                fit.problem,
+                make_plan(fit.problem, planner, progress=progress, **kwargs),
+                t.label() + ", re-planned",
+            )
+        )
     found = [f for f in found if f.fits]
     # 3. memory prices, with the settings that save the most memory at ZeRO stages 2 and 3
-    options = planner_options(planner, kwargs.get("objective"), kwargs.get("shares"), kwargs.get("share_grid"))
+    options = planner_options(
+        planner, kwargs.get("objective"), kwargs.get("shares"), kwargs.get("share_grid")
+    )
     if not found:
         price_misses()
         step = min(f.evaluation.step_time_s for f in tried)
         for stage in sorted({min(2, lightest.zero_stage), lightest.zero_stage}):
             t = replace(lightest, zero_stage=stage)
-            found += _price_search(t.apply(problem), planner, options, step, t.label(), candidate, say, progress)
+            found += _price_search(
+                t.apply(problem), planner, options, step, t.label(), candidate, say, progress
+            )
             if found:
                 break
     exact = False
-    if problem.array.depth == 1 and len(problem.planning.nodes) <= EXACT_MAX_NODES and (
-            not found or min(found, key=lambda f: f.evaluation.step_time_s).how != "as planned"):
+    if (
+        problem.array.depth == 1
+        and len(problem.planning.nodes) <= EXACT_MAX_NODES
+        and (not found or min(found, key=lambda f: f.evaluation.step_time_s).how != "as planned")
+    ):
         price_misses()  # the one-split search and its error read every setting tried
         # one split: the MIP with a memory row per device is the whole problem, setting by setting
         so_far = min(found, key=lambda f: f.evaluation.step_time_s) if found else None
-        best, proven = _exact_one_split(problem, settings, limit_bytes, options, candidate, say, so_far)
+        best, proven = _exact_one_split(
+            problem, settings, limit_bytes, options, candidate, say, so_far
+        )
         if best is not None:
             found.append(best)
         exact = proven
         if best is None and proven:
-            raise InfeasibleError(infeasible_message(lightest.apply(problem), limits,
-                                                     min(tried, key=lambda f: f.peak_fraction),
-                                                     True))
+            raise InfeasibleError(
+                infeasible_message(
+                    lightest.apply(problem), limits, min(tried, key=lambda f: f.peak_fraction), True
+                )
+            )
     if found:
         best = min(found, key=lambda f: (f.evaluation.step_time_s, f.peak_fraction))
         return replace(best, exact=exact)
@@ -234,20 +283,29 @@ def fit_plan(problem: Problem, planner: str = "accpar", limit_bytes: float | Non
     raise InfeasibleError(infeasible_message(lightest.apply(problem), limits, closest))
 
 
-def _price_search(p: Problem, planner, options, step: float, label: str, candidate, say, progress) -> list[Fit]:
+def _price_search(
+    p: Problem, planner, options, step: float, label: str, candidate, say, progress
+) -> list[Fit]:
     """Plans under a climbing memory price until one fits, then a bisection for a faster one."""
     found: list[Fit] = []
     below = 0.0
     for k in PRICE_LADDER:
         say(f"memory: planning with {label} and a memory price of {k:g} x the step time")
-        fit = candidate(p, _priced_plan(p, planner, options, k * step, progress), f"{label}, memory price {k:g} T")
+        fit = candidate(
+            p,
+            _priced_plan(p, planner, options, k * step, progress),
+            f"{label}, memory price {k:g} T",
+        )
         if fit.fits:
             found.append(fit)
             lo, hi = below, k
             for _ in range(PRICE_BISECTIONS):
                 mid = (lo * hi) ** 0.5 if lo > 0 else hi / 4
-                fit = candidate(p, _priced_plan(p, planner, options, mid * step, progress),
-                                f"{label}, memory price {mid:.3g} T")
+                fit = candidate(
+                    p,
+                    _priced_plan(p, planner, options, mid * step, progress),
+                    f"{label}, memory price {mid:.3g} T",
+                )
                 if fit.fits:
                     found.append(fit)
                     hi = mid
@@ -258,8 +316,9 @@ def _price_search(p: Problem, planner, options, step: float, label: str, candida
     return found
 
 
-def _exact_one_split(problem: Problem, settings, limit_bytes, options, candidate, say,
-                     best: Fit | None = None) -> tuple[Fit | None, bool]:
+def _exact_one_split(
+    problem: Problem, settings, limit_bytes, options, candidate, say, best: Fit | None = None
+) -> tuple[Fit | None, bool]:
     """On a two-device array: the fastest fitting plan over ``settings``, and whether that is
     proven (every setting decided). Per setting the DP's unconstrained optimum is a lower bound
     on its fitting plans, and the optimum itself where it fits; settings are taken in the order
@@ -285,14 +344,21 @@ def _exact_one_split(problem: Problem, settings, limit_bytes, options, candidate
             if memory_lower_bound(p) > capacity:
                 continue  # proven: no plan with this setting fits
             say(f"memory: exact solve of the split with {t.label()}")
-            split, cert = solve_split_exact(SplitProblem.root(p), "scip", options,
-                                            memory=memory_limit_for(p.array, "device" if limit_bytes is None
-                                                                    else limit_bytes), diagnose=False)
+            split, cert = solve_split_exact(
+                SplitProblem.root(p),
+                "scip",
+                options,
+                memory=memory_limit_for(p.array, "device" if limit_bytes is None else limit_bytes),
+                diagnose=False,
+            )
             proven = proven and cert.status.value in ("optimal", "infeasible")
             if split is None or cert.status.value not in ("optimal", "feasible"):
                 continue
-            fit = candidate(p, Plan({"": split}, planner="exact", info={"certificate": cert.status.value}),
-                            f"{t.label()}, exact MIP ({cert.status.value})")
+            fit = candidate(
+                p,
+                Plan({"": split}, planner="exact", info={"certificate": cert.status.value}),
+                f"{t.label()}, exact MIP ({cert.status.value})",
+            )
         if fit.fits and (best is None or fit.evaluation.step_time_s < best.evaluation.step_time_s):
             best = fit
     return best, proven
@@ -301,7 +367,9 @@ def _exact_one_split(problem: Problem, settings, limit_bytes, options, candidate
 def _priced_plan(problem: Problem, planner: str, options, price: float, progress) -> Plan:
     from parplan.solvers.planners import make_plan
 
-    plan = make_plan(problem, planner, options=replace(options, memory_price=price), progress=progress)
+    plan = make_plan(
+        problem, planner, options=replace(options, memory_price=price), progress=progress
+    )
     return Plan(plan.splits, planner=planner, info={**plan.info, "memory_price_s": price})
 
 
@@ -313,26 +381,46 @@ def _size(x: float) -> str:
     return f"{x / 2**10:.2f} KiB"
 
 
-def infeasible_message(problem: Problem, limits: dict[str, float], closest: Fit, proven: bool = False) -> str:
+def infeasible_message(
+    problem: Problem, limits: dict[str, float], closest: Fit, proven: bool = False
+) -> str:
     """One line: the least memory any plan needs and the plan that came closest (``problem``
     with the most memory-saving setting searched, which the bound is computed for)."""
     need = memory_lower_bound(problem)
     total = sum(limits.values())
     n = len(limits)
-    worst = max(limits, key=lambda path: closest.evaluation.device_memory_bytes.get(path, 0.0) / limits[path])
-    close = (f"the closest plan found ({closest.how}) needs {_size(closest.evaluation.device_memory_bytes[worst])} "
-             f"on device {worst or 'root'} of {_size(limits[worst])}")
+    worst = max(
+        limits,
+        key=lambda path: closest.evaluation.device_memory_bytes.get(path, 0.0) / limits[path],
+    )
+    close = (
+        f"the closest plan found ({closest.how}) needs {_size(closest.evaluation.device_memory_bytes[worst])} "
+        f"on device {worst or 'root'} of {_size(limits[worst])}"
+    )
     if need > total:
-        return (f"no plan fits: every plan keeps at least {_size(need)} over the {n} devices "
-                f"({_size(need / n)} per device on average, {need / total:.2f}x their "
-                f"{_size(total)}); {close}. Use more devices, a smaller batch or fewer optimizer bytes")
+        return (
+            f"no plan fits: every plan keeps at least {_size(need)} over the {n} devices "
+            f"({_size(need / n)} per device on average, {need / total:.2f}x their "
+            f"{_size(total)}); {close}. Use more devices, a smaller batch or fewer optimizer bytes"
+        )
     if proven:
-        return (f"no plan fits: the exact solver proved that no plan on the share grid keeps every device within its "
-                f"limit ({close}; every plan keeps at least {_size(need)} over the {n} devices)")
-    return (f"parplan found no plan that fits ({close}); every plan keeps at least {_size(need)} over the "
-            f"{n} devices ({need / total:.0%} of their memory), so a plan may exist that parplan's search missed: "
-            f"try 'parplan solve --memory-limit', a smaller batch or more devices")
+        return (
+            f"no plan fits: the exact solver proved that no plan on the share grid keeps every device within its "
+            f"limit ({close}; every plan keeps at least {_size(need)} over the {n} devices)"
+        )
+    return (
+        f"parplan found no plan that fits ({close}); every plan keeps at least {_size(need)} over the "
+        f"{n} devices ({need / total:.0%} of their memory), so a plan may exist that parplan's search missed: "
+        f"try 'parplan solve --memory-limit', a smaller batch or more devices"
+    )
 
 
-__all__ = ["Fit", "PRICE_LADDER", "device_limits", "fit_plan", "infeasible_message", "memory_lower_bound",
-           "peak_fraction"]
+__all__ = [
+    "Fit",
+    "PRICE_LADDER",
+    "device_limits",
+    "fit_plan",
+    "infeasible_message",
+    "memory_lower_bound",
+    "peak_fraction",
+]

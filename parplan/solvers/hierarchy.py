@@ -36,7 +36,9 @@ from parplan.costmodel.regions import translates
 from parplan.costmodel.split import SplitProblem, split_terms
 
 
-def child_dims(dims: tuple[LayerDims, ...], split: Split) -> tuple[tuple[LayerDims, ...], tuple[LayerDims, ...]]:
+def child_dims(
+    dims: tuple[LayerDims, ...], split: Split
+) -> tuple[tuple[LayerDims, ...], tuple[LayerDims, ...]]:
     """The dims left to each side by a split."""
     pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
@@ -46,9 +48,13 @@ def _child_floor(floor, comm, weight):
     """The time a half's node may take without its side's time exceeding ``floor``: the
     inverse of :func:`~parplan.costmodel.cost.overlap_time` (0 where the side's own traffic
     already reaches ``floor``)."""
-    past_window = floor - comm + weight  # work beyond weight / OVERLAP_WINDOW: all the weight hidden
+    past_window = (
+        floor - comm + weight
+    )  # work beyond weight / OVERLAP_WINDOW: all the weight hidden
     inside = (floor - comm) / (1.0 - OVERLAP_WINDOW)  # work within it: a part of the weight hidden
-    return np.where(floor < comm, 0.0, np.where(past_window * OVERLAP_WINDOW >= weight, past_window, inside))
+    return np.where(
+        floor < comm, 0.0, np.where(past_window * OVERLAP_WINDOW >= weight, past_window, inside)
+    )
 
 
 def plan_top_down(
@@ -82,16 +88,33 @@ def plan_top_down(
 
     root_dims = problem.root_dims()
 
-    def rec(group: ArrayNode, dims: tuple[LayerDims, ...], floor: np.ndarray,
-            covered: tuple[bool, ...], path: str, regions, above=None) -> tuple[np.ndarray, dict[str, Split]]:
+    def rec(
+        group: ArrayNode,
+        dims: tuple[LayerDims, ...],
+        floor: np.ndarray,
+        covered: tuple[bool, ...],
+        path: str,
+        regions,
+        above=None,
+    ) -> tuple[np.ndarray, dict[str, Split]]:
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
             device = group.device.as_device()
             return np.array([d.compute_seconds(device, bpe) for d in dims]), {}
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
-        sp = SplitProblem(pg, dims, side, path, floor_arg, covered if has_collective else None, regions,
-                          root_dims, bool(group.left.is_leaf and group.right.is_leaf), above)
+        sp = SplitProblem(
+            pg,
+            dims,
+            side,
+            path,
+            floor_arg,
+            covered if has_collective else None,
+            regions,
+            root_dims,
+            bool(group.left.is_leaf and group.right.is_leaf),
+            above,
+        )
         split = plan_split(sp)
         below = covered_below(covered, split, has_collective)
         done[0] += 1
@@ -102,9 +125,13 @@ def plan_top_down(
         cuts = sp.child_cuts(split)
         terms = split_terms(sp, split.choices, split.shares)
         comm = np.array([[float(t.comm[0]), float(t.comm[1])] for t in terms]).reshape(len(dims), 2)
-        weight = np.array([[float(t.weight[0]), float(t.weight[1])] for t in terms]).reshape(len(dims), 2)
-        est = [np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
-               for h, ds in ((group.left, left), (group.right, right))]
+        weight = np.array([[float(t.weight[0]), float(t.weight[1])] for t in terms]).reshape(
+            len(dims), 2
+        )
+        est = [
+            np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
+            for h, ds in ((group.left, left), (group.right, right))
+        ]
         halves = [(group.left, left, "L", reg_left), (group.right, right, "R", reg_right)]
         out: dict[str, Split] = {"": split}
         same_frames = problem.compat == "accpar-code" or translates(pg.succs, reg_left, reg_right)
@@ -113,25 +140,47 @@ def plan_top_down(
             t, sub = rec(group.left, left, f, below, path + "L", reg_left, cuts)
             for key in ("L", "R"):
                 out.update({key + k: v for k, v in sub.items()})
-            times = np.maximum(overlap_time(t, comm[:, 0], weight[:, 0]), overlap_time(t, comm[:, 1], weight[:, 1]))
+            times = np.maximum(
+                overlap_time(t, comm[:, 0], weight[:, 0]), overlap_time(t, comm[:, 1], weight[:, 1])
+            )
             return np.maximum(times, floor) if use_floors else times, out
         # plan the half expected to be slower first
-        first = 0 if overlap_time(est[0], comm[:, 0], weight[:, 0]).sum() >= overlap_time(
-            est[1], comm[:, 1], weight[:, 1]).sum() else 1
+        first = (
+            0
+            if overlap_time(est[0], comm[:, 0], weight[:, 0]).sum()
+            >= overlap_time(est[1], comm[:, 1], weight[:, 1]).sum()
+            else 1
+        )
         second = 1 - first
         actual: list[np.ndarray | None] = [None, None]
         for i, other_time in ((first, est[second]), (second, None)):
             j = 1 - i
             sibling = other_time if other_time is not None else actual[j]
-            f = _child_floor(np.maximum(floor, overlap_time(sibling, comm[:, j], weight[:, j])), comm[:, i],
-                             weight[:, i]) if use_floors else floor * 0
+            f = (
+                _child_floor(
+                    np.maximum(floor, overlap_time(sibling, comm[:, j], weight[:, j])),
+                    comm[:, i],
+                    weight[:, i],
+                )
+                if use_floors
+                else floor * 0
+            )
             h, ds, key, regs = halves[i]
             actual[i], sub = rec(h, ds, f, below, path + key, regs, cuts)
             out.update({key + k: v for k, v in sub.items()})
-        times = np.maximum(overlap_time(actual[0], comm[:, 0], weight[:, 0]),
-                           overlap_time(actual[1], comm[:, 1], weight[:, 1]))
+        times = np.maximum(
+            overlap_time(actual[0], comm[:, 0], weight[:, 0]),
+            overlap_time(actual[1], comm[:, 1], weight[:, 1]),
+        )
         return times, out
 
-    _, tree = rec(problem.array, problem.root_dims(), np.zeros(len(pg.nodes)), (False,) * len(pg.nodes), "", None)
+    _, tree = rec(
+        problem.array,
+        problem.root_dims(),
+        np.zeros(len(pg.nodes)),
+        (False,) * len(pg.nodes),
+        "",
+        None,
+    )
     assign("", problem.array, tree)
     return Plan(splits, planner=planner)

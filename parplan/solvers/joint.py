@@ -31,7 +31,7 @@ from parplan.costmodel.evaluate import Evaluation, evaluate, price_of
 from parplan.costmodel.problem import Plan, Problem
 from parplan.costmodel.split import PlanOptions
 from parplan.errors import ConfigError, TableTooLarge
-from parplan.formulation.joint import build_joint, groups_by_path
+from parplan.formulation.joint import build_joint
 from parplan.solvers.backends.base import SolveOptions
 from parplan.solvers.backends.registry import backend_spec, get_backend
 from parplan.solvers.certificate import GAP_TOL, Certificate, ExactResult, Status, gap, status_of
@@ -52,8 +52,11 @@ def symmetrize(plan: Plan, classes) -> Plan:
     first: dict[str, str] = {}
     for path in sorted(plan.splits, key=lambda p: (len(p), p)):
         first.setdefault(classes[path], path)
-    return Plan({path: plan.splits[first[classes[path]]] for path in plan.splits}, planner=plan.planner,
-                info=plan.info)
+    return Plan(
+        {path: plan.splits[first[classes[path]]] for path in plan.splits},
+        planner=plan.planner,
+        info=plan.info,
+    )
 
 
 def node_times(problem: Problem, ev: Evaluation) -> dict[tuple[str, int], float]:
@@ -87,13 +90,17 @@ def solve_joint(
         so = replace(so, time_limit_s=time_limit_s)
     spec = backend_spec(backend)
     if spec.name not in JOINT_BACKENDS:
-        raise ConfigError(f"the joint model has continuous node-time variables; backend '{spec.name}' takes integers "
-                          f"only: use {', '.join(JOINT_BACKENDS)}")
+        raise ConfigError(
+            f"the joint model has continuous node-time variables; backend '{spec.name}' takes integers "
+            f"only: use {', '.join(JOINT_BACKENDS)}"
+        )
     capacity = device_capacity(problem, memory_limit_bytes)
     t0 = time.perf_counter()
     if progress is not None:
-        progress(f"building the joint model of {problem.array.count} devices"
-                 f"{' (symmetric)' if symmetric else ''}")
+        progress(
+            f"building the joint model of {problem.array.count} devices"
+            f"{' (symmetric)' if symmetric else ''}"
+        )
     try:
         model, decoder = build_joint(problem, options, symmetric, capacity)
     except TableTooLarge as exc:
@@ -115,58 +122,122 @@ def solve_joint(
             notes.append(f"backend '{spec.name}' takes no start solution: no warm start")
         else:
             model = replace(model, start=x0)
-            notes.append(f"warm start from the {'symmetrized ' if symmetric else ''}DP plan "
-                         f"({price_of(ev0, options):.6g} {model.objective_unit})")
+            notes.append(
+                f"warm start from the {'symmetrized ' if symmetric else ''}DP plan "
+                f"({price_of(ev0, options):.6g} {model.objective_unit})"
+            )
     if progress is not None:
         limit = "no time limit" if so.time_limit_s is None else f"time limit {so.time_limit_s:g} s"
         progress(f"solving the joint model with {spec.name} ({limit})")
     raw = get_backend(spec.name).solve(model, so)
-    return _certify(problem, options, model, decoder, raw, notes, symmetric, memory_limit_bytes, capacity,
-                    time.perf_counter() - t0, spec.name, max(GAP_TOL, so.mip_gap))
+    return _certify(
+        problem,
+        options,
+        model,
+        decoder,
+        raw,
+        notes,
+        symmetric,
+        memory_limit_bytes,
+        capacity,
+        time.perf_counter() - t0,
+        spec.name,
+        max(GAP_TOL, so.mip_gap),
+    )
 
 
-def _certify(problem, options, model, decoder, raw, notes, symmetric, memory_limit_bytes, capacity, wall,
-             backend, gap_tol) -> ExactResult:
+def _certify(
+    problem,
+    options,
+    model,
+    decoder,
+    raw,
+    notes,
+    symmetric,
+    memory_limit_bytes,
+    capacity,
+    wall,
+    backend,
+    gap_tol,
+) -> ExactResult:
     """Re-price and re-check the decoded plan; the certificate (module docstring)."""
     scale = model.objective_scale
     plan = ev = price = None
     message = raw.message
     if raw.has_solution:
         plan = decoder(raw)
-        plan = Plan(plan.splits, planner=f"joint-{backend}",
-                    info={"objective": options.objective.value, "shares": options.shares.value,
-                          "scope": "joint-symmetric" if symmetric else "joint"})
+        plan = Plan(
+            plan.splits,
+            planner=f"joint-{backend}",
+            info={
+                "objective": options.objective.value,
+                "shares": options.shares.value,
+                "scope": "joint-symmetric" if symmetric else "joint",
+            },
+        )
         ev = evaluate(problem, plan)
         price = price_of(ev, options)
     bound = None if raw.bound is None else raw.bound / scale
     if bound is not None and options.objective is Objective.TIME:
-        bound = max(bound, 0.0)  # every node time is >= 0 (a solver stopped before its root LP reports -inf-ish)
+        bound = max(
+            bound, 0.0
+        )  # every node time is >= 0 (a solver stopped before its root LP reports -inf-ish)
     gap_ = gap(price, bound)
     status = status_of(raw, bound is not None, gap_, gap_tol)
     model_obj = None if raw.objective is None else raw.objective / scale
-    if price is not None and model_obj is not None and not math.isclose(price, model_obj, rel_tol=AGREE_TOL,
-                                                                        abs_tol=1e-15):
+    if (
+        price is not None
+        and model_obj is not None
+        and not math.isclose(price, model_obj, rel_tol=AGREE_TOL, abs_tol=1e-15)
+    ):
         status = Status.ERROR
-        message = (f"the evaluator prices the decoded plan at {price!r}, the model at {model_obj!r}: the plan is "
-                   "not certified")
+        message = (
+            f"the evaluator prices the decoded plan at {price!r}, the model at {model_obj!r}: the plan is "
+            "not certified"
+        )
     if ev is not None and capacity is not None:
-        over = [(path, used, capacity[path]) for path, used in ev.device_memory_bytes.items()
-                if used > capacity[path] * (1 + 1e-9)]
+        over = [
+            (path, used, capacity[path])
+            for path, used in ev.device_memory_bytes.items()
+            if used > capacity[path] * (1 + 1e-9)
+        ]
         if over:
             path, used, cap = over[0]
             status = Status.ERROR
-            message = (f"the solver's plan needs {used:.0f} B on device '{path}', over its {cap:.0f} B limit "
-                       "(solver tolerance); the plan is not certified")
-    notes.append("the bound holds for every plan with shares on the model's share points"
-                 + (" in which interchangeable sibling groups take the same states" if symmetric else ""))
+            message = (
+                f"the solver's plan needs {used:.0f} B on device '{path}', over its {cap:.0f} B limit "
+                "(solver tolerance); the plan is not certified"
+            )
+    notes.append(
+        "the bound holds for every plan with shares on the model's share points"
+        + (" in which interchangeable sibling groups take the same states" if symmetric else "")
+    )
     if memory_limit_bytes is not None:
-        notes.append("memory limit per device: " + ("its own memory" if memory_limit_bytes == "device"
-                                                    else f"{memory_limit_bytes:.6g} B"))
+        notes.append(
+            "memory limit per device: "
+            + (
+                "its own memory"
+                if memory_limit_bytes == "device"
+                else f"{memory_limit_bytes:.6g} B"
+            )
+        )
     cert = Certificate(
-        status=status, termination=raw.termination, has_solution=raw.has_solution, objective=price,
-        model_objective=model_obj, bound=bound, gap=gap_, unit=model.objective_unit, backend=backend,
-        solver=raw.solver, version=raw.version, wall_s=wall, scope="joint-symmetric" if symmetric else "joint",
-        message=message, notes=tuple(notes), model_size=model.describe(),
+        status=status,
+        termination=raw.termination,
+        has_solution=raw.has_solution,
+        objective=price,
+        model_objective=model_obj,
+        bound=bound,
+        gap=gap_,
+        unit=model.objective_unit,
+        backend=backend,
+        solver=raw.solver,
+        version=raw.version,
+        wall_s=wall,
+        scope="joint-symmetric" if symmetric else "joint",
+        message=message,
+        notes=tuple(notes),
+        model_size=model.describe(),
     )
     if status in (Status.ERROR, Status.INFEASIBLE):
         return ExactResult(None, cert, None)

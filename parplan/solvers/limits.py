@@ -26,7 +26,9 @@ def device_limit_bytes(device, memory_limit_bytes: float | str) -> float:
     try:
         per = float(memory_limit_bytes)
     except (TypeError, ValueError):
-        raise ConfigError(f"memory limit must be a number of bytes or 'device' (got {memory_limit_bytes!r})") from None
+        raise ConfigError(
+            f"memory limit must be a number of bytes or 'device' (got {memory_limit_bytes!r})"
+        ) from None
     if not per > 0:
         raise ConfigError(f"memory limit must be > 0 bytes (got {per})")
     return per
@@ -36,8 +38,11 @@ def device_capacity(problem: Problem, memory_limit_bytes) -> dict[str, float] | 
     """Per leaf path: its memory limit in bytes (``"device"``: the device's own), or None."""
     if memory_limit_bytes is None:
         return None
-    return {path: device_limit_bytes(g.device, memory_limit_bytes)
-            for path, g in groups_by_path(problem.array).items() if g.is_leaf}
+    return {
+        path: device_limit_bytes(g.device, memory_limit_bytes)
+        for path, g in groups_by_path(problem.array).items()
+        if g.is_leaf
+    }
 
 
 __all__ = ["device_capacity", "device_limit_bytes"]

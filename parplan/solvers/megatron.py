@@ -37,7 +37,8 @@ def tensor_choices(problem: Problem) -> tuple:
             out.append(Layout.WHOLE)
             continue
         reads_column = bool(node.preds) and all(
-            not nodes[p].is_join and out[p] is PartitionType.OUT for p in node.preds)
+            not nodes[p].is_join and out[p] is PartitionType.OUT for p in node.preds
+        )
         out.append(PartitionType.IN if reads_column else PartitionType.OUT)
     return tuple(out)
 
@@ -46,8 +47,14 @@ def tensor_choices(problem: Problem) -> tuple:
 STYLE_CHOICES = {"colwise": PartitionType.OUT, "rowwise": PartitionType.IN}
 #: torch's style classes -> the names tensor plans use (``prepare``: layouts only; ``sequence``:
 #: sequence parallelism, which parplan does not model).
-TORCH_STYLES = {"ColwiseParallel": "colwise", "RowwiseParallel": "rowwise", "SequenceParallel": "sequence",
-                "PrepareModuleInput": "prepare", "PrepareModuleOutput": "prepare", "PrepareModuleInputOutput": "prepare"}
+TORCH_STYLES = {
+    "ColwiseParallel": "colwise",
+    "RowwiseParallel": "rowwise",
+    "SequenceParallel": "sequence",
+    "PrepareModuleInput": "prepare",
+    "PrepareModuleOutput": "prepare",
+    "PrepareModuleInputOutput": "prepare",
+}
 
 
 def styled_choices(problem: Problem, styles) -> tuple:
@@ -64,19 +71,28 @@ def styled_choices(problem: Problem, styles) -> tuple:
         if node.is_join:
             out.append(Layout.WHOLE)
             continue
-        style = next((st for pattern, st in styles if st != "prepare" and fnmatchcase(node.name, pattern)), None)
+        style = next(
+            (st for pattern, st in styles if st != "prepare" and fnmatchcase(node.name, pattern)),
+            None,
+        )
         if style == "sequence":
-            raise ConfigError(f"tensor plan: '{node.name}' is SequenceParallel; parplan does not model sequence "
-                              "parallelism")
+            raise ConfigError(
+                f"tensor plan: '{node.name}' is SequenceParallel; parplan does not model sequence "
+                "parallelism"
+            )
         if style not in STYLE_CHOICES:
             unmatched.append(node.name)
             out.append(PartitionType.BATCH)
             continue
         out.append(STYLE_CHOICES[style])
     if unmatched:
-        shown = ", ".join(unmatched[:4]) + (f" and {len(unmatched) - 4} more" if len(unmatched) > 4 else "")
-        raise ConfigError(f"tensor plan: no colwise or rowwise style for {shown}; torch would run each whole on every "
-                          "tensor-parallel rank, which no parplan choice does: give each a style")
+        shown = ", ".join(unmatched[:4]) + (
+            f" and {len(unmatched) - 4} more" if len(unmatched) > 4 else ""
+        )
+        raise ConfigError(
+            f"tensor plan: no colwise or rowwise style for {shown}; torch would run each whole on every "
+            "tensor-parallel rank, which no parplan choice does: give each a style"
+        )
     return tuple(out)
 
 
@@ -86,18 +102,32 @@ def megatron_plan(problem: Problem, tensor_levels: int, styles=None) -> Plan:
     ``(pattern, style)`` pairs for the tensor levels instead of Megatron's pairing
     (:func:`styled_choices`)."""
     depth = problem.array.depth
-    if isinstance(tensor_levels, bool) or not isinstance(tensor_levels, int) or not 0 <= tensor_levels <= depth:
-        raise ConfigError(f"tensor_levels must be an integer in [0, {depth}] for {problem.array.describe()} "
-                          f"(got {tensor_levels!r})")
+    if (
+        isinstance(tensor_levels, bool)
+        or not isinstance(tensor_levels, int)
+        or not 0 <= tensor_levels <= depth
+    ):
+        raise ConfigError(
+            f"tensor_levels must be an integer in [0, {depth}] for {problem.array.describe()} "
+            f"(got {tensor_levels!r})"
+        )
     nodes = problem.planning.nodes
     n = len(nodes)
-    tensor = Split(styled_choices(problem, styles) if styles else tensor_choices(problem), (0.5,) * n)
-    data = Split(tuple(Layout.ROWS if v.is_join else PartitionType.BATCH for v in nodes), (0.5,) * n)
+    tensor = Split(
+        styled_choices(problem, styles) if styles else tensor_choices(problem), (0.5,) * n
+    )
+    data = Split(
+        tuple(Layout.ROWS if v.is_join else PartitionType.BATCH for v in nodes), (0.5,) * n
+    )
     splits = {}
     for path, group in problem.array.inner_nodes():
         splits[path] = tensor if group.depth <= tensor_levels else data
-    tp = 2 ** tensor_levels
-    return Plan(splits, planner="megatron", info={"tensor_parallel": tp, "data_parallel": problem.array.count // tp})
+    tp = 2**tensor_levels
+    return Plan(
+        splits,
+        planner="megatron",
+        info={"tensor_parallel": tp, "data_parallel": problem.array.count // tp},
+    )
 
 
 __all__ = ["STYLE_CHOICES", "TORCH_STYLES", "megatron_plan", "styled_choices", "tensor_choices"]

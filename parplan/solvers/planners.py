@@ -86,29 +86,56 @@ class PlannerSpec:
 PLANNERS: dict[str, PlannerSpec] = {
     s.name: s
     for s in (
-        PlannerSpec("accpar", "AccPar: three types, free shares, step time; best of a portfolio of level criteria",
-                    PlanOptions(Objective.TIME, ShareMode.FREE, all_choices)),
-        PlannerSpec("accpar-topdown", "AccPar as published: three types, free shares, step time, top-down",
-                    PlanOptions(Objective.TIME, ShareMode.FREE, all_choices)),
-        PlannerSpec("hypar", "HyPar: data or model parallel per layer, share 1/2, communication objective",
-                    PlanOptions(Objective.COMMUNICATION, ShareMode.HALF, only(B, I))),
-        PlannerSpec("owt", "OWT: conv data parallel, FC model parallel",
-                    PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, owt_rule)),
-        PlannerSpec("data", "data parallelism, shares proportional to compute",
-                    PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, only(B))),
-        PlannerSpec("data-half", "data parallelism, share 1/2 (naive on heterogeneous arrays)",
-                    PlanOptions(Objective.TIME, ShareMode.HALF, only(B))),
-        PlannerSpec("model", "model parallelism (Di split) everywhere, shares proportional",
-                    PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, only(I))),
+        PlannerSpec(
+            "accpar",
+            "AccPar: three types, free shares, step time; best of a portfolio of level criteria",
+            PlanOptions(Objective.TIME, ShareMode.FREE, all_choices),
+        ),
+        PlannerSpec(
+            "accpar-topdown",
+            "AccPar as published: three types, free shares, step time, top-down",
+            PlanOptions(Objective.TIME, ShareMode.FREE, all_choices),
+        ),
+        PlannerSpec(
+            "hypar",
+            "HyPar: data or model parallel per layer, share 1/2, communication objective",
+            PlanOptions(Objective.COMMUNICATION, ShareMode.HALF, only(B, I)),
+        ),
+        PlannerSpec(
+            "owt",
+            "OWT: conv data parallel, FC model parallel",
+            PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, owt_rule),
+        ),
+        PlannerSpec(
+            "data",
+            "data parallelism, shares proportional to compute",
+            PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, only(B)),
+        ),
+        PlannerSpec(
+            "data-half",
+            "data parallelism, share 1/2 (naive on heterogeneous arrays)",
+            PlanOptions(Objective.TIME, ShareMode.HALF, only(B)),
+        ),
+        PlannerSpec(
+            "model",
+            "model parallelism (Di split) everywhere, shares proportional",
+            PlanOptions(Objective.TIME, ShareMode.PROPORTIONAL, only(I)),
+        ),
     )
 }
 
 
-def planner_options(name: str, objective: str | None = None, shares: str | None = None,
-                    share_grid: int | None = None) -> PlanOptions:
+def planner_options(
+    name: str,
+    objective: str | None = None,
+    shares: str | None = None,
+    share_grid: int | None = None,
+) -> PlanOptions:
     """The options of planner ``name`` with optional overrides (by their string values)."""
     if not isinstance(name, str):
-        raise ConfigError(f"planner must be a name (got {name!r}); valid planners: {', '.join(PLANNERS)}")
+        raise ConfigError(
+            f"planner must be a name (got {name!r}); valid planners: {', '.join(PLANNERS)}"
+        )
     key = name.strip().lower()
     if key not in PLANNERS:
         raise ConfigError(f"unknown planner '{name}'; valid planners: {', '.join(PLANNERS)}")
@@ -127,7 +154,9 @@ def _enum(cls, value: str, what: str):
     try:
         return cls(value.strip().lower())
     except ValueError:
-        raise ConfigError(f"unknown {what} '{value}'; valid: {', '.join(m.value for m in cls)}") from None
+        raise ConfigError(
+            f"unknown {what} '{value}'; valid: {', '.join(m.value for m in cls)}"
+        ) from None
 
 
 def make_plan(
@@ -148,21 +177,37 @@ def make_plan(
     counts the moves kept).
     """
     if not isinstance(problem, Problem):
-        raise ConfigError(f"plan: problem must be a Problem (got {type(problem).__name__}); "
-                          "build one with Problem(load_model(...), parse_array(...), batch=...)")
-    opts = options if options is not None else planner_options(planner, objective, shares, share_grid)
-    info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
+        raise ConfigError(
+            f"plan: problem must be a Problem (got {type(problem).__name__}); "
+            "build one with Problem(load_model(...), parse_array(...), batch=...)"
+        )
+    opts = (
+        options if options is not None else planner_options(planner, objective, shares, share_grid)
+    )
+    info = {
+        "objective": opts.objective.value,
+        "shares": opts.shares.value,
+        "share_grid": opts.share_grid,
+    }
     notes: list[str] = []
-    if planner.strip().lower() != "accpar" or options is not None or opts.objective is not Objective.TIME:
+    if (
+        planner.strip().lower() != "accpar"
+        or options is not None
+        or opts.objective is not Objective.TIME
+    ):
         plan = plan_top_down(problem, _solver(opts, notes), planner, progress)
         plan = Plan(plan.splits, planner=planner, info=info)
     else:
         plan = _portfolio(problem, opts, progress, notes)
     if notes:
-        plan = Plan(plan.splits, planner=plan.planner, info={**plan.info, "fallback": _fallback_note(notes)})
+        plan = Plan(
+            plan.splits, planner=plan.planner, info={**plan.info, "fallback": _fallback_note(notes)}
+        )
     if polish:
         if opts.objective is not Objective.TIME:
-            raise ConfigError("--polish improves the step time; it does not apply to the communication objective")
+            raise ConfigError(
+                "--polish improves the step time; it does not apply to the communication objective"
+            )
         from parplan.solvers.polish import polish as polish_plan
 
         plan, moves = polish_plan(problem, plan, opts, progress=progress)
@@ -174,15 +219,23 @@ def _solver(opts: PlanOptions, notes: list[str]) -> Callable:
     """The exact DP per split; where its tables are too large, the local search (noted). Under
     ``compat="accpar-code"`` with the communication objective, a graph the C++ can describe (a
     chain, with residual adds) is planned by the C++'s own DP rules instead."""
+
     def solve(sp):
-        if sp.side.compat == "accpar-code" and opts.objective is Objective.COMMUNICATION and cpp_view(sp.planning):
-            return solve_split_cpp(sp, opts)[0]  # the C++'s own DP rules (docs/costmodel.md section 9)
+        if (
+            sp.side.compat == "accpar-code"
+            and opts.objective is Objective.COMMUNICATION
+            and cpp_view(sp.planning)
+        ):
+            return solve_split_cpp(sp, opts)[
+                0
+            ]  # the C++'s own DP rules (docs/costmodel.md section 9)
         try:
             return solve_split(sp, opts)
         except TableTooLarge as exc:
             _, split, how = fallback_split(sp, opts)
             notes.append(f"{exc}".split("; use")[0] + f"; planned by {how}")
             return split
+
     return solve
 
 
@@ -198,13 +251,24 @@ def _lookahead_root(problem: Problem, opts: PlanOptions, bounds=None) -> Split |
     from parplan.solvers.dp import finest_grid_dp
 
     sp = SplitProblem.root(problem)
-    found = finest_grid_dp(sp, opts, min(opts.share_grid, LOOKAHEAD_GRID), LOOKAHEAD_MAX_CELLS,
-                           tables=lambda o: raised_tables(problem, sp, o, solver=bounds), last=1)
+    found = finest_grid_dp(
+        sp,
+        opts,
+        min(opts.share_grid, LOOKAHEAD_GRID),
+        LOOKAHEAD_MAX_CELLS,
+        tables=lambda o: raised_tables(problem, sp, o, solver=bounds),
+        last=1,
+    )
     return None if found is None else found[0][1]
 
 
-def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable, bounds=None,
-                      spread: frozenset[str] = frozenset()) -> Callable | None:
+def _lookahead_levels(
+    problem: Problem,
+    opts: PlanOptions,
+    solver: Callable,
+    bounds=None,
+    spread: frozenset[str] = frozenset(),
+) -> Callable | None:
     """A split solver that plans every split whose halves are groups with each half priced by
     its own bound (the DP over :func:`parplan.solvers.bound.raised_tables` at that group), and
     the others (single-device halves, tables too large) with ``solver``; None under compat
@@ -223,9 +287,12 @@ def _lookahead_levels(problem: Problem, opts: PlanOptions, solver: Callable, bou
             return solver(sp)
         try:
             tables = raised_tables(problem, sp, opts, solver=bounds, group=group)
-            return frontier_dp(sp, opts, tables=_both_sides(tables) if sp.path in spread else tables)[1]
+            return frontier_dp(
+                sp, opts, tables=_both_sides(tables) if sp.path in spread else tables
+            )[1]
         except TableTooLarge:
             return solver(sp)
+
     return solve
 
 
@@ -250,7 +317,11 @@ def _both_sides(tables) -> list:
 def _one_sided(plan: Plan, paths: list[str], n: int) -> bool:
     """Whether ``plan`` gives some node, at one of the splits ``paths``, work on one side only
     (among the nodes that reach that split with work)."""
-    return any(plan.splits[p].shares[v] in (0.0, 1.0) and has_work(plan.splits, p, v) for p in paths for v in range(n))
+    return any(
+        plan.splits[p].shares[v] in (0.0, 1.0) and has_work(plan.splits, p, v)
+        for p in paths
+        for v in range(n)
+    )
 
 
 def spread_levels(problem: Problem) -> list[list[str]]:
@@ -266,14 +337,18 @@ def spread_levels(problem: Problem) -> list[list[str]]:
 
 def _with_root(root: Split, solver: Callable) -> Callable:
     """``solver``, except that the root split is ``root``."""
+
     def solve(sp):
         return root if not sp.path else solver(sp)
+
     return solve
 
 
 def _fallback_note(notes: list[str]) -> str:
-    return (f"{len(notes)} split(s) too large for the exact DP, planned without an optimality claim "
-            f"(first: {notes[0].split(': ', 1)[-1]})")
+    return (
+        f"{len(notes)} split(s) too large for the exact DP, planned without an optimality claim "
+        f"(first: {notes[0].split(': ', 1)[-1]})"
+    )
 
 
 #: Level criteria tried by the ``accpar`` portfolio, AccPar's own first (ties keep the earliest).
@@ -309,7 +384,10 @@ PORTFOLIO: tuple[tuple[str, PlanOptions | None], ...] = (
     ("accpar", None),  # the requested options (free shares by default)
     ("lookahead", None),
     ("lookahead-levels", None),
-    ("communication-3types", PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL, all_choices)),
+    (
+        "communication-3types",
+        PlanOptions(Objective.COMMUNICATION, ShareMode.PROPORTIONAL, all_choices),
+    ),
     ("hypar", PLANNERS["hypar"].options),
     ("owt", PLANNERS["owt"].options),
     ("data", PLANNERS["data"].options),
@@ -320,7 +398,11 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
     from parplan.costmodel.evaluate import evaluate  # local: planners do not price, they select
     from parplan.solvers.bound import node_bounds
 
-    info = {"objective": opts.objective.value, "shares": opts.shares.value, "share_grid": opts.share_grid}
+    info = {
+        "objective": opts.objective.value,
+        "shares": opts.shares.value,
+        "share_grid": opts.share_grid,
+    }
     if problem.array.depth <= 1:
         # one split: the DP under AccPar's own options is already the exact optimum
         plan = plan_top_down(problem, _solver(opts, notes), "accpar", progress)
@@ -333,7 +415,11 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         solver = _solver(o, notes)
         if label == "lookahead":
             bounds = bounds or node_bounds(problem)
-            root = _lookahead_root(problem, o, bounds) if problem.array.count <= LOOKAHEAD_MAX_DEVICES else None
+            root = (
+                _lookahead_root(problem, o, bounds)
+                if problem.array.count <= LOOKAHEAD_MAX_DEVICES
+                else None
+            )
             if root is None or root == first.splits[""]:
                 continue  # nothing to try, or the same root split as AccPar's: the same plan
             solver = _with_root(root, solver)
@@ -350,15 +436,22 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
     levels = spread_levels(problem) if problem.compat is None else []
     n = len(problem.planning.nodes)
     top = [path for level in levels[:SPREAD_MAX_LEVELS] for path in level]
-    if not levels or n * sum(1 for _ in problem.array.inner_nodes()) > SPREAD_MAX_WORK or not _one_sided(
-            best[2], top, n):
+    if (
+        not levels
+        or n * sum(1 for _ in problem.array.inner_nodes()) > SPREAD_MAX_WORK
+        or not _one_sided(best[2], top, n)
+    ):
         levels = []  # nothing to spread, or too costly a recursion for what it gains
     previous = best[0]
     for k in range(1, min(SPREAD_MAX_LEVELS, len(levels)) + 1):
         spread = frozenset(path for level in levels[:k] for path in level)
         bounds = bounds or node_bounds(problem)
-        plan = plan_top_down(problem, _lookahead_levels(problem, opts, _solver(opts, notes), bounds, spread),
-                             "accpar", progress)
+        plan = plan_top_down(
+            problem,
+            _lookahead_levels(problem, opts, _solver(opts, notes), bounds, spread),
+            "accpar",
+            progress,
+        )
         t = evaluate(problem, plan).step_time_s
         if t < best[0] * (1.0 - 1e-12):
             best = (t, f"spread-{k}", plan)
@@ -369,5 +462,18 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
     return Plan(plan.splits, planner="accpar", info={**info, "selected": label})
 
 
-__all__ = ["LOOKAHEAD_GRID", "LOOKAHEAD_MAX_CELLS", "LOOKAHEAD_MAX_DEVICES", "PLANNERS", "SPREAD_MAX_LEVELS", "SPREAD_MAX_WORK", "PlannerSpec",
-           "make_plan", "only", "owt_rule", "planner_options", "spread_levels", "Layout"]
+__all__ = [
+    "LOOKAHEAD_GRID",
+    "LOOKAHEAD_MAX_CELLS",
+    "LOOKAHEAD_MAX_DEVICES",
+    "PLANNERS",
+    "SPREAD_MAX_LEVELS",
+    "SPREAD_MAX_WORK",
+    "PlannerSpec",
+    "make_plan",
+    "only",
+    "owt_rule",
+    "planner_options",
+    "spread_levels",
+    "Layout",
+]

@@ -3,9 +3,9 @@
 
 The top-down recursion fixes a split before planning below it, pricing each half as one
 device. So it cannot trade a choice at one level against the next: on LeNet-C on ``h100:8``
-with one link per split (``fabric="papers"``; shares 1/2) it splits ``ip1`` by IN at level 2 and OUT at level 3, 0.70% above the joint
-optimum (``parplan certify --joint``), which splits it OUT then IN. The polish takes a plan and
-repeatedly tries, for each node,
+with one link per split (``fabric="papers"``; shares 1/2) it splits ``ip1`` by IN at level 2 and
+OUT at level 3, 0.70% above the joint optimum (``parplan certify --joint``), which splits it OUT
+then IN. The polish takes a plan and repeatedly tries, for each node,
 
 - **swap**: exchanging its choices between a level and the level below it (shares stay, so a
   share rule still holds);
@@ -64,7 +64,10 @@ def auto_polish(problem: Problem) -> bool:
         return False
     n = len(problem.planning.nodes)
     paths = [path for path, _ in problem.array.inner_nodes()]
-    return n <= AUTO_MAX_NODES and n * len(level_sets(problem.array, paths)) * len(paths) <= AUTO_MAX_WORK
+    return (
+        n <= AUTO_MAX_NODES
+        and n * len(level_sets(problem.array, paths)) * len(paths) <= AUTO_MAX_WORK
+    )
 
 
 def level_sets(array: ArrayNode, paths) -> dict[tuple, list[str]]:
@@ -81,15 +84,20 @@ def level_sets(array: ArrayNode, paths) -> dict[tuple, list[str]]:
     return out
 
 
-def polish(problem: Problem, plan: Plan, options: PlanOptions, max_rounds: int = MAX_ROUNDS,
-           progress: Callable[[str], None] | None = None) -> tuple[Plan, int]:
+def polish(
+    problem: Problem,
+    plan: Plan,
+    options: PlanOptions,
+    max_rounds: int = MAX_ROUNDS,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Plan, int]:
     """(polished plan, moves kept). Only choices in ``options.choices(node)`` are tried."""
     pg = problem.planning
     n = len(pg.nodes)
     splits = dict(plan.splits)
     sets = level_sets(problem.array, splits)
     keys = list(sets)
-    below = {k: [j for j in keys if len(j) == len(k) + 1 and j[:len(k)] == k] for k in keys}
+    below = {k: [j for j in keys if len(j) == len(k) + 1 and j[: len(k)] == k] for k in keys}
     producers = [sorted({w for w in range(n) if v in pg.succs[w]}) for v in range(n)]
     current = dict(enumerate(evaluate(problem, Plan(splits, plan.planner)).node_time_s))
     kept = 0
@@ -116,8 +124,8 @@ def polish(problem: Problem, plan: Plan, options: PlanOptions, max_rounds: int =
         for key, choice in changes.items():
             for p in sets[key]:
                 s = new[p]
-                shares = s.shares if share is None else s.shares[:v] + (share,) + s.shares[v + 1:]
-                new[p] = Split(s.choices[:v] + (choice,) + s.choices[v + 1:], shares)
+                shares = s.shares if share is None else s.shares[:v] + (share,) + s.shares[v + 1 :]
+                new[p] = Split(s.choices[:v] + (choice,) + s.choices[v + 1 :], shares)
         affected = [v, *producers[v]]
         times = node_times(problem, Plan(new, plan.planner), affected)
         if sum(times.values()) < sum(current[u] for u in affected) * (1.0 - 1e-12):

@@ -44,10 +44,28 @@ Example (the builder on its own; the frontends drive it the same way):
 
 from __future__ import annotations
 
-from parplan.models.importers.builder import (SUPPORTED, Act, GraphBuilder, Param, Unsupported,
-                                              input_shape_of)
+from parplan.models.importers.builder import (
+    SUPPORTED,
+    Act,
+    GraphBuilder,
+    Param,
+    Unsupported,
+    input_shape_of,
+)
 from parplan.models.importers.api import from_onnx, from_torch, register_module, register_op
 from parplan.models.importers.external import EXTERNAL_SUFFIXES, load_external
 
-__all__ = ["Act", "EXTERNAL_SUFFIXES", "GraphBuilder", "Param", "SUPPORTED", "Unsupported", "from_onnx",
-           "from_torch", "input_shape_of", "load_external", "register_module", "register_op"]
+__all__ = [
+    "Act",
+    "EXTERNAL_SUFFIXES",
+    "GraphBuilder",
+    "Param",
+    "SUPPORTED",
+    "Unsupported",
+    "from_onnx",
+    "from_torch",
+    "input_shape_of",
+    "load_external",
+    "register_module",
+    "register_op",
+]

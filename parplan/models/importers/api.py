@@ -8,7 +8,9 @@ from parplan.errors import GraphError
 from parplan.models.importers.builder import input_shape_of
 
 
-def from_torch(model, input_shape=None, name=None, *, integer_input=None, capture="auto", kwargs=None):
+def from_torch(
+    model, input_shape=None, name=None, *, integer_input=None, capture="auto", kwargs=None
+):
     """The layer graph of a PyTorch model (docs/importers.md). Needs the ``[torch]`` extra.
 
     ``model`` is an ``nn.Module`` (captured here), a ``torch.export.ExportedProgram`` or a
@@ -42,8 +44,10 @@ def from_torch(model, input_shape=None, name=None, *, integer_input=None, captur
     if capture not in ("auto", "export"):
         raise ConfigError(f"capture must be 'auto', 'export' or 'fx' (got {capture!r})")
     if not isinstance(model, torch.nn.Module):
-        raise ConfigError(f"from_torch needs a torch.nn.Module, an ExportedProgram or a GraphModule "
-                          f"(got {type(model).__name__})")
+        raise ConfigError(
+            f"from_torch needs a torch.nn.Module, an ExportedProgram or a GraphModule "
+            f"(got {type(model).__name__})"
+        )
     name = name or type(model).__name__
     shape = input_shape_of(input_shape, name)
     if integer_input is None:
@@ -60,10 +64,12 @@ def from_torch(model, input_shape=None, name=None, *, integer_input=None, captur
         try:
             return from_fx(model, shape, name=name, integer_input=integer_input)
         except GraphError as traced:
-            raise GraphError(f"{exported}. The torch.fx fallback failed too: "
-                             f"{str(traced).removeprefix(f'model {name!r}: ')}. Make the forward "
-                             "exportable (no data-dependent Python control flow), or capture the model "
-                             "yourself and pass the ExportedProgram") from None
+            raise GraphError(
+                f"{exported}. The torch.fx fallback failed too: "
+                f"{str(traced).removeprefix(f'model {name!r}: ')}. Make the forward "
+                "exportable (no data-dependent Python control flow), or capture the model "
+                "yourself and pass the ExportedProgram"
+            ) from None
     return torch_export.from_exported(program, name, integer_input, module=model)
 
 

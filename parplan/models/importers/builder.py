@@ -173,8 +173,22 @@ CONST = _Const()
 #: The value of a node whose inputs include an unsupported operator's non-tensor output.
 BAD = object()
 
-Value = (Act | Piece | Scores | Derived | RowStat | Half | Gated | Dispatched | Strided | Repeated | Stacked | Param
-         | _Const | object)
+Value = (
+    Act
+    | Piece
+    | Scores
+    | Derived
+    | RowStat
+    | Half
+    | Gated
+    | Dispatched
+    | Strided
+    | Repeated
+    | Stacked
+    | Param
+    | _Const
+    | object
+)
 
 
 class Unsupported(Exception):
@@ -183,7 +197,10 @@ class Unsupported(Exception):
 
 def is_data(value: Value) -> bool:
     """True for values that carry the input's data (activations and the partial forms above)."""
-    return isinstance(value, (Act, Piece, Scores, Derived, RowStat, Half, Gated, Dispatched, Strided, Repeated, Stacked))
+    return isinstance(
+        value,
+        (Act, Piece, Scores, Derived, RowStat, Half, Gated, Dispatched, Strided, Repeated, Stacked),
+    )
 
 
 def stand_in(label: str, ps: Sequence[int]) -> Act:
@@ -203,8 +220,10 @@ def ir_shape(ps: Sequence[int], integer: bool = False) -> Shape:
     """The IR :class:`Shape` of a per-sample tensor shape (see the module doc).
 
     Example:
-        >>> ir_shape((3, 224, 224)), ir_shape((128, 768)), ir_shape((128,), integer=True)
-        (Shape(channels=3, height=224, width=224), Shape(channels=768, height=128, width=1), Shape(channels=1, height=128, width=1))
+        >>> ir_shape((3, 224, 224))
+        Shape(channels=3, height=224, width=224)
+        >>> ir_shape((128, 768)), ir_shape((128,), integer=True)
+        (Shape(channels=768, height=128, width=1), Shape(channels=1, height=128, width=1))
     """
     ps = tuple(int(d) for d in ps)
     if integer and len(ps) == 1:
@@ -217,7 +236,9 @@ def ir_shape(ps: Sequence[int], integer: bool = False) -> Shape:
         return Shape(ps[1], ps[0], 1)
     if len(ps) == 3:
         return Shape(*ps)
-    raise Unsupported(f"a per-sample tensor of rank {len(ps)} {_shape_text(ps)} (the IR holds at most C x H x W)")
+    raise Unsupported(
+        f"a per-sample tensor of rank {len(ps)} {_shape_text(ps)} (the IR holds at most C x H x W)"
+    )
 
 
 # --------------------------------------------------------------------------- builder
@@ -266,7 +287,9 @@ class GraphBuilder:
             k += 1
         return name
 
-    def _emit(self, cls, name: str, inputs: tuple[str, ...], expected: int | None = None, **attrs) -> str:
+    def _emit(
+        self, cls, name: str, inputs: tuple[str, ...], expected: int | None = None, **attrs
+    ) -> str:
         name = self._unique(name)
         self._layers[name] = [cls, inputs, attrs]
         if expected is not None:
@@ -287,17 +310,27 @@ class GraphBuilder:
         if isinstance(value, Act):
             return value
         if isinstance(value, Repeated):
-            raise Unsupported(f"{what} on repeated heads (only attention may read repeat_kv's output)")
+            raise Unsupported(
+                f"{what} on repeated heads (only attention may read repeat_kv's output)"
+            )
         if isinstance(value, (Piece, Stacked)):
-            raise Unsupported(f"{what} on one piece of a split tensor (only q, k, v of attention may be pieces)")
+            raise Unsupported(
+                f"{what} on one piece of a split tensor (only q, k, v of attention may be pieces)"
+            )
         if isinstance(value, Scores):
-            raise Unsupported(f"{what} on attention scores (only scale, mask, softmax, dropout and @ v may follow q @ k^T)")
+            raise Unsupported(
+                f"{what} on attention scores (only scale, mask, softmax, dropout and @ v may follow q @ k^T)"
+            )
         if isinstance(value, Dispatched):
-            raise Unsupported(f"{what} on tokens dispatched to experts (only expert products, element-wise "
-                              "functions and the weighted sum of the copies may follow the dispatch)")
+            raise Unsupported(
+                f"{what} on tokens dispatched to experts (only expert products, element-wise "
+                "functions and the weighted sum of the copies may follow the dispatch)"
+            )
         if isinstance(value, (Derived, RowStat, Half, Strided, Gated)):
-            raise Unsupported(f"{what} on an unfinished element-wise expression (a power, a per-position "
-                              "statistic or half of the head dim) that matches no known pattern (GELU, RMS norm, RoPE)")
+            raise Unsupported(
+                f"{what} on an unfinished element-wise expression (a power, a per-position "
+                "statistic or half of the head dim) that matches no known pattern (GELU, RMS norm, RoPE)"
+            )
         raise Unsupported(f"{what} on a constant or learned tensor instead of an activation")
 
     # ------------------------------------------------------------------ graph input
@@ -311,8 +344,15 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ weighted layers
 
-    def linear(self, name: str, x: Value, ps_in: Sequence[int], out_features: int, bias: bool,
-               key: Hashable | None = None) -> Act:
+    def linear(
+        self,
+        name: str,
+        x: Value,
+        ps_in: Sequence[int],
+        out_features: int,
+        bias: bool,
+        key: Hashable | None = None,
+    ) -> Act:
         """A matrix product over the last dimension of ``x`` (per-sample shape ``ps_in``)."""
         act = self._act(x, "a linear layer")
         ps_in = tuple(ps_in)
@@ -328,15 +368,28 @@ class GraphBuilder:
                     f"{act.shape.channels} x {act.shape.spatial} positions: a permute moved the feature dim"
                 )
             per_position = True
-        layer = self._emit(Linear, name, (act.src,), expected=out_features * rows, out_features=int(out_features),
-                           bias=bool(bias), per_position=per_position)
+        layer = self._emit(
+            Linear,
+            name,
+            (act.src,),
+            expected=out_features * rows,
+            out_features=int(out_features),
+            bias=bool(bias),
+            per_position=per_position,
+        )
         self._own(layer, key)
-        out = Shape(int(out_features), act.shape.height, act.shape.width) if per_position else Shape(int(out_features))
+        out = (
+            Shape(int(out_features), act.shape.height, act.shape.width)
+            if per_position
+            else Shape(int(out_features))
+        )
         return Act(layer, out, linear=None if bias else layer)
 
     def _as_vector(self, name: str, act: Act, di: int) -> Act:
         if act.shape.elements != di:
-            raise Unsupported(f"linear with {di} inputs on a tensor of {act.shape.elements} elements per sample")
+            raise Unsupported(
+                f"linear with {di} inputs on a tensor of {act.shape.elements} elements per sample"
+            )
         if act.shape.spatial == 1:
             return act
         if act.src not in self._flattened:
@@ -344,17 +397,38 @@ class GraphBuilder:
             self._flattened[act.src] = Act(flat, Shape(di))
         return self._flattened[act.src]
 
-    def conv2d(self, name: str, x: Value, ps_in: Sequence[int], ps_out: Sequence[int], out_channels: int,
-               kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int], groups: int,
-               bias: bool, dilation: tuple[int, int] = (1, 1), key: Hashable | None = None) -> Act:
+    def conv2d(
+        self,
+        name: str,
+        x: Value,
+        ps_in: Sequence[int],
+        ps_out: Sequence[int],
+        out_channels: int,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        padding: tuple[int, int],
+        groups: int,
+        bias: bool,
+        dilation: tuple[int, int] = (1, 1),
+        key: Hashable | None = None,
+    ) -> Act:
         """A 2-D convolution on a (C, H, W) activation."""
         act = self._act(x, "a convolution")
         if tuple(dilation) != (1, 1):
             raise Unsupported(f"dilation {tuple(dilation)}; the IR has undilated convolutions only")
         self._check_chw(act, ps_in, "a convolution")
-        layer = self._emit(Conv2d, name, (act.src,), expected=math.prod(ps_out), out_channels=int(out_channels),
-                           kernel=_pair(kernel), stride=_pair(stride), padding=_pair(padding), groups=int(groups),
-                           bias=bool(bias))
+        layer = self._emit(
+            Conv2d,
+            name,
+            (act.src,),
+            expected=math.prod(ps_out),
+            out_channels=int(out_channels),
+            kernel=_pair(kernel),
+            stride=_pair(stride),
+            padding=_pair(padding),
+            groups=int(groups),
+            bias=bool(bias),
+        )
         self._own(layer, key)
         return Act(layer, ir_shape(ps_out))
 
@@ -366,36 +440,56 @@ class GraphBuilder:
                 f"{act.shape.channels}x{act.shape.height}x{act.shape.width} (reshaped into an image)"
             )
 
-    def embedding(self, name: str, x: Value, num: int, dim: int,
-                  key: Hashable | None = None) -> Act:
+    def embedding(
+        self, name: str, x: Value, num: int, dim: int, key: Hashable | None = None
+    ) -> Act:
         """A table lookup of ``num`` x ``dim``: on the token input, or on positions (a constant)."""
         if isinstance(x, Act):
             if x.shape.channels != 1:
-                raise Unsupported(f"embedding of a tensor with {x.shape.channels} features (token ids have 1)")
+                raise Unsupported(
+                    f"embedding of a tensor with {x.shape.channels} features (token ids have 1)"
+                )
             ids = x
         elif x is CONST:
             # position / token-type ids computed from the input's size: look them up on the input
             if not self.token_input or self.input_shape is None:
-                raise Unsupported("embedding of computed ids in a model whose input is not token ids")
+                raise Unsupported(
+                    "embedding of computed ids in a model whose input is not token ids"
+                )
             ids = Act(INPUT, self.input_shape)
         else:
             ids = self._act(x, "an embedding")
-        layer = self._emit(Embedding, name, (ids.src,), expected=ids.shape.spatial * int(dim), num=int(num),
-                           dim=int(dim))
+        layer = self._emit(
+            Embedding,
+            name,
+            (ids.src,),
+            expected=ids.shape.spatial * int(dim),
+            num=int(num),
+            dim=int(dim),
+        )
         self._own(layer, key)
         return Act(layer, Shape(int(dim), ids.shape.height, ids.shape.width))
 
     # ------------------------------------------------------------------ shape-keeping layers
 
-    def norm(self, name: str, x: Value, kind: str, channels: int, affine: bool = True,
-             key: Hashable | None = None) -> Act:
+    def norm(
+        self,
+        name: str,
+        x: Value,
+        kind: str,
+        channels: int,
+        affine: bool = True,
+        key: Hashable | None = None,
+    ) -> Act:
         """Batch norm over channels, or layer / RMS norm over the last (feature) dim of size ``channels``."""
         act = self._act(x, f"{kind} norm")
         if act.shape.channels != channels:
             raise Unsupported(
                 f"{kind} norm over {channels} features of a tensor the IR holds with {act.shape.channels} features"
             )
-        layer = self._emit(Norm, name, (act.src,), expected=act.shape.elements, kind=kind, affine=bool(affine))
+        layer = self._emit(
+            Norm, name, (act.src,), expected=act.shape.elements, kind=kind, affine=bool(affine)
+        )
         self._own(layer, key)
         return Act(layer, act.shape)
 
@@ -408,7 +502,9 @@ class GraphBuilder:
         if isinstance(x, Piece) and x.count == 2 and x.index == 0:
             return Gated(x.act, function)  # act(gate) of a fused gate / up projection
         act = self._act(x, function)
-        layer = self._emit(Activation, name, (act.src,), expected=act.shape.elements, function=function)
+        layer = self._emit(
+            Activation, name, (act.src,), expected=act.shape.elements, function=function
+        )
         return Act(layer, act.shape, base=act.base or act.src)
 
     def derive(self, x: Value) -> Value:
@@ -418,8 +514,19 @@ class GraphBuilder:
             return Derived(x)
         return x
 
-    def pool(self, name: str, x: Value, ps_in: Sequence[int], ps_out: Sequence[int], mode: str,
-             kernel=None, stride=None, padding=(0, 0), ceil_mode: bool = False, adaptive: bool = False) -> Act:
+    def pool(
+        self,
+        name: str,
+        x: Value,
+        ps_in: Sequence[int],
+        ps_out: Sequence[int],
+        mode: str,
+        kernel=None,
+        stride=None,
+        padding=(0, 0),
+        ceil_mode: bool = False,
+        adaptive: bool = False,
+    ) -> Act:
         """Max / average pooling of a (C, H, W) activation (``adaptive``: to ``ps_out``'s size)."""
         act = self._act(x, f"{mode} pooling")
         self._check_chw(act, ps_in, f"{mode} pooling")
@@ -427,15 +534,21 @@ class GraphBuilder:
             attrs = {"output_size": (int(ps_out[-2]), int(ps_out[-1]))}
         else:
             kernel = _pair(kernel)
-            attrs = {"kernel": kernel, "stride": _pair(stride if stride is not None else kernel),
-                     "padding": _pair(padding), "ceil_mode": bool(ceil_mode)}
+            attrs = {
+                "kernel": kernel,
+                "stride": _pair(stride if stride is not None else kernel),
+                "padding": _pair(padding),
+                "ceil_mode": bool(ceil_mode),
+            }
         layer = self._emit(Pool2d, name, (act.src,), expected=math.prod(ps_out), mode=mode, **attrs)
         return Act(layer, Shape(act.shape.channels, int(ps_out[-2]), int(ps_out[-1])))
 
     def reduce_positions(self, name: str, x: Value, what: str) -> Act:
         """Average over (or pick one of) all positions: an adaptive average pool to 1 x 1."""
         act = self._act(x, what)
-        layer = self._emit(Pool2d, name, (act.src,), expected=act.shape.channels, mode="avg", output_size=(1, 1))
+        layer = self._emit(
+            Pool2d, name, (act.src,), expected=act.shape.channels, mode="avg", output_size=(1, 1)
+        )
         return Act(layer, Shape(act.shape.channels))
 
     # ------------------------------------------------------------------ joins and reshapes
@@ -448,7 +561,9 @@ class GraphBuilder:
             return data if is_data(data) or data is CONST or isinstance(data, Param) else CONST
         if isinstance(a, Scores) or isinstance(b, Scores):
             scores, other = (a, b) if isinstance(a, Scores) else (b, a)
-            if isinstance(other, Param):  # a learned attention bias (T5, Swin): its table counts once
+            if isinstance(
+                other, Param
+            ):  # a learned attention bias (T5, Swin): its table counts once
                 return Scores(scores.q, scores.k, scores.heads, scores.bias or other, scores.window)
             raise Unsupported("add of an activation to attention scores")
         if isinstance(a, Param) or isinstance(b, Param):
@@ -458,16 +573,25 @@ class GraphBuilder:
             if act.linear is not None and size == act.shape.channels:
                 self._layers[act.linear][2]["bias"] = True
                 return Act(act.src, act.shape)
-            if (self.token_input and size == act.shape.elements
-                    and act.shape.spatial == self.input_shape.spatial):
+            if (
+                self.token_input
+                and size == act.shape.elements
+                and act.shape.spatial == self.input_shape.spatial
+            ):
                 # a learned per-position table (or an exporter's folded position lookup)
-                table = self.embedding(name + ".positions", CONST, act.shape.spatial, act.shape.channels,
-                                       key=param.key)
+                table = self.embedding(
+                    name + ".positions", CONST, act.shape.spatial, act.shape.channels, key=param.key
+                )
                 return self.add(name, act, table)
             if size in (act.shape.channels, act.shape.elements) and param.key not in self._owners:
                 # a learned bias per channel, or a table per element (ViT's position embedding)
-                layer = self._emit(Bias, name, (act.src,), expected=act.shape.elements,
-                                   full=size != act.shape.channels)
+                layer = self._emit(
+                    Bias,
+                    name,
+                    (act.src,),
+                    expected=act.shape.elements,
+                    full=size != act.shape.channels,
+                )
                 self._owners[param.key] = layer
                 return Act(layer, act.shape)
             raise Unsupported(
@@ -478,7 +602,9 @@ class GraphBuilder:
         if pending is not None:
             if isinstance(pending, tuple):  # ("rope", x): x * cos + rotate_half(x) * sin
                 x = pending[1]
-                layer = self._emit(Activation, name, (x.src,), expected=x.shape.elements, function="rope")
+                layer = self._emit(
+                    Activation, name, (x.src,), expected=x.shape.elements, function="rope"
+                )
                 return Act(layer, x.shape, base=x.src)
             return pending
         xa, xb = self._act(a, "an add"), self._act(b, "an add")
@@ -496,11 +622,24 @@ class GraphBuilder:
         for x, other in ((a, b), (b, a)):
             if isinstance(x, Act) and isinstance(other, Derived) and other.base.src == x.src:
                 return other
-            if isinstance(x, Act) and isinstance(other, Half) and other.whole and other.base.src == x.src:
+            if (
+                isinstance(x, Act)
+                and isinstance(other, Half)
+                and other.whole
+                and other.base.src == x.src
+            ):
                 return ("rope", x)
-            if (isinstance(x, Half) and not x.whole and isinstance(other, Half) and other.whole
-                    and other.base.src == x.base.src):
-                return ("rope", x.base)  # partial rotary (GPT-NeoX): priced as RoPE on the whole head dim
+            if (
+                isinstance(x, Half)
+                and not x.whole
+                and isinstance(other, Half)
+                and other.whole
+                and other.base.src == x.base.src
+            ):
+                return (
+                    "rope",
+                    x.base,
+                )  # partial rotary (GPT-NeoX): priced as RoPE on the whole head dim
         return None
 
     def scale(self, x: Value, factor: Value, name: str = "mul") -> Value:
@@ -526,15 +665,25 @@ class GraphBuilder:
             a, b = b, a
         if isinstance(a, Gated):
             if not (isinstance(b, Piece) and b.act == a.act and b.count == 2 and b.index == 1):
-                raise Unsupported("a gate of one projection's first half times something but its second half")
-            layer = self._emit(Glu, name, (a.act.src,), expected=a.act.shape.elements // 2, function=a.function)
-            return Act(layer, Shape(a.act.shape.channels // 2, a.act.shape.height, a.act.shape.width))
+                raise Unsupported(
+                    "a gate of one projection's first half times something but its second half"
+                )
+            layer = self._emit(
+                Glu, name, (a.act.src,), expected=a.act.shape.elements // 2, function=a.function
+            )
+            return Act(
+                layer, Shape(a.act.shape.channels // 2, a.act.shape.height, a.act.shape.width)
+            )
         if isinstance(a, RowStat) and isinstance(b, Act):
             a, b = b, a
         if isinstance(a, Act) and isinstance(b, RowStat):
             if b.base.src != a.src:
-                raise Unsupported("product of an activation with another tensor's per-position statistic")
-            layer = self._emit(Norm, name, (a.src,), expected=a.shape.elements, kind="rms", affine=False)
+                raise Unsupported(
+                    "product of an activation with another tensor's per-position statistic"
+                )
+            layer = self._emit(
+                Norm, name, (a.src,), expected=a.shape.elements, kind="rms", affine=False
+            )
             return Act(layer, a.shape)
         if isinstance(a, Derived) or isinstance(b, Derived):
             d, other = (a, b) if isinstance(a, Derived) else (b, a)
@@ -543,7 +692,11 @@ class GraphBuilder:
             raise Unsupported("product of an unfinished element-wise expression with a tensor")
         x, y = self._act(a, "a product"), self._act(b, "a product")
         gate, other = (y, x) if y.base is not None and y.base in (x.src, x.base) else (x, y)
-        if gate.base is not None and gate.base in (other.src, other.base) and gate.src in self._layers:
+        if (
+            gate.base is not None
+            and gate.base in (other.src, other.base)
+            and gate.src in self._layers
+        ):
             # x * f(x): a gated activation spelled out (GELU's erf / tanh form, SiLU as x * sigmoid(x))
             attrs = self._layers[gate.src][2]
             attrs["function"] = _GATED.get(attrs["function"], attrs["function"])
@@ -561,10 +714,17 @@ class GraphBuilder:
     def _learned_scale(self, name: str, x: Value, param: Param) -> Value:
         act = self._act(x, "a product with a learned tensor")
         if math.prod(param.shape) != act.shape.channels:
-            raise Unsupported(f"product with the learned tensor '{param.name}' {_shape_text(param.shape)} "
-                              f"(only one value per channel, {act.shape.channels})")
+            raise Unsupported(
+                f"product with the learned tensor '{param.name}' {_shape_text(param.shape)} "
+                f"(only one value per channel, {act.shape.channels})"
+            )
         entry = self._layers.get(act.src)
-        if entry is not None and entry[0] is Norm and entry[2]["kind"] == "rms" and not entry[2]["affine"]:
+        if (
+            entry is not None
+            and entry[0] is Norm
+            and entry[2]["kind"] == "rms"
+            and not entry[2]["affine"]
+        ):
             entry[2]["affine"] = True  # the RMS norm's weight
             self._own(act.src, param.key)
             return act
@@ -598,18 +758,30 @@ class GraphBuilder:
             return Strided(x.base, x.count + 1)
         return Strided(self._act(x, "a strided slice"))
 
-    def expert_linear(self, name: str, x: Value, out_features: int, experts: int, key: Hashable | None = None) -> Value:
+    def expert_linear(
+        self, name: str, x: Value, out_features: int, experts: int, key: Hashable | None = None
+    ) -> Value:
         """A mixture-of-experts bank (``experts`` matrices) on dispatched tokens."""
         if not isinstance(x, Dispatched) or not isinstance(x.value, Act):
             raise Unsupported("an expert product on tokens that were not dispatched by a router")
         act = x.value
         if experts < x.k:
             raise Unsupported(f"tokens routed to {x.k} of {experts} experts")
-        layer = self._emit(Linear, name, (act.src,), expected=out_features * act.shape.spatial,
-                           out_features=int(out_features), bias=False, per_position=True, experts=int(experts),
-                           top_k=int(x.k))
+        layer = self._emit(
+            Linear,
+            name,
+            (act.src,),
+            expected=out_features * act.shape.spatial,
+            out_features=int(out_features),
+            bias=False,
+            per_position=True,
+            experts=int(experts),
+            top_k=int(x.k),
+        )
         self._own(layer, key)
-        return Dispatched(Act(layer, Shape(int(out_features), act.shape.height, act.shape.width)), x.k)
+        return Dispatched(
+            Act(layer, Shape(int(out_features), act.shape.height, act.shape.width)), x.k
+        )
 
     def repeat(self, x: Value, factor: int) -> Value:
         """Each head of ``x`` repeated ``factor`` times (grouped-query attention's repeat_kv)."""
@@ -631,10 +803,17 @@ class GraphBuilder:
         """Learned tokens (a class token) prepended to the positions of ``x``."""
         act = self._act(x, "prepending tokens")
         if math.prod(param.shape) != count * act.shape.channels:
-            raise Unsupported(f"prepending the learned tensor '{param.name}' {_shape_text(param.shape)} "
-                              f"to a sequence of {act.shape.channels} features")
-        layer = self._emit(Tokens, name, (act.src,), expected=(act.shape.spatial + count) * act.shape.channels,
-                           count=int(count))
+            raise Unsupported(
+                f"prepending the learned tensor '{param.name}' {_shape_text(param.shape)} "
+                f"to a sequence of {act.shape.channels} features"
+            )
+        layer = self._emit(
+            Tokens,
+            name,
+            (act.src,),
+            expected=(act.shape.spatial + count) * act.shape.channels,
+            count=int(count),
+        )
         self._own(layer, param.key)
         return Act(layer, Shape(act.shape.channels, act.shape.spatial + count, 1))
 
@@ -643,22 +822,32 @@ class GraphBuilder:
         if all(isinstance(x, Half) for x in xs) and len({x.base for x in xs}) == 1:
             return Half(xs[0].base, whole=True)  # rotate_half(x): the halves swapped
         rotated = [x for x in xs if isinstance(x, Act) and x.base is not None]
-        if (len(rotated) == 1 and all(x is rotated[0] or isinstance(x, Half) and x.base.src == rotated[0].base
-                                      for x in xs)):
-            return rotated[0]  # the rotated part of the head dim back with the part that passes through
-        if (feature_axis and len(xs) == 4 and all(isinstance(x, Strided) and x.count == 2 for x in xs)
-                and len({x.base for x in xs}) == 1):
+        if len(rotated) == 1 and all(
+            x is rotated[0] or isinstance(x, Half) and x.base.src == rotated[0].base for x in xs
+        ):
+            return rotated[
+                0
+            ]  # the rotated part of the head dim back with the part that passes through
+        if (
+            feature_axis
+            and len(xs) == 4
+            and all(isinstance(x, Strided) and x.count == 2 for x in xs)
+            and len({x.base for x in xs}) == 1
+        ):
             base = xs[0].base  # the four quarters of every 2 x 2 patch side by side: patch merging
             layer = self._emit(PatchMerge, name, (base.src,), expected=base.shape.elements, block=2)
-            return Act(layer, Shape(4 * base.shape.channels, base.shape.height // 2, base.shape.width // 2))
+            return Act(
+                layer, Shape(4 * base.shape.channels, base.shape.height // 2, base.shape.width // 2)
+            )
         if not feature_axis:
             raise Unsupported("concatenation along a dim other than the feature dim")
         acts = [self._act(x, "a concatenation") for x in xs]
         if len(acts) == 1:
             return acts[0]
         first = acts[0].shape
-        layer = self._emit(Concat, name, tuple(a.src for a in acts),
-                           expected=sum(a.shape.elements for a in acts))
+        layer = self._emit(
+            Concat, name, tuple(a.src for a in acts), expected=sum(a.shape.elements for a in acts)
+        )
         return Act(layer, Shape(sum(a.shape.channels for a in acts), first.height, first.width))
 
     def reshape(self, name: str, x: Value, ps_in: Sequence[int], ps_out: Sequence[int]) -> Value:
@@ -688,11 +877,15 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ products and attention
 
-    def matmul(self, name: str, a: Value, b: Value, ps_a: Sequence[int], bias: bool = False) -> Value:
+    def matmul(
+        self, name: str, a: Value, b: Value, ps_a: Sequence[int], bias: bool = False
+    ) -> Value:
         """``a @ b``: a Linear (``b`` learned, shape (Di, Do)), ``q @ k^T`` or ``scores @ v``."""
         if isinstance(b, Param):
             if len(b.shape) != 2:
-                raise Unsupported(f"product with the learned tensor '{b.name}' of rank {len(b.shape)} (need a matrix)")
+                raise Unsupported(
+                    f"product with the learned tensor '{b.name}' of rank {len(b.shape)} (need a matrix)"
+                )
             return self.linear(name, a, ps_a, b.shape[1], bias=bias, key=b.key)
         if isinstance(a, Param):
             raise Unsupported(f"product with the learned tensor '{a.name}' on the left")
@@ -712,8 +905,16 @@ class GraphBuilder:
     def _matmul_const(a: Value, b: Value) -> Value:
         raise Unsupported("product of an activation with a constant tensor")
 
-    def attention(self, name: str, q: Value, k: Value, v: Value, heads: int, bias: "Param | None" = None,
-                  window: int = 0) -> Act:
+    def attention(
+        self,
+        name: str,
+        q: Value,
+        k: Value,
+        v: Value,
+        heads: int,
+        bias: "Param | None" = None,
+        window: int = 0,
+    ) -> Act:
         """Scaled dot-product attention on q, k, v: pieces of one fused projection, or three
         activations; k and v may have fewer heads (grouped-query attention, repeated or not)."""
         parts = (q, k, v)
@@ -724,23 +925,35 @@ class GraphBuilder:
         if all(isinstance(p, Piece) for p in parts):
             same = len({p.act for p in parts}) == 1 and parts[0].count == 3
             if not same or [p.index for p in parts] != [0, 1, 2]:
-                raise Unsupported("attention on q, k, v that are not the three pieces, in order, of one projection")
+                raise Unsupported(
+                    "attention on q, k, v that are not the three pieces, in order, of one projection"
+                )
             fused, kv_heads = parts[0].act, heads
         elif all(isinstance(p, Act) for p in parts):
             qa, ka, va = parts
-            if ka.shape != va.shape or (qa.shape.height, qa.shape.width) != (ka.shape.height, ka.shape.width):
+            if ka.shape != va.shape or (qa.shape.height, qa.shape.width) != (
+                ka.shape.height,
+                ka.shape.width,
+            ):
                 raise Unsupported("attention on q, k, v of different lengths (cross-attention)")
-            if heads * ka.shape.channels % qa.shape.channels or qa.shape.channels % ka.shape.channels:
-                raise Unsupported(f"attention with {heads} query heads on q of {qa.shape.channels} and k of "
-                                  f"{ka.shape.channels} features")
+            if (
+                heads * ka.shape.channels % qa.shape.channels
+                or qa.shape.channels % ka.shape.channels
+            ):
+                raise Unsupported(
+                    f"attention with {heads} query heads on q of {qa.shape.channels} and k of "
+                    f"{ka.shape.channels} features"
+                )
             kv_heads = heads * ka.shape.channels // qa.shape.channels
             fused = self.concat(f"{name}.qkv", parts, feature_axis=True)
         else:
             raise Unsupported("attention on a mix of pieces and separate tensors")
         total = heads + 2 * kv_heads
         if fused.shape.channels % total:
-            raise Unsupported(f"attention with {heads} heads ({kv_heads} key/value heads) on "
-                              f"{fused.shape.channels} fused features")
+            raise Unsupported(
+                f"attention with {heads} heads ({kv_heads} key/value heads) on "
+                f"{fused.shape.channels} fused features"
+            )
         hidden = fused.shape.channels // total * heads
         attrs = {"heads": int(heads)}
         if kv_heads != heads:
@@ -748,8 +961,12 @@ class GraphBuilder:
         if window and window < fused.shape.spatial:
             attrs["window"] = int(window)
         if isinstance(bias, Param) and bias.key not in self._owners:
-            attrs["bias_params"] = math.prod(bias.shape)  # a learned bias shared by layers counts once
-        layer = self._emit(Attention, name, (fused.src,), expected=hidden * fused.shape.spatial, **attrs)
+            attrs["bias_params"] = math.prod(
+                bias.shape
+            )  # a learned bias shared by layers counts once
+        layer = self._emit(
+            Attention, name, (fused.src,), expected=hidden * fused.shape.spatial, **attrs
+        )
         if "bias_params" in attrs:
             self._owners[bias.key] = layer
         return Act(layer, Shape(hidden, fused.shape.height, fused.shape.width))
@@ -772,10 +989,21 @@ class GraphBuilder:
                     continue
                 gate = entry[1][0]
                 pair = [self._layers.get(gate), self._layers.get(up)]
-                if (all(e is not None and e[0] is Linear and e[2].get("per_position") and e[2].get("experts", 1) == 1
-                        for e in pair) and users.get(gate) == [gate_act] and users.get(up) == [name]
-                        and pair[0][1] == pair[1][1] and pair[0][2]["out_features"] == pair[1][2]["out_features"]
-                        and pair[0][2]["bias"] == pair[1][2]["bias"] and not {gate, up} & tied):
+                if (
+                    all(
+                        e is not None
+                        and e[0] is Linear
+                        and e[2].get("per_position")
+                        and e[2].get("experts", 1) == 1
+                        for e in pair
+                    )
+                    and users.get(gate) == [gate_act]
+                    and users.get(up) == [name]
+                    and pair[0][1] == pair[1][1]
+                    and pair[0][2]["out_features"] == pair[1][2]["out_features"]
+                    and pair[0][2]["bias"] == pair[1][2]["bias"]
+                    and not {gate, up} & tied
+                ):
                     found = (gate_act, gate, up, entry[2]["function"])
                     break
             if found is None:
@@ -787,7 +1015,11 @@ class GraphBuilder:
             expected = self._expected.get(gate, 0) * 2
             order = list(self._layers)
             at = order.index(gate)
-            self._layers[fused] = [Linear, g[1], {"out_features": 2 * width, "bias": g[2]["bias"], "per_position": True}]
+            self._layers[fused] = [
+                Linear,
+                g[1],
+                {"out_features": 2 * width, "bias": g[2]["bias"], "per_position": True},
+            ]
             self._expected[fused] = expected
             self._layers[name] = [Glu, (fused,), {"function": function}]
             for gone in (gate_act, gate, up):
@@ -816,9 +1048,13 @@ class GraphBuilder:
                 cls_p, ins_p, attrs_p = self._layers[part]
                 rope = cls_p is Activation and attrs_p.get("function") == "rope"
                 proj = ins_p[0] if rope else part
-                if (self._layers.get(proj, [None])[0] is not Linear or users.get(proj) != [part if rope else concat]
-                        or not self._layers[proj][2].get("per_position") or proj in tied
-                        or self._layers[proj][2].get("experts", 1) != 1):
+                if (
+                    self._layers.get(proj, [None])[0] is not Linear
+                    or users.get(proj) != [part if rope else concat]
+                    or not self._layers[proj][2].get("per_position")
+                    or proj in tied
+                    or self._layers[proj][2].get("experts", 1) != 1
+                ):
                     break
                 chain.append((proj, rope))
             else:
@@ -826,17 +1062,27 @@ class GraphBuilder:
                 sources = {self._layers[p][1] for p in projs}
                 biases = {self._layers[p][2]["bias"] for p in projs}
                 rotary = [r for _, r in chain]
-                if len(sources) != 1 or len(biases) != 1 or rotary not in ([False] * 3, [True, True, False]):
+                if (
+                    len(sources) != 1
+                    or len(biases) != 1
+                    or rotary not in ([False] * 3, [True, True, False])
+                ):
                     continue
                 out = sum(self._layers[p][2]["out_features"] for p in projs)
                 fused = self._unique(f"{name.rsplit('.', 1)[0]}.qkv")
                 first = projs[0]
-                self._layers[fused] = [Linear, self._layers[first][1],
-                                       {"out_features": out, "bias": biases.pop(), "per_position": True}]
-                self._expected[fused] = self._expected.get(first, 0) // max(1, self._layers[first][2]["out_features"]) \
+                self._layers[fused] = [
+                    Linear,
+                    self._layers[first][1],
+                    {"out_features": out, "bias": biases.pop(), "per_position": True},
+                ]
+                self._expected[fused] = (
+                    self._expected.get(first, 0)
+                    // max(1, self._layers[first][2]["out_features"])
                     * out
+                )
                 for p, rope in zip(projs, rotary):
-                    for gone in ((p, parts[projs.index(p)]) if rope else (p,)):
+                    for gone in (p, parts[projs.index(p)]) if rope else (p,):
                         self._layers.pop(gone, None)
                         self._expected.pop(gone, None)
                 self._layers.pop(concat)
@@ -848,7 +1094,6 @@ class GraphBuilder:
                 order.remove(fused)
                 order.insert(order.index(name), fused)
                 self._layers = {k: self._layers[k] for k in order}
-
 
     def build(self, name: str | None = None) -> Graph:
         """The finished graph; raises :class:`GraphError` listing every unsupported operator."""
@@ -862,7 +1107,10 @@ class GraphBuilder:
                 parts.append(f"{op} x{count} at {shown}" + (f" ({reason})" if reason else ""))
             raise GraphError(
                 f"model '{name}': {sum(self._problems.values())} operator(s) the {self.frontend} importer cannot "
-                f"map to the layer graph: " + "; ".join(parts) + ". Supported: " + SUPPORTED[self.frontend]
+                f"map to the layer graph: "
+                + "; ".join(parts)
+                + ". Supported: "
+                + SUPPORTED[self.frontend]
             )
         if self.input_shape is None:
             raise GraphError(f"model '{name}': has no input")
@@ -872,8 +1120,11 @@ class GraphBuilder:
         self._fuse_gates()
         layers = tuple(cls(n, inputs, **attrs) for n, (cls, inputs, attrs) in self._layers.items())
         tied = tuple(self._tied)
-        graph = (TiedGraph(name, self.input_shape, layers, tied=tied) if tied
-                 else Graph(name, self.input_shape, layers))
+        graph = (
+            TiedGraph(name, self.input_shape, layers, tied=tied)
+            if tied
+            else Graph(name, self.input_shape, layers)
+        )
         try:
             info = graph.analyze()
         except GraphError as exc:
@@ -946,8 +1197,12 @@ def input_shape_of(input_shape, name: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(d) for d in input_shape)
     except (TypeError, ValueError):
-        raise ConfigError(f"model '{name}': input_shape must be a tuple of ints without the batch dim "
-                          f"(got {input_shape!r})") from None
+        raise ConfigError(
+            f"model '{name}': input_shape must be a tuple of ints without the batch dim "
+            f"(got {input_shape!r})"
+        ) from None
     if not shape or min(shape) <= 0:
-        raise ConfigError(f"model '{name}': input_shape must be positive sizes without the batch dim (got {shape})")
+        raise ConfigError(
+            f"model '{name}': input_shape must be positive sizes without the batch dim (got {shape})"
+        )
     return shape

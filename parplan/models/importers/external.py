@@ -48,7 +48,9 @@ def load_external(spec) -> Graph | None:
     if path.suffix.lower() != ".py":
         return None
     if not factory.isidentifier():
-        raise ConfigError(f"model '{text}': name the factory function after the file, e.g. '{path}:build_model'")
+        raise ConfigError(
+            f"model '{text}': name the factory function after the file, e.g. '{path}:build_model'"
+        )
     if not path.is_file():
         raise ConfigError(f"model '{text}': no such file '{path}'")
     import importlib.util
@@ -58,7 +60,9 @@ def load_external(spec) -> Graph | None:
     try:
         module_spec.loader.exec_module(module)  # the user's own file, named on the command line
     except Exception as exc:  # the user's code: one line saying what and where, no traceback
-        raise ConfigError(f"model '{text}': importing '{path}' failed: {_user_error(exc)}") from None
+        raise ConfigError(
+            f"model '{text}': importing '{path}' failed: {_user_error(exc)}"
+        ) from None
     build = getattr(module, factory, None)
     if not callable(build):
         raise ConfigError(f"model '{text}': '{path}' has no function '{factory}'")
@@ -81,8 +85,12 @@ def _user_error(exc: BaseException) -> str:
     """One line for an error raised by a user's model file: its type, message and line."""
     import traceback
 
-    if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("torch", "torchvision", "transformers"):
-        return f"it imports {exc.name}, which is not installed (pip install -e \".[torch]\")"
+    if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in (
+        "torch",
+        "torchvision",
+        "transformers",
+    ):
+        return f'it imports {exc.name}, which is not installed (pip install -e ".[torch]")'
     if isinstance(exc, SyntaxError):
         return f"SyntaxError at line {exc.lineno}: {exc.msg}"
     frames = traceback.extract_tb(exc.__traceback__)

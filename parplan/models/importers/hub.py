@@ -34,8 +34,21 @@ __all__ = ["HUB_PREFIXES", "hf_model", "import_torchvision", "load_hub", "torchv
 HUB_PREFIXES = ("hf:", "tv:")
 
 #: Encoder-only model types: the base model (with its pooler), not a causal LM head.
-ENCODERS = frozenset({"bert", "roberta", "xlm-roberta", "albert", "distilbert", "electra", "deberta", "deberta-v2",
-                      "mpnet", "camembert", "ernie"})
+ENCODERS = frozenset(
+    {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "albert",
+        "distilbert",
+        "electra",
+        "deberta",
+        "deberta-v2",
+        "mpnet",
+        "camembert",
+        "ernie",
+    }
+)
 
 #: Longest default sequence of a Hugging Face model (its own maximum may be far larger).
 DEFAULT_MAX_SEQ = 2048
@@ -52,8 +65,10 @@ def load_hub(spec: str) -> Graph | None:
         import torch  # noqa: F401  (the libraries build their models with it)
     except ImportError:
         extra = "hf" if prefix == "hf:" else "vision"
-        raise ConfigError(f"model '{text}' is built with torch, which is not installed: "
-                          f'pip install -e ".[{extra}]"') from None
+        raise ConfigError(
+            f"model '{text}' is built with torch, which is not installed: "
+            f'pip install -e ".[{extra}]"'
+        ) from None
     from parplan.models.importers.api import from_torch
 
     if prefix == "hf:":
@@ -62,7 +77,9 @@ def load_hub(spec: str) -> Graph | None:
         return from_torch(model, (seq,), name=f"hf:{name}", integer_input=True)
     image = options.pop("image", 224)
     if options:
-        raise ConfigError(f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})")
+        raise ConfigError(
+            f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
+        )
     return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
 
 
@@ -79,7 +96,9 @@ def parse_spec(spec: str) -> tuple[str, str, dict]:
 def _parse(body: str, text: str) -> tuple[str, dict]:
     parts = [p.strip() for p in body.split(",") if p.strip()]
     if not parts:
-        raise ConfigError(f"model '{text}': name a model after the prefix, e.g. hf:gpt2 or tv:resnet50")
+        raise ConfigError(
+            f"model '{text}': name a model after the prefix, e.g. hf:gpt2 or tv:resnet50"
+        )
     options = {}
     for part in parts[1:]:
         key, eq, value = part.partition("=")
@@ -105,8 +124,9 @@ def import_torchvision():
     try:
         import torchvision
     except ModuleNotFoundError:
-        raise ConfigError('torchvision is not installed; install the optional extra with pip install -e ".[vision]"')\
-            from None
+        raise ConfigError(
+            'torchvision is not installed; install the optional extra with pip install -e ".[vision]"'
+        ) from None
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
             raise
@@ -115,7 +135,7 @@ def import_torchvision():
         for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
             del sys.modules[key]
         register = torch.library.register_fake
-        torch.library.register_fake = lambda *a, **k: (lambda f: f)
+        torch.library.register_fake = lambda *a, **k: lambda f: f
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -161,7 +181,9 @@ def _local_config(spec: str) -> tuple[str, dict] | None:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"model 'hf:{spec}': not a JSON configuration ({exc})") from None
     if not isinstance(settings, dict) or not isinstance(settings.get("model_type"), str):
-        raise ConfigError(f"model 'hf:{spec}': a Hugging Face config.json names its \"model_type\" (this one does not)")
+        raise ConfigError(
+            f"model 'hf:{spec}': a Hugging Face config.json names its \"model_type\" (this one does not)"
+        )
     settings = dict(settings)
     model_type = settings.pop("model_type")
     for key in ("architectures", "transformers_version", "_name_or_path", "torch_dtype"):
@@ -169,7 +191,9 @@ def _local_config(spec: str) -> tuple[str, dict] | None:
     return model_type, settings
 
 
-def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = None, device: str = "meta"):
+def hf_model(
+    model_type: str, overrides: dict | None = None, seq: int | None = None, device: str = "meta"
+):
     """(model, seq): a Hugging Face model of ``model_type`` from its default configuration with
     ``overrides``, weights on ``device`` (``meta``: nothing allocated); a causal LM where the
     type is a decoder (its head included), else the base model (BERT-like encoders with their
@@ -184,27 +208,40 @@ def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = N
     try:
         import transformers
     except ModuleNotFoundError:
-        raise ConfigError('transformers is not installed; install the optional extra with pip install -e ".[hf]"')\
-            from None
+        raise ConfigError(
+            'transformers is not installed; install the optional extra with pip install -e ".[hf]"'
+        ) from None
     local = _local_config(model_type)
-    if local is not None:  # a checkpoint's own config.json: its model type and every setting it gives
+    if (
+        local is not None
+    ):  # a checkpoint's own config.json: its model type and every setting it gives
         model_type, settings = local
     elif "/" in model_type:
-        raise ConfigError(f"model 'hf:{model_type}': a Hugging Face hub id needs the network, which parplan does "
-                          "not use; download the model's config.json and give its path: hf:path/to/config.json")
+        raise ConfigError(
+            f"model 'hf:{model_type}': a Hugging Face hub id needs the network, which parplan does "
+            "not use; download the model's config.json and give its path: hf:path/to/config.json"
+        )
     else:
         settings = {}
     try:
         config = transformers.AutoConfig.for_model(model_type, **settings)
     except ValueError:
-        raise ConfigError(f"transformers has no model type '{model_type}' (e.g. gpt2, bert, llama, mistral, "
-                          "mixtral, t5, qwen2)") from None
+        raise ConfigError(
+            f"transformers has no model type '{model_type}' (e.g. gpt2, bert, llama, mistral, "
+            "mixtral, t5, qwen2)"
+        ) from None
     for key, value in (overrides or {}).items():
         if not hasattr(config, key):
             raise ConfigError(f"model 'hf:{model_type}': its configuration has no '{key}'")
         setattr(config, key, value)
-    positions = next((getattr(config, k) for k in ("max_position_embeddings", "n_positions", "n_ctx")
-                      if isinstance(getattr(config, k, None), int)), DEFAULT_MAX_SEQ)
+    positions = next(
+        (
+            getattr(config, k)
+            for k in ("max_position_embeddings", "n_positions", "n_ctx")
+            if isinstance(getattr(config, k, None), int)
+        ),
+        DEFAULT_MAX_SEQ,
+    )
     seq = int(seq) if seq is not None else min(positions, DEFAULT_MAX_SEQ)
     if seq <= 0:
         raise ConfigError(f"model 'hf:{model_type}': seq must be positive (got {seq})")
@@ -220,6 +257,8 @@ def hf_model(model_type: str, overrides: dict | None = None, seq: int | None = N
             except ValueError:
                 return transformers.AutoModel.from_config(config), seq
     except Exception as exc:  # the library rejects this configuration; say so in one line
-        raise ConfigError(f"model 'hf:{model_type}': transformers cannot build it with these options "
-                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
-                          "check the overrides (e.g. token ids such as pad_token_id must fit vocab_size)") from None
+        raise ConfigError(
+            f"model 'hf:{model_type}': transformers cannot build it with these options "
+            f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+            "check the overrides (e.g. token ids such as pad_token_id must fit vocab_size)"
+        ) from None

@@ -61,9 +61,20 @@ except ModuleNotFoundError:  # pragma: no cover - exercised only without onnx
 
 INSTALL_HINT = 'onnx is not installed; install the optional extra with pip install -e ".[onnx]"'
 
-_ACTIVATIONS = {"Relu": "relu", "Gelu": "gelu", "Sigmoid": "sigmoid", "Tanh": "tanh", "LeakyRelu": "leaky_relu",
-                "Elu": "elu", "Softmax": "softmax", "LogSoftmax": "softmax", "Dropout": "dropout",
-                "HardSwish": "hardswish", "HardSigmoid": "hardsigmoid", "Erf": "erf"}
+_ACTIVATIONS = {
+    "Relu": "relu",
+    "Gelu": "gelu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "LeakyRelu": "leaky_relu",
+    "Elu": "elu",
+    "Softmax": "softmax",
+    "LogSoftmax": "softmax",
+    "Dropout": "dropout",
+    "HardSwish": "hardswish",
+    "HardSigmoid": "hardsigmoid",
+    "Erf": "erf",
+}
 _VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Cast", "Flatten"})
 #: Operators whose output depends only on the shape of their data input, not its values.
 _SHAPE_OPS = frozenset({"Shape", "Size", "ConstantOfShape", "EyeLike"})
@@ -85,7 +96,9 @@ def from_onnx(path_or_model, name: str | None = None, *, input_shape=None) -> Gr
     try:
         model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # onnx raises InferenceError / ValidationError subclasses
-        raise GraphError(f"model '{name}': ONNX shape inference failed ({type(exc).__name__}: {exc})") from None
+        raise GraphError(
+            f"model '{name}': ONNX shape inference failed ({type(exc).__name__}: {exc})"
+        ) from None
     return _Converter(model, name).run()
 
 
@@ -98,7 +111,9 @@ def _load(path_or_model) -> tuple[Any, str]:
     try:
         model = onnx.load(str(path))
     except Exception as exc:  # protobuf DecodeError and friends
-        raise ConfigError(f"ONNX model '{path}': cannot read it ({type(exc).__name__}: {exc})") from None
+        raise ConfigError(
+            f"ONNX model '{path}': cannot read it ({type(exc).__name__}: {exc})"
+        ) from None
     return model, path.stem
 
 
@@ -112,11 +127,15 @@ def _fix_input(model, name: str, input_shape):
     inputs = _data_inputs(model.graph)
     if len(inputs) != 1:
         names = ", ".join(v.name for v in inputs) or "none"
-        raise GraphError(f"model '{name}': needs exactly one data input (not an initializer); has {names}")
+        raise GraphError(
+            f"model '{name}': needs exactly one data input (not an initializer); has {names}"
+        )
     value = inputs[0]
     dims = value.type.tensor_type.shape.dim
     if len(dims) < 1:
-        raise GraphError(f"model '{name}': input '{value.name}' has no shape; give its rank with a batch dim")
+        raise GraphError(
+            f"model '{name}': input '{value.name}' has no shape; give its rank with a batch dim"
+        )
     if input_shape is not None:
         per_sample = [int(d) for d in input_shape]
     else:
@@ -149,7 +168,9 @@ class _Converter:
         self.shapes: dict[str, tuple[int, ...] | None] = {}
         for v in (*self.graph.input, *self.graph.value_info, *self.graph.output):
             dims = v.type.tensor_type.shape.dim
-            known = all(d.HasField("dim_value") for d in dims) and v.type.tensor_type.HasField("shape")
+            known = all(d.HasField("dim_value") for d in dims) and v.type.tensor_type.HasField(
+                "shape"
+            )
             self.shapes[v.name] = tuple(int(d.dim_value) for d in dims) if known else None
         self.handlers = self._handlers()
         self.inits = {t.name: t for t in self.graph.initializer}
@@ -162,8 +183,13 @@ class _Converter:
             self.values[init.name] = Param(init.name, init.name, tuple(int(d) for d in init.dims))
         (data,) = _data_inputs(self.graph)
         elem = data.type.tensor_type.elem_type
-        integer = elem in (TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
-                           TensorProto.UINT8)
+        integer = elem in (
+            TensorProto.INT64,
+            TensorProto.INT32,
+            TensorProto.INT16,
+            TensorProto.INT8,
+            TensorProto.UINT8,
+        )
         self.values[data.name] = self.b.input(self.shapes[data.name][1:], integer)
         for i, node in enumerate(self.graph.node):
             self._node(i, node)
@@ -189,7 +215,9 @@ class _Converter:
         if any(v is BAD for v in ins):
             self._set(node, [BAD] * len(node.output))
             return
-        lookup = node.op_type == "Gather" and isinstance(ins[0], Param)  # positions: a table read by constants
+        lookup = node.op_type == "Gather" and isinstance(
+            ins[0], Param
+        )  # positions: a table read by constants
         if not lookup and not any(is_data(v) for v in ins if v is not None):
             self._set(node, [self._no_data(node, ins)] * len(node.output))
             return
@@ -271,39 +299,58 @@ class _Converter:
     def _handlers(self) -> dict[str, Callable]:
         b = self.b
         table: dict[str, Callable] = {
-            op: (lambda n, node, ins, f=fn: b.activation(n, ins[0], f)) for op, fn in _ACTIVATIONS.items()
+            op: (lambda n, node, ins, f=fn: b.activation(n, ins[0], f))
+            for op, fn in _ACTIVATIONS.items()
         }
-        table.update({
-            "Conv": self._conv,
-            "Gemm": self._gemm,
-            "MatMul": lambda n, node, ins: b.matmul(n, ins[0], self._retie(ins[1]), self._ps(node.input[0])),
-            "BatchNormalization": self._batchnorm,
-            "LayerNormalization": self._layernorm,
-            "MaxPool": lambda n, node, ins: self._pool(n, node, ins, "max"),
-            "AveragePool": lambda n, node, ins: self._pool(n, node, ins, "avg"),
-            "GlobalAveragePool": lambda n, node, ins: b.pool(n, ins[0], self._ps(node.input[0]),
-                                                             self._ps(node.output[0]), "avg", adaptive=True),
-            "GlobalMaxPool": lambda n, node, ins: b.pool(n, ins[0], self._ps(node.input[0]),
-                                                         self._ps(node.output[0]), "max", adaptive=True),
-            "Add": lambda n, node, ins: b.add(n, ins[0], ins[1]),
-            "Sub": lambda n, node, ins: b.add(n, ins[0], ins[1]),
-            "Mul": lambda n, node, ins: b.mul(n, ins[0], ins[1]),
-            "Div": self._div,
-            "Pow": lambda n, node, ins: b.derive(ins[0]),
-            "Neg": lambda n, node, ins: b.derive(ins[0]),
-            "Sqrt": lambda n, node, ins: b.activation(n, ins[0], "sqrt"),
-            "Reciprocal": lambda n, node, ins: b.activation(n, ins[0], "reciprocal"),
-            "Clip": self._clip,
-            "SimplifiedLayerNormalization": self._rmsnorm,
-            "RMSNormalization": self._rmsnorm,
-            "Where": self._where,
-            "Concat": self._concat,
-            "Split": self._split,
-            "Gather": self._gather,
-            "ReduceMean": self._reduce_mean,
-        })
+        table.update(
+            {
+                "Conv": self._conv,
+                "Gemm": self._gemm,
+                "MatMul": lambda n, node, ins: b.matmul(
+                    n, ins[0], self._retie(ins[1]), self._ps(node.input[0])
+                ),
+                "BatchNormalization": self._batchnorm,
+                "LayerNormalization": self._layernorm,
+                "MaxPool": lambda n, node, ins: self._pool(n, node, ins, "max"),
+                "AveragePool": lambda n, node, ins: self._pool(n, node, ins, "avg"),
+                "GlobalAveragePool": lambda n, node, ins: b.pool(
+                    n,
+                    ins[0],
+                    self._ps(node.input[0]),
+                    self._ps(node.output[0]),
+                    "avg",
+                    adaptive=True,
+                ),
+                "GlobalMaxPool": lambda n, node, ins: b.pool(
+                    n,
+                    ins[0],
+                    self._ps(node.input[0]),
+                    self._ps(node.output[0]),
+                    "max",
+                    adaptive=True,
+                ),
+                "Add": lambda n, node, ins: b.add(n, ins[0], ins[1]),
+                "Sub": lambda n, node, ins: b.add(n, ins[0], ins[1]),
+                "Mul": lambda n, node, ins: b.mul(n, ins[0], ins[1]),
+                "Div": self._div,
+                "Pow": lambda n, node, ins: b.derive(ins[0]),
+                "Neg": lambda n, node, ins: b.derive(ins[0]),
+                "Sqrt": lambda n, node, ins: b.activation(n, ins[0], "sqrt"),
+                "Reciprocal": lambda n, node, ins: b.activation(n, ins[0], "reciprocal"),
+                "Clip": self._clip,
+                "SimplifiedLayerNormalization": self._rmsnorm,
+                "RMSNormalization": self._rmsnorm,
+                "Where": self._where,
+                "Concat": self._concat,
+                "Split": self._split,
+                "Gather": self._gather,
+                "ReduceMean": self._reduce_mean,
+            }
+        )
         for op in _VIEWS:
-            table[op] = lambda n, node, ins: b.reshape(n, ins[0], self._ps(node.input[0]), self._ps(node.output[0]))
+            table[op] = lambda n, node, ins: b.reshape(
+                n, ins[0], self._ps(node.input[0]), self._ps(node.output[0])
+            )
         for op in _SHAPE_OPS:
             table[op] = lambda n, node, ins: CONST
         return table
@@ -318,21 +365,35 @@ class _Converter:
             return weight
         for table in self.tables:
             if list(self.inits[table].dims) == list(weight.shape)[::-1]:
-                if np.array_equal(numpy_helper.to_array(init).T, numpy_helper.to_array(self.inits[table])):
+                if np.array_equal(
+                    numpy_helper.to_array(init).T, numpy_helper.to_array(self.inits[table])
+                ):
                     return Param(table, weight.name, weight.shape)
         return weight
 
     def _conv(self, name: str, node, ins: list) -> Value:
         weight = ins[1]
         if not isinstance(weight, Param) or len(weight.shape) != 4:
-            raise Unsupported("a Conv whose weight is not a 4-D initializer (only 2-D convolutions)")
+            raise Unsupported(
+                "a Conv whose weight is not a 4-D initializer (only 2-D convolutions)"
+            )
         attrs = self._attrs(node)
         kernel = tuple(attrs.get("kernel_shape", weight.shape[2:]))
         padding = self._auto_pad(attrs, kernel, "Conv")
-        return self.b.conv2d(name, ins[0], self._ps(node.input[0]), self._ps(node.output[0]), weight.shape[0],
-                             kernel, tuple(attrs.get("strides", (1, 1))), padding, int(attrs.get("group", 1)),
-                             len(ins) > 2 and ins[2] is not None, tuple(attrs.get("dilations", (1, 1))),
-                             key=weight.key)
+        return self.b.conv2d(
+            name,
+            ins[0],
+            self._ps(node.input[0]),
+            self._ps(node.output[0]),
+            weight.shape[0],
+            kernel,
+            tuple(attrs.get("strides", (1, 1))),
+            padding,
+            int(attrs.get("group", 1)),
+            len(ins) > 2 and ins[2] is not None,
+            tuple(attrs.get("dilations", (1, 1))),
+            key=weight.key,
+        )
 
     def _gemm(self, name: str, node, ins: list) -> Value:
         attrs = self._attrs(node)
@@ -359,7 +420,9 @@ class _Converter:
             raise Unsupported("LayerNormalization over more than the last axis")
         scale = ins[1]
         if not isinstance(scale, Param) or len(ins) < 3 or ins[2] is None:
-            raise Unsupported("LayerNormalization without initializer scale and bias (the IR counts both)")
+            raise Unsupported(
+                "LayerNormalization without initializer scale and bias (the IR counts both)"
+            )
         return self.b.norm(name, ins[0], "layer", scale.shape[0], True)
 
     def _pool(self, name: str, node, ins: list, mode: str) -> Value:
@@ -370,8 +433,17 @@ class _Converter:
         if any(d != 1 for d in attrs.get("dilations", (1, 1))):
             raise Unsupported("dilated pooling")
         padding = self._auto_pad(attrs, kernel, "pooling")
-        return self.b.pool(name, ins[0], self._ps(node.input[0]), self._ps(node.output[0]), mode, kernel,
-                           tuple(attrs.get("strides", (1, 1))), padding, bool(attrs.get("ceil_mode", 0)))
+        return self.b.pool(
+            name,
+            ins[0],
+            self._ps(node.input[0]),
+            self._ps(node.output[0]),
+            mode,
+            kernel,
+            tuple(attrs.get("strides", (1, 1))),
+            padding,
+            bool(attrs.get("ceil_mode", 0)),
+        )
 
     def _where(self, name: str, node, ins: list) -> Value:
         data = [v for v in ins[1:] if is_data(v)]
@@ -395,12 +467,19 @@ class _Converter:
         axis = int(self._attrs(node).get("axis", 0))
         if isinstance(data, Param):
             if axis != 0 or len(data.shape) != 2:
-                raise Unsupported("Gather from an initializer that is not an embedding table (axis 0 of a matrix)")
+                raise Unsupported(
+                    "Gather from an initializer that is not an embedding table (axis 0 of a matrix)"
+                )
             if data.key in self.inits:
                 self.tables.append(data.key)
             return self.b.embedding(name, indices, data.shape[0], data.shape[1], key=data.key)
         ps_in, ps_out = self._ps(node.input[0]), self._ps(node.output[0])
-        if indices is CONST and len(ps_in) == 2 and axis % (len(ps_in) + 1) == 1 and len(ps_out) == 1:
+        if (
+            indices is CONST
+            and len(ps_in) == 2
+            and axis % (len(ps_in) + 1) == 1
+            and len(ps_out) == 1
+        ):
             return self.b.reduce_positions(name, data, "picking one position")
         raise Unsupported("Gather from an activation other than picking one position")
 
@@ -432,7 +511,11 @@ class _Converter:
     def _constant(self, name: str):
         """The scalar value of an initializer or Constant output (None if not a known scalar)."""
         value = self._array(name)
-        return float(np.asarray(value).reshape(())) if value is not None and np.asarray(value).size == 1 else None
+        return (
+            float(np.asarray(value).reshape(()))
+            if value is not None and np.asarray(value).size == 1
+            else None
+        )
 
     def _axes(self, node):
         """A reduction's axes: the attribute (opset < 18) or the constant second input."""
@@ -445,8 +528,14 @@ class _Converter:
     def _rmsnorm(self, name: str, node, ins: list) -> Value:
         scale = ins[1] if len(ins) > 1 else None
         channels = self._ps(node.input[0])[-1]
-        return self.b.norm(name, ins[0], "rms", channels, isinstance(scale, Param),
-                           key=scale.key if isinstance(scale, Param) else None)
+        return self.b.norm(
+            name,
+            ins[0],
+            "rms",
+            channels,
+            isinstance(scale, Param),
+            key=scale.key if isinstance(scale, Param) else None,
+        )
 
     def _reduce_mean(self, name: str, node, ins: list) -> Value:
         x = ins[0]

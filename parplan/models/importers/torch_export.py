@@ -73,52 +73,150 @@ def _user_shape(shape) -> str:
         return "(" + ", ".join([head, *map(str, dims[1:])]) + ")"
     return str(tuple(dims))
 
+
 #: Operators that only reinterpret a tensor (pass-through in the IR, a learned tensor stays one).
-VIEWS = frozenset({
-    "aten.view", "aten.reshape", "aten._unsafe_view", "aten.permute", "aten.transpose", "aten.t",
-    "aten.contiguous", "aten.clone", "aten.alias", "aten.detach", "aten.unsqueeze", "aten.squeeze",
-    "aten.flatten", "aten.unflatten", "aten.expand", "aten.to", "aten._to_copy", "aten.type_as",
-    "aten.lift_fresh_copy", "aten.view_as", "aten.reshape_as", "aten.expand_as", "aten.movedim",
-    "aten.swapaxes", "aten.mT", "aten.numpy_T", "aten.roll",
-})
+VIEWS = frozenset(
+    {
+        "aten.view",
+        "aten.reshape",
+        "aten._unsafe_view",
+        "aten.permute",
+        "aten.transpose",
+        "aten.t",
+        "aten.contiguous",
+        "aten.clone",
+        "aten.alias",
+        "aten.detach",
+        "aten.unsqueeze",
+        "aten.squeeze",
+        "aten.flatten",
+        "aten.unflatten",
+        "aten.expand",
+        "aten.to",
+        "aten._to_copy",
+        "aten.type_as",
+        "aten.lift_fresh_copy",
+        "aten.view_as",
+        "aten.reshape_as",
+        "aten.expand_as",
+        "aten.movedim",
+        "aten.swapaxes",
+        "aten.mT",
+        "aten.numpy_T",
+        "aten.roll",
+    }
+)
 #: Element-wise functions with a name (an Activation layer; on scores, statistics or halves
 #: they pass through).
 ACTIVATIONS = {
-    "aten.relu": "relu", "aten.relu_": "relu", "aten.gelu": "gelu", "aten.gelu_": "gelu", "aten.silu": "silu",
-    "aten.silu_": "silu", "aten.sigmoid": "sigmoid", "aten.sigmoid_": "sigmoid", "aten.tanh": "tanh",
-    "aten.tanh_": "tanh", "aten.hardtanh": "relu6", "aten.hardtanh_": "relu6", "aten.relu6": "relu6",
-    "aten.hardswish": "hardswish", "aten.hardswish_": "hardswish", "aten.hardsigmoid": "hardsigmoid",
-    "aten.hardsigmoid_": "hardsigmoid", "aten.leaky_relu": "leaky_relu", "aten.leaky_relu_": "leaky_relu",
-    "aten.elu": "elu", "aten.elu_": "elu", "aten.mish": "mish", "aten.softplus": "softplus",
-    "aten.softmax": "softmax", "aten._softmax": "softmax", "aten.log_softmax": "softmax",
-    "aten._log_softmax": "softmax", "aten.dropout": "dropout", "aten.dropout_": "dropout",
-    "aten.native_dropout": "dropout", "aten.feature_dropout": "dropout", "aten.erf": "erf",
-    "aten.clamp": "clip", "aten.clamp_": "clip", "aten.clamp_min": "relu", "aten.clamp_min_": "relu",
-    "aten.rsqrt": "rsqrt", "aten.sqrt": "sqrt", "aten.reciprocal": "reciprocal", "aten.exp": "exp",
-    "aten.log": "log", "aten.abs": "abs", "aten.sin": "sin", "aten.cos": "cos",
+    "aten.relu": "relu",
+    "aten.relu_": "relu",
+    "aten.gelu": "gelu",
+    "aten.gelu_": "gelu",
+    "aten.silu": "silu",
+    "aten.silu_": "silu",
+    "aten.sigmoid": "sigmoid",
+    "aten.sigmoid_": "sigmoid",
+    "aten.tanh": "tanh",
+    "aten.tanh_": "tanh",
+    "aten.hardtanh": "relu6",
+    "aten.hardtanh_": "relu6",
+    "aten.relu6": "relu6",
+    "aten.hardswish": "hardswish",
+    "aten.hardswish_": "hardswish",
+    "aten.hardsigmoid": "hardsigmoid",
+    "aten.hardsigmoid_": "hardsigmoid",
+    "aten.leaky_relu": "leaky_relu",
+    "aten.leaky_relu_": "leaky_relu",
+    "aten.elu": "elu",
+    "aten.elu_": "elu",
+    "aten.mish": "mish",
+    "aten.softplus": "softplus",
+    "aten.softmax": "softmax",
+    "aten._softmax": "softmax",
+    "aten.log_softmax": "softmax",
+    "aten._log_softmax": "softmax",
+    "aten.dropout": "dropout",
+    "aten.dropout_": "dropout",
+    "aten.native_dropout": "dropout",
+    "aten.feature_dropout": "dropout",
+    "aten.erf": "erf",
+    "aten.clamp": "clip",
+    "aten.clamp_": "clip",
+    "aten.clamp_min": "relu",
+    "aten.clamp_min_": "relu",
+    "aten.rsqrt": "rsqrt",
+    "aten.sqrt": "sqrt",
+    "aten.reciprocal": "reciprocal",
+    "aten.exp": "exp",
+    "aten.log": "log",
+    "aten.abs": "abs",
+    "aten.sin": "sin",
+    "aten.cos": "cos",
 }
 #: Element-wise maps without a name of their own (completed by a pattern: GELU, RMS norm, RoPE).
 DERIVED = frozenset({"aten.pow", "aten.neg", "aten.square"})
 #: Operators with no effect on the planned graph.
-IGNORED = frozenset({"aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range_for_size",
-                     "aten._assert_async", "aten.sym_size", "aten.sym_numel"})
+IGNORED = frozenset(
+    {
+        "aten._assert_tensor_metadata",
+        "aten._assert_scalar",
+        "aten.sym_constrain_range_for_size",
+        "aten._assert_async",
+        "aten.sym_size",
+        "aten.sym_numel",
+    }
+)
 
 #: Operators whose result is a constant for planning even on data: comparisons, masks and
 #: integer arithmetic on token ids, attention weights averaged for inspection.
-CONSTANT_RESULT = frozenset({
-    "aten.eq", "aten.ne", "aten.lt", "aten.le", "aten.gt", "aten.ge", "aten.logical_and", "aten.logical_or",
-    "aten.logical_not", "aten.__and__", "aten.__or__", "aten.bitwise_and", "aten.bitwise_or",
-    "aten.bitwise_not", "aten.argmax", "aten.argmin", "aten.cumsum", "aten.isnan", "aten.isinf",
-})
+CONSTANT_RESULT = frozenset(
+    {
+        "aten.eq",
+        "aten.ne",
+        "aten.lt",
+        "aten.le",
+        "aten.gt",
+        "aten.ge",
+        "aten.logical_and",
+        "aten.logical_or",
+        "aten.logical_not",
+        "aten.__and__",
+        "aten.__or__",
+        "aten.bitwise_and",
+        "aten.bitwise_or",
+        "aten.bitwise_not",
+        "aten.argmax",
+        "aten.argmin",
+        "aten.cumsum",
+        "aten.isnan",
+        "aten.isinf",
+    }
+)
 
 #: Operators that take dispatched tokens as such (the rest apply to each copy).
-DISPATCH_AWARE = frozenset({"aten.index", "aten.sum", "transformers.grouped_mm_fallback", "aten._grouped_mm",
-                            "getitem"})
+DISPATCH_AWARE = frozenset(
+    {"aten.index", "aten.sum", "transformers.grouped_mm_fallback", "aten._grouped_mm", "getitem"}
+)
 
 #: Operators whose result depends on a tensor's shape only.
-SHAPE_ONLY = frozenset({"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.new_empty", "aten.zeros_like",
-                        "aten.ones_like", "aten.full_like", "aten.empty_like", "aten.rand_like", "aten.randn_like",
-                        "aten.sym_size", "aten.sym_numel", "aten.size"})
+SHAPE_ONLY = frozenset(
+    {
+        "aten.new_zeros",
+        "aten.new_ones",
+        "aten.new_full",
+        "aten.new_empty",
+        "aten.zeros_like",
+        "aten.ones_like",
+        "aten.full_like",
+        "aten.empty_like",
+        "aten.rand_like",
+        "aten.randn_like",
+        "aten.sym_size",
+        "aten.sym_numel",
+        "aten.size",
+    }
+)
 
 _OPS: dict[str, Callable] = {}
 _MODULES: dict[type, Callable] = {}
@@ -178,7 +276,9 @@ def registered() -> list[str]:
 # --------------------------------------------------------------------------- capture
 
 
-def capture(module, input_shape: Sequence[int], name: str, integer_input: bool, kwargs: dict | None = None):
+def capture(
+    module, input_shape: Sequence[int], name: str, integer_input: bool, kwargs: dict | None = None
+):
     """``torch.export.export`` of ``module`` on an example batch of :data:`BATCH` samples of
     ``input_shape`` (token ids when ``integer_input``), on the device of its parameters
     (``meta`` works). Raises :class:`GraphError` saying where in the model capture failed."""
@@ -190,9 +290,11 @@ def capture(module, input_shape: Sequence[int], name: str, integer_input: bool, 
         module.eval()  # dropout and stochastic depth are identities in the planned step's cost
         return torch.export.export(module, (example,), dict(kwargs or {}), strict=False)
     except Exception as exc:  # torch.export raises many types; all mean "cannot capture"
-        raise GraphError(f"model '{name}': torch.export cannot capture it: {_where(exc)}"
-                         f"{type(exc).__name__}: {_first_line(exc)} (check input_shape: per sample, without the "
-                         f"batch dim, {tuple(input_shape)} here; and integer_input: {integer_input})") from None
+        raise GraphError(
+            f"model '{name}': torch.export cannot capture it: {_where(exc)}"
+            f"{type(exc).__name__}: {_first_line(exc)} (check input_shape: per sample, without the "
+            f"batch dim, {tuple(input_shape)} here; and integer_input: {integer_input})"
+        ) from None
     finally:
         for m, training in flags.items():
             m.training = training
@@ -211,7 +313,9 @@ def _where(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     if cause is not None:
         frames += traceback.extract_tb(cause.__traceback__)
-    user = [f for f in frames if not f.filename.startswith((torch_dir, own)) and "<" not in f.filename]
+    user = [
+        f for f in frames if not f.filename.startswith((torch_dir, own)) and "<" not in f.filename
+    ]
     if not user:
         return ""
     f = user[-1]
@@ -237,8 +341,10 @@ def from_exported(program, name: str, integer_input: bool | None = None, module=
 
 def is_aten_graph(gm) -> bool:
     """True if a GraphModule holds ATen operators with shape metadata (captured by torch.export)."""
-    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and "val" in n.meta
-               for n in gm.graph.nodes)
+    return any(
+        n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and "val" in n.meta
+        for n in gm.graph.nodes
+    )
 
 
 def _packet(target) -> str:
@@ -252,8 +358,9 @@ def _packet(target) -> str:
 
 
 class _Converter:
-    def __init__(self, graph, specs: dict, root: Callable, name: str, integer_input: bool | None,
-                 module=None) -> None:
+    def __init__(
+        self, graph, specs: dict, root: Callable, name: str, integer_input: bool | None, module=None
+    ) -> None:
         self.graph = graph
         self.module = module
         self.specs = specs
@@ -276,7 +383,9 @@ class _Converter:
             if node in skip:
                 continue
             if node.op == "placeholder":
-                self.values[node] = self._placeholder(node, self.specs.get(node.name, ("USER_INPUT", None)), first)
+                self.values[node] = self._placeholder(
+                    node, self.specs.get(node.name, ("USER_INPUT", None)), first
+                )
                 if isinstance(self.values[node], Act):
                     first = False
             elif node.op == "call_function":
@@ -345,6 +454,7 @@ class _Converter:
             def handler(n, a, kw, inner=inner, k=k):
                 out = inner(n, _undispatch(a), _undispatch(kw))
                 return _dispatch(out, k)
+
         # an operator reading what an unsupported one produced is not a root cause: not reported
         tainted = any(a in self.tainted for a in node.all_input_nodes)
         if tainted:
@@ -386,7 +496,10 @@ class _Converter:
         if hasattr(val, "shape"):
             return stand_in(f"<{label}>", self._ps(val) or (1,))
         if isinstance(val, (tuple, list)):
-            return [stand_in(f"<{label}>", self._ps(v) or (1,)) if hasattr(v, "shape") else BAD for v in val]
+            return [
+                stand_in(f"<{label}>", self._ps(v) or (1,)) if hasattr(v, "shape") else BAD
+                for v in val
+            ]
         return BAD
 
     # ------------------------------------------------------------------ shapes and names
@@ -401,7 +514,7 @@ class _Converter:
         for i, d in enumerate(shape):
             if d % self.batch == 0:
                 rest = d // self.batch
-                return shape[:i] + ((rest,) if rest > 1 else ()) + shape[i + 1:]
+                return shape[:i] + ((rest,) if rest > 1 else ()) + shape[i + 1 :]
         return None
 
     def ps(self, arg) -> tuple[int, ...]:
@@ -472,8 +585,14 @@ class _Converter:
                     inputs.append(a)
         outs = [n for n in nodes if any(u not in inside for u in n.users)]
         handler = _MODULES[klass]
-        call = Call(self.b, [self.values[a] for a in inputs], [self._ps(a.meta["val"]) for a in inputs],
-                    self._ps(outs[-1].meta["val"]) if outs else None, path, module=module)
+        call = Call(
+            self.b,
+            [self.values[a] for a in inputs],
+            [self._ps(a.meta["val"]) for a in inputs],
+            self._ps(outs[-1].meta["val"]) if outs else None,
+            path,
+            module=module,
+        )
         try:
             value = handler(call)
         except Unsupported as exc:
@@ -486,9 +605,17 @@ class _Converter:
     def _call_of(self, node, args) -> Call:
         tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
         val = node.meta.get("val")
-        return Call(self.b, [self.values.get(a, CONST) for a in tensors],
-                    [self._ps(a.meta["val"]) if hasattr(a.meta.get("val"), "shape") else None for a in tensors],
-                    self._ps(val) if hasattr(val, "shape") else None, self._label(node, own=True), args=tuple(args))
+        return Call(
+            self.b,
+            [self.values.get(a, CONST) for a in tensors],
+            [
+                self._ps(a.meta["val"]) if hasattr(a.meta.get("val"), "shape") else None
+                for a in tensors
+            ],
+            self._ps(val) if hasattr(val, "shape") else None,
+            self._label(node, own=True),
+            args=tuple(args),
+        )
 
     # ------------------------------------------------------------------ operators
 
@@ -548,7 +675,7 @@ class _Converter:
         op = _packet(node.target)
         function = ACTIVATIONS[op]
         if op == "aten.hardtanh" or op == "aten.hardtanh_":
-            low, high = (list(args[1:3]) + [-1.0, 1.0][len(args[1:3]):])
+            low, high = list(args[1:3]) + [-1.0, 1.0][len(args[1:3]) :]
             function = "relu6" if (low, high) == (0.0, 6.0) else "clip"
         return self.b.activation(self._label(node), args[0], function)
 
@@ -560,7 +687,11 @@ class _Converter:
             n_out = math.prod(node.meta["val"].shape)
             if n_out > n_in:
                 return self.b.repeat(x, n_out // n_in)
-        if isinstance(x, Act) and op in ("aten.unflatten", "aten.view", "aten.reshape") and self._stacks(node):
+        if (
+            isinstance(x, Act)
+            and op in ("aten.unflatten", "aten.view", "aten.reshape")
+            and self._stacks(node)
+        ):
             return self.b.stack(x, 3)
         if not isinstance(x, Act):
             return x
@@ -575,8 +706,12 @@ class _Converter:
         (a fused QKV projection taken apart, as nn.MultiheadAttention does)."""
         before, after = node.args[0].meta["val"].shape, node.meta["val"].shape
         k = len(before) - 1
-        if (len(after) <= k + 1 or tuple(after[:k]) != tuple(before[:k]) or after[k] != 3
-                or 3 * math.prod(after[k + 1:]) != before[-1]):
+        if (
+            len(after) <= k + 1
+            or tuple(after[:k]) != tuple(before[:k])
+            or after[k] != 3
+            or 3 * math.prod(after[k + 1 :]) != before[-1]
+        ):
             return False
         todo, seen = [node], set()
         while todo:
@@ -603,34 +738,61 @@ class _Converter:
             if transposed:
                 raise Unsupported("a transposed convolution")
         else:
-            stride, padding, dilation, groups = (rest + [1, 0, 1, 1][len(rest):])[:4]
+            stride, padding, dilation, groups = (rest + [1, 0, 1, 1][len(rest) :])[:4]
         if isinstance(padding, str):
             raise Unsupported("string padding")
         if len(weight.shape) != 4:
-            raise Unsupported(f"a {len(weight.shape) - 2}-D convolution (the IR has 2-D convolutions)")
-        return self.b.conv2d(self._label(node, own=True), x, self.ps(node.args[0]), self.out_ps(node),
-                             weight.shape[0], tuple(weight.shape[2:]), _pair(stride), _pair(padding), int(groups),
-                             bias is not None, _pair(dilation), key=weight.key)
+            raise Unsupported(
+                f"a {len(weight.shape) - 2}-D convolution (the IR has 2-D convolutions)"
+            )
+        return self.b.conv2d(
+            self._label(node, own=True),
+            x,
+            self.ps(node.args[0]),
+            self.out_ps(node),
+            weight.shape[0],
+            tuple(weight.shape[2:]),
+            _pair(stride),
+            _pair(padding),
+            int(groups),
+            bias is not None,
+            _pair(dilation),
+            key=weight.key,
+        )
 
     def _linear(self, node, args, kwargs) -> Value:
         x, weight = args[0], args[1]
         bias = args[2] if len(args) > 2 else kwargs.get("bias")
         if not isinstance(weight, Param) or len(weight.shape) != 2:
             raise Unsupported("a linear layer whose weight is not a learned matrix")
-        return self.b.linear(self._label(node, own=True), x, self.ps(node.args[0]), weight.shape[0],
-                             bias is not None, key=weight.key)
+        return self.b.linear(
+            self._label(node, own=True),
+            x,
+            self.ps(node.args[0]),
+            weight.shape[0],
+            bias is not None,
+            key=weight.key,
+        )
 
     def _addmm(self, node, args, kwargs) -> Value:
         bias, x, weight = args[0], args[1], args[2]
         if not isinstance(weight, Param) or len(weight.shape) != 2:
             return self._matmul(node, args[1:], kwargs)
-        return self.b.linear(self._label(node, own=True), x, self.ps(node.args[1]), weight.shape[1],
-                             isinstance(bias, Param), key=weight.key)
+        return self.b.linear(
+            self._label(node, own=True),
+            x,
+            self.ps(node.args[1]),
+            weight.shape[1],
+            isinstance(bias, Param),
+            key=weight.key,
+        )
 
     def _matmul(self, node, args, kwargs) -> Value:
         a, w = args[0], args[1]
         if isinstance(w, Param) and len(w.shape) == 2:
-            return self.b.linear(self._label(node), a, self.ps(node.args[0]), w.shape[1], False, key=w.key)
+            return self.b.linear(
+                self._label(node), a, self.ps(node.args[0]), w.shape[1], False, key=w.key
+            )
         ps = self.ps(node.args[0]) if is_data(a) else ()
         return self.b.matmul(self._label(node), a, w, ps)
 
@@ -640,16 +802,27 @@ class _Converter:
             raise Unsupported("an embedding whose table is not a learned matrix")
         if not is_data(ids):
             seq = self.b.input_shape.spatial if self.b.input_shape is not None else 0
-            if math.prod(node.meta["val"].shape) not in (seq * weight.shape[1], self.batch * seq * weight.shape[1]):
+            if math.prod(node.meta["val"].shape) not in (
+                seq * weight.shape[1],
+                self.batch * seq * weight.shape[1],
+            ):
                 return weight  # a learned tensor looked up by constant indices (a relative attention bias)
-        return self.b.embedding(self._label(node, own=True), ids, weight.shape[0], weight.shape[1], key=weight.key)
+        return self.b.embedding(
+            self._label(node, own=True), ids, weight.shape[0], weight.shape[1], key=weight.key
+        )
 
     def _batch_norm(self, node, args, kwargs) -> Value:
         weight, bias = args[1], args[2]
         if (weight is None) != (bias is None):
             raise Unsupported("batch norm with a weight but no bias (or the reverse)")
-        out = self.b.norm(self._label(node, own=True), args[0], "batch", self.ps(node.args[0])[0],
-                          weight is not None, key=weight.key if isinstance(weight, Param) else None)
+        out = self.b.norm(
+            self._label(node, own=True),
+            args[0],
+            "batch",
+            self.ps(node.args[0])[0],
+            weight is not None,
+            key=weight.key if isinstance(weight, Param) else None,
+        )
         if isinstance(node.meta.get("val"), (tuple, list)):
             return [out] + [CONST] * (len(node.meta["val"]) - 1)
         return out
@@ -662,16 +835,28 @@ class _Converter:
             raise Unsupported(f"layer norm over {_user_shape(shape)} (only over the last dim)")
         if (weight is None) != (bias is None):
             raise Unsupported("layer norm with a weight but no bias (the IR counts both)")
-        return self.b.norm(self._label(node, own=True), args[0], "layer", int(shape[0]), weight is not None,
-                           key=weight.key if isinstance(weight, Param) else None)
+        return self.b.norm(
+            self._label(node, own=True),
+            args[0],
+            "layer",
+            int(shape[0]),
+            weight is not None,
+            key=weight.key if isinstance(weight, Param) else None,
+        )
 
     def _rms_norm(self, node, args, kwargs) -> Value:
         shape = args[1]
         weight = args[2] if len(args) > 2 else None
         if len(shape) != 1:
             raise Unsupported(f"RMS norm over {_user_shape(shape)} (only over the last dim)")
-        return self.b.norm(self._label(node, own=True), args[0], "rms", int(shape[0]), weight is not None,
-                           key=weight.key if isinstance(weight, Param) else None)
+        return self.b.norm(
+            self._label(node, own=True),
+            args[0],
+            "rms",
+            int(shape[0]),
+            weight is not None,
+            key=weight.key if isinstance(weight, Param) else None,
+        )
 
     def _add(self, node, args, kwargs) -> Value:
         a, c = args[0], args[1]
@@ -695,7 +880,11 @@ class _Converter:
         x = args[0]
         dims = args[1] if len(args) > 1 else None
         rank = node.args[0].meta["val"].dim()
-        dims = [d % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims])] if dims is not None else []
+        dims = (
+            [d % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+            if dims is not None
+            else []
+        )
         keep = len(args) > 2 and bool(args[2])
         if isinstance(x, Scores):
             return CONST  # attention weights averaged over heads: returned for inspection only
@@ -703,7 +892,9 @@ class _Converter:
             return self.b.row_statistic(x)  # over the features, per position (RMS / layer norm)
         act = self.b._act(x, "a mean")  # noqa: SLF001 - the builder's check, with its message
         if math.prod(self.out_ps(node)) != act.shape.channels:
-            raise Unsupported("a mean over the feature dim (only over all positions, or per position with keepdim)")
+            raise Unsupported(
+                "a mean over the feature dim (only over all positions, or per position with keepdim)"
+            )
         return self.b.reduce_positions(self._label(node), act, "a mean")
 
     def _cat(self, node, args, kwargs) -> Value:
@@ -713,7 +904,14 @@ class _Converter:
         dim %= rank
         params = [t for t in tensors if isinstance(t, Param)]
         data = [t for t in tensors if is_data(t)]
-        if params and len(data) == 1 and len(tensors) == 2 and isinstance(tensors[0], Param) and rank == 3 and dim == 1:
+        if (
+            params
+            and len(data) == 1
+            and len(tensors) == 2
+            and isinstance(tensors[0], Param)
+            and rank == 3
+            and dim == 1
+        ):
             # a learned class token before the sequence
             count = self.ps(node)[0] - self.ps(node.args[0][1])[0]
             return self.b.tokens(self._label(node), tensors[0], data[0], count)
@@ -733,7 +931,9 @@ class _Converter:
         rank = node.args[0].meta["val"].dim()
         if isinstance(x, Act) and rank == 3 and dim % rank == 1:
             return self.b.reduce_positions(self._label(node), x, "picking one position")
-        raise Unsupported(f"selecting index {index} of dim {dim} of a rank-{rank} tensor (drops elements)")
+        raise Unsupported(
+            f"selecting index {index} of dim {dim} of a rank-{rank} tensor (drops elements)"
+        )
 
     def _slice(self, node, args, kwargs) -> Value:
         x = args[0]
@@ -745,14 +945,30 @@ class _Converter:
         dim %= len(shape)
         size = int(shape[dim])
         start = 0 if start is None else int(start) % size if int(start) < 0 else int(start)
-        end = size if end is None or int(end) >= size else int(end) % size if int(end) < 0 else int(end)
+        end = (
+            size
+            if end is None or int(end) >= size
+            else int(end) % size
+            if int(end) < 0
+            else int(end)
+        )
         if start == 0 and end >= size and step == 1:
             return x  # the whole tensor
         if dim == len(shape) - 1 and step == 1 and len(shape) >= 3 and isinstance(x, (Act, Half)):
-            return self.b.half(x)  # parts of the head dim: RoPE's halves, or the rotated part of partial rotary
-        if 0 < dim < len(shape) - 1 and step == 2 and start in (0, 1) and size % 2 == 0 and len(shape) == 4:
+            return self.b.half(
+                x
+            )  # parts of the head dim: RoPE's halves, or the rotated part of partial rotary
+        if (
+            0 < dim < len(shape) - 1
+            and step == 2
+            and start in (0, 1)
+            and size % 2 == 0
+            and len(shape) == 4
+        ):
             return self.b.stride2(x)  # every other row / column of a channels-last image
-        raise Unsupported(f"slicing [{start}:{end}:{step}] of dim {dim} of a {_user_shape(shape)} tensor (drops elements)")
+        raise Unsupported(
+            f"slicing [{start}:{end}:{step}] of dim {dim} of a {_user_shape(shape)} tensor (drops elements)"
+        )
 
     def _split(self, node, args, kwargs) -> Value:
         vals = node.meta.get("val")
@@ -779,10 +995,20 @@ class _Converter:
         q_ps = self.ps(node.args[0])
         if len(q_ps) != 3:
             raise Unsupported("attention on q that is not (batch, heads, seq, head_dim)")
-        q, k, v = args[0], args[1], args[2]  # with enable_gqa, k and v have fewer heads: read off their sizes
+        q, k, v = (
+            args[0],
+            args[1],
+            args[2],
+        )  # with enable_gqa, k and v have fewer heads: read off their sizes
         mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
-        return self.b.attention(self._label(node), q, k, v, heads=int(q_ps[0]),
-                                bias=mask if isinstance(mask, Param) else None)
+        return self.b.attention(
+            self._label(node),
+            q,
+            k,
+            v,
+            heads=int(q_ps[0]),
+            bias=mask if isinstance(mask, Param) else None,
+        )
 
     def _pool(self, node, args, mode: str) -> Value:
         kernel = args[1]
@@ -795,8 +1021,17 @@ class _Converter:
                 raise Unsupported("dilated pooling")
         else:
             ceil = args[4] if len(args) > 4 else False
-        return self.b.pool(self._label(node), args[0], self.ps(node.args[0]), self._pool_out(node), mode,
-                           _pair(kernel), _pair(stride), _pair(padding), bool(ceil))
+        return self.b.pool(
+            self._label(node),
+            args[0],
+            self.ps(node.args[0]),
+            self._pool_out(node),
+            mode,
+            _pair(kernel),
+            _pair(stride),
+            _pair(padding),
+            bool(ceil),
+        )
 
     def _index(self, node, args, kwargs) -> Value:
         """Rows of a tensor picked by computed indices: the router's dispatch of tokens to their
@@ -816,22 +1051,31 @@ class _Converter:
     def _sum(self, node, args, kwargs) -> Value:
         x, dims = args[0], args[1] if len(args) > 1 else None
         shape = node.args[0].meta["val"].shape
-        if isinstance(x, Dispatched) and isinstance(dims, (list, tuple)) and len(dims) == 1 \
-                and int(shape[dims[0]]) == x.k:
+        if (
+            isinstance(x, Dispatched)
+            and isinstance(dims, (list, tuple))
+            and len(dims) == 1
+            and int(shape[dims[0]]) == x.k
+        ):
             return x.value  # the weighted copies summed: the experts combined
         raise Unsupported("a sum over a dim (only combining the experts' copies of each token)")
 
     def _grouped_mm(self, node, args, kwargs) -> Value:
         x, weight = args[0], args[1]
         if not isinstance(weight, Param) or len(weight.shape) != 3:
-            raise Unsupported("a grouped product whose weight is not a learned (experts, in, out) tensor")
-        return self.b.expert_linear(self._label(node), x, int(node.meta["val"].shape[-1]), weight.shape[0],
-                                    key=weight.key)
+            raise Unsupported(
+                "a grouped product whose weight is not a learned (experts, in, out) tensor"
+            )
+        return self.b.expert_linear(
+            self._label(node), x, int(node.meta["val"].shape[-1]), weight.shape[0], key=weight.key
+        )
 
     def _pad(self, node, args, kwargs) -> Value:
         pads = args[1]
         if any(int(p) for p in pads):
-            raise Unsupported(f"padding by {tuple(pads)} (only a zero pad, e.g. to a window multiple already met)")
+            raise Unsupported(
+                f"padding by {tuple(pads)} (only a zero pad, e.g. to a window multiple already met)"
+            )
         return args[0]
 
     def _pool_out(self, node):
@@ -839,7 +1083,14 @@ class _Converter:
         return self._ps(val[0] if isinstance(val, (tuple, list)) else val)
 
     def _adaptive(self, node, args, mode: str) -> Value:
-        return self.b.pool(self._label(node), args[0], self.ps(node.args[0]), self._pool_out(node), mode, adaptive=True)
+        return self.b.pool(
+            self._label(node),
+            args[0],
+            self.ps(node.args[0]),
+            self._pool_out(node),
+            mode,
+            adaptive=True,
+        )
 
 
 def _undispatch(value):
@@ -884,5 +1135,6 @@ def _resolve(cls) -> type | None:
 
 def check_torch() -> None:
     if torch is None:
-        raise ConfigError('torch is not installed; install the optional extra with pip install -e ".[torch]"')
-
+        raise ConfigError(
+            'torch is not installed; install the optional extra with pip install -e ".[torch]"'
+        )

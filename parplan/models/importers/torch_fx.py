@@ -62,16 +62,48 @@ except ModuleNotFoundError:  # pragma: no cover - exercised only without torch
 INSTALL_HINT = 'torch is not installed; install the optional extra with pip install -e ".[torch]" (torch==2.13.0)'
 
 #: Tensor methods and functions that only reinterpret the layout (pass-through in the IR).
-_VIEW_METHODS = frozenset({
-    "view", "reshape", "permute", "transpose", "contiguous", "flatten", "unsqueeze", "squeeze", "t",
-    "to", "float", "half", "bfloat16", "double", "type", "type_as", "clone", "detach", "view_as",
-    "reshape_as", "expand_as", "requires_grad_", "cpu", "cuda",
-})
+_VIEW_METHODS = frozenset(
+    {
+        "view",
+        "reshape",
+        "permute",
+        "transpose",
+        "contiguous",
+        "flatten",
+        "unsqueeze",
+        "squeeze",
+        "t",
+        "to",
+        "float",
+        "half",
+        "bfloat16",
+        "double",
+        "type",
+        "type_as",
+        "clone",
+        "detach",
+        "view_as",
+        "reshape_as",
+        "expand_as",
+        "requires_grad_",
+        "cpu",
+        "cuda",
+    }
+)
 _VIEW_ATTRS = frozenset({"T", "mT", "H", "mH"})
 #: Tensor methods that return sizes or new tensors that do not depend on the values.
-_CONST_METHODS = frozenset({"size", "dim", "numel", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor"})
-_ACTIVATION_METHODS = {"relu": "relu", "relu_": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "softmax": "softmax",
-                       "log_softmax": "softmax", "gelu": "gelu"}
+_CONST_METHODS = frozenset(
+    {"size", "dim", "numel", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor"}
+)
+_ACTIVATION_METHODS = {
+    "relu": "relu",
+    "relu_": "relu",
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
+    "softmax": "softmax",
+    "log_softmax": "softmax",
+    "gelu": "gelu",
+}
 
 
 def _require_torch() -> None:
@@ -79,8 +111,13 @@ def _require_torch() -> None:
         raise ConfigError(INSTALL_HINT)
 
 
-def from_torch(module, input_shape: Sequence[int], name: str | None = None, *,
-               integer_input: bool | None = None) -> Graph:
+def from_torch(
+    module,
+    input_shape: Sequence[int],
+    name: str | None = None,
+    *,
+    integer_input: bool | None = None,
+) -> Graph:
     """The layer graph of ``module`` for per-sample inputs of shape ``input_shape`` (no batch dim).
 
     ``input_shape`` is ``(C, H, W)`` for images, ``(features,)`` for vectors, ``(seq,)`` for
@@ -97,7 +134,9 @@ def from_torch(module, input_shape: Sequence[int], name: str | None = None, *,
         raise ConfigError("from_torch with torch.fx needs input_shape (the per-sample input shape)")
     name = name or type(module).__name__
     shape = input_shape_of(input_shape, name)
-    traced = module if isinstance(module, fx.GraphModule) else _trace(module, name)  # never re-traced
+    traced = (
+        module if isinstance(module, fx.GraphModule) else _trace(module, name)
+    )  # never re-traced
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
     if integer_input is None:
         integer_input = _feeds_embedding(traced, placeholders[0])
@@ -133,7 +172,11 @@ def _feeds_embedding(traced, placeholder) -> bool:
             return True
         if user.op == "call_function" and user.target is F.embedding:
             return True
-        if user.op == "call_method" and user.target in _VIEW_METHODS and _feeds_embedding(traced, user):
+        if (
+            user.op == "call_method"
+            and user.target in _VIEW_METHODS
+            and _feeds_embedding(traced, user)
+        ):
             return True
     return False
 
@@ -202,7 +245,9 @@ class _Converter:
         first = True
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
-                self.values[node] = self.b.input(_ps(node.meta["tensor_meta"]), self.integer) if first else CONST
+                self.values[node] = (
+                    self.b.input(_ps(node.meta["tensor_meta"]), self.integer) if first else CONST
+                )
                 first = False
             elif node.op == "get_attr":
                 self.values[node] = self._get_attr(node)
@@ -224,7 +269,9 @@ class _Converter:
         args = fx.node.map_arg(node.args, lambda n: self.values[n])
         kwargs = fx.node.map_arg(node.kwargs, lambda n: self.values[n])
         flat: list[Value] = []
-        fx.node.map_aggregate((args, kwargs), lambda v: flat.append(v) if not isinstance(v, (tuple, list)) else None)
+        fx.node.map_aggregate(
+            (args, kwargs), lambda v: flat.append(v) if not isinstance(v, (tuple, list)) else None
+        )
         if any(v is BAD for v in flat):
             return BAD
         if node.op == "call_module":
@@ -232,7 +279,9 @@ class _Converter:
             handler = self._module_handler(module)
             label, where = _module_label(module), node.target
         else:
-            lookup = node.target is F.embedding and isinstance(self._arg(args, kwargs, 1, "weight"), Param)
+            lookup = node.target is F.embedding and isinstance(
+                self._arg(args, kwargs, 1, "weight"), Param
+            )
             if not lookup and not any(is_data(v) for v in flat):
                 return self._no_data(node, flat)
             handler = self._function_handler(node)
@@ -305,13 +354,27 @@ class _Converter:
 
     def _module_table(self) -> list[tuple[type, Callable]]:
         acts = {
-            nn.ReLU: "relu", nn.ReLU6: "relu6", nn.GELU: "gelu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid",
-            nn.Tanh: "tanh", nn.LeakyReLU: "leaky_relu", nn.ELU: "elu", nn.Hardswish: "hardswish",
-            nn.Hardsigmoid: "hardsigmoid", nn.Mish: "mish", nn.Softmax: "softmax", nn.Softplus: "softplus",
-            nn.Dropout: "dropout", nn.Dropout1d: "dropout", nn.Dropout2d: "dropout", nn.AlphaDropout: "dropout",
+            nn.ReLU: "relu",
+            nn.ReLU6: "relu6",
+            nn.GELU: "gelu",
+            nn.SiLU: "silu",
+            nn.Sigmoid: "sigmoid",
+            nn.Tanh: "tanh",
+            nn.LeakyReLU: "leaky_relu",
+            nn.ELU: "elu",
+            nn.Hardswish: "hardswish",
+            nn.Hardsigmoid: "hardsigmoid",
+            nn.Mish: "mish",
+            nn.Softmax: "softmax",
+            nn.Softplus: "softplus",
+            nn.Dropout: "dropout",
+            nn.Dropout1d: "dropout",
+            nn.Dropout2d: "dropout",
+            nn.AlphaDropout: "dropout",
         }
         table: list[tuple[type, Callable]] = [
-            (cls, lambda n, a, k, f=fn: self.b.activation(self._label(n), a[0], f)) for cls, fn in acts.items()
+            (cls, lambda n, a, k, f=fn: self.b.activation(self._label(n), a[0], f))
+            for cls, fn in acts.items()
         ]
         table += [
             (nn.Conv2d, self._conv_module),
@@ -322,7 +385,10 @@ class _Converter:
             ((nn.MaxPool2d, nn.AvgPool2d), self._pool_module),
             ((nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d), self._adaptive_pool_module),
             (nn.Identity, lambda n, a, k: a[0]),
-            (nn.Flatten, lambda n, a, k: self.b.reshape(n.target, a[0], self._in_ps(n), self._out_ps(n))),
+            (
+                nn.Flatten,
+                lambda n, a, k: self.b.reshape(n.target, a[0], self._in_ps(n), self._out_ps(n)),
+            ),
             (nn.MultiheadAttention, self._mha_module),
         ]
         return table
@@ -347,44 +413,88 @@ class _Converter:
                 padding = tuple(k // 2 for k in kernel)
             else:
                 raise Unsupported("padding='same' with an even kernel (asymmetric padding)")
-        return self.b.conv2d(node.target, args[0], self._in_ps(node), self._out_ps(node), m.out_channels, kernel,
-                             tuple(m.stride), tuple(padding), m.groups, m.bias is not None, tuple(m.dilation),
-                             key=id(m.weight))
+        return self.b.conv2d(
+            node.target,
+            args[0],
+            self._in_ps(node),
+            self._out_ps(node),
+            m.out_channels,
+            kernel,
+            tuple(m.stride),
+            tuple(padding),
+            m.groups,
+            m.bias is not None,
+            tuple(m.dilation),
+            key=id(m.weight),
+        )
 
     def _linear_module(self, node, args, kwargs) -> Value:
         m = self._mod(node)
-        return self.b.linear(node.target, args[0], self._in_ps(node), m.out_features, m.bias is not None,
-                             key=id(m.weight))
+        return self.b.linear(
+            node.target,
+            args[0],
+            self._in_ps(node),
+            m.out_features,
+            m.bias is not None,
+            key=id(m.weight),
+        )
 
     def _embedding_module(self, node, args, kwargs) -> Value:
         m = self._mod(node)
-        return self.b.embedding(node.target, args[0], m.num_embeddings, m.embedding_dim, key=id(m.weight))
+        return self.b.embedding(
+            node.target, args[0], m.num_embeddings, m.embedding_dim, key=id(m.weight)
+        )
 
     def _batchnorm_module(self, node, args, kwargs) -> Value:
         m = self._mod(node)
-        return self.b.norm(node.target, args[0], "batch", m.num_features, m.affine, key=id(m.weight) if m.affine
-                           else None)
+        return self.b.norm(
+            node.target,
+            args[0],
+            "batch",
+            m.num_features,
+            m.affine,
+            key=id(m.weight) if m.affine else None,
+        )
 
     def _layernorm_module(self, node, args, kwargs) -> Value:
         m = self._mod(node)
         if len(m.normalized_shape) != 1:
-            raise Unsupported(f"LayerNorm over {tuple(m.normalized_shape)} (only over the last dim)")
+            raise Unsupported(
+                f"LayerNorm over {tuple(m.normalized_shape)} (only over the last dim)"
+            )
         if m.elementwise_affine and m.bias is None:
             raise Unsupported("LayerNorm without bias (the IR counts weight and bias)")
-        return self.b.norm(node.target, args[0], "layer", m.normalized_shape[0], m.elementwise_affine,
-                           key=id(m.weight) if m.elementwise_affine else None)
+        return self.b.norm(
+            node.target,
+            args[0],
+            "layer",
+            m.normalized_shape[0],
+            m.elementwise_affine,
+            key=id(m.weight) if m.elementwise_affine else None,
+        )
 
     def _pool_module(self, node, args, kwargs) -> Value:
         m = self._mod(node)
         if getattr(m, "dilation", 1) not in (1, (1, 1)):
             raise Unsupported("dilated pooling")
         mode = "max" if isinstance(m, nn.MaxPool2d) else "avg"
-        return self.b.pool(node.target, args[0], self._in_ps(node), self._out_ps(node), mode, m.kernel_size,
-                           m.stride, m.padding, m.ceil_mode)
+        return self.b.pool(
+            node.target,
+            args[0],
+            self._in_ps(node),
+            self._out_ps(node),
+            mode,
+            m.kernel_size,
+            m.stride,
+            m.padding,
+            m.ceil_mode,
+        )
 
     def _adaptive_pool_module(self, node, args, kwargs) -> Value:
         mode = "max" if isinstance(self._mod(node), nn.AdaptiveMaxPool2d) else "avg"
-        return self.b.pool(node.target, args[0], self._in_ps(node), self._out_ps(node), mode, adaptive=True)
+        return self.b.pool(
+            node.target, args[0], self._in_ps(node), self._out_ps(node), mode, adaptive=True
+        )
 
     def _mha_module(self, node, args, kwargs) -> Value:
         m = self._mod(node)
@@ -399,58 +509,108 @@ class _Converter:
             raise Unsupported("kdim/vdim, add_bias_kv or add_zero_attn")
         ps = self._in_ps(node)
         e = m.embed_dim
-        qkv = self.b.linear(f"{node.target}.in_proj", args[0], ps, 3 * e, m.in_proj_bias is not None,
-                            key=id(m.in_proj_weight))
+        qkv = self.b.linear(
+            f"{node.target}.in_proj",
+            args[0],
+            ps,
+            3 * e,
+            m.in_proj_bias is not None,
+            key=id(m.in_proj_weight),
+        )
         pieces = self.b.split(qkv, 3)
         attn = self.b.attention(f"{node.target}.attn", *pieces, heads=m.num_heads)
-        out = self.b.linear(f"{node.target}.out_proj", attn, ps, e, m.out_proj.bias is not None,
-                            key=id(m.out_proj.weight))
+        out = self.b.linear(
+            f"{node.target}.out_proj",
+            attn,
+            ps,
+            e,
+            m.out_proj.bias is not None,
+            key=id(m.out_proj.weight),
+        )
         return [out, CONST]
 
     # ------------------------------------------------------------------ functions and methods
 
     def _function_table(self) -> dict[Any, Callable]:
         act_fns = {
-            F.relu: "relu", torch.relu: "relu", F.relu6: "relu6", F.gelu: "gelu", F.silu: "silu",
-            torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", torch.tanh: "tanh", F.tanh: "tanh",
-            F.leaky_relu: "leaky_relu", F.elu: "elu", F.hardswish: "hardswish", F.mish: "mish",
-            F.dropout: "dropout", F.softmax: "softmax", torch.softmax: "softmax", F.log_softmax: "softmax",
+            F.relu: "relu",
+            torch.relu: "relu",
+            F.relu6: "relu6",
+            F.gelu: "gelu",
+            F.silu: "silu",
+            torch.sigmoid: "sigmoid",
+            F.sigmoid: "sigmoid",
+            torch.tanh: "tanh",
+            F.tanh: "tanh",
+            F.leaky_relu: "leaky_relu",
+            F.elu: "elu",
+            F.hardswish: "hardswish",
+            F.mish: "mish",
+            F.dropout: "dropout",
+            F.softmax: "softmax",
+            torch.softmax: "softmax",
+            F.log_softmax: "softmax",
         }
         table: dict[Any, Callable] = {
-            fn: (lambda n, a, k, f=name: self.b.activation(self._label(n), a[0], f)) for fn, name in act_fns.items()
+            fn: (lambda n, a, k, f=name: self.b.activation(self._label(n), a[0], f))
+            for fn, name in act_fns.items()
         }
         for fn in (operator.add, operator.iadd, torch.add):
             table[fn] = lambda n, a, k: self.b.add(self._label(n), a[0], a[1])
-        for fn in (operator.mul, operator.imul, torch.mul, operator.truediv, operator.itruediv, torch.div):
+        for fn in (
+            operator.mul,
+            operator.imul,
+            torch.mul,
+            operator.truediv,
+            operator.itruediv,
+            torch.div,
+        ):
             table[fn] = lambda n, a, k: self.b.scale(a[0], a[1])
         for fn in (operator.matmul, torch.matmul, torch.bmm, torch.mm):
             table[fn] = lambda n, a, k: self.b.matmul(self._label(n), a[0], a[1], self._in_ps(n))
         for fn in (torch.cat, torch.concat, torch.concatenate):
             table[fn] = self._cat
-        for fn in (torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squeeze, torch.unsqueeze,
-                   torch.t):
+        for fn in (
+            torch.flatten,
+            torch.reshape,
+            torch.permute,
+            torch.transpose,
+            torch.squeeze,
+            torch.unsqueeze,
+            torch.t,
+        ):
             table[fn] = self._view
         for fn in (torch.split, torch.chunk, torch.unbind):
             table[fn] = self._split
-        for fn in (torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like, torch.rand_like):
+        for fn in (
+            torch.zeros_like,
+            torch.ones_like,
+            torch.full_like,
+            torch.empty_like,
+            torch.rand_like,
+        ):
             table[fn] = lambda n, a, k: CONST
-        table.update({
-            F.linear: self._linear_fn,
-            F.conv2d: self._conv_fn,
-            F.embedding: self._embedding_fn,
-            F.layer_norm: self._layer_norm_fn,
-            F.batch_norm: self._batch_norm_fn,
-            F.scaled_dot_product_attention: self._sdpa,
-            F.adaptive_avg_pool2d: lambda n, a, k: self.b.pool(self._label(n), a[0], self._in_ps(n), self._out_ps(n), "avg",
-                                                               adaptive=True),
-            F.adaptive_max_pool2d: lambda n, a, k: self.b.pool(self._label(n), a[0], self._in_ps(n), self._out_ps(n), "max",
-                                                               adaptive=True),
-            F.max_pool2d: lambda n, a, k: self._pool_fn(n, a, k, "max"),
-            F.avg_pool2d: lambda n, a, k: self._pool_fn(n, a, k, "avg"),
-            torch.mean: self._mean,
-            operator.getitem: self._getitem,
-            getattr: self._getattr,
-        })
+        table.update(
+            {
+                F.linear: self._linear_fn,
+                F.conv2d: self._conv_fn,
+                F.embedding: self._embedding_fn,
+                F.layer_norm: self._layer_norm_fn,
+                F.batch_norm: self._batch_norm_fn,
+                F.scaled_dot_product_attention: self._sdpa,
+                F.adaptive_avg_pool2d: lambda n, a, k: self.b.pool(
+                    self._label(n), a[0], self._in_ps(n), self._out_ps(n), "avg", adaptive=True
+                ),
+                F.adaptive_max_pool2d: lambda n, a, k: self.b.pool(
+                    self._label(n), a[0], self._in_ps(n), self._out_ps(n), "max", adaptive=True
+                ),
+                F.max_pool2d: lambda n, a, k: self._pool_fn(n, a, k, "max"),
+                F.avg_pool2d: lambda n, a, k: self._pool_fn(n, a, k, "avg"),
+                torch.mean: self._mean,
+                operator.getitem: self._getitem,
+                getattr: self._getattr,
+            }
+        )
         return table
 
     def _function_handler(self, node) -> Callable | None:
@@ -465,7 +625,9 @@ class _Converter:
         if method in _CONST_METHODS:
             return lambda n, a, k: CONST
         if method in _ACTIVATION_METHODS:
-            return lambda n, a, k: self.b.activation(self._label(n), a[0], _ACTIVATION_METHODS[method])
+            return lambda n, a, k: self.b.activation(
+                self._label(n), a[0], _ACTIVATION_METHODS[method]
+            )
         return {
             "add": lambda n, a, k: self.b.add(self._label(n), a[0], a[1]),
             "add_": lambda n, a, k: self.b.add(self._label(n), a[0], a[1]),
@@ -511,8 +673,13 @@ class _Converter:
             return container
         index = index if isinstance(index, tuple) else (index,)
         full = slice(None)
-        if (len(ps_in) == 2 and len(index) >= 2 and index[0] == full and isinstance(index[1], int)
-                and all(i in (full, Ellipsis) for i in index[2:])):
+        if (
+            len(ps_in) == 2
+            and len(index) >= 2
+            and index[0] == full
+            and isinstance(index[1], int)
+            and all(i in (full, Ellipsis) for i in index[2:])
+        ):
             return self.b.reduce_positions(self._label(node), container, "picking one position")
         raise Unsupported(f"slicing {index!r} of a {ps_in} tensor (drops elements)")
 
@@ -542,7 +709,14 @@ class _Converter:
         bias = self._arg(args, kwargs, 2, "bias")
         if not isinstance(weight, Param) or len(weight.shape) != 2:
             raise Unsupported("F.linear with a weight that is not a learned matrix")
-        return self.b.linear(self._label(node), args[0], self._in_ps(node), weight.shape[0], bias is not None, key=weight.key)
+        return self.b.linear(
+            self._label(node),
+            args[0],
+            self._in_ps(node),
+            weight.shape[0],
+            bias is not None,
+            key=weight.key,
+        )
 
     def _conv_fn(self, node, args, kwargs) -> Value:
         weight = self._arg(args, kwargs, 1, "weight")
@@ -556,15 +730,28 @@ class _Converter:
         if isinstance(padding, str):
             raise Unsupported("F.conv2d with string padding")
         pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
-        return self.b.conv2d(self._label(node), args[0], self._in_ps(node), self._out_ps(node), weight.shape[0],
-                             tuple(weight.shape[2:]), pair(stride), pair(padding), groups, bias is not None,
-                             pair(dilation), key=weight.key)
+        return self.b.conv2d(
+            self._label(node),
+            args[0],
+            self._in_ps(node),
+            self._out_ps(node),
+            weight.shape[0],
+            tuple(weight.shape[2:]),
+            pair(stride),
+            pair(padding),
+            groups,
+            bias is not None,
+            pair(dilation),
+            key=weight.key,
+        )
 
     def _embedding_fn(self, node, args, kwargs) -> Value:
         weight = self._arg(args, kwargs, 1, "weight")
         if not isinstance(weight, Param) or len(weight.shape) != 2:
             raise Unsupported("F.embedding with a table that is not a learned matrix")
-        return self.b.embedding(self._label(node), args[0], weight.shape[0], weight.shape[1], key=weight.key)
+        return self.b.embedding(
+            self._label(node), args[0], weight.shape[0], weight.shape[1], key=weight.key
+        )
 
     def _layer_norm_fn(self, node, args, kwargs) -> Value:
         shape = self._arg(args, kwargs, 1, "normalized_shape")
@@ -574,16 +761,28 @@ class _Converter:
             raise Unsupported(f"layer norm over {shape} (only over the last dim)")
         if (weight is None) != (bias is None):
             raise Unsupported("layer norm with a weight but no bias (or the reverse)")
-        return self.b.norm(self._label(node), args[0], "layer", shape[0], weight is not None,
-                           key=weight.key if isinstance(weight, Param) else None)
+        return self.b.norm(
+            self._label(node),
+            args[0],
+            "layer",
+            shape[0],
+            weight is not None,
+            key=weight.key if isinstance(weight, Param) else None,
+        )
 
     def _batch_norm_fn(self, node, args, kwargs) -> Value:
         weight, bias = self._arg(args, kwargs, 3, "weight"), self._arg(args, kwargs, 4, "bias")
         if (weight is None) != (bias is None):
             raise Unsupported("batch norm with a weight but no bias (or the reverse)")
         channels = self._in_ps(node)[0]
-        return self.b.norm(self._label(node), args[0], "batch", channels, weight is not None,
-                           key=weight.key if isinstance(weight, Param) else None)
+        return self.b.norm(
+            self._label(node),
+            args[0],
+            "batch",
+            channels,
+            weight is not None,
+            key=weight.key if isinstance(weight, Param) else None,
+        )
 
     def _pool_fn(self, node, args, kwargs, mode: str) -> Value:
         kernel = self._arg(args, kwargs, 1, "kernel_size")
@@ -592,5 +791,14 @@ class _Converter:
         ceil_mode = self._arg(args, kwargs, 5 if mode == "max" else 4, "ceil_mode", False)
         if mode == "max" and self._arg(args, kwargs, 4, "dilation", 1) not in (1, (1, 1)):
             raise Unsupported("dilated pooling")
-        return self.b.pool(self._label(node), args[0], self._in_ps(node), self._out_ps(node), mode, kernel, stride, padding,
-                           bool(ceil_mode))
+        return self.b.pool(
+            self._label(node),
+            args[0],
+            self._in_ps(node),
+            self._out_ps(node),
+            mode,
+            kernel,
+            stride,
+            padding,
+            bool(ceil_mode),
+        )

@@ -60,7 +60,12 @@ class SolveOptions:
     def __post_init__(self):
         t = self.time_limit_s
         if t is not None:
-            if isinstance(t, bool) or not isinstance(t, (int, float, np.number)) or math.isnan(t) or not t > 0:
+            if (
+                isinstance(t, bool)
+                or not isinstance(t, (int, float, np.number))
+                or math.isnan(t)
+                or not t > 0
+            ):
                 raise ConfigError(f"time limit must be a number > 0 of seconds (got {t!r})")
             # Solvers take int64 milliseconds or timers with a finite range: beyond a year, no limit.
             object.__setattr__(self, "time_limit_s", None if t > MAX_TIME_LIMIT_S else float(t))
@@ -68,8 +73,14 @@ class SolveOptions:
             value = getattr(self, name)
             if isinstance(value, np.integer):
                 object.__setattr__(self, name, int(value))
-        if not isinstance(self.threads, int) or isinstance(self.threads, bool) or not 1 <= self.threads <= MAX_THREADS:
-            raise ConfigError(f"threads must be an integer in [1, {MAX_THREADS}] (got {self.threads!r})")
+        if (
+            not isinstance(self.threads, int)
+            or isinstance(self.threads, bool)
+            or not 1 <= self.threads <= MAX_THREADS
+        ):
+            raise ConfigError(
+                f"threads must be an integer in [1, {MAX_THREADS}] (got {self.threads!r})"
+            )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ConfigError(f"seed must be an integer >= 0 (got {self.seed!r})")
         # Every backend takes a 31-bit seed; larger seeds are folded into that range.
@@ -120,15 +131,33 @@ def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
     # the child must import parplan exactly as this process does
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
-        proc = subprocess.run([sys.executable, "-m", module], input=pickle.dumps((model, options)),
-                              capture_output=True, timeout=timeout, check=False, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", module],
+            input=pickle.dumps((model, options)),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         # a loaded machine can keep a child past its limit: that is the time limit, not a failure
-        return RawResult(Termination.TIME_LIMIT, False, None, None, None, module.rsplit(".", 1)[-1], "", timeout,
-                         "stopped", f"the solver process had not answered {timeout:.0f} s after the solve began "
-                         f"(time limit {options.time_limit_s:g} s); stopped without a plan")
+        return RawResult(
+            Termination.TIME_LIMIT,
+            False,
+            None,
+            None,
+            None,
+            module.rsplit(".", 1)[-1],
+            "",
+            timeout,
+            "stopped",
+            f"the solver process had not answered {timeout:.0f} s after the solve began "
+            f"(time limit {options.time_limit_s:g} s); stopped without a plan",
+        )
     if proc.returncode != 0:
-        raise SolverError(child_failure(module, proc.returncode, proc.stderr.decode(errors="replace")))
+        raise SolverError(
+            child_failure(module, proc.returncode, proc.stderr.decode(errors="replace"))
+        )
     return pickle.loads(proc.stdout)
 
 
@@ -143,8 +172,12 @@ def child_failure(module: str, returncode: int, stderr: str) -> str:
             sig = signal.Signals(-returncode).name
         except ValueError:
             sig = f"signal {-returncode}"
-        why = (" (most often the system running out of memory: this problem's MIP is too large for this machine; "
-               "a coarser --share-grid or the DP planners need far less)" if sig == "SIGKILL" else "")
+        why = (
+            " (most often the system running out of memory: this problem's MIP is too large for this machine; "
+            "a coarser --share-grid or the DP planners need far less)"
+            if sig == "SIGKILL"
+            else ""
+        )
         return f"the {name} solver process was killed by {sig}{why}"
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     errors = [line for line in lines if "Error" in line or "error" in line]

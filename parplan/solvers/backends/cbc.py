@@ -83,7 +83,7 @@ def _rounded_down(text: str) -> float:
     if "e" in text.lower():
         return value - abs(value) * 5e-6  # exponent form: CBC prints at least 6 significant digits
     digits = len(text.split(".", 1)[1]) if "." in text else 0
-    return value - 0.5 * 10.0 ** -digits
+    return value - 0.5 * 10.0**-digits
 
 
 def parse_cbc_log(text: str) -> dict:
@@ -147,10 +147,15 @@ def to_pulp(model):
         lb = None if v.lb == -math.inf else v.lb
         ub = None if v.ub == math.inf else v.ub
         xs.append(pulp.LpVariable(v.name, lowBound=lb, upBound=ub, cat=cat))
-    prob = pulp.LpProblem("".join(ch if ch.isalnum() or ch == "_" else "_" for ch in model.name) or "model",
-                          pulp.LpMinimize)
-    prob.setObjective(pulp.LpAffineExpression([(xs[i], c) for i, c in model.objective],
-                                              constant=model.objective_constant))
+    prob = pulp.LpProblem(
+        "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in model.name) or "model",
+        pulp.LpMinimize,
+    )
+    prob.setObjective(
+        pulp.LpAffineExpression(
+            [(xs[i], c) for i, c in model.objective], constant=model.objective_constant
+        )
+    )
     sense = {"<=": pulp.LpConstraintLE, ">=": pulp.LpConstraintGE, "==": pulp.LpConstraintEQ}
     for c in model.constraints:
         expr = pulp.LpAffineExpression([(xs[i], a) for i, a in c.coeffs])
@@ -200,7 +205,9 @@ class CbcBackend:
             and not log["no_solution"]
             and prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
         )
-        values = tuple(float(x.varValue) if x.varValue is not None else 0.0 for x in xs) if has else None
+        values = (
+            tuple(float(x.varValue) if x.varValue is not None else 0.0 for x in xs) if has else None
+        )
         objective = model.objective_value(values) if has else None
         bound = optimal_bound(log) if term is Termination.OPTIMAL else log["bound"]
         if bound is not None:
@@ -215,7 +222,10 @@ class CbcBackend:
             version=log["version"] or f"bundled with PuLP {pulp.__version__}",
             wall_s=wall,
             native_status=f"{result or 'no result line'}; pulp status {prob.status}, sol_status {prob.sol_status}",
-            message="" if term is not Termination.ERROR else (
+            message=""
+            if term is not Termination.ERROR
+            else (
                 f"CBC ended with '{result or 'no result line in its log'}' (PuLP status {prob.status}, solution "
-                f"status {prob.sol_status}); no plan is certified"),
+                f"status {prob.sol_status}); no plan is certified"
+            ),
         )

@@ -65,7 +65,9 @@ def solve_here(model, options: SolveOptions) -> RawResult:
     m = cp_model.CpModel()
     xs = [m.new_int_var(round(v.lb), round(v.ub), v.name) for v in model.variables]
     for c in model.constraints:
-        expr = cp_model.LinearExpr.weighted_sum([xs[i] for i, _ in c.coeffs], [round(a) for _, a in c.coeffs])
+        expr = cp_model.LinearExpr.weighted_sum(
+            [xs[i] for i, _ in c.coeffs], [round(a) for _, a in c.coeffs]
+        )
         rhs = round(c.rhs)
         if c.sense == "<=":
             m.add(expr <= rhs)
@@ -73,9 +75,12 @@ def solve_here(model, options: SolveOptions) -> RawResult:
             m.add(expr >= rhs)
         else:
             m.add(expr == rhs)
-    m.minimize(cp_model.LinearExpr.weighted_sum([xs[i] for i, _ in model.objective],
-                                                [round(a) for _, a in model.objective])
-               + round(model.objective_constant))
+    m.minimize(
+        cp_model.LinearExpr.weighted_sum(
+            [xs[i] for i, _ in model.objective], [round(a) for _, a in model.objective]
+        )
+        + round(model.objective_constant)
+    )
     solver = cp_model.CpSolver()
     p = solver.parameters
     if options.time_limit_s is not None:
@@ -93,14 +98,19 @@ def solve_here(model, options: SolveOptions) -> RawResult:
     if term is Termination.TIME_LIMIT and not stopped_by_time(wall, options):
         # UNKNOWN under a time limit is CP-SAT stopping at it (its own clock may read the limit
         # differently from ours on a loaded machine); without a limit it is a failure
-        term = Termination.TIME_LIMIT if native == "UNKNOWN" and options.time_limit_s is not None \
+        term = (
+            Termination.TIME_LIMIT
+            if native == "UNKNOWN" and options.time_limit_s is not None
             else Termination.ERROR
+        )
     return RawResult(
         termination=term,
         has_solution=has,
         values=tuple(float(solver.value(x)) for x in xs) if has else None,
         objective=float(solver.objective_value) if has else None,
-        bound=float(solver.best_objective_bound) if (has or term is Termination.TIME_LIMIT) else None,
+        bound=float(solver.best_objective_bound)
+        if (has or term is Termination.TIME_LIMIT)
+        else None,
         solver="CP-SAT (OR-Tools)",
         version=ortools.__version__,
         wall_s=wall,

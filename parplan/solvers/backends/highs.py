@@ -22,7 +22,13 @@ import time
 
 import numpy as np
 
-from parplan.solvers.backends.base import RawResult, SolveOptions, Termination, child_main, solve_in_subprocess
+from parplan.solvers.backends.base import (
+    RawResult,
+    SolveOptions,
+    Termination,
+    child_main,
+    solve_in_subprocess,
+)
 
 #: HighsModelStatus name -> termination.
 STATUS_MAP = {
@@ -80,8 +86,10 @@ def solve_here(model, options: SolveOptions) -> RawResult:
     lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
     lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
     lp.a_matrix_.value_ = np.array(value, dtype=float)
-    lp.integrality_ = [highspy.HighsVarType.kInteger if v.integer else highspy.HighsVarType.kContinuous
-                       for v in model.variables]
+    lp.integrality_ = [
+        highspy.HighsVarType.kInteger if v.integer else highspy.HighsVarType.kContinuous
+        for v in model.variables
+    ]
     h.passModel(lp)
     if options.time_limit_s is not None:
         h.setOptionValue("time_limit", float(options.time_limit_s))

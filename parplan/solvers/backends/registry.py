@@ -60,14 +60,38 @@ def _has_module(name: str) -> bool:
 BACKENDS: dict[str, BackendSpec] = {
     s.name: s
     for s in (
-        BackendSpec("scip", "SCIP through OR-Tools pywraplp", "parplan.solvers.backends.scip",
-                    "ScipBackend", True, ("ortools",)),
-        BackendSpec("cbc", "CBC through PuLP (status and bound read from CBC's log)",
-                    "parplan.solvers.backends.cbc", "CbcBackend", True, ("pulp",)),
-        BackendSpec("highs", "HiGHS through highspy", "parplan.solvers.backends.highs",
-                    "HighsBackend", True, ("highspy", "numpy")),
-        BackendSpec("cpsat", "OR-Tools CP-SAT on the integer model (shares on a grid)",
-                    "parplan.solvers.backends.cpsat", "CpSatBackend", False, ("ortools",)),
+        BackendSpec(
+            "scip",
+            "SCIP through OR-Tools pywraplp",
+            "parplan.solvers.backends.scip",
+            "ScipBackend",
+            True,
+            ("ortools",),
+        ),
+        BackendSpec(
+            "cbc",
+            "CBC through PuLP (status and bound read from CBC's log)",
+            "parplan.solvers.backends.cbc",
+            "CbcBackend",
+            True,
+            ("pulp",),
+        ),
+        BackendSpec(
+            "highs",
+            "HiGHS through highspy",
+            "parplan.solvers.backends.highs",
+            "HighsBackend",
+            True,
+            ("highspy", "numpy"),
+        ),
+        BackendSpec(
+            "cpsat",
+            "OR-Tools CP-SAT on the integer model (shares on a grid)",
+            "parplan.solvers.backends.cpsat",
+            "CpSatBackend",
+            False,
+            ("ortools",),
+        ),
     )
 }
 
@@ -89,6 +113,8 @@ def get_backend(name: str):
     spec = backend_spec(name)
     if not spec.available:
         missing = [m for m in spec.required_modules if not _has_module(m)]
-        raise SolverError(f"backend '{spec.name}' needs the Python modules {missing}; install them "
-                          f"(pip install {' '.join(missing)}) or choose one of {available_backends()}")
+        raise SolverError(
+            f"backend '{spec.name}' needs the Python modules {missing}; install them "
+            f"(pip install {' '.join(missing)}) or choose one of {available_backends()}"
+        )
     return getattr(importlib.import_module(spec.module), spec.cls)()

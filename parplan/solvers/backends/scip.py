@@ -58,7 +58,9 @@ def solve_here(model, options: SolveOptions) -> RawResult:
 
     solver = pywraplp.Solver.CreateSolver("SCIP")
     if solver is None:
-        raise SolverError("backend 'scip': this OR-Tools build has no SCIP; use --backend cbc or highs")
+        raise SolverError(
+            "backend 'scip': this OR-Tools build has no SCIP; use --backend cbc or highs"
+        )
     inf = solver.infinity()
     xs = []
     for v in model.variables:
@@ -82,8 +84,7 @@ def solve_here(model, options: SolveOptions) -> RawResult:
         solver.SetTimeLimit(max(1, int(options.time_limit_s * 1000)))
     solver.SetNumThreads(options.threads)
     solver.SetSolverSpecificParametersAsString(
-        f"randomization/randomseedshift = {options.seed}\n"
-        f"limits/gap = {options.mip_gap}\n"
+        f"randomization/randomseedshift = {options.seed}\nlimits/gap = {options.mip_gap}\n"
     )
     if options.verbose:
         solver.EnableOutput()
