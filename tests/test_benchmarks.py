@@ -464,6 +464,42 @@ def test_cli_bench_user_errors_are_one_line(tmp_path, capsys):
     assert main(["bench", "accpar", "--quick", "--models", "nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("parplan: error: unknown model 'nope'") and "Traceback" not in err
+    assert (
+        main(["bench", "accpar", "--quick", "--planners", "owt,zap", "--out", str(tmp_path)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("parplan: error: bench accpar: unknown planner 'zap' in --planners")
+    assert "owt, hypar, accpar" in err and not list(tmp_path.iterdir())
+
+
+def test_accpar_planners_option_runs_only_those(tmp_path):
+    """--planners accpar: data parallelism (the baseline) and AccPar only; the left-out planners'
+    columns are empty and absent from the write-up, and the speedups equal the full run's."""
+    table = accpar.run(
+        tmp_path,
+        models=("lenet",),
+        array="h100:2",
+        batch=32,
+        sweep_gbps=(),
+        exact=False,
+        compat=False,
+        executor=SERIAL,
+        planners=("accpar-topdown", "AccPar"),
+    )
+    row = table.iloc[0]
+    assert row.speedup_owt != row.speedup_owt and row.speedup_hypar != row.speedup_hypar  # NaN
+    assert "owt_step_s" not in table and "hypar_wall_s" not in table
+    full = accpar.planner_task("lenet", "h100:2", 32, None, "scip", 10.0)
+    assert row.speedup_accpar == pytest.approx(
+        full["data_step_s"] / full["accpar_step_s"], rel=1e-12
+    )
+    assert row.speedup_topdown == pytest.approx(
+        full["data_step_s"] / full["topdown_step_s"], rel=1e-12
+    )
+    md = (tmp_path / "accpar.md").read_text()
+    per_model = md.split("## Per model at links")[1].split("\n\n")[1]
+    assert "| model | AccPar | AccPar top-down |" in per_model and "OWT" not in per_model
+    assert "planners compared: AccPar" in row.note
 
 
 def test_every_benchmark_is_registered_and_its_options_map_to_run():

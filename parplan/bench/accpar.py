@@ -49,6 +49,7 @@ from parplan.bench.common import (
     csv_floats,
     csv_names,
     exact_top_down,
+    fmt,
     geomean,
     grouped_bars,
     make_array,
@@ -103,7 +104,8 @@ QUICK = {
     "sweep_gbps": (10.0,),
 }
 
-#: Column prefix -> planner name.
+#: Column prefix -> planner name (``data`` is the baseline and always runs; ``--planners``
+#: chooses among the others, by prefix or planner name).
 PLANNERS = {
     "data": "data",
     "data_half": "data-half",
@@ -125,6 +127,37 @@ LABELS = {
 _COST = {"resnet152": 30, "resnet101": 20, "resnet50": 8, "resnet34": 4, "resnet18": 2}
 
 
+#: The planners compared with data parallelism (every column prefix but the baseline's).
+COMPARED = tuple(k for k in PLANNERS if k != "data")
+
+
+def planner_keys(names) -> tuple[str, ...]:
+    """Column prefixes of ``names`` (prefixes such as ``topdown`` or planner names such as
+    ``accpar-topdown``), in the table's order; ``None`` is every planner.
+
+    Example:
+        >>> planner_keys(["accpar", "OWT"]), planner_keys(None)[-1]
+        (('owt', 'accpar'), 'topdown')
+    """
+    from parplan.errors import ConfigError
+
+    if names is None:
+        return COMPARED
+    by_name = {**{k: k for k in COMPARED}, **{PLANNERS[k]: k for k in COMPARED}}
+    chosen = set()
+    for name in names:
+        key = by_name.get(str(name).strip().lower())
+        if key is None:
+            raise ConfigError(
+                f"bench accpar: unknown planner '{name}' in --planners; choose from "
+                f"{', '.join(COMPARED)} (data parallelism, the baseline, always runs)"
+            )
+        chosen.add(key)
+    if not chosen:
+        raise ConfigError("bench accpar: --planners names no planner")
+    return tuple(k for k in COMPARED if k in chosen)
+
+
 def paper_setup(array, batch) -> bool:
     """Whether a run is the paper's setup (128 TPUs, batch 512), where its averages are the
     reference; elsewhere the report compares the planners only."""
@@ -138,15 +171,18 @@ def planner_task(
     bandwidth_gbps: float | None,
     bound_backend: str,
     time_limit_s: float,
+    planners: tuple[str, ...] = COMPARED,
 ) -> dict:
-    """Every planner on one (model, bandwidth): prices, terms, planning wall times, root bound."""
+    """Data parallelism and ``planners`` (column prefixes) on one (model, bandwidth): prices,
+    terms, planning wall times, root bound."""
     from parplan.costmodel.problem import Problem
     from parplan.solvers.planners import make_plan
     from parplan.models.zoo import get_model
 
     problem = Problem(get_model(model), make_array(array, bandwidth_gbps), batch=batch)
     row: dict = {"model": model, **model_traits(problem)}
-    for key, planner in PLANNERS.items():
+    for key in ("data", *planners):
+        planner = PLANNERS[key]
         t0 = time.perf_counter()
         plan = make_plan(problem, planner)
         row[f"{key}_wall_s"] = time.perf_counter() - t0
@@ -225,6 +261,7 @@ def run(
     time_limit_s: float = 60.0,
     exact: bool = True,
     compat: bool = True,
+    planners: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
     """Run the benchmark; write accpar.csv / accpar_summary.csv / accpar.png / accpar.md.
 
@@ -236,7 +273,8 @@ def run(
     data_compute_fraction, accpar_compute_fraction, ordering,
     paper_order, dominant_term, note, and per planner P in data, data_half, owt, hypar, accpar,
     topdown: P_step_s, P_compute_s, P_other_s, P_comm_bytes, P_intra_bytes, P_transition_bytes,
-    P_wall_s.
+    P_wall_s. ``planners`` (prefixes or planner names; default all) limits the compared planners:
+    the others' speedup columns are NaN and their per-planner columns absent.
     """
     from parplan.models.zoo import get_model
     from parplan.solvers.backends.registry import backend_spec
@@ -252,6 +290,7 @@ def run(
     for m in models:
         get_model(m)  # unknown names fail here, before any worker starts
     backend_spec(exact_backend)
+    keys = planner_keys(planners)
     arr = make_array(array, bandwidth_gbps)
     bandwidths: list[float | None] = [bandwidth_gbps] + [b for b in sweep if b != bandwidth_gbps]
     out = out_dir_path(out_dir)
@@ -266,11 +305,13 @@ def run(
         time_limit_s,
         exact,
         ((("alexnet", "resnet18") if quick else CPP_MODELS) if compat else ()),
+        keys,
     )
     with_progress_header(
         NAME,
         f"{len(models)} models x {len(bandwidths)} bandwidths on {array} "
-        f"({arr.count} devices, {arr.depth} levels), batch {batch}; {len(tasks)} tasks",
+        f"({arr.count} devices, {arr.depth} levels), batch {batch}; "
+        f"planners {', '.join(keys)}; {len(tasks)} tasks",
     )
     results = run_tasks(NAME, tasks, executor)
     n_plan = len(bandwidths) * len(models)
@@ -338,7 +379,16 @@ def run(
 
 
 def _tasks(
-    models, bandwidths, array, batch, bandwidth_gbps, backend, time_limit_s, exact, cpp_models
+    models,
+    bandwidths,
+    array,
+    batch,
+    bandwidth_gbps,
+    backend,
+    time_limit_s,
+    exact,
+    cpp_models,
+    planners=COMPARED,
 ) -> list[Task]:
     """Every planner per (bandwidth, model), then the exact plans, then the C++'s networks."""
     tasks = [
@@ -352,6 +402,7 @@ def _tasks(
                 bandwidth_gbps=bw,
                 bound_backend=backend,
                 time_limit_s=time_limit_s,
+                planners=planners,
             ),
             cost=_COST.get(m, 1),
         )
@@ -397,8 +448,9 @@ def _row(bw, r: dict, primary_gbps, ex: dict | None, exact: bool, common: dict) 
     }
     data = r["data_step_s"]
     row["data_step_ms"] = data * 1e3
-    for key in ("data_half", "owt", "hypar", "accpar", "topdown"):
-        row[f"speedup_{key}"] = data / r[f"{key}_step_s"]
+    for key in COMPARED:  # a planner not run has no speedup
+        step = r.get(f"{key}_step_s")
+        row[f"speedup_{key}"] = data / step if step else math.nan
     row["speedup_bound"] = data / r["bound_step_s"] if r["bound_step_s"] > 0 else math.nan
     row["speedup_exact"] = data / ex["step_time_s"] if ex and ex["step_time_s"] > 0 else math.nan
     row["exact_status"] = (
@@ -407,7 +459,10 @@ def _row(bw, r: dict, primary_gbps, ex: dict | None, exact: bool, common: dict) 
     row["exact_gap"] = ex["gap"] if ex else math.nan
     row["exact_wall_s"] = ex["wall_s"] if ex else math.nan
     row["data_compute_fraction"] = r["data_compute_s"] / data
-    row["accpar_compute_fraction"] = r["accpar_compute_s"] / r["accpar_step_s"]
+    row["accpar_compute_fraction"] = (
+        r["accpar_compute_s"] / r["accpar_step_s"] if "accpar_step_s" in r else math.nan
+    )
+    row.setdefault("accpar_selected", "-")
     row.update(explain(row))
     return row
 
@@ -438,6 +493,7 @@ def explain(row: dict) -> dict:
     """Per model: the ordering found, whether it is the paper's, the dominant cost term and why
     ordering or magnitude differ from the paper."""
     sp = {k: row[f"speedup_{k}"] for k in ("owt", "hypar", "accpar")}
+    sp = {k: v for k, v in sp.items() if not math.isnan(v)}  # the planners that ran
     ranked = sorted(sp, key=lambda k: sp[k])
     ordering = " < ".join(f"{LABELS[k]} {sp[k]:.2f}x" for k in ranked)
     paper_order = ranked == ["owt", "hypar", "accpar"] and sp["owt"] > 1.0
@@ -445,9 +501,9 @@ def explain(row: dict) -> dict:
     dominant = "communication (weight-gradient exchange)" if comm >= 0.5 else "compute"
     notes = []
     for low, high in (("owt", "hypar"), ("hypar", "accpar"), ("owt", "accpar")):
-        if sp[high] < sp[low] * (1 - 1e-9):
+        if low in sp and high in sp and sp[high] < sp[low] * (1 - 1e-9):
             notes.append(f"{LABELS[high]} < {LABELS[low]}: " + _pair_reason(row, high, low))
-    if sp["owt"] <= 1.0 + 1e-9:
+    if "owt" in sp and sp["owt"] <= 1.0 + 1e-9:
         notes.append(
             f"OWT no faster than data parallelism ({sp['owt']:.2f}x): "
             f"its FC layers hold {row['fc_weight_fraction']:.0%} of the weights, so splitting them "
@@ -455,7 +511,7 @@ def explain(row: dict) -> dict:
         )
     ratio = (
         sp["accpar"] / PAPER["accpar"]
-        if paper_setup(row.get("array"), row.get("batch", 0))
+        if "accpar" in sp and paper_setup(row.get("array"), row.get("batch", 0))
         else 1.0
     )
     if ratio < 2 / 3:
@@ -487,6 +543,8 @@ def explain(row: dict) -> dict:
         if paper_setup(row.get("array"), row.get("batch", 0))
         else "ordering as in the paper"
     )
+    if len(sp) < 3:  # not all of OWT, HyPar and AccPar ran: no ordering to compare
+        fine = "planners compared: " + (ordering or "none of OWT, HyPar, AccPar")
     return {
         "ordering": ordering,
         "paper_order": paper_order,
@@ -526,9 +584,16 @@ def _plot(table: pd.DataFrame, path: Path) -> None:
         panels.append(
             (f"{sub['array'].iloc[0]}, batch {sub['batch'].iloc[0]}, links {bw}{primary}", frame)
         )
-    series = {"OWT": "speedup_owt", "HyPar": "speedup_hypar", "AccPar": "speedup_accpar"}
-    if table.speedup_exact.notna().any():  # not with --no-exact
-        series["exact (level-by-level)"] = "speedup_exact"
+    series = {
+        label: col
+        for label, col in (
+            ("OWT", "speedup_owt"),
+            ("HyPar", "speedup_hypar"),
+            ("AccPar", "speedup_accpar"),
+            ("exact (level-by-level)", "speedup_exact"),  # not with --no-exact
+        )
+        if table[col].notna().any()  # planners left out by --planners have no bars
+    }
     first = table.iloc[0]
     # the paper's averages are drawn only on its own setup (128 TPUs, batch 512)
     refs = (
@@ -551,8 +616,8 @@ def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
         and first["batch"] == DEFAULT_BATCH
         and math.isnan(first["bandwidth_gbps"])
     )
-    if not rows or not same_setup:
-        return []  # the recorded figures are for the default setup only
+    if not rows or not same_setup or "accpar_step_s" not in prim:
+        return []  # the recorded figures are for the default setup and AccPar only
     lines = [
         "## Changes from the previous cost model",
         "",
@@ -597,7 +662,7 @@ def _changes_section(prim: pd.DataFrame, table: pd.DataFrame) -> list[str]:
         if table.bandwidth_gbps.notna().any()
         else None
     )
-    if slow is not None and len(slow):
+    if slow is not None and len(slow) and slow.speedup_accpar.notna().any():
         r = slow.loc[slow.speedup_accpar.idxmax()]
         lines += (
             []
@@ -667,21 +732,27 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
         f"## Per model at links {prim.bandwidth.iloc[0]} (primary)",
         "",
     ]
+    columns = {
+        "model": str,
+        "speedup_owt": ".2f",
+        "speedup_hypar": ".2f",
+        "speedup_accpar": ".2f",
+        "speedup_topdown": ".2f",
+        "speedup_exact": ".2f",
+        "exact_status": str,
+        "speedup_bound": ".1f",
+        "data_compute_fraction": ".0%",
+        "activation_weight_ratio": ".1f",
+        "accpar_selected": str,
+    }
+    left_out = {f"speedup_{k}" for k in COMPARED if prim[f"speedup_{k}"].isna().all()}
+    if "speedup_accpar" in left_out:
+        left_out.add("accpar_selected")
+    if prim.speedup_exact.isna().all():  # --no-exact
+        left_out |= {"speedup_exact", "exact_status"}
     lines += md_table(
         prim,
-        {
-            "model": str,
-            "speedup_owt": ".2f",
-            "speedup_hypar": ".2f",
-            "speedup_accpar": ".2f",
-            "speedup_topdown": ".2f",
-            "speedup_exact": ".2f",
-            "exact_status": str,
-            "speedup_bound": ".1f",
-            "data_compute_fraction": ".0%",
-            "activation_weight_ratio": ".1f",
-            "accpar_selected": str,
-        },
+        {c: f for c, f in columns.items() if c not in left_out},  # --planners' choice
         headers={
             "speedup_owt": "OWT",
             "speedup_hypar": "HyPar",
@@ -706,7 +777,7 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
             for bw in bws:
                 r = sub[sub.bandwidth == bw].iloc[0]
                 cells.append(
-                    f"{r.speedup_owt:.2f} / {r.speedup_hypar:.2f} / {r.speedup_accpar:.2f}"
+                    " / ".join(fmt(v) for v in (r.speedup_owt, r.speedup_hypar, r.speedup_accpar))
                 )
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines += [
@@ -720,7 +791,8 @@ def _markdown(table: pd.DataFrame, summary: pd.DataFrame, backend: str, time_lim
         lines.append(f"Links {bw}{' (primary)' if sub.primary.iloc[0] else ''}:")
         lines.append("")
         for r in sub.itertuples():
-            mark = "paper order" if r.paper_order else "differs"
+            ran = sum(not math.isnan(v) for v in (r.speedup_owt, r.speedup_hypar, r.speedup_accpar))
+            mark = "paper order" if r.paper_order else ("differs" if ran == 3 else "subset")
             lines.append(
                 f"- **{r.model}** ({mark}; {r.ordering}; data parallelism dominated by {r.dominant_term}): "
                 f"{r.note}."
@@ -868,6 +940,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="S",
         help="per exact solve (default 60)",
+    )
+    parser.add_argument(
+        "--planners",
+        type=csv_names,
+        default=None,
+        metavar="NAME,...",
+        help=f"planners compared with data parallelism (default all: {','.join(COMPARED)})",
     )
     parser.add_argument(
         "--no-exact",
