@@ -151,14 +151,24 @@ def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
             "",
             timeout,
             "stopped",
-            f"the solver process had not answered {timeout:.0f} s after the solve began "
-            f"(time limit {options.time_limit_s:g} s); stopped without a plan",
+            f"the {module.rsplit('.', 1)[-1]} solver overran its {options.time_limit_s:g} s time limit "
+            f"and had not answered {timeout:.0f} s after the solve began (a model of "
+            f"{_size(model)}: a solver's presolve does not always check the limit); stopped without "
+            "a plan. A coarser --share-grid makes the model smaller",
         )
     if proc.returncode != 0:
         raise SolverError(
             child_failure(module, proc.returncode, proc.stderr.decode(errors="replace"))
         )
     return pickle.loads(proc.stdout)
+
+
+def _size(model) -> str:
+    """``"1,114,707 variables and 3,293 constraints"`` of a model (for messages)."""
+    try:
+        return f"{model.n_vars:,} variables and {model.n_constraints:,} constraints"
+    except AttributeError:
+        return "unknown size"
 
 
 def child_failure(module: str, returncode: int, stderr: str) -> str:
