@@ -350,7 +350,12 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
         "aten.conv1d x1 at encoder.0.conv" in msg
     )  # encoder.1's conv reads its output: not a root cause
     assert "aten.group_norm x1 at gn" in msg  # sin reads gn's output: not reported
-    assert "Supported: convolutions (2-D)" in msg
+    # issue 36: what is supported comes from the dispatch tables, not prose beside them
+    supported = msg.split(". Supported operators: ")[1]
+    assert supported.startswith("_grouped_mm, _native_batch_norm_legit_functional,")
+    for op in ("conv2d", "rms_norm", "scaled_dot_product_attention", "; views: ", "; constants: "):
+        assert op in supported
+    assert "conv1d" not in supported and supported.endswith("register_module add your own")
 
 
 def test_user_errors():

@@ -45,7 +45,6 @@ Example (the builder on its own; the frontends drive it the same way):
 from __future__ import annotations
 
 from parplan.models.importers.builder import (
-    SUPPORTED,
     Act,
     GraphBuilder,
     Param,
@@ -60,7 +59,6 @@ __all__ = [
     "EXTERNAL_SUFFIXES",
     "GraphBuilder",
     "Param",
-    "SUPPORTED",
     "Unsupported",
     "from_onnx",
     "from_torch",

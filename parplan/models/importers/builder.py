@@ -42,7 +42,7 @@ from parplan.costmodel.graph import (
 )
 from parplan.errors import GraphError
 
-__all__ = ["SUPPORTED", "GraphBuilder", "Unsupported", "input_shape_of"]
+__all__ = ["GraphBuilder", "Unsupported", "input_shape_of", "supported_text"]
 
 
 # --------------------------------------------------------------------------- values
@@ -247,15 +247,18 @@ def ir_shape(ps: Sequence[int], integer: bool = False) -> Shape:
 class GraphBuilder:
     """Builds a :class:`Graph` from semantic operator calls; collects what it cannot express.
 
-    ``model`` names the graph; ``frontend`` is used in messages ("torch", "onnx"). Every
+    ``model`` names the graph; ``frontend`` is used in messages ("torch", "onnx");
+    ``supported`` is what the frontend maps, from its dispatch tables (:func:`supported_text`),
+    shown after the operators it could not map. Every
     method returns the output :data:`Value`; methods raise :class:`Unsupported` for a use of
     an operator the IR cannot express (the frontend records it with :meth:`unsupported` and
     goes on, so that one error lists all problems).
     """
 
-    def __init__(self, model: str, frontend: str) -> None:
+    def __init__(self, model: str, frontend: str, supported: str = "") -> None:
         self.model = model
         self.frontend = frontend
+        self.supported = supported
         self.input_shape: Shape | None = None
         self.token_input = False
         self._layers: dict[str, list] = {}  # name -> [cls, inputs, attrs]
@@ -1109,8 +1112,9 @@ class GraphBuilder:
                 f"model '{name}': {sum(self._problems.values())} operator(s) the {self.frontend} importer cannot "
                 f"map to the layer graph: "
                 + "; ".join(parts)
-                + ". Supported: "
-                + SUPPORTED[self.frontend]
+                + ". Supported "
+                + (self.supported or "operators: see docs/importers.md")
+                + "; register_op / register_module add your own"
             )
         if self.input_shape is None:
             raise GraphError(f"model '{name}': has no input")
@@ -1168,26 +1172,25 @@ def _pair(value) -> tuple[int, int]:
     return int(a), int(b)
 
 
-#: What each frontend maps (for the error message).
-SUPPORTED = {
-    "torch": (
-        "convolutions (2-D), linear / addmm / matmul with a parameter, embedding, batch / layer / RMS norm "
-        "(fused or spelled out), activations (ReLU, ReLU6, GELU incl. its erf and tanh forms, SiLU, "
-        "sigmoid, tanh, hardswish, softmax, dropout), pooling, add, products (gates, SwiGLU, SE, layer "
-        "scale), cat (features; a class token before the sequence), views / reshapes / permutes (also "
-        "merging batch and sequence), scaled dot-product attention (fused or as matmul / softmax; "
-        "grouped-query, RoPE, learned attention bias), mean over positions, x[:, 0]; register_op / "
-        "register_module add your own"
-    ),
-    "onnx": (
-        "Conv, Gemm, MatMul (with an initializer, or q @ k^T / scores @ v), Relu, Gelu (or its Erf form), "
-        "Sigmoid (x * Sigmoid(x) is SiLU), Tanh, LeakyRelu, Softmax, Dropout, Clip, BatchNormalization, "
-        "LayerNormalization, RMS norm (RMSNormalization, or Pow/ReduceMean/Sqrt/Div spelled out), MaxPool, "
-        "AveragePool, GlobalAveragePool, GlobalMaxPool, Add, Sub, Mul (a constant, a learned vector, or two "
-        "tensors: gates), Div by a constant, Concat, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Split, "
-        "Gather (embedding), ReduceMean, Identity, Cast and shape arithmetic"
-    ),
-}
+def supported_text(groups) -> str:
+    """What a frontend maps, for its error message, from its dispatch tables: ``groups`` maps a
+    title to operator names (ATen's ``aten.`` prefix and the in-place ``_`` variants folded).
+
+    Example:
+        >>> supported_text({"layers": ["aten.linear", "aten.add_", "aten.add"], "views": ["Reshape"]})
+        'layers: add, linear; views: Reshape'
+    """
+    parts = []
+    for title, names in groups.items():
+        shown = sorted({_short_op(str(n)) for n in names}, key=str.lower)
+        if shown:
+            parts.append(f"{title}: {', '.join(shown)}")
+    return "; ".join(parts)
+
+
+def _short_op(name: str) -> str:
+    name = name.removeprefix("aten.")
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
 
 
 def input_shape_of(input_shape, name: str) -> tuple[int, ...]:

@@ -49,6 +49,7 @@ from parplan.models.importers.builder import (
     Value,
     is_data,
     stand_in,
+    supported_text,
 )
 
 __all__ = ["from_onnx"]
@@ -173,6 +174,7 @@ class _Converter:
             )
             self.shapes[v.name] = tuple(int(d.dim_value) for d in dims) if known else None
         self.handlers = self._handlers()
+        self.b.supported = supported_text({"operators": self.handlers})  # what it dispatches
         self.inits = {t.name: t for t in self.graph.initializer}
         self.tables: list[str] = []  # initializers read as embedding tables
         self.tainted: set[str] = set()  # outputs computed from an unsupported node's stand-in

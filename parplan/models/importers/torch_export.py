@@ -39,6 +39,7 @@ from parplan.models.importers.builder import (
     Dispatched,
     GraphBuilder,
     Half,
+    supported_text,
     Param,
     RowStat,
     Scores,
@@ -373,6 +374,15 @@ class _Converter:
         self.tainted: set = set()
         self.groups = self._module_groups()
         self.handlers = self._table()
+        # the message lists what the tables below dispatch, so it cannot drift from them
+        self.b.supported = supported_text(
+            {
+                "operators": [*self.handlers, *_OPS],
+                "element-wise": [*ACTIVATIONS, *DERIVED],
+                "views": VIEWS,
+                "constants": [*CONSTANT_RESULT, *SHAPE_ONLY],
+            }
+        )
 
     # ------------------------------------------------------------------ driver
 

@@ -46,6 +46,7 @@ from parplan.models.importers.builder import (
     Value,
     is_data,
     stand_in,
+    supported_text,
 )
 
 __all__ = ["from_torch"]
@@ -238,6 +239,17 @@ class _Converter:
         self.values: dict[Any, Value] = {}
         self.functions = self._function_table()
         self.modules = self._module_table()
+        self.b.supported = supported_text(  # what the tables dispatch (the message's list)
+            {
+                "modules": [
+                    f"nn.{c.__name__}"
+                    for cls, _ in self.modules
+                    for c in (cls if isinstance(cls, tuple) else (cls,))
+                ],
+                "functions": [getattr(f, "__name__", str(f)) for f in self.functions],
+                "tensor methods": [*_VIEW_METHODS, *_CONST_METHODS, *_ACTIVATION_METHODS],
+            }
+        )
 
     # ------------------------------------------------------------------ driver
 
