@@ -259,7 +259,10 @@ def test_unsupported_ops_are_root_causes():
     assert "Conv x1 at conv1d_a (a Conv whose weight is not a 4-D initializer" in msg
     assert "Cos x1 at cos" in msg and "Sin" not in msg and "glu" not in msg
     supported = msg.split(". Supported operators: ")[1]  # the dispatch table's keys
-    assert supported.startswith("Add, AveragePool, BatchNormalization, Cast,") and "Cos" not in supported
+    assert (
+        supported.startswith("Add, AveragePool, BatchNormalization, Cast,")
+        and "Cos" not in supported
+    )
 
 
 def test_input_errors(tmp_path):
