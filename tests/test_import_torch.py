@@ -349,7 +349,13 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
     assert (
         "aten.conv1d x1 at encoder.0.conv" in msg
     )  # encoder.1's conv reads its output: not a root cause
-    assert "aten.group_norm x1 at gn" in msg  # sin reads gn's output: not reported
+    assert (
+        "aten.group_norm x1 at gn (group normalisation: the IR has batch, layer and RMS norms)"
+        in msg
+    )
+    assert (
+        "aten.conv1d x1 at encoder.0.conv (a 1-D convolution (Whisper's encoder" in msg
+    )  # a reason
     # issue 36: what is supported comes from the dispatch tables, not prose beside them
     supported = msg.split(". Supported operators: ")[1]
     assert supported.startswith("_grouped_mm, _native_batch_norm_legit_functional,")
@@ -454,7 +460,10 @@ def test_register_module_and_op():
 
     net = Net()
     # the op reads the block's output: only the block is a root cause
-    with pytest.raises(GraphError, match=r"1 operator\(s\) .*: aten.sort x1 at block\. Supported"):
+    with pytest.raises(
+        GraphError,
+        match=r"1 operator\(s\) .*: aten.sort x1 at block \(sorting: [^)]*\)\. Supported",
+    ):
         from_torch(net, (8, 16), name="net")
 
     def sorted_mlp(c):  # the module as two linear layers (the sort is a permutation: free)

@@ -195,6 +195,22 @@ CONSTANT_RESULT = frozenset(
     }
 )
 
+#: Why operators without a handler have none, for the error message (issue 36: "reported
+#: without a reason").
+NO_HANDLER_REASONS = {
+    "aten.conv1d": "a 1-D convolution (Whisper's encoder, Mamba's mixer): the IR's convolutions are "
+    "2-D over (channels, height, width) and its sequences are (positions, features)",
+    "aten.conv3d": "a 3-D convolution: the IR's convolutions are 2-D",
+    "aten.conv_transpose2d": "a transposed convolution: not in the IR",
+    "aten.einsum": "einsum: the importer maps products written as linear / matmul / bmm; "
+    "rewrite the einsum as one, or register_op a handler",
+    "aten.linalg_vector_norm": "a vector norm (cosine attention, L2-normalised features): the IR "
+    "normalises by layer / RMS / batch statistics only",
+    "aten.group_norm": "group normalisation: the IR has batch, layer and RMS norms",
+    "aten.sort": "sorting: its result depends on the values, which planning does not know",
+    "aten.gather": "a gather by computed indices: its result depends on the values",
+}
+
 #: Operators that take dispatched tokens as such (the rest apply to each copy).
 DISPATCH_AWARE = frozenset(
     {"aten.index", "aten.sum", "transformers.grouped_mm_fallback", "aten._grouped_mm", "getitem"}
@@ -471,7 +487,7 @@ class _Converter:
             self.tainted.add(node)
         if handler is None:
             if not tainted:
-                self.b.unsupported(op, self._place(node))
+                self.b.unsupported(op, self._place(node), NO_HANDLER_REASONS.get(op))
             self.tainted.add(node)
             return self._stand_in(node, op)
         try:
