@@ -51,6 +51,10 @@ HF = {
     "mistral": dict(SMALL, num_key_value_heads=2),  # grouped-query attention
     "mixtral": dict(SMALL, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
     "t5": dict(num_layers=2, d_model=64, num_heads=4, d_kv=16, d_ff=128, vocab_size=1000),
+    # its own fused q/k/v split per head, with rotary embedding on a quarter of the head dim
+    "gpt_neox": dict(SMALL),  # default partial rotary factor 0.25
+    # q, k, v sliced by index out of one projection, grouped-query attention on the slices
+    "phi3": dict(SMALL, num_key_value_heads=2, pad_token_id=0),
 }
 
 
@@ -114,11 +118,14 @@ def test_hugging_face_model(kind):
         "llama": {"Glu", "Attention"},
         "mistral": {"Glu", "Attention"},
         "mixtral": {"Glu"},
+        "gpt_neox": {"Attention", "Embedding"},
+        "phi3": {"Glu", "Attention"},
     }[kind]
     assert expect <= kinds
-    if kind == "mistral":
+    if kind in ("mistral", "gpt_neox", "phi3"):
         attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"][0]
-        assert (attn.heads, attn.kv_heads, attn.rotary) == (4, 2, True)
+        kv = 4 if kind == "gpt_neox" else 2
+        assert (attn.heads, attn.kv_heads or attn.heads, attn.rotary) == (4, kv, True)
     if kind == "mixtral":
         banks = [layer for layer in graph.layers if getattr(layer, "experts", 1) > 1]
         assert len(banks) == 4 and all((b.experts, b.top_k) == (4, 2) for b in banks)

@@ -64,11 +64,25 @@ class Act:
 
 @dataclass(frozen=True)
 class Piece:
-    """Piece ``index`` of ``count`` equal pieces of activation ``act`` (e.g. q, k, v of a fused qkv)."""
+    """Piece ``index`` of ``count`` equal pieces of activation ``act`` (e.g. q, k, v of a fused qkv),
+    or with ``span`` the features ``[start, end)`` of ``act`` (Phi-3 slices q, k, v of unequal
+    sizes out of its projection by index); ``rotary``: RoPE applied to it (rotary position
+    embedding on q and k pieces of the model's own fused projection: GPT-NeoX, Phi-3)."""
 
     act: Act
     index: int
     count: int
+    rotary: bool = False
+    span: tuple[int, int] | None = None
+
+    def same_piece(self, other) -> bool:
+        """Whether ``other`` is this piece, rotated or not."""
+        return isinstance(other, Piece) and (other.act, other.index, other.count, other.span) == (
+            self.act,
+            self.index,
+            self.count,
+            self.span,
+        )
 
 
 @dataclass(frozen=True)
@@ -101,10 +115,11 @@ class RowStat:
 
 @dataclass(frozen=True)
 class Half:
-    """Part of activation ``base`` along the head dimension (RoPE's ``x[..., :d/2]``, negated);
-    ``whole``: the parts concatenated back (``rotate_half(x)``), an element-wise map of ``base``."""
+    """Part of activation ``base`` (or of a piece of a fused projection) along the head
+    dimension (RoPE's ``x[..., :d/2]``, negated); ``whole``: the parts concatenated back
+    (``rotate_half(x)``), an element-wise map of ``base``."""
 
-    base: Act
+    base: "Act | Piece"
     whole: bool = False
 
 
@@ -605,6 +620,8 @@ class GraphBuilder:
         if pending is not None:
             if isinstance(pending, tuple):  # ("rope", x): x * cos + rotate_half(x) * sin
                 x = pending[1]
+                if isinstance(x, Piece):  # q or k of a fused projection: the attention rotates it
+                    return Piece(x.act, x.index, x.count, rotary=True, span=x.span)
                 layer = self._emit(
                     Activation, name, (x.src,), expected=x.shape.elements, function="rope"
                 )
@@ -623,13 +640,29 @@ class GraphBuilder:
         """``x + f(x)`` of a pending expression: Derived (GELU's inner sum), or "rope" for
         ``x * cos + rotate_half(x) * sin``; None if ``a + b`` is not such a sum."""
         for x, other in ((a, b), (b, a)):
-            if isinstance(x, Act) and isinstance(other, Derived) and other.base.src == x.src:
+            if (
+                isinstance(x, Act)
+                and isinstance(other, Derived)
+                and getattr(other.base, "src", None) == x.src
+            ):
                 return other
+            if isinstance(x, Piece) and isinstance(other, Half) and other.whole:
+                if x.same_piece(other.base):
+                    return ("rope", x)
+            if (
+                isinstance(x, Half)
+                and isinstance(x.base, Piece)
+                and not x.whole
+                and isinstance(other, Half)
+                and other.whole
+                and x.base.same_piece(other.base)
+            ):
+                return ("rope", x.base)  # partial rotary on a piece (GPT-NeoX)
             if (
                 isinstance(x, Act)
                 and isinstance(other, Half)
                 and other.whole
-                and other.base.src == x.src
+                and getattr(other.base, "src", None) == x.src
             ):
                 return ("rope", x)
             if (
@@ -637,7 +670,7 @@ class GraphBuilder:
                 and not x.whole
                 and isinstance(other, Half)
                 and other.whole
-                and other.base.src == x.base.src
+                and getattr(other.base, "src", 0) == getattr(x.base, "src", 1)
             ):
                 return (
                     "rope",
@@ -749,7 +782,7 @@ class GraphBuilder:
 
     def half(self, x: Value) -> Value:
         """Part of ``x`` along the head dim (RoPE's slices)."""
-        if isinstance(x, Act):
+        if isinstance(x, (Act, Piece)):
             return Half(x)
         if isinstance(x, Half):
             return x
@@ -790,7 +823,21 @@ class GraphBuilder:
         """Each head of ``x`` repeated ``factor`` times (grouped-query attention's repeat_kv)."""
         if isinstance(x, Repeated):
             return Repeated(x.act, x.factor * factor)
+        if isinstance(x, Piece) and x.span is not None:
+            return Repeated(x, factor)  # k or v sliced out of a fused projection
         return Repeated(self._act(x, "repeating heads"), factor)
+
+    def feature_slice(self, x: Value, start: int, end: int) -> Value:
+        """Features ``[start, end)`` of the output of a projection (q, k or v sliced out of a fused
+        one by index); the attention reading all three checks that they tile it."""
+        act = self._act(x, "a slice of the features")
+        entry = self._layers.get(act.src)
+        if entry is None or entry[0] is not Linear:
+            raise Unsupported(
+                f"slicing features [{start}:{end}] of a value that is not a projection's output "
+                "(only q, k, v of a fused projection may be sliced)"
+            )
+        return Piece(act, 0, 0, span=(int(start), int(end)))
 
     def stack(self, x: Value, count: int) -> Value:
         """``x`` viewed as ``count`` stacked pieces along a new dim (unflatten of a fused QKV)."""
@@ -824,9 +871,17 @@ class GraphBuilder:
         """Concatenation along the feature dimension (``feature_axis``)."""
         if all(isinstance(x, Half) for x in xs) and len({x.base for x in xs}) == 1:
             return Half(xs[0].base, whole=True)  # rotate_half(x): the halves swapped
+        pieces = [x for x in xs if isinstance(x, Piece) and x.rotary]
+        if len(pieces) == 1 and all(
+            x is pieces[0] or isinstance(x, Half) and pieces[0].same_piece(x.base) for x in xs
+        ):
+            return pieces[0]  # a piece's rotated part of the head dim back with the rest
         rotated = [x for x in xs if isinstance(x, Act) and x.base is not None]
         if len(rotated) == 1 and all(
-            x is rotated[0] or isinstance(x, Half) and x.base.src == rotated[0].base for x in xs
+            x is rotated[0]
+            or isinstance(x, Half)
+            and getattr(x.base, "src", None) == rotated[0].base
+            for x in xs
         ):
             return rotated[
                 0
@@ -925,13 +980,29 @@ class GraphBuilder:
             parts = (q, k.act, v.act)
         elif isinstance(k, Repeated) or isinstance(v, Repeated):
             raise Unsupported("attention with only one of k, v repeated")
-        if all(isinstance(p, Piece) for p in parts):
+        if all(isinstance(p, Piece) and p.span is not None for p in parts):
+            fused = parts[0].act
+            (a0, a1), (b0, b1), (c0, c1) = (p.span for p in parts)
+            if (
+                len({p.act for p in parts}) != 1
+                or (a0, a1, b1, c1) != (0, b0, c0, fused.shape.channels)
+                or b1 - b0 != c1 - c0
+                or heads * (b1 - b0) % a1
+            ):
+                raise Unsupported(
+                    "attention on q, k, v slices that are not one projection's features in order "
+                    "(q, then k and v of equal sizes)"
+                )
+            kv_heads = heads * (b1 - b0) // a1
+            rotary = parts[0].rotary or parts[1].rotary
+        elif all(isinstance(p, Piece) for p in parts):
             same = len({p.act for p in parts}) == 1 and parts[0].count == 3
             if not same or [p.index for p in parts] != [0, 1, 2]:
                 raise Unsupported(
                     "attention on q, k, v that are not the three pieces, in order, of one projection"
                 )
             fused, kv_heads = parts[0].act, heads
+            rotary = parts[0].rotary or parts[1].rotary
         elif all(isinstance(p, Act) for p in parts):
             qa, ka, va = parts
             if ka.shape != va.shape or (qa.shape.height, qa.shape.width) != (
@@ -959,6 +1030,8 @@ class GraphBuilder:
             )
         hidden = fused.shape.channels // total * heads
         attrs = {"heads": int(heads)}
+        if isinstance(parts[0], Piece) and rotary:
+            attrs["rotary"] = True
         if kv_heads != heads:
             attrs["kv_heads"] = int(kv_heads)
         if window and window < fused.shape.spatial:

@@ -41,6 +41,7 @@ from parplan.models.importers.builder import (
     Half,
     supported_text,
     Param,
+    Piece,
     RowStat,
     Scores,
     Stacked,
@@ -708,7 +709,7 @@ class _Converter:
     def _view(self, node, args, kwargs) -> Value:
         x = args[0]
         op = _packet(node.target)
-        if isinstance(x, Act) and op == "aten.expand":
+        if isinstance(x, (Act, Piece)) and op == "aten.expand":
             n_in = math.prod(node.args[0].meta["val"].shape)
             n_out = math.prod(node.meta["val"].shape)
             if n_out > n_in:
@@ -980,7 +981,14 @@ class _Converter:
         )
         if start == 0 and end >= size and step == 1:
             return x  # the whole tensor
-        if dim == len(shape) - 1 and step == 1 and len(shape) >= 3 and isinstance(x, (Act, Half)):
+        if len(shape) == 3 and dim == 2 and step == 1 and isinstance(x, Act):
+            return self.b.feature_slice(x, start, end)  # q, k, v of a fused projection by index
+        if (
+            dim == len(shape) - 1
+            and step == 1
+            and len(shape) >= 3
+            and isinstance(x, (Act, Half, Piece))
+        ):
             return self.b.half(
                 x
             )  # parts of the head dim: RoPE's halves, or the rotated part of partial rotary
