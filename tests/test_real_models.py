@@ -55,6 +55,8 @@ HF = {
     "gpt_neox": dict(SMALL),  # default partial rotary factor 0.25
     # q, k, v sliced by index out of one projection, grouped-query attention on the slices
     "phi3": dict(SMALL, num_key_value_heads=2, pad_token_id=0),
+    # q, k, v selected per head from a stacked view of one projection; ALiBi scores (baddbmm)
+    "bloom": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=1000),
 }
 
 
@@ -120,6 +122,7 @@ def test_hugging_face_model(kind):
         "mixtral": {"Glu"},
         "gpt_neox": {"Attention", "Embedding"},
         "phi3": {"Glu", "Attention"},
+        "bloom": {"Attention", "Embedding"},
     }[kind]
     assert expect <= kinds
     if kind in ("mistral", "gpt_neox", "phi3"):

@@ -655,6 +655,7 @@ class _Converter:
             "aten.addmm": self._addmm,
             "aten.mm": self._matmul,
             "aten.bmm": self._matmul,
+            "aten.baddbmm": self._baddbmm,
             "aten.matmul": self._matmul,
             "aten.embedding": self._embedding,
             "aten.batch_norm": self._batch_norm,
@@ -823,6 +824,14 @@ class _Converter:
         ps = self.ps(node.args[0]) if is_data(a) else ()
         return self.b.matmul(self._label(node), a, w, ps)
 
+    def _baddbmm(self, node, args, kwargs) -> Value:
+        """``beta * bias + alpha * (a @ b)``: the product, plus a bias that depends on positions
+        only (Bloom's ALiBi scores); a bias computed from the data is not modelled."""
+        bias, a, b = args[0], args[1], args[2]
+        if is_data(bias):
+            raise Unsupported("a batched product plus a tensor computed from the data")
+        return self.b.matmul(self._label(node), a, b, self.ps(node.args[1]) if is_data(a) else ())
+
     def _embedding(self, node, args, kwargs) -> Value:
         weight, ids = args[0], args[1]
         if not isinstance(weight, Param) or len(weight.shape) != 2:
@@ -958,6 +967,10 @@ class _Converter:
         rank = node.args[0].meta["val"].dim()
         if isinstance(x, Act) and rank == 3 and dim % rank == 1:
             return self.b.reduce_positions(self._label(node), x, "picking one position")
+        size = int(node.args[0].meta["val"].shape[dim % rank])
+        if isinstance(x, Act) and rank == 5 and dim % rank == 3 and size == 3:
+            # (batch, seq, heads, 3, head_dim) of a fused projection: q, k or v, per head (Bloom)
+            return self.b.pick(self.b.stack(x, 3), int(index))
         raise Unsupported(
             f"selecting index {index} of dim {dim} of a rank-{rank} tensor (drops elements)"
         )
