@@ -347,6 +347,46 @@ def test_attention_flops_are_priced():
     assert d[1].op_flops == 0.0
 
 
+def test_qk_norm_adds_its_scales_and_traffic_but_no_flops():
+    """Qwen3's per-head q/k RMS norm inside the core (docs/costmodel.md section 1): 2 d scale
+    parameters, q and k read and written once forward and once backward, as RoPE; no FLOPs."""
+    from parplan.costmodel.graph import Attention as A
+
+    shapes, out = [Shape(8 * 16, 32)], Shape(4 * 16, 32)  # 4 query heads, 2 kv heads, d = 16
+    plain, normed = (
+        A("a", ("x",), heads=4, kv_heads=2),
+        A("a", ("x",), heads=4, kv_heads=2, qk_norm=True),
+    )
+    assert (plain.weight_elements(shapes), normed.weight_elements(shapes)) == (0, 32)
+    f0, t0, s0 = plain.training_cost(shapes, out)
+    f1, t1, s1 = normed.training_cost(shapes, out)
+    qk = (4 + 2) * 16 * 32  # q and k elements per sample
+    assert (f1, s1) == (f0, s0) and t1 - t0 == 4 * qk
+
+
+def test_qk_norm_in_the_executor_is_a_per_head_rms_norm():
+    """torchexec.attention with qk_norm equals the norm written out on (batch, heads, seq, d)
+    before grouped-query attention (no mask)."""
+    torch = pytest.importorskip("torch")
+    from parplan.executor.torchexec import LN_EPS, attention
+
+    gen = torch.Generator().manual_seed(3)
+    n, groups, rep, d, seq = 2, 2, 2, 8, 5
+    x = torch.randn(n, groups * (rep + 2) * d, seq, generator=gen, dtype=torch.float64)
+    got = attention(x, d, rep, rotary=False, qk_norm=True)
+    h = x.reshape(n, groups, rep + 2, d, seq).permute(0, 1, 2, 4, 3)  # (n, g, r + 2, seq, d)
+    q = h[:, :, :rep].reshape(n, groups * rep, seq, d)
+    k = h[:, :, rep].repeat_interleave(rep, dim=1)
+    v = h[:, :, rep + 1].repeat_interleave(rep, dim=1)
+
+    def rms(t):
+        return t / torch.sqrt((t * t).mean(dim=-1, keepdim=True) + LN_EPS)
+
+    ref = torch.nn.functional.scaled_dot_product_attention(rms(q), rms(k), v)
+    want = ref.permute(0, 1, 3, 2).reshape(n, -1, seq)
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 def test_gpt2_training_flops_include_attention():
     p = Problem(get_model("gpt2"), parse_array("h100:2"), batch=1)
     dims = p.root_dims()

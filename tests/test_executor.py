@@ -173,9 +173,10 @@ def test_unsupported_layers_and_arrays_are_clear_errors():
             )
 
 
-def llama_like(heads, kv_heads, name, experts=1):
+def llama_like(heads, kv_heads, name, experts=1, qk_norm=False):
     """A one-block Llama-style decoder (RMS norms, rotary grouped-query attention, SwiGLU as a
-    fused gate/up projection and a gated unit) whose token and position lookups meet in a join."""
+    fused gate/up projection and a gated unit) whose token and position lookups meet in a join;
+    ``qk_norm``: Qwen3's RMS norm per head on q and k."""
     from parplan.costmodel.graph import Attention, Embedding, Glu, Norm
 
     h, d, f, seq, vocab = 16, 16 // heads, 12, 4, 32
@@ -201,6 +202,7 @@ def llama_like(heads, kv_heads, name, experts=1):
                 heads=heads,
                 kv_heads=kv_heads if kv_heads != heads else 0,
                 rotary=True,
+                qk_norm=qk_norm,
             ),
             Linear("o", ("attn",), out_features=h, bias=False, per_position=True),
             Add("add1", ("embed", "o")),
@@ -227,7 +229,7 @@ def transformer_graphs(family: str):
         from parplan.models.transformers import vit_config
 
         return [vit_config(1, 16, 2, patch=4, image=8, classes=4, name="vit-tiny")]
-    return [llama_like(4, 2, "gqa"), llama_like(2, 2, "mha")]
+    return [llama_like(4, 2, "gqa", qk_norm=True), llama_like(2, 2, "mha")]
 
 
 @pytest.mark.parametrize("devices", [2, 4])
@@ -235,11 +237,11 @@ def transformer_graphs(family: str):
 def test_transformers_random_plans(clusters, family, devices):
     """Tiny GPT (pre-LN, tied head) and BERT (post-LN, pooler) configs: embeddings, layer norms,
     attention heads, per-position linear layers; a tiny ViT (class token, position table);
-    Llama-style blocks: RMS norms (one row
-    statistic each way on divided columns), rotary grouped-query attention (divided by whole
-    key/value groups), SwiGLU's fused gate/up projection (a column share of each half). Under
-    random plans the statistics and the tables' gradients move as docs/costmodel.md section 2
-    says, and numerics and bytes are equal."""
+    Llama-style blocks: RMS norms (one row statistic each way on divided columns), rotary
+    grouped-query attention (divided by whole key/value groups; the GQA block with per-head q/k
+    norms), SwiGLU's fused gate/up projection (a column share of each half). Under random plans
+    the statistics and the tables' gradients move as docs/costmodel.md section 2 says, and
+    numerics and bytes are equal."""
     graphs = transformer_graphs(family)
 
     @seed({"gpt-bert": 77, "llama": 5, "vit": 3}[family] + devices)

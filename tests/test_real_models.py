@@ -57,6 +57,8 @@ HF = {
     "phi3": dict(SMALL, num_key_value_heads=2, pad_token_id=0),
     # q, k, v selected per head from a stacked view of one projection; ALiBi scores (baddbmm)
     "bloom": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=1000),
+    # an RMS norm per head on q and k before RoPE: folded into the attention (qk_norm)
+    "qwen3": dict(SMALL, num_key_value_heads=2, head_dim=16),
 }
 
 
@@ -123,12 +125,14 @@ def test_hugging_face_model(kind):
         "gpt_neox": {"Attention", "Embedding"},
         "phi3": {"Glu", "Attention"},
         "bloom": {"Attention", "Embedding"},
+        "qwen3": {"Glu", "Attention"},
     }[kind]
     assert expect <= kinds
-    if kind in ("mistral", "gpt_neox", "phi3"):
+    if kind in ("mistral", "gpt_neox", "phi3", "qwen3"):
         attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"][0]
         kv = 4 if kind == "gpt_neox" else 2
         assert (attn.heads, attn.kv_heads or attn.heads, attn.rotary) == (4, kv, True)
+        assert attn.qk_norm == (kind == "qwen3")
     if kind == "mixtral":
         banks = [layer for layer in graph.layers if getattr(layer, "experts", 1) > 1]
         assert len(banks) == 4 and all((b.experts, b.top_k) == (4, 2) for b in banks)

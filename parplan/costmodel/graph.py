@@ -457,6 +457,10 @@ class Attention(Layer):
     #: Entries of a learned attention bias added to the scores (T5's relative position
     #: buckets x heads): parameters only; looking them up costs nothing worth pricing.
     bias_params: int = 0
+    #: An RMS norm per head on q and k before RoPE (Qwen3, Gemma 3): one scale per head
+    #: feature for q and one for k (2 d parameters); element-wise, statistics within a head,
+    #: so a split of whole heads exchanges nothing (docs/costmodel.md section 1).
+    qk_norm: bool = False
 
     @property
     def key_heads(self) -> int:
@@ -483,7 +487,8 @@ class Attention(Layer):
         return Shape(x.channels // parts * self.heads, x.height, x.width)
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
-        return self.bias_params
+        head = in_shapes[0].channels // (self.heads + 2 * self.key_heads)
+        return self.bias_params + (2 * head if self.qk_norm else 0)
 
     def attention_flops(self, in_shapes: list[Shape], batch: float) -> float:
         """FLOPs of one training step of the two attention products (QK^T and AV): per query
@@ -496,12 +501,11 @@ class Attention(Layer):
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
         """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and
         writes the output (and the reverse backward), storing its input. Rotary embeddings
-        read and write q and k once forward and once backward."""
+        read and write q and k once forward and once backward; so does a q/k norm."""
         _, traffic, stored = super().training_cost(in_shapes, out_shape)
-        if self.rotary:
-            x = in_shapes[0]
-            qk = x.elements // (self.heads + 2 * self.key_heads) * (self.heads + self.key_heads)
-            traffic += 4.0 * qk
+        x = in_shapes[0]
+        qk = x.elements // (self.heads + 2 * self.key_heads) * (self.heads + self.key_heads)
+        traffic += 4.0 * qk * (int(self.rotary) + int(self.qk_norm))
         return self.attention_flops(in_shapes, 1.0), traffic, stored
 
 

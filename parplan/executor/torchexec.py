@@ -101,14 +101,21 @@ def norm_scale(channels: int) -> torch.Tensor:
     return torch.linspace(0.5, 1.5, channels, dtype=DTYPE)
 
 
-def attention(x: torch.Tensor, head: int, rep: int = 1, rotary: bool = False) -> torch.Tensor:
+def attention(
+    x: torch.Tensor, head: int, rep: int = 1, rotary: bool = False, qk_norm: bool = False
+) -> torch.Tensor:
     """Attention cores of whole key/value groups: ``x`` (rows, groups * (rep + 2) * head,
     positions), each group's columns its ``rep`` query heads, then its k and v (group-major)
     -> (rows, groups * rep * head, positions). ``rep`` > 1 is grouped-query attention;
-    ``rotary`` rotates q and k by position (RoPE, rotate-half form)."""
+    ``qk_norm`` RMS-normalises each head of q and k (without its scales, as a norm's affine
+    parameters are not trained here); ``rotary`` then rotates q and k by position (RoPE,
+    rotate-half form)."""
     n, c, seq = x.shape
     h = x.reshape(n, c // ((rep + 2) * head), rep + 2, head, seq)
     q, k, v = h[:, :, :rep], h[:, :, rep], h[:, :, rep + 1]
+    if qk_norm:  # statistics over each head's features (dim -2)
+        q = q / torch.sqrt((q * q).mean(dim=-2, keepdim=True) + LN_EPS)
+        k = k / torch.sqrt((k * k).mean(dim=-2, keepdim=True) + LN_EPS)
     if rotary:
         q, k = rope(q, seq), rope(k, seq)
     a = torch.softmax(torch.einsum("ngrds,ngdt->ngrst", q, k) / head**0.5, dim=-1)
@@ -155,6 +162,7 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
             info.out_shape[layer.name].channels // layer.heads,
             layer.heads // layer.key_heads,
             layer.rotary,
+            layer.qk_norm,
         )
     if isinstance(layer, Pool2d):
         s = info.in_shapes[layer.name][0]

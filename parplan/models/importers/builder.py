@@ -108,9 +108,11 @@ class Derived:
 @dataclass(frozen=True)
 class RowStat:
     """A per-position statistic of activation ``base`` over its features (``mean(x ** 2, -1)``
-    and functions of it): multiplying ``base`` by it is an RMS norm."""
+    and functions of it): multiplying ``base`` by it is an RMS norm. ``group``: features per
+    statistic when it is taken per head (Qwen3's q/k norms), 0 for all features."""
 
     base: Act
+    group: int = 0
 
 
 @dataclass(frozen=True)
@@ -717,8 +719,15 @@ class GraphBuilder:
                 raise Unsupported(
                     "product of an activation with another tensor's per-position statistic"
                 )
+            per_head = {"head_dim": b.group} if b.group else {}  # folded into attention later
             layer = self._emit(
-                Norm, name, (a.src,), expected=a.shape.elements, kind="rms", affine=False
+                Norm,
+                name,
+                (a.src,),
+                expected=a.shape.elements,
+                kind="rms",
+                affine=False,
+                **per_head,
             )
             return Act(layer, a.shape)
         if isinstance(a, Derived) or isinstance(b, Derived):
@@ -749,6 +758,16 @@ class GraphBuilder:
 
     def _learned_scale(self, name: str, x: Value, param: Param) -> Value:
         act = self._act(x, "a product with a learned tensor")
+        entry = self._layers.get(act.src)
+        if (
+            entry is not None
+            and entry[0] is Norm
+            and entry[2].get("head_dim") == math.prod(param.shape)
+            and not entry[2]["affine"]
+        ):
+            entry[2]["affine"] = True  # the per-head RMS norm's scale, shared by the heads
+            self._own(act.src, param.key)
+            return act
         if math.prod(param.shape) != act.shape.channels:
             raise Unsupported(
                 f"product with the learned tensor '{param.name}' {_shape_text(param.shape)} "
@@ -770,12 +789,17 @@ class GraphBuilder:
         self._own(layer, param.key)
         return Act(layer, act.shape)
 
-    def row_statistic(self, x: Value) -> Value:
-        """A mean over the features of ``x ** 2`` (or of ``x``): a per-position statistic."""
-        if isinstance(x, Derived):
-            return RowStat(x.base)
-        if isinstance(x, Act):
-            return RowStat(x)
+    def row_statistic(self, x: Value, features: int | None = None) -> Value:
+        """A mean over the features of ``x ** 2`` (or of ``x``): a per-position statistic;
+        ``features``: how many it averages (fewer than the activation's: one per head)."""
+        base = x.base if isinstance(x, Derived) else x
+        if isinstance(base, Act):
+            group = features if features and features < base.shape.channels else 0
+            if group and base.shape.channels % group:
+                raise Unsupported(
+                    f"a mean over {features} of {base.shape.channels} features (not whole heads)"
+                )
+            return RowStat(base, group)
         if isinstance(x, RowStat):
             return x
         raise Unsupported("a mean over the features of a value that is not an activation")
@@ -1121,27 +1145,44 @@ class GraphBuilder:
                 continue
             chain = []
             for part in parts:
-                cls_p, ins_p, attrs_p = self._layers[part]
-                rope = cls_p is Activation and attrs_p.get("function") == "rope"
-                proj = ins_p[0] if rope else part
+                # back from the concat: RoPE, then a per-head RMS norm (Qwen3), then the projection
+                node, reader, gone = part, concat, []
+                for wrapper in ("rope", "head_norm"):
+                    cls_p, ins_p, attrs_p = self._layers[node]
+                    found = (
+                        cls_p is Activation and attrs_p.get("function") == "rope"
+                        if wrapper == "rope"
+                        else cls_p is Norm and bool(attrs_p.get("head_dim"))
+                    )
+                    if found and users.get(node) == [reader]:
+                        gone.append((wrapper, node))
+                        reader, node = node, ins_p[0]
+                proj = node
                 if (
                     self._layers.get(proj, [None])[0] is not Linear
-                    or users.get(proj) != [part if rope else concat]
+                    or users.get(proj) != [reader]
                     or not self._layers[proj][2].get("per_position")
                     or proj in tied
                     or self._layers[proj][2].get("experts", 1) != 1
                 ):
                     break
-                chain.append((proj, rope))
+                chain.append((proj, dict(gone)))
             else:
                 projs = [p for p, _ in chain]
                 sources = {self._layers[p][1] for p in projs}
                 biases = {self._layers[p][2]["bias"] for p in projs}
-                rotary = [r for _, r in chain]
+                rotary = ["rope" in g for _, g in chain]
+                normed = ["head_norm" in g for _, g in chain]
                 if (
                     len(sources) != 1
                     or len(biases) != 1
                     or rotary not in ([False] * 3, [True, True, False])
+                    or normed not in ([False] * 3, [True, True, False])
+                    or normed[0]
+                    and not all(
+                        g["head_norm"] and self._layers[g["head_norm"]][2]["affine"]
+                        for _, g in chain[:2]
+                    )
                 ):
                     continue
                 out = sum(self._layers[p][2]["out_features"] for p in projs)
@@ -1157,13 +1198,14 @@ class GraphBuilder:
                     // max(1, self._layers[first][2]["out_features"])
                     * out
                 )
-                for p, rope in zip(projs, rotary):
-                    for gone in (p, parts[projs.index(p)]) if rope else (p,):
+                for p, wrappers in chain:
+                    for gone in (p, *wrappers.values()):
                         self._layers.pop(gone, None)
                         self._expected.pop(gone, None)
                 self._layers.pop(concat)
                 self._expected.pop(concat, None)
                 attrs = dict(attrs, rotary=True) if rotary[0] else attrs
+                attrs = dict(attrs, qk_norm=True) if normed[0] else attrs
                 self._layers[name] = [Attention, (fused,), attrs]
                 # keep the topological position: the fused projection goes where q was
                 order = list(self._layers)
@@ -1195,6 +1237,13 @@ class GraphBuilder:
             raise GraphError(f"model '{name}': has no layers the planner can use")
         self._fuse_projections()
         self._fuse_gates()
+        for layer, (cls, _, attrs) in self._layers.items():
+            if cls is Norm and attrs.get("head_dim"):
+                raise GraphError(
+                    f"model '{name}': layer '{layer}' is an RMS norm per head (over "
+                    f"{attrs['head_dim']} features at a time) that is not on q and k right before "
+                    "attention with a learned scale each; the IR's norms are over all features"
+                )
         layers = tuple(cls(n, inputs, **attrs) for n, (cls, inputs, attrs) in self._layers.items())
         tied = tuple(self._tied)
         graph = (

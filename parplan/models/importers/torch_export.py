@@ -924,8 +924,9 @@ class _Converter:
         keep = len(args) > 2 and bool(args[2])
         if isinstance(x, Scores):
             return CONST  # attention weights averaged over heads: returned for inspection only
-        if dims == [rank - 1] and keep:
-            return self.b.row_statistic(x)  # over the features, per position (RMS / layer norm)
+        if dims == [rank - 1] and keep:  # over the features (or a head's), per position
+            features = int(node.args[0].meta["val"].shape[-1])
+            return self.b.row_statistic(x, features if rank == 4 else None)
         act = self.b._act(x, "a mean")  # noqa: SLF001 - the builder's check, with its message
         if math.prod(self.out_ps(node)) != act.shape.channels:
             raise Unsupported(
