@@ -59,6 +59,8 @@ HF = {
     "bloom": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=1000),
     # an RMS norm per head on q and k before RoPE: folded into the attention (qk_norm)
     "qwen3": dict(SMALL, num_key_value_heads=2, head_dim=16),
+    # pooled at the end-of-text token: one position per sample picked by the token ids
+    "clip_text_model": dict(SMALL),
 }
 
 
@@ -126,6 +128,7 @@ def test_hugging_face_model(kind):
         "phi3": {"Glu", "Attention"},
         "bloom": {"Attention", "Embedding"},
         "qwen3": {"Glu", "Attention"},
+        "clip_text_model": {"Attention", "Pool2d"},
     }[kind]
     assert expect <= kinds
     if kind in ("mistral", "gpt_neox", "phi3", "qwen3"):

@@ -1085,6 +1085,17 @@ class _Converter:
         """Rows of a tensor picked by computed indices: the router's dispatch of tokens to their
         experts (k copies of each), or a permutation of dispatched tokens."""
         x, indices = args[0], args[1]
+        rank = node.args[0].meta["val"].dim()
+        if (
+            isinstance(x, Act)
+            and rank == 3
+            and len(indices) == 2
+            and not any(is_data(i) for i in indices)
+            and node.meta["val"].dim() == 2
+        ):
+            # x[arange(batch), position]: one position per sample, chosen from the token ids
+            # (CLIP's pooling at the end-of-text token): priced as x[:, 0]
+            return self.b.reduce_positions(self._label(node), x, "picking one position")
         if any(is_data(i) for i in indices) or len([i for i in indices if i is not None]) != 1:
             raise Unsupported("indexing by data-dependent or several index tensors")
         rows_in, rows_out = int(node.args[0].meta["val"].shape[0]), int(node.meta["val"].shape[0])
