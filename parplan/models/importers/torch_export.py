@@ -311,7 +311,12 @@ def capture(
         raise GraphError(
             f"model '{name}': torch.export cannot capture it: {_where(exc)}"
             f"{type(exc).__name__}: {_first_line(exc)} (check input_shape: per sample, without the "
-            f"batch dim, {tuple(input_shape)} here; and integer_input: {integer_input})"
+            f"batch dim, {tuple(input_shape)} here; and integer_input: {integer_input}"
+            + (
+                f"; {BATCH} in torch's shapes is the example batch the importer traces with)"
+                if str(BATCH) in _first_line(exc)
+                else ")"
+            )
         ) from None
     finally:
         for m, training in flags.items():
