@@ -1,11 +1,14 @@
 """Compat rules (docs/costmodel.md section 9): HyPar's pricing of an IN reduction at the pooled size."""
 
+import re
+from dataclasses import replace
+
 import pytest
 
 from parplan.costmodel.graph import Conv2d, Graph, Pool2d, Shape
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.layout import PartitionType
-from parplan.costmodel.problem import Problem
+from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.split import SplitProblem, split_terms
 from parplan.costmodel.evaluate import evaluate
 from parplan.errors import ConfigError
@@ -55,9 +58,34 @@ def test_compat_plans_and_prices_alexnet_at_most_as_native():
     ).step_time_s * (1 + 1e-12)
 
 
+def test_rules_combine():
+    """ "hypar+accpar-code" applies both rules (issue 36: HyPar's pooled reductions with the
+    papers' per-level accounting): on one split, where frames change nothing, it prices as
+    "hypar"; on 8 devices, a plan with IN splits at every level is priced differently from
+    either rule alone, and by neither more than the published code's rule alone."""
+    assert _intra(_chain(True), "hypar+accpar-code") == _intra(_chain(True), "hypar")
+    native = Problem(_chain(True), parse_array("h100:8"), batch=16)
+    n = len(native.planning.nodes)
+    plan = Plan(
+        {
+            path: Split(tuple(I if v % 2 == 0 else B for v in range(n)), (0.5,) * n)
+            for path, _ in native.array.inner_nodes()
+        }
+    )
+    moved = {
+        compat: evaluate(replace(native, compat=compat), plan).communication_bytes
+        for compat in ("hypar", "accpar-code", "hypar+accpar-code")
+    }
+    both = moved.pop("hypar+accpar-code")
+    assert both not in moved.values() and both <= moved["accpar-code"]
+
+
 def test_unknown_compat_is_refused():
-    with pytest.raises(ConfigError, match="compat must be one of None, 'hypar'"):
+    msg = "compat must name rules among hypar, accpar-code, joined by '+' (got 'accpar')"
+    with pytest.raises(ConfigError, match=re.escape(msg)):
         Problem(get_model("lenet"), parse_array("h100:2"), batch=8, compat="accpar")
+    with pytest.raises(ConfigError, match="got 'hypar\\+x'"):
+        Problem(get_model("lenet"), parse_array("h100:2"), batch=8, compat="hypar+x")
 
 
 def test_cli_compat_and_plan_file_round_trip(tmp_path, capsys):

@@ -18,6 +18,10 @@ from pathlib import Path
 
 from parplan.errors import ConfigError
 
+#: ``--compat`` values: the published rules of ``costmodel.cost.COMPAT_RULES``, alone or both
+#: (kept here as text so that the CLI starts without importing the cost model).
+COMPAT_CHOICES = ("hypar", "accpar-code", "hypar+accpar-code")
+
 GB = 1e9
 GIB = 2**30
 #: ``--precision`` -> (bytes per element, optimizer bytes per parameter), docs/costmodel.md
@@ -104,7 +108,7 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
     parser.add_argument(
         "--compat",
         default=None,
-        choices=("hypar", "accpar-code"),
+        choices=COMPAT_CHOICES,
         help="price with a published planner's rule where it differs from parplan's "
         "(hypar: IN reductions at the pooled size, as the HyPar paper; accpar-code: "
         "each split in its own frame, as the published AccPar code)",

@@ -26,6 +26,7 @@ import sys
 import time
 
 from parplan.cli.common import (
+    COMPAT_CHOICES,
     PLANNER_NAMES,
     add_memory_arguments,
     add_problem_arguments,
@@ -1039,7 +1040,7 @@ def _override_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compat",
         default=None,
-        choices=("hypar", "accpar-code"),
+        choices=COMPAT_CHOICES,
         help="price with HyPar's rule (default: the plan's)",
     )
     p.add_argument(

@@ -101,6 +101,35 @@ class ShareMode(Enum):
     PROPORTIONAL = "proportional"  # C_1 / (C_1 + C_2)
 
 
+#: Published planners' pricing rules (docs/costmodel.md section 9) and what each changes; a
+#: problem's ``compat`` names one, or several joined by "+".
+COMPAT_RULES = {
+    "hypar": "IN reductions priced at the size the next layer reads (after pooling), as HyPar",
+    "accpar-code": "every split priced in its own frame, groups pre-summing gradients, "
+    "as the published AccPar code (and the papers' per-level accounting)",
+}
+
+
+def compat_rules(compat: str | None) -> frozenset[str]:
+    """The rules a ``compat`` value names: ``None`` none, ``"hypar+accpar-code"`` both; an
+    unknown rule is a ValueError naming the known ones.
+
+    Example:
+        >>> sorted(compat_rules("hypar+accpar-code")), compat_rules(None)
+        (['accpar-code', 'hypar'], frozenset())
+    """
+    if compat is None:
+        return frozenset()
+    rules = frozenset(str(compat).split("+"))
+    unknown = sorted(rules - set(COMPAT_RULES))
+    if unknown:
+        raise ValueError(
+            f"compat must name rules among {', '.join(COMPAT_RULES)}, joined by '+' "
+            f"(got {compat!r})"
+        )
+    return rules
+
+
 @dataclass(frozen=True)
 class SideSpec:
     """What one split looks like to the cost model: the two halves as devices, the bandwidth
@@ -114,9 +143,10 @@ class SideSpec:
     collective: Collective | None = None
     hosts: int = 2  # devices in the group being split
     optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
-    #: A published planner's rule instead of parplan's where they differ (docs/costmodel.md
-    #: section 9): "hypar" prices an IN split's partial-sum reduction at the size the next layer
-    #: reads (after pooling), as the HyPar paper does; None = parplan's own model.
+    #: A published planner's rules instead of parplan's where they differ (docs/costmodel.md
+    #: section 9; :func:`compat_rules`): "hypar" prices an IN split's partial-sum reduction at
+    #: the size the next layer reads (after pooling), as the HyPar paper does; "accpar-code"
+    #: prices every split in its own frame; "hypar+accpar-code" both. None = parplan's model.
     compat: str | None = None
     #: ZeRO stage (docs/costmodel.md section 6.1): memory of replicated weights sharded; stage 3
     #: also gathers the weights of a BATCH split in forward and backward.

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from parplan.costmodel.cost import Objective, covered_below, overlap_time, scale_for_sides
+from parplan.costmodel.cost import (
+    Objective,
+    covered_below,
+    overlap_time,
+    scale_for_sides,
+    compat_rules,
+)
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
@@ -409,7 +415,9 @@ def _interchangeable(
     one of them for both makes a 512-device plan cost its distinct groups, not its 1,023."""
     if dims_left != dims_right or signature(group.left) != signature(group.right):
         return False
-    if problem.compat != "accpar-code" and not translates(problem.planning.succs, left, right):
+    if "accpar-code" not in compat_rules(problem.compat) and not translates(
+        problem.planning.succs, left, right
+    ):
         return False
     return _same_below(plan, path)
 

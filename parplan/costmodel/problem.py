@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from parplan.costmodel.cost import DEFAULT_OPTIMIZER_BYTES, SideSpec
+from parplan.costmodel.cost import DEFAULT_OPTIMIZER_BYTES, SideSpec, compat_rules
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.graph import Graph
 from parplan.costmodel.hardware import ArrayNode
@@ -33,8 +33,6 @@ from parplan.costmodel.planning import PlanningGraph, planning_graph
 from parplan.errors import ConfigError
 
 
-#: Accepted values of ``Problem.compat``: parplan's own model, or a published rule.
-COMPAT_NAMES = (None, "hypar", "accpar-code")
 #: ZeRO stages (docs/costmodel.md section 6.1): 0 replicates everything a BATCH split replicates.
 ZERO_STAGES = (0, 1, 2, 3)
 #: Largest global batch (2^40): far beyond any training run, and sizes stay exact in float64.
@@ -52,8 +50,9 @@ class Problem:
     batch: int
     bytes_per_element: float = 2.0
     optimizer_bytes_per_param: float = DEFAULT_OPTIMIZER_BYTES
-    #: None (parplan's cost model), "hypar" (HyPar's pricing of IN reductions) or
-    #: "accpar-code" (every split in its own frame, as the published AccPar code; section 9).
+    #: None (parplan's cost model), "hypar" (HyPar's pricing of IN reductions),
+    #: "accpar-code" (every split in its own frame, as the published AccPar code; section 9),
+    #: or both: "hypar+accpar-code" (HyPar's rule with the papers' per-level accounting).
     compat: str | None = None
     #: ZeRO stage 0-3 (docs/costmodel.md section 6.1): what a weight replicated by BATCH splits
     #: shards over its replicas (1: optimizer state, 2: and gradients, 3: and the weights, which
@@ -90,10 +89,10 @@ class Problem:
         )
 
     def __post_init__(self):
-        if self.compat not in COMPAT_NAMES:
-            raise ConfigError(
-                f"compat must be one of {', '.join(repr(c) for c in COMPAT_NAMES)} (got {self.compat!r})"
-            )
+        try:
+            compat_rules(self.compat)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if not isinstance(self.graph, Graph):
             raise ConfigError(
                 f"Problem: graph must be a parplan Graph, e.g. load_model('alexnet') "

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from parplan.costmodel.cost import (
+    compat_rules,
     DEFAULT_SHARE_GRID,
     NodeTerms,
     Objective,
@@ -172,14 +173,14 @@ class SplitProblem:
         priced in its own frame (each node's region at this group taken as the whole
         tensor) and every side pre-sums gradients, as the published AccPar code prices a level
         (docs/costmodel.md section 9)."""
-        if self.side.compat == "accpar-code":
+        if "accpar-code" in compat_rules(self.side.compat):
             return None, True
         return self.regions, self.leaf_pair
 
     def groups(self, u: int):
         """The tensors ``u`` sends, at the root's sizes (areas are fractions of the root's;
         under ``compat="accpar-code"`` at this group's sizes, in its own frame)."""
-        own = self.root_dims is None or self.side.compat == "accpar-code"
+        own = self.root_dims is None or "accpar-code" in compat_rules(self.side.compat)
         return output_groups(self.planning, self.dims if own else self.root_dims, u)
 
 
@@ -206,18 +207,11 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
     ]
 
 
-#: Compat rules (docs/costmodel.md section 9) and what each changes.
-COMPAT_RULES = {
-    "hypar": "IN reductions priced at the size the next layer reads (after pooling), as HyPar",
-    "accpar-code": "every split priced in its own frame, groups pre-summing gradients, as the published AccPar code",
-}
-
-
 def compat_reduction_elements(sp: SplitProblem, v: int) -> float | None:
     """Under ``compat="hypar"``: the size of node ``v``'s output as its consumers read it (after
     any pooling; the largest tensor it sends), which HyPar prices an IN reduction at. None
     otherwise, and for a node without consumers."""
-    if sp.side.compat != "hypar":
+    if "hypar" not in compat_rules(sp.side.compat):
         return None
     sizes = [size for size, _ in output_groups(sp.planning, sp.dims, v)]
     return max(sizes) if sizes else None

@@ -28,7 +28,13 @@ from typing import Callable
 
 import numpy as np
 
-from parplan.costmodel.cost import OVERLAP_WINDOW, covered_below, overlap_time, scale_for_sides
+from parplan.costmodel.cost import (
+    OVERLAP_WINDOW,
+    covered_below,
+    overlap_time,
+    scale_for_sides,
+    compat_rules,
+)
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem, Split
@@ -134,7 +140,9 @@ def plan_top_down(
         ]
         halves = [(group.left, left, "L", reg_left), (group.right, right, "R", reg_right)]
         out: dict[str, Split] = {"": split}
-        same_frames = problem.compat == "accpar-code" or translates(pg.succs, reg_left, reg_right)
+        same_frames = "accpar-code" in compat_rules(problem.compat) or translates(
+            pg.succs, reg_left, reg_right
+        )
         if sig(group.left) == sig(group.right) and left == right and same_frames:
             f = _child_floor(floor, comm[:, 0], weight[:, 0]) if use_floors else floor * 0
             t, sub = rec(group.left, left, f, below, path + "L", reg_left, cuts)
