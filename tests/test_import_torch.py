@@ -344,18 +344,17 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
         from_torch(Bad(), (4, 16), name="bad")
     msg = str(info.value)
     assert msg.startswith(
-        "model 'bad': 2 operator(s) the torch importer cannot map to the layer graph: "
+        "model 'bad': 3 operator(s) the torch importer cannot map to the layer graph: "
     ), msg
-    assert (
-        "aten.conv1d x1 at encoder.0.conv" in msg
-    )  # encoder.1's conv reads its output: not a root cause
+    # encoder.1's conv reads encoder.0's output: not a new root cause, but the same blocker
+    # again, so it is counted with the first (issue 36: once at layers.0 hid the others)
+    assert "aten.conv1d x2 at encoder.0.conv, encoder.1.conv (a 1-D convolution (Whisper's" in msg
+    # sin reads gn's output and is no problem of its own: not reported
     assert (
         "aten.group_norm x1 at gn (group normalisation: the IR has batch, layer and RMS norms)"
         in msg
     )
-    assert (
-        "aten.conv1d x1 at encoder.0.conv (a 1-D convolution (Whisper's encoder" in msg
-    )  # a reason
+    assert "sin" not in msg.split(". Supported")[0]
     # issue 36: what is supported comes from the dispatch tables, not prose beside them
     supported = msg.split(". Supported operators: ")[1]
     assert supported.startswith("_grouped_mm, _native_batch_norm_legit_functional,")

@@ -288,9 +288,15 @@ class GraphBuilder:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def unsupported(self, op: str, where: str, reason: str | None = None) -> None:
-        """Record an unsupported operator ``op`` at node ``where`` (with an optional reason)."""
+    def unsupported(
+        self, op: str, where: str, reason: str | None = None, repeat: bool = False
+    ) -> None:
+        """Record an unsupported operator ``op`` at node ``where`` (with an optional reason).
+        ``repeat``: the node reads what an unsupported one produced, so it is counted only as
+        another occurrence of a problem already recorded (the same blocker in every block)."""
         key = (op, reason or "")
+        if repeat and key not in self._problems:
+            return
         self._problems[key] += 1
         self._where.setdefault(key, []).append(where)
 

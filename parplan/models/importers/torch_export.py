@@ -14,7 +14,8 @@ BATCH`` holds ``k`` rows per sample (a reshape that merged batch and sequence, a
 Layer names are module paths (``model.layers.3.self_attn.q_proj``; a function inside a module
 is ``<module path>.<op>``), and so are the places an unsupported operator is reported at.
 Only root causes are reported: an operator that reads the stand-in output of an unsupported
-one is not reported again.
+one counts only as another occurrence of a problem already found (the same blocker in the next
+block), never as a new one.
 
 Extension: :func:`register_op` maps a custom operator (``"mylib::fused_mlp"``) and
 :func:`register_module` a module class to a function that describes it with builder calls.
@@ -492,15 +493,15 @@ class _Converter:
         if tainted:
             self.tainted.add(node)
         if handler is None:
-            if not tainted:
-                self.b.unsupported(op, self._place(node), NO_HANDLER_REASONS.get(op))
+            # a node downstream of an unsupported one is counted only as a repeat of a problem
+            # already found (the same blocker in every block), never as a new root cause
+            self.b.unsupported(op, self._place(node), NO_HANDLER_REASONS.get(op), repeat=tainted)
             self.tainted.add(node)
             return self._stand_in(node, op)
         try:
             return handler(node, args, kwargs)
         except Unsupported as exc:
-            if not tainted:
-                self.b.unsupported(op, self._place(node), str(exc))
+            self.b.unsupported(op, self._place(node), str(exc), repeat=tainted)
             self.tainted.add(node)
             return self._stand_in(node, op)
 
@@ -1122,7 +1123,10 @@ class _Converter:
             and int(shape[dims[0]]) == x.k
         ):
             return x.value  # the weighted copies summed: the experts combined
-        raise Unsupported("a sum over a dim (only combining the experts' copies of each token)")
+        raise Unsupported(
+            f"a sum over dims {dims} of a {_user_shape(shape)} tensor (the importer maps a sum "
+            "only where it combines a mixture of experts' copies of each token)"
+        )
 
     def _grouped_mm(self, node, args, kwargs) -> Value:
         x, weight = args[0], args[1]
