@@ -227,16 +227,14 @@ class _Converter:
         # a node reading what an unsupported one produced is not a root cause: not reported
         tainted = any(n in self.tainted for n in node.input)
         if handler is None:
-            if not tainted:
-                self.b.unsupported(label, where)
+            self.b.unsupported(label, where, repeat=tainted)  # downstream: a repeat at most
             self.tainted.update(node.output)
             self._set(node, self._stand_ins(node, label))
             return
         try:
             out = handler(layer_name, node, ins)
         except Unsupported as exc:
-            if not tainted:
-                self.b.unsupported(label, where, str(exc))
+            self.b.unsupported(label, where, str(exc), repeat=tainted)
             self.tainted.update(node.output)
             out = self._stand_ins(node, label)
         if tainted:
