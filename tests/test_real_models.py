@@ -61,6 +61,17 @@ HF = {
     "qwen3": dict(SMALL, num_key_value_heads=2, head_dim=16),
     # pooled at the end-of-text token: one position per sample picked by the token ids
     "clip_text_model": dict(SMALL),
+    # an encoder-decoder model: its encoder (the IR has no cross-attention)
+    "bart": dict(
+        encoder_layers=2,
+        decoder_layers=1,
+        d_model=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        vocab_size=1000,
+    ),
 }
 
 
@@ -114,7 +125,10 @@ def test_hugging_face_model(kind):
         kind, HF[kind], seq=32, device="cpu"
     )  # tiny; the counter needs values for masks
     graph = from_torch(model, (32,), name=kind)
-    kwargs = {"use_cache": False} if getattr(model.config, "use_cache", None) is not None else {}
+    import inspect
+
+    takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+    kwargs = {"use_cache": False} if takes_cache else {}
     check(graph, model, torch.zeros(1, 32, dtype=torch.long), "a100:1,h100:1", batch=8, **kwargs)
     kinds = {type(layer).__name__ for layer in graph.layers}
     expect = {
@@ -129,6 +143,7 @@ def test_hugging_face_model(kind):
         "bloom": {"Attention", "Embedding"},
         "qwen3": {"Glu", "Attention"},
         "clip_text_model": {"Attention", "Pool2d"},
+        "bart": {"Attention", "Embedding"},
     }[kind]
     assert expect <= kinds
     if kind in ("mistral", "gpt_neox", "phi3", "qwen3"):
@@ -165,6 +180,27 @@ def test_hub_specs_and_their_mistakes():
 
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_encoder_decoder_specs_are_their_encoder_and_partial_imports_are_refused(monkeypatch):
+    """hf:bart is its encoder, named so (issue 36: it used to be BartForCausalLM, whose unused
+    cross-attention weights went unplanned without a word); a forward that reads fewer
+    parameters than the model holds is refused, never planned in part."""
+    from parplan.errors import ConfigError
+    from parplan.models.importers import hub, load_external
+
+    g = load_external("hf:bart,encoder_layers=1,d_model=64,encoder_attention_heads=4,seq=16")
+    assert g.name == "hf:bart (encoder)" and g.layers[0].name.startswith("embed_tokens")
+    real = hub.hf_model
+
+    def with_spare_head(*args, **kwargs):
+        model, seq = real(*args, **kwargs)
+        model.spare = torch.nn.Linear(64, 64, device="meta")  # never read by forward
+        return model, seq
+
+    monkeypatch.setattr(hub, "hf_model", with_spare_head)
+    with pytest.raises(ConfigError, match=r"its forward reads [\d,]+ of the model's [\d,]+ param"):
+        load_external("hf:gpt2,n_layer=1,n_embd=64,n_head=4,vocab_size=500,seq=16")
+
+
 def test_hub_spec_reads_a_checkpoints_own_config_json(tmp_path):
     """hf:path/to/config.json builds the model a checkpoint's configuration describes (its model
     type and every setting it gives; the checkpoint's records ignored), also given its folder."""

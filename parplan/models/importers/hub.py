@@ -74,13 +74,37 @@ def load_hub(spec: str) -> Graph | None:
     if prefix == "hf:":
         seq = options.pop("seq", None)
         model, seq = hf_model(name, options, seq)
-        return from_torch(model, (seq,), name=f"hf:{name}", integer_input=True)
+        encoder = " (encoder)" if _encoder_only(model) else ""
+        graph = from_torch(model, (seq,), name=f"hf:{name}{encoder}", integer_input=True)
+        _check_all_parameters_used(graph, model, text)
+        return graph
     image = options.pop("image", 224)
     if options:
         raise ConfigError(
             f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
         )
     return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
+
+
+def _encoder_only(model) -> bool:
+    """Whether ``model`` is the encoder of an encoder-decoder model (what :func:`hf_model`
+    builds for one: the IR has no cross-attention)."""
+    return type(model).__name__.endswith(("Encoder", "EncoderModel"))
+
+
+def _check_all_parameters_used(graph: Graph, model, text: str) -> None:
+    """A graph that plans fewer parameters than the model holds is a wrong answer (the others
+    still take memory and optimizer state): refuse it, naming what the forward never read
+    (e.g. a decoder's cross-attention when no encoder feeds it)."""
+    total = sum(p.numel() for p in model.parameters())
+    planned = graph.parameter_count()
+    if planned >= total:
+        return
+    raise ConfigError(
+        f"model '{text}': its forward reads {planned:,} of the model's {total:,} parameters, so "
+        "a plan would leave the rest out (a decoder's cross-attention without its encoder, an "
+        "unused head); parplan does not plan part of a model"
+    )
 
 
 def parse_spec(spec: str) -> tuple[str, str, dict]:
@@ -197,7 +221,8 @@ def hf_model(
     """(model, seq): a Hugging Face model of ``model_type`` from its default configuration with
     ``overrides``, weights on ``device`` (``meta``: nothing allocated); a causal LM where the
     type is a decoder (its head included), else the base model (BERT-like encoders with their
-    pooler; T5: the encoder)."""
+    pooler; encoder-decoder models such as T5 and BART: the encoder, since the IR has no
+    cross-attention)."""
     import torch
 
     if "torchvision" not in sys.modules:
@@ -250,6 +275,9 @@ def hf_model(
             warnings.simplefilter("ignore")
             if model_type == "t5":
                 return transformers.T5EncoderModel(config), seq
+            if getattr(config, "is_encoder_decoder", False):
+                # the IR has no cross-attention: the encoder (BART, Marian, ...), as for T5
+                return transformers.AutoModel.from_config(config).get_encoder(), seq
             if model_type in ENCODERS:
                 return transformers.AutoModel.from_config(config), seq
             try:

@@ -213,6 +213,11 @@ NO_HANDLER_REASONS = {
     "aten.gather": "a gather by computed indices: its result depends on the values",
 }
 
+#: Operators whose effect is on their input, not their result (an unread result still counts).
+_IN_PLACE = frozenset(
+    {"aten.add_", "aten.mul_", "aten.div_", "aten.bernoulli_", "aten.copy_", "aten.index_put_"}
+)
+
 #: Operators that take dispatched tokens as such (the rest apply to each copy).
 DISPATCH_AWARE = frozenset(
     {"aten.index", "aten.sum", "transformers.grouped_mm_fallback", "aten._grouped_mm", "getitem"}
@@ -466,6 +471,8 @@ class _Converter:
         op = _packet(node.target)
         if op in IGNORED:
             return CONST
+        if not node.users and op not in _IN_PLACE:
+            return CONST  # dead: nothing reads it (BART selects a feature only for its shape)
         custom = _OPS.get(op)
         lookup = op == "aten.embedding" and isinstance(args[0], Param)  # also of computed positions
         if custom is None and not lookup and not any(is_data(v) for v in flat):
