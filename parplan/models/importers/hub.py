@@ -75,7 +75,8 @@ def load_hub(spec: str) -> Graph | None:
         seq = options.pop("seq", None)
         model, seq = hf_model(name, options, seq)
         encoder = " (encoder)" if _encoder_only(model) else ""
-        graph = from_torch(model, (seq,), name=f"hf:{name}{encoder}", integer_input=True)
+        shape, integer = _input_of(model, seq)
+        graph = from_torch(model, shape, name=f"hf:{name}{encoder}", integer_input=integer)
         _check_all_parameters_used(graph, model, text)
         return graph
     image = options.pop("image", 224)
@@ -84,6 +85,18 @@ def load_hub(spec: str) -> Graph | None:
             f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
         )
     return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
+
+
+def _input_of(model, seq: int) -> tuple[tuple[int, ...], bool]:
+    """(per-sample input shape, integer?) of a Hugging Face model: token ids of ``seq``
+    positions, or a speech encoder's mel features (Whisper: bins x twice its positions)."""
+    import inspect
+
+    first = next(iter(inspect.signature(model.forward).parameters), "")
+    config = getattr(model, "config", None)
+    if first == "input_features" and hasattr(config, "num_mel_bins"):
+        return (int(config.num_mel_bins), 2 * int(config.max_source_positions)), False
+    return (seq,), True
 
 
 def _encoder_only(model) -> bool:
