@@ -21,6 +21,7 @@ bound           the global lower bound and gap of the accpar plans on the zoo's 
 joint           the joint optimum on small arrays: accpar's loss to it, its gap to the bound
 memory          plans that fit: parplan plan's default vs memory ignored vs Megatron-style plans
 calibration     a calibrated GPU's predicted whole training steps against the measured ones
+validate        predicted against published, measured training throughput (fitted per source)
 ==============  ==========================================================================
 """
 
@@ -39,4 +40,5 @@ BENCHMARKS = {
     "memory": "parplan.bench.memory",
     "calibration": "parplan.bench.calibration",
     "stages": "parplan.bench.stages",
+    "validate": "parplan.bench.validate",
 }

@@ -42,6 +42,7 @@ BENCH_HELP = {
     "memory": "plans that fit each device's memory (parplan plan's default) vs memory ignored vs Megatron-style",
     "calibration": "a calibrated GPU (parplan calibrate) against measured whole training steps",
     "stages": "pipeline x partition x data (plan --pipeline) vs partition-only and data-parallel-stage plans",
+    "validate": "predicted against published, measured training throughput (Megatron / FSDP runs, cited)",
 }
 
 
