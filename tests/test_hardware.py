@@ -107,7 +107,7 @@ def _links(spec, **kw):
 def test_switched_nodes_and_network_rails_give_a_port_per_device():
     """docs/costmodel.md section 4.1, written out: inside an H100 node every split has a port per
     device of the smaller half at 450 GB/s; between nodes, a 50 GB/s rail per GPU of the smaller
-    half; TPUs and mixed kinds one link; ``fabric="papers"`` one link everywhere."""
+    half; mixed kinds one link; ``fabric="papers"`` one link everywhere."""
     one = _links("h100:8")
     assert (
         one[""] == (450.0, 4, 2.0) and one["L"] == (450.0, 2, 2.0) and one["LL"] == (450.0, 1, 2.0)
@@ -125,7 +125,7 @@ def test_switched_nodes_and_network_rails_give_a_port_per_device():
     assert _links("h100:8,h100:8") == two  # two parts of one switched kind: two nodes
     assert _links("a100:16")[""] == (25.0, 8, 5.0)
     assert _links("h100:6")[""] == (450.0, 3, 2.0) and _links("h100:6")["L"] == (450.0, 1, 2.0)
-    assert set(_links("tpu-v2:4").values()) == {(62.5, 1, 1.0)}
+    assert set(_links("tpu-v2:4", fabric="papers").values()) == {(62.5, 1, 1.0)}
     assert _links("h100:4,a100:4")[""] == (300.0, 1, 2.0)  # different kinds: one link
     assert set(_links("h100:16", fabric="papers").values()) == {(450.0, 1, 2.0)}
     over = _links("h100:16", bandwidth_bytes_per_s=10e9, latency_s=1e-6)  # overrides set one port
@@ -187,3 +187,37 @@ def test_machine_names_count_nodes():
         parse_array("dgx-a100:3").count == 24 and parse_array("hgx-h200:1").describe() == "h200:8"
     )
     assert parse_array("DGX-H100:1,tpu-v3:8").count == 16
+
+
+def test_tpu_chips_form_a_torus_and_a_split_uses_every_link_its_cut_crosses():
+    """TPU v2/v3 (torus_dims = 2; docs/costmodel.md section 4.1): 16 chips are a 4 x 4 torus;
+    the root cut crosses 4 links twice (wrap-around), then 2 x 4 with one side still wrapping
+    (4 links), 2 x 2 (2), 1 x 2 (1). The papers' hierarchical exchange of a gradient then costs
+    |W| / BW * (1/8 + 1/4 + 1/2 + 1), a ring all-reduce's 2 * 15/16 * |W| / BW."""
+    from parplan.costmodel.hardware import torus_shape
+
+    links = _links("tpu-v3:16")
+    ports = {len(path): links[path][1] for path in links}
+    assert ports == {0: 8, 1: 4, 2: 2, 3: 1} and links[""][0] == 82.0
+    assert len({links[p] for p in links if len(p) == 2}) == 1  # every group of a level alike
+    ring = 2 * 15 / 16
+    assert sum(1 / ports[d] for d in ports) == pytest.approx(ring)
+    assert torus_shape(128, 2) == (16, 8) and torus_shape(8, 3) == (2, 2, 2)
+    assert _links("tpu-v3:64")[""][1] == 16  # an 8 x 8 torus's bisection
+    # different kinds, or the papers' fabric: one link per split, as before
+    assert _links("tpu-v2:2,tpu-v3:2")[""][1] == 1
+    assert set(p for _, p, _ in _links("tpu-v3:16", fabric="papers").values()) == {1}
+    with pytest.raises(HardwareError, match="torus_dims must be one of 0, 1, 2, 3"):
+        from parplan.costmodel.hardware import _check_kind
+
+        _check_kind(
+            "x",
+            {
+                "flops_per_s": 1e12,
+                "memory_bytes": 1e9,
+                "memory_bytes_per_s": 1e9,
+                "link_bytes_per_s": 1e9,
+                "link_latency_s": 0,
+                "torus_dims": 5,
+            },
+        )

@@ -11,7 +11,7 @@ second per GPU next to the measured figure.
 
 One constant is fitted per source, on that source's rows marked ``fit``: the GEMM efficiency
 of its GPUs (the share of the datasheet's bf16 peak the products reach; FP8 GEMMs may exceed
-1), found by bisection so that the fitted rows' geometric-mean ratio is 1. Every other row is
+1), found by regula falsi so that the fitted rows' geometric-mean ratio is 1. Every other row is
 held out: its error ``predicted / measured - 1`` is what the table, the median and the plot
 report. Without the fit (efficiency 1, the datasheet) the ratios are listed too.
 
@@ -49,7 +49,7 @@ NAME = "validate"
 DATA = "data/validation"
 #: Machines the cases run on -> parplan's device kind of their GPUs.
 SYSTEMS = {"dgx-a100": "a100", "dgx-h100": "h100"}
-#: Fitted efficiencies are searched in this interval (bisection on a monotone ratio).
+#: Fitted efficiencies are searched in this interval (the ratio rises with the efficiency).
 EFFICIENCY_RANGE = (0.05, 4.0)
 #: --quick: one source's fitted row and one held-out row.
 QUICK_CASES = ("torchtitan-llama3-8b-sel-op", "torchtitan-llama2-13b-none")
@@ -164,7 +164,7 @@ def predict(case: dict, efficiency: float = 1.0, graph=None) -> dict:
 
 def fit_efficiency(cases: list[dict], graphs: dict) -> float:
     """The GEMM efficiency at which the geometric mean of predicted / measured over ``cases``
-    is 1 (the ratio rises with the efficiency: bisection in log space)."""
+    is 1 (the ratio rises with the efficiency: regula falsi in log space)."""
 
     def log_ratio(e: float) -> float:
         return sum(
@@ -175,19 +175,29 @@ def fit_efficiency(cases: list[dict], graphs: dict) -> float:
             for c in cases
         ) / len(cases)
 
-    lo, hi = EFFICIENCY_RANGE
-    if log_ratio(lo) > 0 or log_ratio(hi) < 0:
+    # regula falsi (Illinois) on log e: the mean log ratio is smooth and increasing in it
+    a, b = (math.log(x) for x in EFFICIENCY_RANGE)
+    fa, fb = log_ratio(math.exp(a)), log_ratio(math.exp(b))
+    if fa > 0 or fb < 0:
         raise ConfigError(
-            f"no GEMM efficiency in [{lo}, {hi}] reproduces the fitted cases "
+            f"no GEMM efficiency in {list(EFFICIENCY_RANGE)} reproduces the fitted cases "
             f"({', '.join(c['case'] for c in cases)})"
         )
-    for _ in range(30):  # the interval shrinks to a relative width of ~1e-8
-        mid = math.sqrt(lo * hi)
-        if log_ratio(mid) < 0:
-            lo = mid
+    side = 0
+    for _ in range(60):
+        x = (a * fb - b * fa) / (fb - fa)
+        fx = log_ratio(math.exp(x))
+        if abs(fx) < 1e-10 or b - a < 1e-12:
+            return math.exp(x)
+        if fx < 0:
+            a, fa = x, fx
+            fb = fb / 2 if side == -1 else fb
+            side = -1
         else:
-            hi = mid
-    return math.sqrt(lo * hi)
+            b, fb = x, fx
+            fa = fa / 2 if side == 1 else fa
+            side = 1
+    return math.exp(x)
 
 
 def run(

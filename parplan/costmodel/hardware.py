@@ -52,7 +52,9 @@ _OPTIONAL = {
 }
 _OVERHEAD = "kernel_overhead_s"
 #: Optional keys describing how devices of a kind are connected (docs/costmodel.md section 4).
-_FABRIC = ("switch_devices", "nic_bytes_per_s", "nic_latency_s")
+_FABRIC = ("switch_devices", "nic_bytes_per_s", "nic_latency_s", "torus_dims")
+#: Torus dimensions a kind's chips may form (TPU v2/v3 pods: 2; v4 and later: 3).
+TORUS_DIMS = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,11 @@ class DeviceKind:
     #: domains are joined by one link of ``link_bytes_per_s``.
     nic_bytes_per_s: float | None = None
     nic_latency_s: float | None = None
+    #: Chips of this kind are wired into a torus of this many dimensions (TPU ICI: 2 for v2 and
+    #: v3 pods), two ``link_bytes_per_s`` links per dimension each; ``n`` of them form the most
+    #: cubic such torus, and a split's halves are joined by the links its cut crosses
+    #: (docs/costmodel.md section 4.1). 0: one link per split, the papers' setting.
+    torus_dims: int = 0
 
     def as_device(self) -> Device:
         return Device(
@@ -285,6 +292,14 @@ def _check_kind(name: str, entry: Mapping) -> DeviceKind:
                 f"device '{name}': switch_devices must be an integer >= 0 (got {count!r})"
             )
         values["switch_devices"] = count
+    if "torus_dims" in entry:
+        dims = entry["torus_dims"]
+        if isinstance(dims, bool) or dims not in TORUS_DIMS:
+            raise HardwareError(
+                f"device '{name}': torus_dims must be one of {', '.join(map(str, TORUS_DIMS))} "
+                f"(got {dims!r})"
+            )
+        values["torus_dims"] = dims
     description = entry.get("description", "")
     if not isinstance(description, str):
         raise HardwareError(f"device '{name}': description must be a string (got {description!r})")
@@ -427,8 +442,10 @@ def devices_of(
     """``n`` devices of ``kind``: a balanced tree, or, on a switched kind, balanced trees of
     whole switched domains (nodes of ``switch_devices``) joined by a balanced tree of the
     network (docs/costmodel.md section 4). ``fabric="papers"`` ignores the kind's fabric."""
-    if fabric == "papers" and kind.switch_devices:
-        kind = replace(kind, switch_devices=0)
+    if fabric == "papers" and (kind.switch_devices or kind.torus_dims):
+        kind = replace(kind, switch_devices=0, torus_dims=0)
+    if kind.torus_dims and not kind.switch_devices:
+        return torus(kind, n, bandwidth, latency)
     size = kind.switch_devices or n
     domains = [
         balanced(
@@ -437,6 +454,64 @@ def devices_of(
         for i in range(0, n, size)
     ]
     return balanced(domains, bandwidth, latency)
+
+
+def torus_shape(n: int, dims: int) -> tuple[int, ...]:
+    """The most cubic ``dims``-dimensional shape of ``n`` chips (largest first), as TPU slices
+    are laid out.
+
+    Example:
+        >>> torus_shape(64, 2), torus_shape(32, 2), torus_shape(8, 3), torus_shape(6, 2)
+        ((8, 8), (8, 4), (2, 2, 2), (3, 2))
+    """
+    shape = [1] * dims
+    for p in _prime_factors(n):  # largest factors first, each onto the smallest side
+        shape[shape.index(min(shape))] *= p
+    return tuple(sorted(shape, reverse=True))
+
+
+def _prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return sorted(out, reverse=True)
+
+
+def torus(
+    kind: DeviceKind, n: int, bandwidth: float | None = None, latency: float | None = None
+) -> ArrayNode:
+    """``n`` chips of ``kind`` on a ``kind.torus_dims``-dimensional torus
+    (:func:`torus_shape`), bisected recursively across its longest side (docs/costmodel.md
+    section 4.1): a cut crosses one link per chip of the cross-section, two where the side
+    still wraps around (longer than 2); each half keeps the other sides and its part of the
+    cut one, which no longer wraps."""
+    shape = torus_shape(n, kind.torus_dims)
+    return _torus_tree(kind, shape, (True,) * len(shape), bandwidth, latency)
+
+
+def _torus_tree(kind, shape, wraps, bandwidth, latency) -> ArrayNode:
+    if math.prod(shape) == 1:
+        return ArrayNode(device=kind)
+    j = max(range(len(shape)), key=lambda i: (shape[i], -i))  # the longest side
+    side = shape[j]
+    cross = math.prod(shape) // side * (2 if wraps[j] and side > 2 else 1)
+    halves = []
+    for part in ((side + 1) // 2, side // 2):
+        sub = shape[:j] + (part,) + shape[j + 1 :]
+        halves.append(
+            _torus_tree(kind, sub, wraps[:j] + (False,) + wraps[j + 1 :], bandwidth, latency)
+        )
+    link = Link(
+        kind.link_bytes_per_s if bandwidth is None else bandwidth,
+        kind.link_latency_s if latency is None else latency,
+        ports=cross,
+    )
+    return ArrayNode(left=halves[0], right=halves[1], link=link)
 
 
 def parse_array(
