@@ -279,7 +279,10 @@ def add_collectives_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--nodes", type=int, default=None, help="hosts of a ring or fat tree")
     p.add_argument(
-        "--dims", default=None, metavar="RxC", help="rows x cols of a mesh or torus, e.g. 4x4"
+        "--dims",
+        default=None,
+        metavar="RxC",
+        help="sides of a mesh or torus, e.g. 4x4, or 4x4x4 for a 3-D torus (TPU pods)",
     )
     p.add_argument(
         "--ports",
