@@ -349,12 +349,14 @@ def _markdown(table: pd.DataFrame) -> str:
             "predicted_tokens_per_s_per_gpu": ".0f",
             "error": "+.1%",
             "datasheet_ratio": ".2f",
+            "peak_memory_gib": ".1f",
         },
         headers={
             "measured_tokens_per_s_per_gpu": "measured tok/s/GPU",
             "predicted_tokens_per_s_per_gpu": "predicted",
             "error": "error",
             "datasheet_ratio": "ratio at datasheet peak",
+            "peak_memory_gib": "predicted peak GiB",
         },
     )
     lines += ["", "## Sources and fitted efficiencies", ""]
@@ -366,6 +368,14 @@ def _markdown(table: pd.DataFrame) -> str:
             f"{sub.efficiency.iloc[0]:.3f} of the bf16 datasheet peak, on "
             f"{', '.join(sub[sub.fit].case)}."
         )
+    over = table[table.peak_memory_gib > 80]
+    if len(over):
+        lines += [
+            "",
+            f"Memory: {len(over)} of these runs ran on 80 GB GPUs but are predicted to need more "
+            f"({', '.join(f'{r.case} {r.peak_memory_gib:.0f} GiB' for r in over.itertuples())}): "
+            "the model's activation memory is above what these frameworks keep (issue 30).",
+        ]
     lines += [
         "",
         "What the model leaves out here: selective activation checkpointing is priced without "
