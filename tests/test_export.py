@@ -228,7 +228,7 @@ def _plans(p, names):
     [
         ("mlp", ["data", "megatron1", "megatron2"]),
         ("resnet-2block", ["data", "nearest"]),
-        ("gpt-tiny", ["data", "megatron1"]),
+        pytest.param("gpt-tiny", ["data", "megatron1"], marks=pytest.mark.slow),
         ("llama-tiny", ["megatron1"]),
     ],
 )
