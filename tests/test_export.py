@@ -281,6 +281,7 @@ def test_run_torch_refuses_what_it_cannot_express(cluster):
         run_torch(p, megatron_plan(p, 1), cluster=cluster)
 
 
+@pytest.mark.slow  # its own 2-process cluster: ~9 s of the default run's budget
 def test_data_parallelism_on_two_devices_hands_torch_the_elements_the_model_moves():
     pytest.importorskip("torch")
     from parplan.executor.launch import Cluster, run_torch
