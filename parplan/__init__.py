@@ -27,12 +27,6 @@ Example:
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("parplan")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "unknown"
 
 #: Public name -> (module, attribute).
 _EXPORTS = {
@@ -64,6 +58,15 @@ __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
+    if name == "__version__":  # read on use: importlib.metadata costs ~20 ms at every start
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("parplan")
+        except PackageNotFoundError:  # a source tree that was never installed
+            value = "unknown"
+        globals()[name] = value
+        return value
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         value = getattr(import_module(module), attr)

@@ -49,15 +49,29 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, read only when asked (importlib.metadata is slow
+    to import, and every command would pay for it)."""
+
+    def __init__(
+        self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None
+    ):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import parplan
+
+        print(f"parplan {parplan.__version__}")
+        parser.exit()
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; ``argv`` (when known) lets it skip importing what the command does not use."""
     parser = argparse.ArgumentParser(
         prog="parplan",
         description="Plan and certify tensor partitioning of DNN training on accelerator arrays.",
     )
-    from parplan import __version__
-
-    parser.add_argument("--version", action="version", version=f"parplan {__version__}")
+    parser.add_argument("--version", action=_Version, help="show parplan's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_plan_parsers(sub)

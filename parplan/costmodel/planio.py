@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -65,6 +64,8 @@ _CHOICES = {c.value: c for c in (*PartitionType, *Layout)}
 
 
 def parplan_version() -> str:
+    from importlib import metadata  # on use: slow to import, and most commands never save
+
     try:
         return metadata.version("parplan")
     except metadata.PackageNotFoundError:  # running from a source tree that was never installed

@@ -96,7 +96,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from parplan.models import importers, zoo
+from parplan.models import zoo
 from parplan.costmodel.graph import (
     INPUT,
     MAX_EXTENT,
@@ -779,6 +779,8 @@ def load_model(spec: str | Path) -> Graph:
         )
     if isinstance(spec, str) and zoo.canonical_name(spec) in zoo.MODELS:
         return zoo.get_model(spec)
+    from parplan.models import importers  # imported on use: built-in models need none of it
+
     external = importers.load_external(spec)  # .onnx files, file.py:factory (torch or Graph)
     if external is not None:
         return external
