@@ -282,3 +282,18 @@ def test_a_solver_stopped_without_a_positive_bound_is_reported_not_a_crash(monke
     )
     assert split is not None and not cert.is_optimal
     assert any("interval relaxation" in n for n in cert.notes)
+
+
+def test_the_time_limit_covers_building_the_model():
+    """Issue 34: building a split's MIP counts against its time limit. A limit the build alone
+    uses up ends as a time limit without starting the solver (and says so); otherwise the solver
+    gets what is left, and the certificate's time includes the build."""
+    sp = SplitProblem.root(Problem(get_model("lenet"), parse_array("h100:2"), batch=64))
+    split, cert = solve_split_exact(sp, "highs", solve_options=SolveOptions(time_limit_s=1e-9))
+    assert split is None and cert.status == "time_limit" and cert.wall_s > 0
+    assert (
+        cert.message.startswith("building the model (")
+        and "the solver did not start" in cert.message
+    )
+    split, cert = solve_split_exact(sp, "highs", solve_options=SolveOptions(time_limit_s=60))
+    assert split is not None and cert.status == "optimal"
