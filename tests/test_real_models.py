@@ -61,6 +61,14 @@ HF = {
     "qwen3": dict(SMALL, num_key_value_heads=2, head_dim=16),
     # pooled at the end-of-text token: one position per sample picked by the token ids
     "clip_text_model": dict(SMALL),
+    # x @ W.T projections; multi-query attention: q, k, v heads of a per-head view (slice, index)
+    "falcon": dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=256,
+        vocab_size=1000,
+    ),
     # an encoder-decoder model: its encoder (the IR has no cross-attention)
     "bart": dict(
         encoder_layers=2,
@@ -151,11 +159,12 @@ def test_hugging_face_model(kind):
         "qwen3": {"Glu", "Attention"},
         "clip_text_model": {"Attention", "Pool2d"},
         "bart": {"Attention", "Embedding"},
+        "falcon": {"Attention", "Embedding"},
     }[kind]
     assert expect <= kinds
-    if kind in ("mistral", "gpt_neox", "phi3", "qwen3"):
+    if kind in ("mistral", "gpt_neox", "phi3", "qwen3", "falcon"):
         attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"][0]
-        kv = 4 if kind == "gpt_neox" else 2
+        kv = {"gpt_neox": 4, "falcon": 1}.get(kind, 2)
         assert (attn.heads, attn.kv_heads or attn.heads, attn.rotary) == (4, kv, True)
         assert attn.qk_norm == (kind == "qwen3")
     if kind == "mixtral":

@@ -213,6 +213,11 @@ NO_HANDLER_REASONS = {
     "aten.gather": "a gather by computed indices: its result depends on the values",
 }
 
+#: Views that transpose a learned matrix (its shape changes, its elements do not).
+_TRANSPOSES = frozenset(
+    {"aten.t", "aten.numpy_T", "aten.mT", "aten.transpose", "aten.permute", "aten.swapaxes"}
+)
+
 #: Operators whose effect is on their input, not their result (an unread result still counts).
 _IN_PLACE = frozenset(
     {"aten.add_", "aten.mul_", "aten.div_", "aten.bernoulli_", "aten.copy_", "aten.index_put_"}
@@ -365,7 +370,9 @@ def from_exported(program, name: str, integer_input: bool | None = None, module=
     for spec in program.graph_signature.input_specs:
         if hasattr(spec.arg, "name"):
             specs[spec.arg.name] = (spec.kind.name, spec.target)
-    return _Converter(program.graph, specs, program.module, name, integer_input, module).run()
+    converter = _Converter(program.graph, specs, program.module, name, integer_input, module)
+    converter.constants = dict(getattr(program, "constants", {}) or {})  # lifted index tensors
+    return converter.run()
 
 
 def is_aten_graph(gm) -> bool:
@@ -402,6 +409,8 @@ class _Converter:
         self.tainted: set = set()
         self.groups = self._module_groups()
         self.handlers = self._table()
+        self.constants: dict = {}  # an ExportedProgram's lifted tensors (index constants)
+        self._claimed: dict = {}  # per-head view -> heads a leading slice took
         # the message lists what the tables below dispatch, so it cannot drift from them
         self.b.supported = supported_text(
             {
@@ -525,6 +534,9 @@ class _Converter:
         """A node that does not touch the input's data: a learned tensor if it is a view of one
         (expand, unsqueeze, ...: the parameter's own shape is kept), else a constant."""
         params = [v for v in flat if isinstance(v, Param)]
+        if params and op in _TRANSPOSES and hasattr(node.meta.get("val"), "shape"):
+            p = params[0]  # a transposed weight (Falcon's x @ W.T): the same tensor, its new shape
+            return Param(p.key, p.name, tuple(int(d) for d in node.meta["val"].shape))
         if params and op not in SHAPE_ONLY:
             return params[0]  # a view, slice, masking or cast of a learned tensor is that tensor
         if isinstance(node.meta.get("val"), (tuple, list)):
@@ -1011,6 +1023,16 @@ class _Converter:
         if len(shape) == 3 and dim == 2 and step == 1 and isinstance(x, Act):
             return self.b.feature_slice(x, start, end)  # q, k, v of a fused projection by index
         if (
+            len(shape) == 4
+            and dim == 2
+            and step == 1
+            and isinstance(x, Act)
+            and size * int(shape[3]) == x.shape.channels
+        ):  # heads of a (batch, seq, heads, d) view of a fused projection (Falcon's q)
+            if start == 0:
+                self._claimed[node.args[0]] = end  # the heads after it go to the indexes
+            return self.b.feature_slice(x, start * int(shape[3]), end * int(shape[3]))
+        if (
             dim == len(shape) - 1
             and step == 1
             and len(shape) >= 3
@@ -1099,6 +1121,9 @@ class _Converter:
         experts (k copies of each), or a permutation of dispatched tokens."""
         x, indices = args[0], args[1]
         rank = node.args[0].meta["val"].dim()
+        heads = self._head_index(node, x, rank)
+        if heads is not None:  # k or v picked out of a per-head view of a fused projection
+            return heads
         if (
             isinstance(x, Act)
             and rank == 3
@@ -1119,6 +1144,43 @@ class _Converter:
             return Dispatched(x.value, x.k * k)
         self.b._act(x, "an index")  # noqa: SLF001 - the builder's check, with its message
         return Dispatched(x, k) if k > 1 else x
+
+    def _head_index(self, node, x, rank: int):
+        """``x[:, :, [h]]`` of a (batch, seq, heads, d) view of a projection's output, with a
+        constant index of consecutive heads (Falcon's multi-query k and v): those heads'
+        features, a piece of the projection; None if the indexing is not that."""
+        index = node.args[1]
+        if not (
+            isinstance(x, Act)
+            and rank == 4
+            and isinstance(index, (list, tuple))
+            and len(index) == 3
+            and index[0] is None
+            and index[1] is None
+            and isinstance(index[2], torch.fx.Node)
+        ):
+            return None
+        shape = node.args[0].meta["val"].shape
+        heads, d = int(shape[2]), int(shape[3])
+        count = int(node.meta["val"].shape[2])
+        if heads * d != x.shape.channels:
+            return None
+        spec = self.specs.get(index[2].name, (None, None))
+        value = self.constants.get(spec[1]) if spec[0] == "CONSTANT_TENSOR" else None
+        if value is not None and not value.is_meta:
+            picked = [int(h) % heads for h in value.reshape(-1).tolist()]
+            first = picked[0]
+            if picked != list(range(first, first + len(picked))):
+                return None
+        else:
+            # a model built on the meta device holds no index values: the heads a leading slice
+            # of this view left over, in the order the indexes read them (Falcon: q = [:-2],
+            # then k, then v)
+            first = self._claimed.get(node.args[0])
+            if first is None or first + count > heads:
+                return None
+        self._claimed[node.args[0]] = first + count
+        return self.b.feature_slice(x, first * d, (first + count) * d)
 
     def _sum(self, node, args, kwargs) -> Value:
         x, dims = args[0], args[1] if len(args) > 1 else None
