@@ -213,10 +213,8 @@ NO_HANDLER_REASONS = {
     "aten.gather": "a gather by computed indices: its result depends on the values",
 }
 
-#: Views that transpose a learned matrix (its shape changes, its elements do not).
-_TRANSPOSES = frozenset(
-    {"aten.t", "aten.numpy_T", "aten.mT", "aten.transpose", "aten.permute", "aten.swapaxes"}
-)
+#: Views that transpose a learned matrix (its shape is reversed, its elements stay).
+_TRANSPOSES = frozenset({"aten.t", "aten.numpy_T", "aten.mT", "aten.transpose", "aten.swapaxes"})
 
 #: Operators whose effect is on their input, not their result (an unread result still counts).
 _IN_PLACE = frozenset(
@@ -534,9 +532,15 @@ class _Converter:
         """A node that does not touch the input's data: a learned tensor if it is a view of one
         (expand, unsqueeze, ...: the parameter's own shape is kept), else a constant."""
         params = [v for v in flat if isinstance(v, Param)]
-        if params and op in _TRANSPOSES and hasattr(node.meta.get("val"), "shape"):
-            p = params[0]  # a transposed weight (Falcon's x @ W.T): the same tensor, its new shape
-            return Param(p.key, p.name, tuple(int(d) for d in node.meta["val"].shape))
+        out_shape = tuple(int(d) for d in getattr(node.meta.get("val"), "shape", ()))
+        if (
+            params
+            and op in _TRANSPOSES
+            and len(params[0].shape) == 2
+            and out_shape == tuple(reversed(params[0].shape))
+        ):
+            p = params[0]  # a transposed weight matrix (Falcon's x @ W.T): the same tensor
+            return Param(p.key, p.name, out_shape)
         if params and op not in SHAPE_ONLY:
             return params[0]  # a view, slice, masking or cast of a learned tensor is that tensor
         if isinstance(node.meta.get("val"), (tuple, list)):
