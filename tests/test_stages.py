@@ -239,9 +239,8 @@ def test_gpipe_holds_every_micro_batch():
         in_flight("zigzag", 0, 2, 4)  # an unknown schedule is an error, never a fall-through
 
 
-@fast(200)
-@given(st.integers(2, 4), st.integers(0, 4), st.integers(1, 9), st.integers(0, 2**32 - 1))
-def test_stage_dp_equals_enumeration(p, extra, m, seed):
+def _stage_instance(p, extra, seed):
+    """Random stage costs (some stages do not fit) and transfers for ``p`` stages."""
     rng = np.random.default_rng(seed)
     units = p + extra
     costs = []
@@ -258,6 +257,13 @@ def test_stage_dp_equals_enumeration(p, extra, m, seed):
         np.where(np.arange(units + 1) % units == 0, math.inf, rng.random(units + 1) * 2)
         for _ in range(p - 1)
     ]
+    return costs, transfers
+
+
+@fast(200)
+@given(st.integers(2, 4), st.integers(0, 4), st.integers(1, 9), st.integers(0, 2**32 - 1))
+def test_stage_dp_equals_enumeration(p, extra, m, seed):
+    costs, transfers = _stage_instance(p, extra, seed)
     value, bounds, _ = _dp(costs, transfers, m)
     expected = brute_force(costs, transfers, m)
     if math.isinf(expected):
@@ -462,6 +468,10 @@ def test_pruned_settings_lose_nothing():
     value, _, _ = _dp(costs, transfers, m)
     assert value == pytest.approx(best.estimate_s, rel=1e-12)
     assert value == pytest.approx(brute_force(costs, transfers, m), rel=1e-12)
+    from parplan.pipeline.partitioned import exact_stages
+
+    cert = exact_stages(costs, transfers, m, backend="scip")  # the stage MIP agrees
+    assert cert.status == "optimal" and cert.value_s == pytest.approx(value, rel=1e-9)
 
 
 def test_stage_memo_never_changes_a_price():
@@ -532,3 +542,23 @@ def test_even_ends_divide_the_layers_as_evenly_as_the_cuts_allow():
     ]
     with pytest.raises(ConfigError, match="pieces between its cut points"):
         even_ends(g, len(cuts) + 2)
+
+
+@fast(100)
+@given(st.integers(1, 4), st.integers(0, 5), st.integers(1, 9), st.integers(0, 2**32 - 1))
+def test_stage_mip_equals_the_dp_and_enumeration(p, extra, m, seed):
+    """Issue 32: the stage cuts as a MIP (formulation/stages.py, solved by SCIP): its proven
+    optimum is the DP's value and brute force's, and its cuts, re-priced by the pipeline formula,
+    give that value."""
+    from parplan.pipeline.partitioned import exact_stages
+
+    costs, transfers = _stage_instance(p, extra, seed)
+    expected = brute_force(costs, transfers, m)
+    cert = exact_stages(costs, transfers, m, backend="scip")
+    if math.isinf(expected):
+        assert cert.status == "infeasible" and cert.bounds == () and math.isinf(cert.value_s)
+        return
+    assert cert.status == "optimal" and cert.bound_s <= cert.value_s * (1 + 1e-9)
+    assert cert.value_s == pytest.approx(expected, rel=1e-9)
+    assert cert.value_s == pytest.approx(_dp(costs, transfers, m)[0], rel=1e-9)
+    assert len(cert.bounds) == p + 1 and cert.bounds[0] == 0 and cert.bounds[-1] == p + extra
