@@ -39,7 +39,13 @@ from enum import Enum
 import numpy as np
 
 from parplan.costmodel.collective import Collective
-from parplan.costmodel.dims import Device, LayerDims, device_figures
+from parplan.costmodel.dims import (
+    Device,
+    LayerDims,
+    cached_hash,
+    device_figures,
+    state_without_hash,
+)
 from parplan.costmodel.compiled import core as _pricing
 from parplan.costmodel.layout import LAYOUT_CODE, Choice, Layout, PartitionType, ports, split_axes
 from parplan.costmodel.regions import local_frame, rect_area
@@ -134,6 +140,9 @@ def compat_rules(compat: str | None) -> frozenset[str]:
 class SideSpec:
     """What one split looks like to the cost model: the two halves as devices, the bandwidth
     at which each side receives, the link latency, the element size."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     devices: tuple[Device, Device]
     bytes_per_s: tuple[float, float]

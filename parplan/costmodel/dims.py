@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from parplan.costmodel.compiled import core
 from parplan.costmodel.graph import INPUT, Attention, Embedding, Graph, Norm
@@ -190,6 +190,24 @@ def _ops_figures(ops: tuple) -> tuple[float, ...]:
     return figures
 
 
+def cached_hash(self) -> int:
+    """A frozen dataclass's hash of its fields, computed once: the memos of the cost model key
+    on :class:`LayerDims` and :class:`~parplan.costmodel.cost.SideSpec`, hashed millions of
+    times in a planning run. Equal objects hash equal, as the generated hash would."""
+    h = self.__dict__.get("_hash")
+    if h is None:
+        h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+        object.__setattr__(self, "_hash", h)
+    return h
+
+
+def state_without_hash(self) -> dict:
+    """Pickled state without the cached hash (str hashes differ between processes)."""
+    state = dict(self.__dict__)
+    state.pop("_hash", None)
+    return state
+
+
 @dataclass(frozen=True)
 class LayerDims:
     """Sizes of one layer (or one join) at one level of the hierarchy; floats because shares scale them.
@@ -198,6 +216,9 @@ class LayerDims:
     ``out_features`` == its channels. ``out_ops`` / ``in_ops`` are the element-wise ops carried
     per output / input element (see the module docstring).
     """
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     batch: float
     in_features: float

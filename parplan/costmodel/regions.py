@@ -42,6 +42,8 @@ leaves side 1 rows 0-1/4 and side 2 rows 1/4-1/2):
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 Rect = tuple  # (x0, x1, y0, y1): arrays or floats, rows x columns
@@ -140,8 +142,11 @@ def _part(lo: float, hi: float, s: float, side: int) -> tuple[float, float]:
     return (lo, lo + s * w) if side == 0 else (hi - s * w, hi)
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def child_region(region: Region, choice, share: float, side: int) -> Region:
-    """Side ``side``'s (0 or 1) region of a node split by ``choice`` at side-1 ``share``."""
+    """Side ``side``'s (0 or 1) region of a node split by ``choice`` at side-1 ``share``
+    (memoised: the planners and the evaluator ask for the same few boxes again and again; the
+    arguments are immutable)."""
     from parplan.costmodel.layout import split_axes
 
     axes = split_axes(choice)
