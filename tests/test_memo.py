@@ -159,3 +159,20 @@ def test_sibling_groups_share_entries(monkeypatch):
         len(plan.splits) * len(p.planning.nodes) * 2
     )  # a factor and the chosen split's terms per node
     assert 0 < len(calls) < asked / 2
+
+
+def test_planning_gc_raises_the_collector_thresholds_and_restores_them():
+    import gc
+
+    from parplan.costmodel.collector import PLANNING_GC_THRESHOLDS, planning_gc
+
+    before = gc.get_threshold()
+    with planning_gc():
+        assert gc.get_threshold() == PLANNING_GC_THRESHOLDS
+    assert gc.get_threshold() == before
+    try:
+        with planning_gc():
+            raise KeyError("x")
+    except KeyError:
+        pass
+    assert gc.get_threshold() == before  # also when planning fails

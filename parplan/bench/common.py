@@ -84,8 +84,11 @@ def _timed(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> tuple[Any, floa
     """Run one task in a worker; return (result, wall seconds)."""
     for k, v in THREAD_ENV.items():
         os.environ.setdefault(k, v)
+    from parplan.costmodel.collector import planning_gc
+
     t0 = time.perf_counter()
-    result = fn(**kwargs)
+    with planning_gc():
+        result = fn(**kwargs)
     return result, time.perf_counter() - t0
 
 

@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        from parplan.costmodel.collector import planning_gc
+
+        with planning_gc():
+            return args.func(args)
     except SolverError as exc:  # not the input's fault: a solver crashed, was killed or is missing
         print(f"parplan: solver failure: {exc}", file=sys.stderr)
         return 3
