@@ -371,3 +371,13 @@ def test_frame_counts_equal_the_frames_of_every_state_combination():
             }
             assert (built, framed) == (per ** (depth + 1), len(keys) * per)
     assert frame_counts(p, opts, "LL", u)[2][1] < frame_counts(p, opts, "LL", u)[2][0]
+
+
+def test_the_joint_time_limit_covers_building_the_model():
+    """Issue 34: as for a split's MIP, building the joint model counts against the limit; a
+    limit the build uses up ends as a time limit without starting the solver, and says so."""
+    p = Problem(get_model("lenet"), parse_array("h100:4"), batch=64)
+    out = solve_joint(p, "highs", PlanOptions(share_grid=2), time_limit_s=1e-9, start=None)
+    assert out.certificate.status == "time_limit" and out.plan is None
+    assert "building the joint model (" in out.certificate.message
+    assert "the solver did not start" in out.certificate.message
