@@ -931,8 +931,13 @@ def test_validate_refuses_unknown_cases_and_broken_files(tmp_path):
         validate.run(tmp_path, cases=("nope",), executor=SERIAL)
     bad = tmp_path / "bad.csv"
     bad.write_text("case,source\nx,y\n")
-    with pytest.raises(ConfigError, match="line 2"):
+    with pytest.raises(ConfigError, match="missing column\\(s\\) system, precision, model"):
         validate.read_cases(bad)
+    good = (validate.resources.files("parplan") / validate.DATA / "published.csv").read_text()
+    broken = tmp_path / "broken.csv"
+    broken.write_text(good.replace(",64,bf16,llama,32,", ",sixty-four,bf16,llama,32,", 1))
+    with pytest.raises(ConfigError, match="line 2: invalid literal for int"):
+        validate.read_cases(broken)
 
 
 @pytest.mark.slow

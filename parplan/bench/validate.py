@@ -67,7 +67,17 @@ def read_cases(path: str | Path | None = None) -> list[dict]:
     ints = ("gpus", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
     ints += ("global_batch", "micro_batch", "tp", "pp", "zero")
     with path.open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+        columns = set(reader.fieldnames or ())
+    needed = ("case", "source", "system", "precision", "model", "note", *ints)
+    needed += ("measured_tokens_per_s_per_gpu", "recompute", "fit")
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise ConfigError(
+            f"validation cases '{path}': missing column(s) {', '.join(missing)} "
+            "(published.csv shipped with parplan has them all)"
+        )
     cases = []
     for i, row in enumerate(rows, start=2):
         try:
