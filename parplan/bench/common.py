@@ -80,6 +80,21 @@ class Task:
     cost: float = 1.0
 
 
+class _Stderr:
+    """The process's stderr when something is written (the default ``log`` of the benchmarks):
+    a default bound at import would keep a stream that a caller or a test harness has since
+    replaced or closed."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+STDERR = _Stderr()
+
+
 def _timed(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> tuple[Any, float]:
     """Run one task in a worker; return (result, wall seconds)."""
     for k, v in THREAD_ENV.items():
@@ -105,7 +120,7 @@ def run_tasks(
     bench: str,
     tasks: Sequence[Task],
     executor: ExecutorSpec | None = None,
-    log: TextIO | None = sys.stderr,
+    log: TextIO | None = STDERR,
 ) -> list[Any]:
     """Run ``tasks`` and return their results in task order (see the module docstring)."""
     executor = ExecutorSpec() if executor is None else executor
@@ -707,7 +722,7 @@ def executor_from_args(
     return ExecutorSpec(kind, workers, scheduler)
 
 
-def with_progress_header(bench: str, message: str, log: TextIO | None = sys.stderr) -> None:
+def with_progress_header(bench: str, message: str, log: TextIO | None = STDERR) -> None:
     """One line on stderr saying what a benchmark is about to run."""
     if log is not None:
         print(f"[bench {bench}] {message}", file=log, flush=True)

@@ -21,13 +21,12 @@ Example:
 from __future__ import annotations
 
 import itertools
-import sys
 import time
 from typing import Iterable, Sequence, TextIO
 
 import pandas as pd
 
-from parplan.bench.common import ExecutorSpec, Task, run_tasks
+from parplan.bench.common import STDERR, ExecutorSpec, Task, run_tasks
 from parplan.errors import ConfigError
 
 #: Columns of a sweep's table, in order (the axes first).
@@ -150,7 +149,7 @@ def sweep(
     ignore_memory: bool = False,
     overlap: bool = True,
     executor: ExecutorSpec | None = None,
-    log: TextIO | None = sys.stderr,
+    log: TextIO | None = STDERR,
 ) -> pd.DataFrame:
     """Plan every combination of ``models`` x ``arrays`` x ``batches`` (default 512) x
     ``planners`` x ``bandwidths`` (GB/s per link, None: the array's own) x ``latencies`` (us);
