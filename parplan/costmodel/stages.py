@@ -261,9 +261,16 @@ def pipeline_seconds(
 ) -> float:
     """A synchronous pipeline's step (section 11): ``stage_seconds`` are each stage's time for the
     whole step (its ``m`` micro-batches), ``transfer_s`` each cut's per micro-batch."""
-    m = micro_batches
-    per = [t / m for t in stage_seconds]
-    return sum(per) + sum(transfer_s) + (m - 1) * max(per + list(transfer_s))
+    return pipeline_step([t / micro_batches for t in stage_seconds], transfer_s, micro_batches)
+
+
+def pipeline_step(
+    micro_seconds: Sequence[float], transfer_s: Sequence[float], micro_batches: int
+) -> float:
+    """The step from each stage's time per micro-batch and each cut's transfer (section 11):
+    ``sum t + sum x + (m - 1) max(t, x)``; the stage-cut DP and MIP price their cuts with it."""
+    per = [float(t) for t in micro_seconds] + [float(x) for x in transfer_s]
+    return sum(per) + (micro_batches - 1) * max(per)
 
 
 @dataclass(frozen=True)

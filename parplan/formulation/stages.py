@@ -39,6 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from parplan.costmodel.stages import pipeline_step
 from parplan.errors import ConfigError
 from parplan.formulation.mip import TIME_UNITS, MipModel, ModelBuilder
 
@@ -111,6 +112,8 @@ def stage_value(
     """The step of the stages ``bounds`` by the pipeline formula (the DP's and the MIP's
     objective): ``sum c + sum x + (m - 1) max(c, x)``."""
     p = len(costs)
-    c = [float(costs[s][bounds[s], bounds[s + 1]]) for s in range(p)]
-    x = [float(transfers[s][bounds[s]]) for s in range(1, p)]
-    return sum(c) + sum(x) + (micro_batches - 1) * max(c + x)
+    return pipeline_step(
+        [costs[s][bounds[s], bounds[s + 1]] for s in range(p)],
+        [transfers[s][bounds[s]] for s in range(1, p)],
+        micro_batches,
+    )

@@ -70,6 +70,7 @@ from parplan.costmodel.stages import (
     whole_model_stage,
 )
 from parplan.errors import ConfigError, InfeasibleError
+from parplan.formulation.stages import build_stage_mip, stage_value
 from parplan.solvers.fit import device_limits, fit_plan
 from parplan.solvers.planners import make_plan
 
@@ -354,10 +355,7 @@ def _dp(
     for s in range(p - 1, -1, -1):
         cuts.append(int(back[s][cuts[-1]]))
     bounds = tuple(reversed(cuts))
-    # the value with the true max (at most tau)
-    c = [costs[s][bounds[s], bounds[s + 1]] for s in range(p)]
-    x = [transfers[s][bounds[s]] for s in range(1, p)]
-    return float(sum(c) + sum(x) + (m - 1) * max(c + x)), bounds, notes
+    return stage_value(costs, transfers, m, bounds), bounds, notes  # the true max (<= tau)
 
 
 @dataclass(frozen=True)
@@ -384,7 +382,6 @@ def exact_stages(
     (:func:`parplan.formulation.stages.build_stage_mip`): the DP's cross-check, and its
     certificate where it stops early (``MAX_TAUS``). "optimal" only with the solver's bound
     within 1e-9 of the re-priced value; "infeasible" where no split into these stages fits."""
-    from parplan.formulation.stages import build_stage_mip, stage_value
     from parplan.solvers.backends import SolveOptions, get_backend
 
     try:
