@@ -196,7 +196,7 @@ def cached_hash(self) -> int:
     times in a planning run. Equal objects hash equal, as the generated hash would."""
     h = self.__dict__.get("_hash")
     if h is None:
-        h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+        h = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))  # as __eq__
         object.__setattr__(self, "_hash", h)
     return h
 
