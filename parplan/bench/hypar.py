@@ -105,9 +105,10 @@ def model_task(
     # made and priced under that rule; data parallelism has no IN split, so its price is the same.
     paper = replace(problem, compat="hypar")
     paper_plan = make_plan(paper, "hypar")
-    row["hypar_paper_step_s"] = evaluate(paper, paper_plan).step_time_s
+    priced = evaluate(paper, paper_plan)
+    row["hypar_paper_step_s"] = priced.step_time_s
     row["hypar_paper_priced_native_step_s"] = evaluate(problem, paper_plan).step_time_s
-    row["hypar_paper_comm_bytes"] = evaluate(paper, paper_plan).communication_bytes
+    row["hypar_paper_comm_bytes"] = priced.communication_bytes
     # and with the papers' per-level accounting too (each split in its own frame): the rules
     # combined, as the HyPar paper counts its traffic (issue 36)
     levels = replace(problem, compat="hypar+accpar-code")
