@@ -55,7 +55,7 @@ from parplan.formulation.mip import (
     memory_need_model,
     plan_memory_bytes,
 )
-from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
+from parplan.solvers.backends.base import SolveOptions, Termination, solve_after_build
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
 from parplan.costmodel.split import PlanOptions, SplitProblem
 from parplan.solvers.dp import continuous_bound, fallback_split
@@ -104,25 +104,7 @@ def solve_split_exact(
         return _fallback(sp, spec, options, memory, str(exc))
     build_s = time.perf_counter() - started
     solver = get_backend(spec.name)
-    limit = solve_options.time_limit_s
-    if limit is not None and build_s >= limit:  # the limit covers building the model too
-        raw = RawResult(
-            Termination.TIME_LIMIT,
-            False,
-            None,
-            None,
-            None,
-            spec.name,
-            "",
-            0.0,
-            "not started",
-            f"building the model ({model.n_vars:,} variables) took {build_s:.3g} s of the "
-            f"{limit:g} s time limit; the solver did not start",
-        )
-    else:
-        left = None if limit is None else limit - build_s
-        raw = solver.solve(model, replace(solve_options, time_limit_s=left))
-    raw = replace(raw, wall_s=raw.wall_s + build_s)  # the certificate's time: build and solve
+    raw = solve_after_build(solver, model, solve_options, build_s)
     notes = list(model.notes)
     scale = model.objective_scale
     split = decoder(raw) if raw.has_solution else None

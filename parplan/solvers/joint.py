@@ -32,7 +32,7 @@ from parplan.costmodel.problem import Plan, Problem
 from parplan.costmodel.split import PlanOptions
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.formulation.joint import build_joint
-from parplan.solvers.backends.base import RawResult, SolveOptions, Termination
+from parplan.solvers.backends.base import SolveOptions, solve_after_build
 from parplan.solvers.backends.registry import backend_spec, get_backend
 from parplan.solvers.certificate import GAP_TOL, Certificate, ExactResult, Status, gap, status_of
 from parplan.solvers.limits import device_capacity
@@ -127,28 +127,14 @@ def solve_joint(
                 f"({price_of(ev0, options):.6g} {model.objective_unit})"
             )
     built_s = time.perf_counter() - t0  # the time limit covers building the model too
-    if so.time_limit_s is not None and built_s >= so.time_limit_s:
-        raw = RawResult(
-            Termination.TIME_LIMIT,
-            False,
-            None,
-            None,
-            None,
-            spec.name,
-            "",
-            0.0,
-            "not started",
-            f"building the joint model ({model.n_vars:,} variables) took {built_s:.3g} s of the "
-            f"{so.time_limit_s:g} s time limit; the solver did not start",
+    if progress is not None:
+        limit = (
+            "no time limit"
+            if so.time_limit_s is None
+            else f"{so.time_limit_s - built_s:.3g} s left"
         )
-    else:
-        if so.time_limit_s is not None:
-            so = replace(so, time_limit_s=so.time_limit_s - built_s)
-        if progress is not None:
-            limit = "no time limit" if so.time_limit_s is None else f"{so.time_limit_s:.3g} s left"
-            progress(f"solving the joint model with {spec.name} ({limit})")
-        raw = get_backend(spec.name).solve(model, so)
-    raw = replace(raw, wall_s=raw.wall_s + built_s)
+        progress(f"solving the joint model with {spec.name} ({limit})")
+    raw = solve_after_build(get_backend(spec.name), model, so, built_s, "the joint model")
     return _certify(
         problem,
         options,

@@ -20,7 +20,7 @@ import os
 import pickle
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Callable, Protocol
 
@@ -113,6 +113,34 @@ class Backend(Protocol):
 
     def solve(self, model, options: SolveOptions) -> RawResult:  # pragma: no cover - protocol
         ...
+
+
+def solve_after_build(
+    backend, model, options: SolveOptions, built_s: float, what: str = "the model"
+) -> RawResult:
+    """Solve ``model`` with ``backend`` when building it already took ``built_s`` seconds of
+    ``options``' time limit: the solver gets what is left, and a build that used it all up ends
+    as a time limit without starting the solver (saying so). The result's time is build and
+    solve together (issue 34: the limit covers both)."""
+    limit = options.time_limit_s
+    if limit is not None and built_s >= limit:
+        raw = RawResult(
+            Termination.TIME_LIMIT,
+            False,
+            None,
+            None,
+            None,
+            getattr(backend, "name", ""),
+            "",
+            0.0,
+            "not started",
+            f"building {what} ({model.n_vars:,} variables) took {built_s:.3g} s of the "
+            f"{limit:g} s time limit; the solver did not start",
+        )
+    else:
+        left = None if limit is None else limit - built_s
+        raw = backend.solve(model, replace(options, time_limit_s=left))
+    return replace(raw, wall_s=raw.wall_s + built_s)
 
 
 def stopped_by_time(wall_s: float, options: SolveOptions) -> bool:
