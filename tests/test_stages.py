@@ -36,7 +36,7 @@ from parplan.models.zoo import get_model
 from parplan.pipeline.partitioned import _dp, brute_force, frontiers, plan_partitioned
 from parplan.solvers.fit import fit_plan
 from parplan.solvers.planners import make_plan
-from reference_model import reference_evaluate
+from reference_model import ROOT_BOX, area_where, child_box, port, reference_evaluate
 from test_brute import fast, graphs
 from test_costmodel import plans as random_plans
 
@@ -167,6 +167,91 @@ def pipelines(draw):
     return problem, PipelinePlan(tuple(stages), schedule=draw(st.sampled_from(["1f1b", "gpipe"])))
 
 
+def _reference_boundary(sub: Problem, plan: Plan, arrives: bool, passes_on: bool) -> float:
+    """Section 11's moves inside a stage's group, from the docs: boxes cut split by split; at
+    each split the second side receives what both sides' readers of the input need (forward)
+    and the first the same amount of summed gradient (backward); the second side receives the
+    gradient of what both sides hold of the stage's output; each kind's time is a split's slower
+    side plus the slower half below; kinds one after another."""
+    graph, nodes = sub.graph, sub.planning.nodes
+    names = [n.name for n in nodes]
+
+    def source(name):  # the planning node (or the input) a layer's values come from
+        while name != INPUT and name not in names:
+            name = graph.layer(name).inputs[0]
+        return name
+
+    readers = [
+        v for v, n in enumerate(names) if any(source(x) == INPUT for x in graph.layer(n).inputs)
+    ]
+    last = source(graph.analyze().order[-1])
+    producer = names.index(last) if last != INPUT else None
+    e_in = graph.input_shape.elements * sub.batch
+    e_out = graph.analyze().out_shape[graph.analyze().order[-1]].elements * sub.batch
+    m, bpe = sub.micro_batches, sub.bytes_per_element
+
+    def seconds(link, side, elements):
+        if elements <= 1e-12:
+            return 0.0
+        one = (
+            link.bytes_per_s
+            if side == 0 or link.right_bytes_per_s is None
+            else link.right_bytes_per_s
+        )
+        return m * link.latency_s + elements * bpe / (link.ports * one)
+
+    k = len(readers)
+
+    def rec(group, path, boxes, kind, before):
+        """``before``: per reader, the rectangles it needs on devices earlier in tree order."""
+        if group.is_leaf:
+            return 0.0
+        split = plan.splits[path]
+        kids = [
+            [child_box(b, c.value, a, i) for b, c, a in zip(boxes, split.choices, split.shares)]
+            for i in (0, 1)
+        ]
+        left = [port(kids[0][v], "in") for v in readers]
+        right = [port(kids[1][v], "in") for v in readers]
+        here = 0.0
+        if kind == "input":  # what both sides need, forwarded into side 2
+            both = area_where(lambda x: any(x[:k]) and any(x[k:]), *left, *right)
+            here = seconds(group.link, 1, both * e_in)
+        elif kind == "input-gradient":  # into side 1: side 2's first copies of what it needs
+            first = area_where(
+                lambda x: (
+                    any(x[:k])
+                    and any(x[k + j] and not x[2 * k + j] and not x[3 * k + j] for j in range(k))
+                ),
+                *left,
+                *right,
+                *left,
+                *before,
+            )
+            here = seconds(group.link, 0, first * e_in)
+        else:
+            both = area_where(
+                lambda x: x[0] and x[1],
+                port(kids[0][producer], "out"),
+                port(kids[1][producer], "out"),
+            )
+            here = seconds(group.link, 1, both * e_out)
+        return here + max(
+            rec(group.left, path + "L", kids[0], kind, before),
+            rec(group.right, path + "R", kids[1], kind, [b + x for b, x in zip(before, left)]),
+        )
+
+    start = [dict(ROOT_BOX) for _ in nodes]
+    none = [[] for _ in readers]
+    total = 0.0
+    if arrives and readers:
+        total += rec(sub.array, "", start, "input", none)
+        total += rec(sub.array, "", start, "input-gradient", none)
+    if passes_on and producer is not None:
+        total += rec(sub.array, "", start, "output", none)
+    return total
+
+
 @fast(40)
 @given(pipelines())
 def test_pipeline_price_equals_the_reference(case):
@@ -180,6 +265,7 @@ def test_pipeline_price_equals_the_reference(case):
     for s, stage in enumerate(plan.stages):
         sub = stage_problem(problem, stage.first, stage.last, stage.group)
         time, _ = reference_evaluate(sub, stage.plan)
+        time += _reference_boundary(sub, stage.plan, s > 0, s < p - 1)
         per.append(time / m)
         held = min(m, p - s) if plan.schedule == "1f1b" else m
         for path, need in _reference_memory(sub, stage.plan, held).items():

@@ -43,6 +43,7 @@ from parplan.costmodel.evaluate import Evaluation, evaluate
 from parplan.costmodel.graph import INPUT, Graph, TiedGraph
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem
+from parplan.costmodel.regions import ROOT, Region, child_region
 from parplan.errors import ConfigError
 
 #: Synchronous pipeline schedules (section 11) -> the micro-batches whose activations stage
@@ -256,6 +257,193 @@ def cut_seconds(
     return receive_seconds(side, 1, elements) + receive_seconds(side, 0, elements)
 
 
+def cut_elements(problem: Problem, plan: PipelinePlan) -> tuple[float, ...]:
+    """Per cut of ``plan``: the elements of one micro-batch's crossing tensor, the amount each
+    message of :func:`cut_seconds` carries (section 11)."""
+    graph = problem.graph
+    info = graph.analyze()
+    return tuple(
+        info.out_shape[cut_tensor(graph, st.last)].elements * problem.batch / problem.micro_batches
+        for st in plan.stages[:-1]
+    )
+
+
+@dataclass(frozen=True)
+class BoundaryMove:
+    """Elements moved inside a stage's group at a cut, over the step (section 11 "Moves inside
+    the groups"): at split ``split`` (a path inside the group), side ``side`` (1 or 2) receives
+    them; ``kind`` is ``"input"`` (the arrived input forwarded to the second side that needs it),
+    ``"input-gradient"`` (the second side's summed gradient of the input, to the first) or
+    ``"output-gradient"`` (the arrived gradient of the stage's output, forwarded to the second
+    side that holds it)."""
+
+    split: str
+    side: int
+    kind: str
+    elements: float
+
+
+def _node_regions(sub: Problem, plan: Plan) -> dict[str, tuple[Region, ...]]:
+    """Every planning node's region (section 3) at every group of ``sub``'s array, by path."""
+    n = len(sub.planning.nodes)
+    out: dict[str, tuple[Region, ...]] = {}
+
+    def walk(group: ArrayNode, path: str, regions: tuple[Region, ...]) -> None:
+        out[path] = regions
+        if group.is_leaf:
+            return
+        split = plan.splits[path]
+        for side, child in ((0, group.left), (1, group.right)):
+            walk(
+                child,
+                path + "LR"[side],
+                tuple(
+                    child_region(regions[v], split.choices[v], split.shares[v], side)
+                    for v in range(n)
+                ),
+            )
+
+    walk(sub.array, "", (ROOT,) * n)
+    return out
+
+
+def _area(pred, *box_lists: Sequence[tuple]) -> float:
+    """Area of the points where ``pred(inside)`` holds, ``inside[i]`` telling whether a point
+    lies in one of the boxes ``(r0, r1, c0, c1)`` of ``box_lists[i]`` (a grid of every edge)."""
+    lists = [[x for x in boxes if x[1] > x[0] and x[3] > x[2]] for boxes in box_lists]
+    rows = sorted({v for boxes in lists for x in boxes for v in x[:2]})
+    cols = sorted({v for boxes in lists for x in boxes for v in x[2:]})
+    total = 0.0
+    for r0, r1 in zip(rows, rows[1:]):
+        for c0, c1 in zip(cols, cols[1:]):
+            inside = [
+                any(x[0] <= r0 and r1 <= x[1] and x[2] <= c0 and c1 <= x[3] for x in boxes)
+                for boxes in lists
+            ]
+            if pred(inside):
+                total += (r1 - r0) * (c1 - c0)
+    return total
+
+
+def input_readers(sub: Problem) -> tuple[int, ...]:
+    """Planning nodes of ``sub`` that read its graph input (directly or through element-wise
+    layers, which travel with them; section 1)."""
+    graph, nodes = sub.graph, sub.planning.nodes
+    names = {n.name: v for v, n in enumerate(nodes)}
+    origin = {INPUT: INPUT}
+    for name in graph.analyze().order:
+        origin[name] = name if name in names else origin[graph.layer(name).inputs[0]]
+    return tuple(
+        v
+        for v, n in enumerate(nodes)
+        if any(origin[s] == INPUT for s in graph.layer(n.name).inputs)
+    )
+
+
+def output_producer(sub: Problem) -> int | None:
+    """The planning node whose output (or an element-wise layer after it) is ``sub``'s last
+    layer's output: what holds the tensor a stage passes on (None: no node before it)."""
+    graph, nodes = sub.graph, sub.planning.nodes
+    names = {n.name: v for v, n in enumerate(nodes)}
+    name = graph.analyze().order[-1]
+    while name not in names:
+        if name == INPUT:
+            return None
+        name = graph.layer(name).inputs[0]
+    return names[name]
+
+
+def boundary_moves(
+    sub: Problem, plan: Plan, arrives: bool, passes_on: bool
+) -> tuple[BoundaryMove, ...]:
+    """The moves inside a stage's group at its cuts (section 11), over the step.
+
+    Its input arrives once (``arrives``: not the first stage), each point on the first device
+    that needs it; at every split the second side receives from the first what both need
+    (``"input"``). Its input's gradient is summed back onto those devices: each reader's
+    gradient of a point is whole wherever the reader needs the point, and the copy summed is the
+    first such device's, so at every split the first side receives, for the points it needs,
+    the sum of the copies the second side holds (``"input-gradient"``). The gradient of what it
+    passes on (``passes_on``: not the last stage) arrives once, on the first device holding each
+    point, and at every split the second side receives what both hold (``"output-gradient"``).
+    """
+    graph = sub.graph
+    info = graph.analyze()
+    readers = input_readers(sub) if arrives else ()
+    producer = output_producer(sub) if passes_on else None
+    if not readers and producer is None:
+        return ()
+    regions = _node_regions(sub, plan)
+    e_in = graph.input_shape.elements * sub.batch
+    e_out = info.out_shape[info.order[-1]].elements * sub.batch
+    out = []
+
+    def walk(group: ArrayNode, path: str, before: tuple) -> None:
+        """``before``: per reader, the boxes it needs on the devices before this group."""
+        if group.is_leaf:
+            return
+        left, right = regions[path + "L"], regions[path + "R"]
+        k = len(readers)
+        if readers:
+            need_l = [[left[v].rect("in")] for v in readers]
+            need_r = [[right[v].rect("in")] for v in readers]
+            both = _area(lambda x: any(x[:k]) and any(x[k:]), *need_l, *need_r)
+            if both > 0:
+                out.append(BoundaryMove(path, 2, "input", both * e_in))
+            # side 2's copies summed: needed there, not on side 1 nor before this group
+            back = _area(
+                lambda x: any(x[:k]) and any(x[k + i] and not x[2 * k + i] for i in range(k)),
+                *need_l,
+                *need_r,
+                *[[*need_l[i], *before[i]] for i in range(k)],
+            )
+            if back > 0:
+                out.append(BoundaryMove(path, 1, "input-gradient", back * e_in))
+        if producer is not None:
+            both = _area(all, [left[producer].rect("out")], [right[producer].rect("out")])
+            if both > 0:
+                out.append(BoundaryMove(path, 2, "output-gradient", both * e_out))
+        walk(group.left, path + "L", before)
+        walk(
+            group.right,
+            path + "R",
+            tuple((*b, left[v].rect("in")) for b, v in zip(before, readers)),
+        )
+
+    walk(sub.array, "", tuple(() for _ in readers))
+    return tuple(out)
+
+
+def boundary_seconds(sub: Problem, moves: Sequence[BoundaryMove]) -> float:
+    """The time of a stage's moves inside its group (section 11): per kind, each split's slower
+    side, then the slower of its two halves' own moves (the halves move at once); the three
+    kinds one after the other (the input before the forward, its gradient after the backward,
+    the output's gradient before it)."""
+    at: dict[tuple[str, str], list[float]] = {}
+    for mv in moves:
+        side = sub.side_spec(sub.array.at(mv.split))
+        t = receive_seconds(side, mv.side - 1, mv.elements)
+        at.setdefault((mv.kind, mv.split), []).append(t)
+
+    def tree(kind: str, group: ArrayNode, path: str) -> float:
+        if group.is_leaf:
+            return 0.0
+        here = max(at.get((kind, path), [0.0]))
+        return here + max(tree(kind, group.left, path + "L"), tree(kind, group.right, path + "R"))
+
+    kinds = {mv.kind for mv in moves}
+    return sum(tree(kind, sub.array, "") for kind in sorted(kinds))
+
+
+def stage_seconds(
+    sub: Problem, plan: Plan, ev: Evaluation, arrives: bool, passes_on: bool
+) -> float:
+    """A stage's time ``T_s`` for the step (section 11): the evaluator's price of its plan on
+    its sub-problem (``ev``) and its moves inside its group at its cuts."""
+    moves = boundary_moves(sub, plan, arrives, passes_on)
+    return ev.step_time_s + (boundary_seconds(sub, moves) if moves else 0.0)
+
+
 def pipeline_seconds(
     stage_seconds: Sequence[float], transfer_s: Sequence[float], micro_batches: int
 ) -> float:
@@ -276,7 +464,7 @@ def pipeline_step(
 @dataclass(frozen=True)
 class PipelineEvaluation:
     """The price of a :class:`PipelinePlan`: the step, each stage's step time on its group
-    (its micro-batches and gradient exchange), each cut's transfer per micro-batch, the
+    (its micro-batches and gradient exchange, and its moves at its cuts), each cut's transfer per micro-batch, the
     exchange of weights tied across stages, and every device's memory (global leaf paths)."""
 
     step_time_s: float
@@ -286,6 +474,8 @@ class PipelineEvaluation:
     device_memory_bytes: Mapping[str, float]
     stage_evaluations: tuple[Evaluation, ...]
     micro_batches: int
+    #: per stage, its moves inside its group at its cuts (:func:`boundary_moves`), in its time
+    boundary_moves: tuple[tuple[BoundaryMove, ...], ...] = ()
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -395,12 +585,13 @@ def evaluate_pipeline(
     check_pipeline(problem, plan)
     graph, m, p = problem.graph, problem.micro_batches, len(plan.stages)
     info = graph.analyze()
-    times, evaluations, memory = [], [], {}
+    times, evaluations, memory, moves = [], [], {}, []
     for s, stage in enumerate(plan.stages):
         sub = stage_problem(problem, stage.first, stage.last, stage.group)
         ev = stage_evaluation(sub, stage.plan, memo)
         evaluations.append(ev)
-        times.append(ev.step_time_s)
+        moves.append(boundary_moves(sub, stage.plan, s > 0, s < p - 1))
+        times.append(stage_seconds(sub, stage.plan, ev, s > 0, s < p - 1))
         held = held_memory(ev, in_flight(plan.schedule, s, p, m))
         memory.update((stage.group + path, need) for path, need in held.items())
     transfers = [
@@ -412,7 +603,14 @@ def evaluate_pipeline(
     tied = tied_sync_seconds(problem, plan)
     step = pipeline_seconds(times, transfers, m) + tied
     return PipelineEvaluation(
-        step, tuple(times), tuple(transfers), tied, MappingProxyType(memory), tuple(evaluations), m
+        step,
+        tuple(times),
+        tuple(transfers),
+        tied,
+        MappingProxyType(memory),
+        tuple(evaluations),
+        m,
+        tuple(moves),
     )
 
 

@@ -105,6 +105,10 @@ class _Comm:
     def recv(self, tensor, src: int) -> None:
         self.dist.recv(tensor, src)
 
+    def isend(self, tensor, dst: int):
+        """A send that does not wait (a pipeline's transfers across a cut); ``.wait()`` it."""
+        return self.dist.isend(tensor, dst)
+
 
 def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> None:
     import torch
@@ -143,6 +147,13 @@ def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> No
                 problem, export, seed, steps, lr = payload
                 results.put(
                     (rank, "ok", run_dtensor(problem, export, rank, seed, steps, lr, device))
+                )
+            elif kind == "pipeline":  # a pipeline plan (executor/stages.py)
+                from parplan.executor.torchexec import run_pipeline_device
+
+                ps, seed, steps, lr = payload
+                results.put(
+                    (rank, "ok", run_pipeline_device(ps, rank, comm, seed, steps, lr, device))
                 )
             else:
                 schedule, seed, steps, lr = payload
@@ -195,6 +206,14 @@ class Cluster:
                 f"{self.world}"
             )
         return self._run(("schedule", (schedule, seed, steps, lr)))
+
+    def run_pipeline(self, ps, seed: int = 0, steps: int = 1, lr: float = 0.01) -> list[dict]:
+        """A pipeline plan's schedule (:func:`parplan.executor.stages.build_pipeline_schedule`)."""
+        if len(ps.leaves) != self.world:
+            raise ConfigError(
+                f"run: the plan's array has {len(ps.leaves)} devices but the cluster {self.world}"
+            )
+        return self._run(("pipeline", (ps, seed, steps, lr)))
 
     def run_torch(
         self, problem: Problem, export, seed: int = 0, steps: int = 1, lr: float = 0.01
@@ -389,6 +408,38 @@ def _timing(schedule: Schedule, results: list[dict], evaluation) -> pd.DataFrame
     return pd.DataFrame(rows, columns=["node", "model_s", "measured_s"])
 
 
+def _check_run(problem: Problem, steps, lr) -> None:
+    """Clear errors for a run's arguments, its layers and its size, before any process starts."""
+    _require_torch()
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
+        raise ConfigError(f"run: steps must be an integer in [1, 1000] (got {steps!r})")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+        raise ConfigError(f"run: learning rate must be a finite number >= 0 (got {lr!r})")
+    graph_frames(problem)  # unsupported layers first, then size
+    check_runnable(problem)
+
+
+def _outcome(problem: Problem, results: list[dict], seed: int, steps: int, lr: float):
+    """(losses, one process's losses, largest gradient error, elements received in the first
+    step per key) of the workers' ``results``."""
+    from parplan.executor.torchexec import reference_run
+
+    ref_losses, ref_grads = reference_run(problem, seed, steps, lr)
+    losses = tuple(float(sum(r["losses"][k] for r in results)) for k in range(steps))
+    received: dict = {}
+    for r in results:
+        for key, n in r["received"][0].items():
+            received[key] = received.get(key, 0) + n
+    return losses, tuple(ref_losses), _grad_error(results, ref_grads), received
+
+
+def _as_planned(planned: dict, received: dict) -> None:
+    if planned != received:
+        raise ExecutionError(
+            "run: the elements the workers received differ from the schedule's messages"
+        )
+
+
 def run_plan(
     problem: Problem,
     plan: Plan,
@@ -401,42 +452,130 @@ def run_plan(
     """Execute ``steps`` training steps of ``plan`` with one process per device and compare.
 
     ``cluster``: worker processes to reuse (else started here with ``backend`` and stopped)."""
-    from parplan.executor.torchexec import reference_run
-
-    _require_torch()
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
-        raise ConfigError(f"run: steps must be an integer in [1, 1000] (got {steps!r})")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
-        raise ConfigError(f"run: learning rate must be a finite number >= 0 (got {lr!r})")
-    graph_frames(problem)  # unsupported layers first, then size
-    check_runnable(problem)
+    _check_run(problem, steps, lr)
     schedule = build_schedule(problem, plan)
     if cluster is None:
         with Cluster(len(schedule.leaves), backend) as c:
             results = c.run(schedule, seed, steps, lr)
     else:
         results = cluster.run(schedule, seed, steps, lr)
-    ref_losses, ref_grads = reference_run(problem, seed, steps, lr)
-    losses = tuple(float(sum(r["losses"][k] for r in results)) for k in range(steps))
-    err = _grad_error(results, ref_grads)
-    received: dict = {}
-    for r in results:
-        for key, n in r["received"][0].items():
-            received[key] = received.get(key, 0) + n
-    planned = schedule.received()
-    if planned != received:
-        raise ExecutionError(
-            "run: the elements the workers received differ from the schedule's messages"
-        )
+    losses, ref_losses, err, received = _outcome(problem, results, seed, steps, lr)
+    _as_planned(schedule.received(), received)
     ev = evaluate(problem, executed_plan(schedule))
     return ExecutionReport(
         losses,
-        tuple(ref_losses),
+        ref_losses,
         err,
         compare_bytes(schedule, received, ev),
         _timing(schedule, results, ev),
         schedule.executed_shares,
         schedule.inexact,
+        problem.bytes_per_element,
+    )
+
+
+def _stage_bytes(ps, received: dict, evaluations: list) -> pd.DataFrame:
+    """:func:`compare_bytes` of every stage (split paths made global: the stage's group before
+    them), then per cut its moves (docs/costmodel.md section 11): the tensor across the cut and
+    its gradient back (phase "forward" / "backward", split "cut c") and the moves inside the two
+    groups (phase the move's kind, at its split and side), model against measured."""
+    from parplan.costmodel.stages import boundary_moves, cut_elements
+
+    problem, plan = ps.problem, ps.plan
+    frames = []
+    for s, (sched, ev) in enumerate(zip(ps.stages, evaluations)):
+        group = plan.stages[s].group
+        nodes = {n.name for n in sched.problem.planning.nodes}
+        mine = {
+            (key[0][len(group) :], *key[1:]): n
+            for key, n in received.items()
+            if key[0] != "cut" and key[1] in nodes
+        }
+        df = compare_bytes(sched, mine, ev)
+        local = df.split.where(df.split != "root", "")
+        df["split"] = [(group + x) or "root" for x in local]
+        df.insert(0, "stage", s)
+        frames.append(df)
+    across = cut_elements(problem, plan)
+    model: dict[tuple, float] = {}
+    for c in range(len(ps.cuts)):
+        model[("cut", c, "forward", "", 0)] = across[c] * problem.micro_batches
+        model[("cut", c, "backward", "", 0)] = across[c] * problem.micro_batches
+    p = len(ps.stages)
+    for s, sched in enumerate(ps.stages):
+        group = plan.stages[s].group
+        for mv in boundary_moves(sched.problem, executed_plan(sched), s > 0, s < p - 1):
+            c = s - 1 if mv.kind.startswith("input") else s
+            key = ("cut", c, mv.kind, group + mv.split, mv.side)
+            model[key] = model.get(key, 0.0) + mv.elements
+    rows = []
+    for key in sorted(set(model) | {k for k in received if k[0] == "cut"}, key=str):
+        _, c, kind, split, side = key
+        got = received.get(key, 0)
+        want = model.get(key, 0.0)
+        where = f"cut {c}" if kind in ("forward", "backward") else (split or "root")
+        rows.append((c, where, ps.cuts[c].tensor, side, kind, want, int(got), got - want))
+    cols = [
+        "stage",
+        "split",
+        "node",
+        "side",
+        "phase",
+        "model_elements",
+        "measured_elements",
+        "difference",
+    ]
+    frames.append(pd.DataFrame(rows, columns=cols))
+    return pd.concat(frames, ignore_index=True)[cols]
+
+
+def run_pipeline(
+    problem: Problem,
+    plan,
+    steps: int = 1,
+    seed: int = 0,
+    lr: float = 0.01,
+    cluster: Cluster | None = None,
+    backend: str = "auto",
+) -> ExecutionReport:
+    """Execute ``steps`` training steps of a :class:`~parplan.costmodel.stages.PipelinePlan`
+    (one process per device of the array; micro-batches in the plan's schedule) and compare
+    with one process and with the model: each stage's bytes against the evaluator's price of
+    its plan on its sub-problem, each cut's against section 11's transfers. The report's
+    ``executed_shares`` are keyed "stage s/path"."""
+    from parplan.executor.stages import build_pipeline_schedule
+
+    _check_run(problem, steps, lr)
+    ps = build_pipeline_schedule(problem, plan)
+    if cluster is None:
+        with Cluster(len(ps.leaves), backend) as c:
+            results = c.run_pipeline(ps, seed, steps, lr)
+    else:
+        results = cluster.run_pipeline(ps, seed, steps, lr)
+    losses, ref_losses, err, received = _outcome(problem, results, seed, steps, lr)
+    _as_planned(ps.received(), received)
+    evaluations = [evaluate(sched.problem, executed_plan(sched)) for sched in ps.stages]
+    timing = pd.concat(
+        [
+            _timing(sched, [results[g] for g in ps.ranks[s]], ev)
+            for s, (sched, ev) in enumerate(zip(ps.stages, evaluations))
+        ],
+        ignore_index=True,
+    )
+    shares = {
+        f"stage {s}/{path}": v
+        for s, sched in enumerate(ps.stages)
+        for path, v in sched.executed_shares.items()
+    }
+    inexact = tuple(f"stage {s}/{x}" for s, sched in enumerate(ps.stages) for x in sched.inexact)
+    return ExecutionReport(
+        losses,
+        ref_losses,
+        err,
+        _stage_bytes(ps, received, evaluations),
+        timing,
+        shares,
+        inexact,
         problem.bytes_per_element,
     )
 
@@ -532,6 +671,8 @@ def _grad_error(results: list[dict], ref: dict) -> float:
     for name, want in ref.items():
         got = np.full(want.shape, np.nan)
         for r in results:
+            if name not in r["grads"]:  # a pipeline stage without this layer
+                continue
             dw, mask = r["grads"][name]
             m = np.broadcast_to(mask[..., None], dw.shape)
             clash = m & ~np.isnan(got) & ~np.isclose(got, dw, rtol=RTOL, atol=0)
@@ -554,6 +695,7 @@ __all__ = [
     "compare_bytes",
     "process_bytes",
     "resolve_backend",
+    "run_pipeline",
     "run_plan",
     "run_torch",
 ]

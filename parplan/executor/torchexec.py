@@ -841,6 +841,240 @@ def run_device(
     }
 
 
+class _StepBuffers(dict):
+    """A micro-batch's buffers whose weight gradients and table gradients are the stage's, shared
+    by the micro-batches in flight (a pipeline stage keeps several at once)."""
+
+    def __init__(self, shared: dict):
+        super().__init__()
+        self.shared = shared
+
+    @staticmethod
+    def _step_level(key: str) -> bool:
+        return key.endswith(("/dw", "/table"))
+
+    def __getitem__(self, key):
+        return self.shared[key] if self._step_level(key) else super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        if self._step_level(key):
+            self.shared[key] = value
+        else:
+            super().__setitem__(key, value)
+
+    def __contains__(self, key):
+        return key in self.shared if self._step_level(key) else super().__contains__(key)
+
+
+class _GroupComm:
+    """A stage's messages: its schedule's local ranks sent as global ones."""
+
+    def __init__(self, comm, ranks):
+        self.comm, self.ranks = comm, ranks
+
+    def send(self, tensor, dst: int) -> None:
+        self.comm.send(tensor, self.ranks[dst])
+
+    def recv(self, tensor, src: int) -> None:
+        self.comm.recv(tensor, self.ranks[src])
+
+
+class _PipelineDevice:
+    """One device of a pipeline run (:mod:`parplan.executor.stages`): its stage's micro-batches
+    in the plan's order, each a :class:`DeviceStep` of its own (activations of several are held
+    at once), and the cut tensors' routes."""
+
+    def __init__(self, ps, rank: int, comm, weights, inp, target, device: str):
+        self.ps, self.rank, self.comm, self.device = ps, rank, comm, device
+        self.s = ps.stage_of(rank)
+        self.sched = ps.stages[self.s]
+        self.local = ps.ranks[self.s].index(rank)
+        self.group = _GroupComm(comm, ps.ranks[self.s])
+        self.weights, self.target = weights, target
+        self.windows = self.sched.micro_batches()
+        fr = self.sched.frames[INPUT]
+        if self.s == 0:
+            self.inp = inp
+        else:
+            self.inp = torch.zeros(ps.problem.batch, fr.cols, fr.cell, dtype=DTYPE, device=device)
+        self.shared: dict = {}
+        self.steps: dict[int, DeviceStep] = {}  # micro-batches in flight
+        self.done: list[DeviceStep] = []  # every micro-batch's step (their counts and times)
+        self.pending: list = []  # (handle, payload) of sends across cuts
+        self.received: dict[tuple, int] = {}
+        self.loss = 0.0
+
+    def _count(self, key: tuple, n: int) -> None:
+        self.received[key] = self.received.get(key, 0) + n
+
+    def _rows(self, mask: np.ndarray, j: int) -> torch.Tensor:
+        lo, hi = self._window(j)
+        keep = np.zeros(mask.shape, dtype=bool)
+        keep[lo:hi] = True
+        return torch.as_tensor(mask & keep, device=self.device)
+
+    def _window(self, j: int) -> tuple[int, int]:
+        w = self.windows[j].window
+        return (0, self.ps.problem.batch) if w is None else (w[0], w[1])
+
+    def _isend(self, payload: torch.Tensor, dst: int) -> None:
+        payload = payload.contiguous()
+        self.pending.append((self.comm.isend(payload, dst), payload))
+
+    def _recv(self, mask: torch.Tensor, cell: int, src: int) -> torch.Tensor:
+        payload = torch.empty(int(mask.sum()), cell, dtype=DTYPE, device=self.device)
+        self.comm.recv(payload, src)
+        return payload
+
+    def _within(self, routes, j: int, buf: torch.Tensor, cell: int, add: bool):
+        """Routes inside this device's group, in their order on every device of the group."""
+        for r in routes:
+            if self.rank not in (r.src, r.dst):
+                continue
+            mask = self._rows(r.mask, j)
+            if not mask.any():
+                continue
+            if r.src == self.rank:
+                self.comm.send(buf[mask].contiguous(), r.dst)
+                continue
+            payload = self._recv(mask, cell, r.src)
+            self._count(r.key, payload.numel())
+            if add:
+                buf[mask] += payload
+            else:
+                buf[mask] = payload
+
+    def forward(self, j: int) -> None:
+        ps, s = self.ps, self.s
+        if s > 0:  # the cut's tensor arrives: once across, then inside the group
+            cut = ps.cuts[s - 1]
+            for r in cut.forward:
+                mask = self._rows(r.mask, j)
+                if r.dst == self.rank and mask.any():
+                    payload = self._recv(mask, cut.cell, r.src)
+                    self._count(r.key, payload.numel())
+                    self.inp[mask] = payload
+            self._within(cut.fan_out, j, self.inp, cut.cell, False)
+        step = DeviceStep(
+            self.windows[j],
+            self.local,
+            self.weights,
+            self.inp,
+            self.target,
+            self.group,
+            self.device,
+        )
+        step.bufs = _StepBuffers(self.shared)
+        self.steps[j] = step
+        self.done.append(step)
+        step.forward()
+        if s == len(ps.stages) - 1:
+            self.loss += step.loss()
+            return
+        cut = ps.cuts[s]
+        out = step._tensor(step.F, cut.tensor)  # noqa: SLF001 - the step's own buffer
+        for r in cut.forward:
+            mask = self._rows(r.mask, j)
+            if r.src == self.rank and mask.any():
+                self._isend(out[mask], r.dst)
+
+    def backward(self, j: int) -> None:
+        ps, s = self.ps, self.s
+        step = self.steps[j]
+        if s < len(ps.stages) - 1:  # the gradient of the cut's tensor comes back
+            cut = ps.cuts[s]
+            e = step._tensor(step.E, cut.tensor)  # noqa: SLF001
+            for r in cut.back:
+                mask = self._rows(r.mask, j)
+                if r.dst == self.rank and mask.any():
+                    payload = self._recv(mask, cut.cell, r.src)
+                    self._count(r.key, payload.numel())
+                    e[mask] = payload
+            self._within(cut.fan_back, j, e, cut.cell, False)
+        step.backward()
+        if s > 0:  # this stage's input gradient: summed onto the landing devices, then across
+            cut = ps.cuts[s - 1]
+            frame = self.sched.frames[INPUT]
+            g = torch.zeros(
+                ps.problem.batch, frame.cols, frame.cell, dtype=DTYPE, device=self.device
+            )
+            owners = cut.owners[self.rank]
+            for reader in step.readers.get(INPUT, []):
+                m = self._rows(owners[reader.node], j)  # the one copy of it that is summed
+                g[m] += step._contribution(reader.node, INPUT)[m]  # noqa: SLF001
+            self._within(cut.gather, j, g, cut.cell, True)
+            for r in cut.back:
+                mask = self._rows(r.mask, j)
+                if r.src == self.rank and mask.any():
+                    self._isend(g[mask], r.dst)
+        del self.steps[j]  # out of flight
+
+    def run(self, order) -> None:
+        for kind, j in order:
+            if kind == "F":
+                self.forward(j)
+            else:
+                self.backward(j)
+        for handle, _ in self.pending:
+            handle.wait()
+        self.pending.clear()
+
+    def whole_step(self) -> DeviceStep:
+        """The stage's step over the whole batch: its weight gradients and update."""
+        step = DeviceStep(
+            self.sched, self.local, self.weights, self.inp, self.target, self.group, self.device
+        )
+        step.bufs = _StepBuffers(self.shared)
+        return step
+
+
+def run_pipeline_device(
+    ps, rank: int, comm, seed: int, steps: int, lr: float, device: str = "cpu"
+) -> dict:
+    """All ``steps`` of one device of a pipeline plan (a
+    :class:`~parplan.executor.stages.PipelineSchedule`); the same record as :func:`run_device`,
+    its split paths global (its stage's group before them) and the cuts' moves under their
+    routes' keys (:class:`~parplan.executor.stages.Route`)."""
+    weights, inp, target = init_tensors(ps.problem, seed)
+    weights = {k: w.to(device) for k, w in weights.items()}
+    inp, target = inp.to(device), target.to(device)
+    s = ps.stage_of(rank)
+    if s is None:  # a device no stage uses
+        return {
+            "rank": rank,
+            "losses": [0.0] * steps,
+            "grads": {},
+            "received": [{}] * steps,
+            "seconds": [{}] * steps,
+        }
+    group = ps.plan.stages[s].group
+    losses, received, seconds = [], [], []
+    dev = None
+    for k in range(steps):
+        dev = _PipelineDevice(ps, rank, comm, weights, inp, target, device)
+        dev.run(ps.order[s])
+        got = dict(dev.received)
+        took: dict[str, float] = {}
+        for step in dev.done:
+            for (split, node, side, phase), n in step.received.items():
+                key = (group + split, node, side, phase)
+                got[key] = got.get(key, 0) + n
+            for node, t in step.seconds.items():
+                took[node] = took.get(node, 0.0) + t
+        losses.append(dev.loss)
+        received.append(got)
+        seconds.append(took)
+        if k + 1 < steps:
+            dev.whole_step().apply_update(lr)
+    return {
+        "rank": rank,
+        "losses": losses,
+        "grads": dev.whole_step().weight_gradients(),
+        "received": received,
+        "seconds": seconds,
+    }
+
+
 def reference_steps(problem, seed: int, steps: int, lr: float) -> tuple[list[float], dict]:
     """Losses of every step and the weight gradients of the last (torch layout), on one process
     (SGD between steps)."""
@@ -876,5 +1110,6 @@ __all__ = [
     "reference_step",
     "reference_steps",
     "run_device",
+    "run_pipeline_device",
     "weight_grid",
 ]

@@ -65,6 +65,7 @@ from parplan.costmodel.stages import (
     held_memory,
     in_flight,
     stage_evaluation,
+    stage_seconds,
     stage_problem,
     structure,
     whole_model_stage,
@@ -614,7 +615,8 @@ def _stage_plan(
             ),
             default=-1.0,
         )
-        key = (over > 0, ev.step_time_s)
+        n = len(problem.graph.analyze().order)
+        key = (over > 0, stage_seconds(sub, plan, ev, first > 0, last < n - 1))
         if best_key is None or key < best_key:
             best, best_key = plan, key
     return best, not best_key[0]
