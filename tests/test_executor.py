@@ -714,3 +714,23 @@ def test_two_stage_two_way_tensor_parallel_counts_by_hand(clusters):
         ("", 2, "output-gradient", BATCH * 8)
     ]
     assert moves[1] == ()
+
+
+def test_cli_runs_the_example_pipeline_plan(capsys):
+    """examples/resnet-2block-pipeline.json (docs/executor.md): two stages of two devices, both
+    tensor parallel, two micro-batches; the later stage's devices both need the cut's tensor,
+    so it is forwarded inside their group once per micro-batch, as priced."""
+    from pathlib import Path
+
+    from parplan.cli import main
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "resnet-2block-pipeline.json"
+    assert main(["run", "--plan", str(example), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["numerics_equal"] and out["bytes_equal"]
+    moves = {(r["split"], r["phase"]): r["measured_elements"] for r in out["bytes"]}
+    cut = 8 * 16 * 32 * 32  # batch x 16 channels x 32 x 32 positions of layer1.0.relu
+    assert moves[("cut 0", "forward")] == moves[("cut 0", "backward")] == cut
+    assert moves[("R", "input")] == cut
+    assert main(["run", "--plan", str(example), "--runtime", "torch"]) == 2
+    assert "pipeline plans run on the reference executor" in capsys.readouterr().err

@@ -35,6 +35,14 @@ def _problem_and_plan(args: argparse.Namespace):
                 file=sys.stderr,
             )
             problem = replace(problem, compat=None)
+        if saved.pipeline is not None:  # stages on groups (docs/executor.md "Pipeline plans")
+            from parplan.cli.plans import _pipeline_for
+
+            return (
+                problem,
+                _pipeline_for(saved, problem, f"plan file '{args.plan}'"),
+                f"pipeline plan file {args.plan}",
+            )
         check_plan_fits(problem, saved.nodes, saved.plan, f"plan file '{args.plan}'")
         return problem, saved.plan, f"plan file {args.plan}"
     if not args.model or not args.array:
@@ -141,7 +149,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     csv_path = output_path(args.csv, "--csv") if args.csv else None
     problem, plan, source = _problem_and_plan(args)
+    pipeline = plan.__class__.__name__ == "PipelinePlan"
     if args.runtime == "torch":
+        if pipeline:
+            raise ConfigError(
+                "run --runtime torch: pipeline plans run on the reference executor (drop "
+                "--runtime torch); `parplan export` describes them for torch.distributed.pipelining"
+            )
         return cmd_run_torch(args, problem, plan, source)
     if args.nearest:
         raise ConfigError("run: --nearest goes with --runtime torch")
@@ -158,7 +172,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     lr = args.lr if args.lr is not None else DEFAULT_LR_PER_SAMPLE / problem.batch
-    report = run_plan(problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend)
+    if pipeline:
+        from parplan.executor.launch import run_pipeline
+
+        report = run_pipeline(
+            problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend
+        )
+    else:
+        report = run_plan(
+            problem, plan, steps=args.steps, seed=args.seed, lr=lr, backend=args.backend
+        )
     wall = time.perf_counter() - start
     bpe = problem.bytes_per_element
     meta = {
@@ -199,10 +222,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         f"model {meta['model']}  array {meta['array']}  batch {problem.batch}  {source}  "
         f"{args.steps} step(s) in {wall:.1f} s"
     )
+    if pipeline:
+        order = problem.graph.analyze().order
+        for k, st in enumerate(plan.stages):
+            print(
+                f"stage {k}: {order[st.first]} .. {order[st.last]} on {st.group or 'root'} "
+                f"({problem.array.at(st.group).describe()})"
+            )
+        print(
+            f"schedule {plan.schedule}, {problem.micro_batches} micro-batch(es); each cut's tensor "
+            "crosses once each way per micro-batch and moves inside the groups as priced "
+            "(docs/costmodel.md section 11)"
+        )
+    planned = (
+        {
+            f"stage {k}/{p}": sp
+            for k, st in enumerate(plan.stages)
+            for p, sp in st.plan.splits.items()
+        }
+        if pipeline
+        else plan.splits
+    )
     rounded = sum(
         1
         for p, s in report.executed_shares.items()
-        for a, b in zip(plan.splits[p].shares, s)
+        for a, b in zip(planned[p].shares, s)
         if abs(a - b) > 1e-12
     )
     if rounded:
@@ -230,22 +274,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     width = max([16, *(len(n) for n in rows.node)])
     print(
-        f"{'node':<{width}} {'phase':<11} {'model':>11} {'measured':>11}  {'model compute':>13} {'measured':>12}"
+        f"{'node':<{width}} {'phase':<15} {'model':>11} {'measured':>11}  {'model compute':>13} {'measured':>12}"
     )
     for r in rows.itertuples():
-        t = timing.loc[r.node]
+        # a pipeline's cut tensor has no compute row of its own (its moves are listed)
+        t = timing.loc[r.node] if r.node in timing.index else None
         same = (
             ""
             if abs(r.model_elements - r.measured_elements) <= 1e-6 * max(1.0, r.model_elements)
             else "  <- differs"
         )
-        first = r.phase == "intra"
+        first = r.phase == "intra" and t is not None
         print(
-            f"{r.node:<{width}} {r.phase:<11} {format_bytes(r.model_bytes):>11} {format_bytes(r.measured_bytes):>11}  "
+            f"{r.node:<{width}} {r.phase:<15} {format_bytes(r.model_bytes):>11} {format_bytes(r.measured_bytes):>11}  "
             f"{format_time(t.model_s) if first else '':>13} {format_time(t.measured_s) if first else '':>12}{same}"
         )
     total_m, total_x = rows.model_bytes.sum(), rows.measured_bytes.sum()
-    print(f"{'total':<{width}} {'':<11} {format_bytes(total_m):>11} {format_bytes(total_x):>11}")
+    print(f"{'total':<{width}} {'':<15} {format_bytes(total_m):>11} {format_bytes(total_x):>11}")
     print()
     if report.bytes.empty:
         print("bytes                one device: nothing moves")
