@@ -423,9 +423,16 @@ def build_table(
                 size = in_reduction_elements  # (IN gives its output whole: no row statistics)
             # Both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
             # WHOLE) that a split above reduced: the total reaches side 1, which forwards it.
+            # At ZeRO-3 side 1 keeps the table's shard; side 2 gathers it before every forward
+            # and backward (section 6.1).
+            tabx = (
+                dims.tables
+                * dims.in_features
+                * (2 * side.micro_batches if side.zero_stage >= 3 else 1)
+            )
             extra = 0.0
             if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE):
-                extra += dims.tables * dims.in_features
+                extra += tabx
             if split and above[1] and c in (PartitionType.IN, Layout.WHOLE):
                 extra += dims.row_exchange_elements
             # The gradient exchange of the weights a BATCH split replicates (a join's tables at
@@ -459,11 +466,7 @@ def build_table(
                     x *= allreduce_factor(side.zero_stage, side.micro_batches)
                 wsize = (0.0, 0.0)
             # a table's total forwarded by side 1 is a weight gradient; row statistics are activations
-            wextra = (
-                dims.tables * dims.in_features
-                if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE)
-                else 0.0
-            )
+            wextra = tabx if split and above[0] and c in (PartitionType.OUT, Layout.WHOLE) else 0.0
             low = (side_dims(dims, c, ss.lo, 0, ss.has[0]), side_dims(dims, c, ss.hi, 1, ss.has[1]))
             if k == 1:  # a point: each side's compute at its own share (the dims just built)
                 steps = [[compute_seconds(low[i], side.devices[i], bpe)] for i in (0, 1)]

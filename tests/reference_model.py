@@ -247,7 +247,9 @@ def split_comm(
                 recv += stats * again
             if i == 1 and both:  # a total reduced above reaches side 1; side 2 gets it from there
                 if above[u][0] and cu in ("out", "whole"):
-                    wrecv += tables
+                    # the total reduced above reaches side 1; at ZeRO-3 side 1 keeps that shard
+                    # and side 2 gathers it before every forward and backward (section 6.1)
+                    wrecv += tables * (2 * mb if zero >= 3 else 1)
                 if above[u][1] and cu in ("in", "whole"):
                     recv += stats * again
             for size, consumers in tensors.values():

@@ -1213,9 +1213,11 @@ static PyObject *states(PyObject *self, PyObject *args) {
         double size = split ? intra_elements(&x, c) : 0.0;
         if (c == C_IN && split && inred == inred) size = inred; /* (IN gives its output whole) */
         /* both sides keep the same part of a table (OUT, WHOLE) or of the row statistics (IN,
-         * WHOLE) that a split above reduced: the total reaches side 1, which forwards it */
-        double extra = 0.0;
-        if (split && above0 && (c == C_OUT || c == C_WHOLE)) extra += tab;
+         * WHOLE) that a split above reduced: the total reaches side 1, which forwards it; at
+         * ZeRO-3 side 1 keeps the table's shard and side 2 gathers it before every forward and
+         * backward (section 6.1) */
+        double extra = 0.0, tabx = (zero >= 3 ? 2.0 * (double)m : 1.0) * tab;
+        if (split && above0 && (c == C_OUT || c == C_WHOLE)) extra += tabx;
         if (split && above1 && (c == C_IN || c == C_WHOLE)) extra += rowx;
         /* the gradient exchange of replicated weights is per step; the rest per micro-batch (6.4) */
         int weighted = c == C_BATCH || (c == C_ROWS && size > 0);
@@ -1233,7 +1235,7 @@ static PyObject *states(PyObject *self, PyObject *args) {
             s1 = size + again + forwarded;
         }
         if (collective && weighted) { w0 = 0.0; w1 = 0.0; } /* the all-reduce is priced apart */
-        double wextra = (split && above0 && (c == C_OUT || c == C_WHOLE)) ? tab : 0.0;
+        double wextra = (split && above0 && (c == C_OUT || c == C_WHOLE)) ? tabx : 0.0;
         Dims low0 = side_dims(&x, c, l, 0, has0), low1 = side_dims(&x, c, h, 1, has1);
         double *st0 = r + NS, *st1 = r + NS + K;
         if (K == 1) {

@@ -30,7 +30,6 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from parplan.costmodel.graph import Embedding
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError, ParplanError
@@ -63,17 +62,6 @@ def check_runnable(problem: Problem) -> None:
     """Raise :class:`ConfigError` if the run would start too many processes or need too much
     memory per process."""
     n = problem.array.count
-    tables = any(isinstance(layer, Embedding) for layer in problem.graph.layers)
-    if problem.zero_stage == 3 and tables:
-        raise ConfigError(
-            "run: ZeRO stage 3 is executed for weighted layers; the gathers of embedding tables are "
-            "priced by the model but not executed yet (run this model at stages 0-2)"
-        )
-    if problem.zero_stage == 2 and problem.micro_batches > 1 and tables:
-        raise ConfigError(
-            "run: ZeRO-2 with micro-batches reduce-scatters embedding tables' gradients per micro-batch "
-            "in the model, which the executor does not do yet (run with one micro-batch or stage 0-1)"
-        )
     if n > MAX_PROCESSES:
         raise ConfigError(
             f"run: {n} devices; the executor starts one process per device, at most {MAX_PROCESSES}"

@@ -191,6 +191,9 @@ class Schedule:
     #: ZeRO-3: node -> the all-gather of its weights from their shards' owners (``owners[node/w]``),
     #: exchanged before its forward product and again before its backward
     gathers: dict[str, list[Message]] = field(default_factory=dict)
+    #: ZeRO-3: node -> the all-gather of the embedding tables it reads (``owners[src/table]``:
+    #: per device the entries it keeps), before the lookups and again before the node's backward
+    table_gathers: dict[str, list[Message]] = field(default_factory=dict)
     #: rows [lo, hi) of the micro-batch this schedule runs, and whether it is the step's last
     #: (None: the whole step; see :meth:`micro_batches`)
     window: tuple[int, int, bool] | None = None
@@ -220,6 +223,8 @@ class Schedule:
     def messages(self):
         """Every message of one step, in execution order."""
         nodes = [n.name for n in self.problem.planning.nodes]
+        for n in nodes:  # the tables' gathers run before the lookups, every node's first
+            yield from self.table_gathers.get(n, ())
         for n in nodes:
             yield from self.gathers.get(n, ())
             yield from self.forward[n]
@@ -227,6 +232,7 @@ class Schedule:
                 yield from self.ops_fwd.get(layer, ())
             yield from self.transitions_fwd[n]
         for n in reversed(nodes):
+            yield from self.table_gathers.get(n, ())
             yield from self.gathers.get(n, ())
             if self.problem.recompute:  # the node's forward again, with its exchanges inside it
                 yield from self.forward[n]
@@ -252,8 +258,9 @@ class Schedule:
         return {p: i for i, p in enumerate(self.leaves)}
 
 
-#: Buffers whose grid is not over the batch's rows: weight gradients, tables, gathered weights.
-_WEIGHT_BUFFERS = ("/dw", "/table", "/w")
+#: Buffers whose grid is not over the batch's rows: weight gradients, tables' gradients,
+#: gathered weights and tables.
+_WEIGHT_BUFFERS = ("/dw", "/table", "/w", "/tw")
 
 
 def _window(schedule: Schedule, lo: int, hi: int, last: bool) -> Schedule:
@@ -281,7 +288,9 @@ def _window(schedule: Schedule, lo: int, hi: int, last: bool) -> Schedule:
                 not m.tensor.endswith(_WEIGHT_BUFFERS)
                 or last
                 or (
-                    m.kind == "rs" and m.tensor.endswith("/dw") and schedule.problem.zero_stage >= 2
+                    m.kind == "rs"
+                    and m.tensor.endswith(("/dw", "/table"))
+                    and schedule.problem.zero_stage >= 2
                 )
             ):
                 out.append(m)
@@ -908,10 +917,22 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
             dw = [m for m in dw if m.kind == "rs"]
         backward[node.name] = ein + dw
     ops_fwd, ops_bwd = _norm_statistics(problem, exec_plan, list(leaves), boxes, frames, origin)
+    table_gathers: dict[str, list[Message]] = {}
+    kept: dict[str, np.ndarray] = {}  # ZeRO-3: per table, the entries each device keeps
     for v, node in enumerate(problem.planning.nodes):
-        backward[node.name] += _table_gradients(
-            problem, exec_plan, list(leaves), boxes, frames, origin, v
-        )
+        tables = _table_gradients(problem, exec_plan, list(leaves), boxes, frames, origin, v, kept)
+        if problem.zero_stage >= 3:
+            # ZeRO-3 on a table (section 6.1): each device keeps the shard whose gradient total
+            # the reduce-scatter leaves it; every all-gather (and a total forwarded to a side
+            # holding the same columns) brings the table's weights instead, before the lookups
+            # and again before backward
+            table_gathers[node.name] = [
+                replace(m, tensor=m.tensor.replace("/table", "/tw"))
+                for m in tables
+                if m.kind == "ag"
+            ]
+            tables = [m for m in tables if m.kind == "rs"]
+        backward[node.name] += tables
     last = graph.analyze().order[-1]
     return Schedule(
         problem,
@@ -931,10 +952,12 @@ def build_schedule(problem: Problem, plan: Plan) -> Schedule:
                 f"{name}/w": own
                 for name, own in ((t.rsplit("/", 1)[0], o) for t, o in shards.items())
             },
+            **kept,
         },
         ops_fwd,
         ops_bwd,
         gathers,
+        table_gathers=table_gathers,
     )
 
 
@@ -992,9 +1015,12 @@ def _norm_statistics(problem, plan, leaves, boxes, frames, origin):
     return fwd, bwd
 
 
-def _table_gradients(problem, plan, leaves, boxes, frames, origin, v):
+def _table_gradients(problem, plan, leaves, boxes, frames, origin, v, owners_out=None):
     """Embedding tables read by node ``v``: their gradients, partial on each side of a split
-    that divides rows, are reduced there (the table is ``num x columns``)."""
+    that divides rows, are reduced there (the table is ``num x columns``). ``owners_out``
+    receives, per table (key ``src/table``), a ``(devices, num, columns)`` mask of the entries
+    each device keeps under ZeRO-3: those it reads, less those the all-gather (or a total
+    forwarded inside a group) brings it."""
     graph = problem.graph
     node = problem.planning.nodes[v]
     out = []
@@ -1014,7 +1040,7 @@ def _table_gradients(problem, plan, leaves, boxes, frames, origin, v):
                 m[:, mine] = True
             return m
 
-        out += _reduction(
+        msgs = _reduction(
             problem,
             plan,
             leaves,
@@ -1028,6 +1054,13 @@ def _table_gradients(problem, plan, leaves, boxes, frames, origin, v):
             f"{src}/table",
             (PartitionType.OUT, Layout.WHOLE),
         )
+        if owners_out is not None:
+            keep = np.stack([region(boxes[leaf][node.name]) for leaf in leaves])
+            for m in msgs:
+                if m.kind == "ag":
+                    keep[m.dst] &= ~m.mask
+            owners_out[f"{src}/table"] = keep
+        out += msgs
     return out
 
 

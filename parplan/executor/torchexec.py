@@ -310,6 +310,7 @@ class DeviceStep:
         self.readers = readers_of(self.p, schedule.frames)
         self.F[INPUT] = inp.reshape(self.p.batch, inp.shape[1], -1)
         self.gathered: dict[str, torch.Tensor] = {}  # ZeRO-3: each node's weights as gathered here
+        self.gathered_tables: dict[str, torch.Tensor] = {}  # ZeRO-3: the tables, likewise
 
     # ---------------------------------------------------------------- buffers
     def _zeros(self, rows, cols, cell):
@@ -395,15 +396,35 @@ class DeviceStep:
                     buf[mask] = payload
 
     # ---------------------------------------------------------------- forward
+    def _gather_tables(self, node: str) -> dict[str, torch.Tensor]:
+        """ZeRO-3 on the embedding tables ``node`` reads (docs/costmodel.md section 6.1): this
+        device starts from its shard (every other entry zero) and receives the rest of what it
+        needs from the shards' owners; the tables as gathered here."""
+        out = {}
+        for src, _ in self._embeddings(node):
+            table = self.weights[src].clone()
+            table[~self._t(self.s.owners[f"{src}/table"][self.rank])] = 0.0
+            self.bufs[f"{src}/tw"] = table[:, :, None]
+            out[src] = table
+        if out:
+            self.exchange(self.s.table_gathers.get(node, ()))
+        return out
+
     def forward(self) -> None:
         graph = self.p.graph
+        tables = {}
+        if self.p.zero_stage >= 3:  # the tables' shards gathered before the lookups
+            for node in self.p.planning.nodes:
+                tables.update(self._gather_tables(node.name))
+            self.gathered_tables = tables
         for name in self.info.order:  # layers before the first planning node: data loading
             if self.origin[name] == INPUT:
                 layer = graph.layer(name)
                 x = self.F[layer.inputs[0]]
                 if isinstance(layer, Embedding):
                     ids = x.reshape(self.p.batch, -1).long() % layer.num
-                    self.F[name] = self.weights[name][ids].permute(0, 2, 1)
+                    table = tables.get(name, self.weights[name])
+                    self.F[name] = table[ids].permute(0, 2, 1)
                 elif isinstance(layer, Norm) and layer.kind == "layer":
                     self.F[name] = layer_norm(x)
                 elif isinstance(layer, Norm) and layer.kind == "rms":
@@ -633,6 +654,13 @@ class DeviceStep:
         graph = self.p.graph
         for node in reversed(self.p.planning.nodes):
             box = self.boxes[node.name]
+            if self.p.zero_stage >= 3:  # the tables were freed after forward: gathered again
+                for src, again in self._gather_tables(node.name).items():
+                    cols = self._t(self._table_cols(node.name, src))
+                    if not torch.equal(again[:, cols], self.gathered_tables[src][:, cols]):
+                        raise RuntimeError(
+                            f"{src}: the backward gather brought another table than forward's"
+                        )
             if self.p.zero_stage >= 3 and not node.is_join:
                 forward = self.gathered[node.name]
                 self._gather(
@@ -687,15 +715,25 @@ class DeviceStep:
             self.seconds[node.name] = self.seconds.get(node.name, 0.0) + self._clock() - t0
             self.exchange(self.s.backward[node.name])
             window = self.s.window
-            if window is not None and not window[2] and self.p.zero_stage >= 2 and not node.is_join:
+            if window is not None and not window[2] and self.p.zero_stage >= 2:
                 # ZeRO-2/3 reduce-scatter each micro-batch's gradient: what was sent is not kept
-                self.bufs[f"{node.name}/dw"][~self._owned(node.name)] = 0.0
+                if not node.is_join:
+                    self.bufs[f"{node.name}/dw"][~self._owned(node.name)] = 0.0
+                for m in self.s.backward[node.name]:
+                    if m.kind == "rs" and m.src == self.rank and m.tensor.endswith("/table"):
+                        self.bufs[m.tensor][self._t(m.mask)] = 0.0
 
     def _embeddings(self, node: str):
         graph = self.p.graph
         for src in graph.layer(node).inputs:
             if src != INPUT and isinstance(graph.layer(src), Embedding):
                 yield src, graph.layer(src)
+
+    def _table_cols(self, node: str, src: str) -> np.ndarray:
+        """Columns of table ``src`` that ``node``'s part of the step reads on this device."""
+        r = next(x for x in self.readers[src] if x.node == node)
+        m = need_mask(self.boxes[node], r, self.p.batch, self.s.frames[src])
+        return np.flatnonzero(m.any(axis=0))
 
     def _table_gradients(self, node: str, box) -> None:
         """This device's partial gradient of each embedding table ``node`` reads: its gradient
@@ -760,10 +798,11 @@ class DeviceStep:
         for node in self.p.planning.nodes:
             for src, layer in self._embeddings(node.name):
                 fr = self.s.frames[src]
-                r = next(x for x in self.readers[src] if x.node == node.name)
-                m = need_mask(self.boxes[node.name], r, self.p.batch, fr)
-                mask = np.zeros((layer.num, fr.cols), dtype=bool)
-                mask[:, m.any(axis=0)] = True
+                if self.p.zero_stage >= 3:  # the reduce-scatter leaves the total on the shard
+                    mask = self.s.owners[f"{src}/table"][self.rank]
+                else:
+                    mask = np.zeros((layer.num, fr.cols), dtype=bool)
+                    mask[:, self._table_cols(node.name, src)] = True
                 out[src] = (self.bufs[f"{src}/table"].cpu().numpy().copy(), mask)
         return out
 
@@ -797,13 +836,11 @@ class DeviceStep:
                 w.view(w.shape[0], fin.cols, fin.cell)[outs[:, None], ins[None, :]] -= lr * g
         for node in self.p.planning.nodes:
             for src, _ in self._embeddings(node.name):
-                fr = self.s.frames[src]
-                r = next(x for x in self.readers[src] if x.node == node.name)
-                cols = self._t(
-                    np.flatnonzero(
-                        need_mask(self.boxes[node.name], r, self.p.batch, fr).any(axis=0)
-                    )
-                )
+                if self.p.zero_stage >= 3:  # only this device's shard: the next forward gathers
+                    own = self._t(self.s.owners[f"{src}/table"][self.rank])
+                    self.weights[src][own] -= lr * self.bufs[f"{src}/table"][:, :, 0][own]
+                    continue
+                cols = self._t(self._table_cols(node.name, src))
                 self.weights[src][:, cols] -= lr * self.bufs[f"{src}/table"][:, cols, 0]
 
 
