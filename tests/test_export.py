@@ -292,3 +292,44 @@ def test_data_parallelism_on_two_devices_hands_torch_the_elements_the_model_move
     weights = sum(d.weight_elements for d in p.root_dims())
     assert r.numerics_equal and r.collectives == {"all_reduce": 5}
     assert r.payload_elements == {"all_reduce": 2 * weights} and r.model_elements == 2 * weights
+
+
+@pytest.mark.parametrize(
+    "model, schedule, micro, zero",
+    [("mlp", "1f1b", 2, 0), ("gpt-tiny", "gpipe", 2, 0), ("mlp", "1f1b", 4, 3)],
+)
+def test_torch_pipelining_runs_a_pipeline_plan_as_one_process_computes(
+    cluster, model, schedule, micro, zero
+):
+    """Issue 33: a 2-stage x 2-way pipeline plan through torch's own
+    ``torch.distributed.pipelining`` (a ``PipelineStage`` per stage, ``Schedule1F1B`` /
+    ``ScheduleGPipe``) with each stage's plan as DTensor placements on its half of a
+    ``pp x l1`` mesh: losses and every gradient equal one process over two SGD steps. gpt-tiny's
+    second stage starts with a layer norm (which the reference executor does not run)."""
+    from parplan.costmodel.stages import PipelinePlan, Stage, cut_points, stage_problem
+    from parplan.executor.launch import run_torch
+    from parplan.models.transformers import gpt_config
+
+    graph = mlp() if model == "mlp" else gpt_config(2, 16, 2, 4, vocab=32, name="gpt-tiny")
+    order = graph.analyze().order
+    cuts = cut_points(graph)
+    k = cuts[len(cuts) // 2]
+    p = Problem(graph, parse_array("cpu:4"), batch=8, micro_batches=micro, zero_stage=zero)
+    stages = []
+    for first, last, group in ((0, k, "L"), (k + 1, len(order) - 1, "R")):
+        sub = stage_problem(p, first, last, group)
+        stages.append(Stage(first, last, group, megatron_plan(sub, 1)))
+    r = run_torch(p, PipelinePlan(tuple(stages), schedule=schedule), steps=2, cluster=cluster)
+    assert r.numerics_equal, (r.losses, r.reference_losses, r.max_grad_rel_error)
+    assert r.export.mesh_shape == (2, 2) and r.losses[1] != r.losses[0]
+
+
+def test_torch_pipelining_refuses_stages_it_cannot_run(cluster):
+    from parplan.costmodel.stages import PipelinePlan, Stage, stage_problem
+    from parplan.executor.launch import run_torch
+
+    p = Problem(get_model("resnet-2block"), parse_array("cpu:4"), batch=8)
+    uneven = [(0, 9, "L"), (10, 21, "RL")]  # a stage of 2 devices and one of 1
+    stages = [Stage(f, l, g, make_plan(stage_problem(p, f, l, g), "data")) for f, l, g in uneven]
+    with pytest.raises(ConfigError, match="groups of equal size"):
+        run_torch(p, PipelinePlan(tuple(stages)), cluster=cluster)

@@ -118,9 +118,11 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
             )
         )
         return 0 if report.numerics_equal else 1
+    pipeline = plan.__class__.__name__ == "PipelinePlan"
+    how = "torch.distributed.pipelining + DTensor" if pipeline else "torch DTensor"
     print(
         f"model {problem.graph.name}  array {problem.array.describe()}  batch {problem.batch}  {source}  "
-        f"{args.steps} step(s) in {wall:.1f} s, torch DTensor on a {'x'.join(map(str, report.export.mesh_shape))} "
+        f"{args.steps} step(s) in {wall:.1f} s, {how} on a {'x'.join(map(str, report.export.mesh_shape))} "
         "mesh"
     )
     print(
@@ -131,6 +133,13 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
         f"numerics             {verdict}: loss relative error {report.loss_rel_error:.1e}, weight gradients "
         f"{report.max_grad_rel_error:.1e} (tolerance {RTOL:g})"
     )
+    if pipeline:
+        print(
+            f"schedule             {plan.schedule} over {len(plan.stages)} stages ('pp' mesh dimension), "
+            f"{problem.micro_batches} micro-batch(es); collectives not counted (the stages' sends are "
+            "point-to-point; `parplan run` without --runtime torch checks every element)"
+        )
+        return 0 if report.numerics_equal else 1
     ran = ", ".join(f"{n} {op}" for op, n in sorted(report.collectives.items())) or "none"
     print(f"collectives          {ran} (last step, one process's view; torch chose them)")
     payload = sum(report.payload_elements.values())
@@ -151,11 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     problem, plan, source = _problem_and_plan(args)
     pipeline = plan.__class__.__name__ == "PipelinePlan"
     if args.runtime == "torch":
-        if pipeline:
-            raise ConfigError(
-                "run --runtime torch: pipeline plans run on the reference executor (drop "
-                "--runtime torch); `parplan export` describes them for torch.distributed.pipelining"
-            )
+        if pipeline and args.nearest:
+            raise ConfigError("run: --nearest does not apply to a pipeline plan")
         return cmd_run_torch(args, problem, plan, source)
     if args.nearest:
         raise ConfigError("run: --nearest goes with --runtime torch")

@@ -323,23 +323,9 @@ def run_dtensor(
         device.split(":")[0], export.mesh_shape, mesh_dim_names=export.mesh_dim_names
     )
     weights, inp, target = init_tensors(problem, seed)
-    by_name = {e.name: e for e in export.layers}
     rep = [Replicate()] * mesh.ndim
-    orders = glu_orders(problem, export)
-    use = {
-        name: [_weight_placement(p) for p in by_name[name].weight] if name in by_name else rep
-        for name in weights
-    }  # a table read through a join: replicated
     zero = problem.zero_stage
-    keep = {name: _sharded(use[name], zero) for name in weights}
-    params = {
-        name: distribute_tensor(
-            (w[orders[name]] if name in orders else w).to(device),
-            mesh,
-            keep[name] if zero >= 3 else use[name],
-        )
-        for name, w in weights.items()
-    }
+    params, use, keep, orders = _distribute(problem, export, mesh, weights, device)
     target = target.to(device)
     losses, counts, grads, payload = [], {}, {}, {}
     for k in range(steps):
@@ -360,28 +346,13 @@ def run_dtensor(
                 loss = 0.5 * ((y - part) ** 2).sum()
                 loss.backward()
                 parts.append(loss.detach())
-            # each gradient reduced to where its weight's state lives (DTensor leaves a replicated
-            # weight's gradient a partial sum until asked: this is the gradient exchange)
-            grads = {name: t.grad.redistribute(mesh, keep[name]) for name, t in w.items()}
-            # the update (its collectives belong to the step, so the last step makes one too)
-            if zero >= 3:
-                params = {name: (w[name] - lr * grads[name]).detach() for name in w}
-            else:  # update the kept shard, then every device's whole weight again (an all-gather)
-                params = {
-                    name: (
-                        w[name].detach().redistribute(mesh, keep[name]) - lr * grads[name]
-                    ).redistribute(mesh, use[name])
-                    for name in w
-                }
+            params, grads = _sgd(
+                w, {name: t.grad for name, t in w.items()}, mesh, use, keep, zero, lr
+            )
         losses.append(sum(float(part.full_tensor()) for part in parts))  # outside the count
         counts = {str(op).split(".", 1)[-1]: int(n) for op, n in mode.get_comm_counts().items()}
         payload = dict(mode.payload)
-    whole = {}
-    for name, g in grads.items():
-        full = g.full_tensor().cpu()
-        if name in orders:  # back to the model's order of rows
-            full = torch.empty_like(full).index_copy_(0, orders[name], full)
-        whole[name] = full.numpy()
+    whole = _whole(grads, orders)
     return {
         "losses": losses,
         "grads": whole if rank == 0 else {},
@@ -390,4 +361,157 @@ def run_dtensor(
     }
 
 
-__all__ = ["dtensor_forward", "glu_orders", "run_dtensor"]
+def _distribute(problem, export, mesh, weights: dict, device: str):
+    """(the weights as DTensors where the step keeps them, the placements each is used with, the
+    placements its state is kept with (ZeRO: sharded over the data-parallel dims), the row
+    orders of fused gate/up projections)."""
+    by_name = {e.name: e for e in export.layers}
+    rep = [Replicate()] * mesh.ndim
+    orders = glu_orders(problem, export)
+    use = {
+        name: [_weight_placement(p) for p in by_name[name].weight] if name in by_name else rep
+        for name in weights
+    }  # a table read through a join: replicated
+    zero = problem.zero_stage
+    keep = {name: _sharded(use[name], zero) for name in weights}
+    params = {
+        name: distribute_tensor(
+            (w[orders[name]] if name in orders else w).to(device),
+            mesh,
+            keep[name] if zero >= 3 else use[name],
+        )
+        for name, w in weights.items()
+    }
+    return params, use, keep, orders
+
+
+def _sgd(w: dict, grads: dict, mesh, use: dict, keep: dict, zero: int, lr: float):
+    """(the updated weights, each gradient reduced to where its weight's state lives). DTensor
+    leaves a replicated weight's gradient a partial sum until asked: this is the gradient
+    exchange. The update's collectives belong to the step, so the last step makes one too."""
+    grads = {name: g.redistribute(mesh, keep[name]) for name, g in grads.items()}
+    if zero >= 3:
+        return {name: (w[name] - lr * grads[name]).detach() for name in w}, grads
+    # update the kept shard, then every device's whole weight again (an all-gather)
+    return {
+        name: (w[name].detach().redistribute(mesh, keep[name]) - lr * grads[name]).redistribute(
+            mesh, use[name]
+        )
+        for name in w
+    }, grads
+
+
+def _whole(grads: dict, orders: dict) -> dict:
+    """Every gradient whole, as numpy, its rows in the model's order."""
+    whole = {}
+    for name, g in grads.items():
+        full = g.full_tensor().cpu()
+        if name in orders:  # back to the model's order of rows
+            full = torch.empty_like(full).index_copy_(0, orders[name], full)
+        whole[name] = full.numpy()
+    return whole
+
+
+class _Stage(torch.nn.Module):
+    """One pipeline stage for ``torch.distributed.pipelining``: its layers on its group's mesh
+    as DTensors (:func:`dtensor_forward` of its sub-problem), a plain tensor in and out (the
+    whole micro-batch's tensor on every device of the group, as torch's pipelining sends it)."""
+
+    def __init__(self, sub, export, mesh, params: dict, use: dict, last: bool):
+        super().__init__()
+        self.sub, self.export, self.mesh, self.use, self.last = sub, export, mesh, use, last
+        self.weights = torch.nn.ParameterDict(
+            {name.replace(".", "/"): torch.nn.Parameter(t) for name, t in params.items()}
+        )
+
+    def named_weights(self) -> dict:
+        return {name.replace("/", "."): t for name, t in self.weights.items()}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.named_weights()
+        if self.sub.zero_stage >= 3:  # ZeRO-3: gathered for use, as FSDP2 does
+            w = {name: t.redistribute(self.mesh, self.use[name]) for name, t in w.items()}
+        y = dtensor_forward(self.sub, self.export, self.mesh, w, x).full_tensor()
+        return (y.reshape(y.shape[0], -1) if self.last else y).contiguous()  # sent as is
+
+
+def run_pipeline_dtensor(
+    problem, plan, pexport, rank: int, seed: int, steps: int, lr: float, device: str = "cpu"
+) -> dict:
+    """``steps`` SGD steps of a pipeline plan with torch's own ``torch.distributed.pipelining``
+    (a ``PipelineStage`` per stage on its group, the plan's schedule, ``Schedule1F1B`` or
+    ``ScheduleGPipe``) and DTensor inside each stage (its export on its group's mesh, a mesh
+    dimension ``pp`` across the stages): this process's losses (the last stage's) and, on the
+    first process of each stage, its weights' last gradients (whole, numpy)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    from parplan.costmodel.stages import stage_problem
+    from parplan.executor.torchexec import DTYPE
+
+    p = len(pexport.stages)
+    inner = pexport.stages[0].export.mesh_shape
+    names = pexport.stages[0].export.mesh_dim_names
+    layout = torch.tensor([list(st.ranks) for st in pexport.stages]).reshape(p, *inner)
+    mesh = DeviceMesh(device.split(":")[0], layout, mesh_dim_names=("pp", *names))
+    s = next(i for i, st in enumerate(pexport.stages) if rank in st.ranks)
+    st, export = plan.stages[s], pexport.stages[s].export
+    sub = stage_problem(problem, st.first, st.last, st.group)
+    group = mesh[names] if len(names) > 1 else mesh[names[0]]
+    weights, inp, target = init_tensors(problem, seed)
+    layers = set(sub.graph.analyze().order)
+    mine = {name: w for name, w in weights.items() if name in layers}
+    params, use, keep, orders = _distribute(sub, export, group, mine, device)
+    module = _Stage(sub, export, group, params, use, s == p - 1)
+    m, dev = problem.micro_batches, torch.device(device)
+    rows = problem.batch // m
+    x_in = sub.graph.input_shape
+    out = sub.graph.analyze().out_shape[sub.graph.analyze().order[-1]]
+    stage = PipelineStage(
+        module,
+        s,
+        p,
+        dev,
+        input_args=torch.empty(  # a later stage sends its input's gradient back
+            rows, x_in.channels, x_in.spatial, dtype=DTYPE, device=dev, requires_grad=s > 0
+        ),
+        output_args=torch.empty(  # its gradient comes back from the next stage
+            *((rows, out.elements) if s == p - 1 else (rows, out.channels, out.spatial)),
+            dtype=DTYPE,
+            device=dev,
+            requires_grad=True,
+        ),
+        group=mesh.get_group("pp"),
+    )
+    schedule = (Schedule1F1B if plan.schedule == "1f1b" else ScheduleGPipe)(
+        stage, m, loss_fn=lambda y, t: 0.5 * ((y - t) ** 2).sum(), scale_grads=False
+    )
+    losses, grads = [], {}
+    for _ in range(steps):
+        module.zero_grad(set_to_none=True)
+        parts: list = []
+        if s == 0:
+            schedule.step(inp.reshape(problem.batch, inp.shape[1], -1).to(device))
+        elif s == p - 1:
+            schedule.step(target=target.to(device), losses=parts)
+        else:
+            schedule.step()
+        losses.append(sum(float(x.detach()) for x in parts))
+        w = module.named_weights()
+        new, grads = _sgd(
+            w, {n: t.grad for n, t in w.items()}, group, use, keep, sub.zero_stage, lr
+        )
+        with torch.no_grad():
+            for name, t in w.items():
+                t.copy_(new[name])
+    whole = _whole(grads, orders)  # collectives over the stage's group: every process joins
+    first = rank == pexport.stages[s].ranks[0]  # reports its stage (the group's replicas agree)
+    return {
+        "losses": losses if first else [0.0] * steps,
+        "grads": whole if first else {},
+        "collectives": {},
+        "payload_elements": {},
+    }
+
+
+__all__ = ["dtensor_forward", "glu_orders", "run_dtensor", "run_pipeline_dtensor"]

@@ -195,6 +195,12 @@ class PipelineExport:
         return all(st.export is not None and st.export.expressible for st in self.stages)
 
     @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        """``(stages, *a stage's mesh)``: the mesh a run builds, its first dimension ``pp``."""
+        first = self.stages[0].export
+        return (len(self.stages), *(first.mesh_shape if first is not None else ()))
+
+    @property
     def split_points(self) -> tuple[str, ...]:
         return tuple(st.layers[0] for st in self.stages[1:])
 

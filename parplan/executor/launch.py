@@ -136,6 +136,17 @@ def _worker(rank: int, world: int, port: int, backend: str, jobs, results) -> No
                 results.put(
                     (rank, "ok", run_dtensor(problem, export, rank, seed, steps, lr, device))
                 )
+            elif kind == "dtensor-pipeline":  # torch.distributed.pipelining (executor/dtensor.py)
+                from parplan.executor.dtensor import run_pipeline_dtensor
+
+                problem, plan, export, seed, steps, lr = payload
+                results.put(
+                    (
+                        rank,
+                        "ok",
+                        run_pipeline_dtensor(problem, plan, export, rank, seed, steps, lr, device),
+                    )
+                )
             elif kind == "pipeline":  # a pipeline plan (executor/stages.py)
                 from parplan.executor.torchexec import run_pipeline_device
 
@@ -204,9 +215,19 @@ class Cluster:
         return self._run(("pipeline", (ps, seed, steps, lr)))
 
     def run_torch(
-        self, problem: Problem, export, seed: int = 0, steps: int = 1, lr: float = 0.01
+        self,
+        problem: Problem,
+        export,
+        seed: int = 0,
+        steps: int = 1,
+        lr: float = 0.01,
+        pipeline=None,
     ) -> list[dict]:
-        """An exported plan (:func:`parplan.executor.export.torch_export`) with torch's DTensor."""
+        """An exported plan (:func:`parplan.executor.export.torch_export`) with torch's DTensor;
+        a pipeline plan (``pipeline``, its :func:`~parplan.executor.export.pipeline_export`)
+        with ``torch.distributed.pipelining`` and DTensor inside its stages."""
+        if pipeline is not None:
+            return self._run(("dtensor-pipeline", (problem, pipeline, export, seed, steps, lr)))
         if int(np.prod(export.mesh_shape)) != self.world:
             raise ConfigError(
                 f"run: the export's mesh {export.mesh_shape} does not have the cluster's {self.world} "
@@ -616,8 +637,9 @@ def run_torch(
     _require_torch()
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
         raise ConfigError(f"run: steps must be an integer in [1, 1000] (got {steps!r})")
-    export = torch_export(problem, plan)
-    if not export.expressible:
+    pipeline = plan.__class__.__name__ == "PipelinePlan"
+    export = _pipeline_export(problem, plan) if pipeline else torch_export(problem, plan)
+    if not pipeline and not export.expressible:
         first = "; ".join(f"{a} at {b or 'root'}: {c}" for a, b, c in export.refusals[:3])
         raise ConfigError(
             f"run --runtime torch: torch cannot express {len(export.refusals)} part(s) of the plan "
@@ -625,31 +647,65 @@ def run_torch(
         )
     graph_frames(problem)
     check_runnable(problem)
-    world = int(np.prod(export.mesh_shape))
+    world = problem.array.count if pipeline else int(np.prod(export.mesh_shape))
     if cluster is None:
         with Cluster(world, backend) as c:
-            results = c.run_torch(problem, export, seed, steps, lr)
+            results = c.run_torch(problem, export, seed, steps, lr, plan if pipeline else None)
     else:
-        results = cluster.run_torch(problem, export, seed, steps, lr)
+        results = cluster.run_torch(problem, export, seed, steps, lr, plan if pipeline else None)
     ref_losses, grads = reference_steps(problem, seed, steps, lr)
+    got = {name: g for r in results for name, g in r["grads"].items()}  # each stage's first
     worst = 0.0
     for name, want in grads.items():
-        got = results[0]["grads"][name]
         scale = max(float(want.abs().max()), 1e-300)
-        worst = max(worst, float(np.abs(got - want.numpy()).max()) / scale)
+        worst = max(worst, float(np.abs(got[name] - want.numpy()).max()) / scale)
     payload: dict = {}
     for r in results:
         for name, b in r["payload_elements"].items():
             payload[name] = payload.get(name, 0) + b
+    if pipeline:
+        from parplan.costmodel.stages import evaluate_pipeline
+
+        ev = evaluate_pipeline(problem, plan)
+        model = sum(e.communication_elements for e in ev.stage_evaluations)
+        losses = tuple(sum(r["losses"][k] for r in results) for k in range(steps))
+    else:
+        model = evaluate(problem, plan).communication_elements
+        losses = tuple(results[0]["losses"])
     return TorchRunReport(
-        tuple(results[0]["losses"]),
-        tuple(ref_losses),
-        worst,
-        results[0]["collectives"],
-        export,
-        payload,
-        evaluate(problem, plan).communication_elements,
+        losses, tuple(ref_losses), worst, results[0]["collectives"], export, payload, model
     )
+
+
+def _pipeline_export(problem: Problem, plan):
+    """The plan's :func:`~parplan.executor.export.pipeline_export`, or a :class:`ConfigError`
+    naming what torch's pipelining with DTensor stages cannot run."""
+    from parplan.executor.export import pipeline_export
+
+    export = pipeline_export(problem, plan)
+    why = [
+        f"stage {s}: {st.refusal or '; '.join(f'{a} at {b or chr(39) * 2}: {c}' for a, b, c in st.export.refusals[:2])}"
+        for s, st in enumerate(export.stages)
+        if st.export is None or not st.export.expressible
+    ]
+    if why:
+        raise ConfigError(
+            "run --runtime torch: torch cannot express the pipeline plan's " + "; ".join(why[:3])
+        )
+    shapes = {st.export.mesh_shape for st in export.stages}
+    if len(shapes) != 1 or () in shapes:
+        raise ConfigError(
+            "run --runtime torch: torch.distributed.pipelining runs here stages on groups of "
+            "equal size with at least 2 devices each (one mesh of 'pp' x the stages' mesh); "
+            "use the reference executor (drop --runtime torch)"
+        )
+    if len({d for st in export.stages for d in st.export.mesh_dim_names}) != len(
+        export.stages[0].export.mesh_dim_names
+    ):
+        raise ConfigError(
+            "run --runtime torch: the stages' meshes name their dimensions differently"
+        )
+    return export
 
 
 def _grad_error(results: list[dict], ref: dict) -> float:
