@@ -296,7 +296,11 @@ def test_data_parallelism_on_two_devices_hands_torch_the_elements_the_model_move
 
 @pytest.mark.parametrize(
     "model, schedule, micro, zero",
-    [("mlp", "1f1b", 2, 0), ("gpt-tiny", "gpipe", 2, 0), ("mlp", "1f1b", 4, 3)],
+    [
+        ("mlp", "1f1b", 2, 0),
+        ("gpt-tiny", "gpipe", 2, 0),
+        pytest.param("mlp", "1f1b", 4, 3, marks=pytest.mark.slow),
+    ],
 )
 def test_torch_pipelining_runs_a_pipeline_plan_as_one_process_computes(
     cluster, model, schedule, micro, zero
