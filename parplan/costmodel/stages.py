@@ -283,12 +283,12 @@ class BoundaryMove:
     elements: float
 
 
-def _node_regions(sub: Problem, plan: Plan) -> dict[str, tuple[Region, ...]]:
-    """Every planning node's region (section 3) at every group of ``sub``'s array, by path."""
-    n = len(sub.planning.nodes)
-    out: dict[str, tuple[Region, ...]] = {}
+def _node_regions(sub: Problem, plan: Plan, nodes) -> dict[str, dict[int, Region]]:
+    """The regions (section 3) of planning nodes ``nodes`` at every group of ``sub``'s array,
+    by path."""
+    out: dict[str, dict[int, Region]] = {}
 
-    def walk(group: ArrayNode, path: str, regions: tuple[Region, ...]) -> None:
+    def walk(group: ArrayNode, path: str, regions: dict[int, Region]) -> None:
         out[path] = regions
         if group.is_leaf:
             return
@@ -297,13 +297,13 @@ def _node_regions(sub: Problem, plan: Plan) -> dict[str, tuple[Region, ...]]:
             walk(
                 child,
                 path + "LR"[side],
-                tuple(
-                    child_region(regions[v], split.choices[v], split.shares[v], side)
-                    for v in range(n)
-                ),
+                {
+                    v: child_region(r, split.choices[v], split.shares[v], side)
+                    for v, r in regions.items()
+                },
             )
 
-    walk(sub.array, "", (ROOT,) * n)
+    walk(sub.array, "", dict.fromkeys(nodes, ROOT))
     return out
 
 
@@ -373,7 +373,7 @@ def boundary_moves(
     producer = output_producer(sub) if passes_on else None
     if not readers and producer is None:
         return ()
-    regions = _node_regions(sub, plan)
+    regions = _node_regions(sub, plan, {*readers, *(() if producer is None else (producer,))})
     e_in = graph.input_shape.elements * sub.batch
     e_out = info.out_shape[info.order[-1]].elements * sub.batch
     out = []
