@@ -4,17 +4,18 @@ A :class:`~parplan.costmodel.stages.PipelinePlan` runs as one :class:`Schedule` 
 sub-problem on its group, ranks local to the group) and, per cut, the routes of the crossing
 tensor (docs/costmodel.md section 11):
 
-- **across the cut, one copy each way per micro-batch** (what the model prices): each point of
-  the tensor goes once from the first device of the earlier group that holds it to the first
-  device of the later group that needs it (its *landing* device, the same rule as an arrival
-  into a group in section 3), and its gradient comes back once, landing device to sender;
-- **inside the groups** (not priced by the model: a stage's input is available in any layout,
-  section 3): the landing device forwards the point to the other devices of its group that
-  need it, every other device of the later group that holds part of the point's gradient sends
-  it to the landing device, which sums; the sender forwards the gradient to the other devices
-  of its group that hold the point. These moves are counted apart (phase ``"stage-input"``), so
-  that a run shows what the model leaves out; with the tensor divided by rows on both sides
-  (data parallel stages) there are none.
+- **across the cut, one copy each way per micro-batch**: each point of the tensor goes once
+  from the first device of the earlier group that holds it to the first device of the later
+  group that needs it (its *landing* device, section 3's rule for an arrival into a group), and
+  its gradient comes back once, landing device to sender;
+- **inside the groups**, split by split (section 11 "Moves inside the groups at a cut",
+  :func:`~parplan.costmodel.stages.boundary_moves`): from the top down, the points both halves
+  of a split need go from where they landed in the first half to where they land in the
+  second (``input``); from the bottom up, each half's sum of the copies of the input's gradient
+  that count (per reader, the first device's that needs the point) goes back the same way
+  (``input-gradient``); from the top down, the returned gradient of the earlier stage's output
+  goes to the second half where both halves hold the point (``output-gradient``). With the
+  tensor divided by rows on both sides (data parallel stages) nothing moves inside.
 
 The micro-batches run in the plan's schedule: 1F1B (each stage ``p - s - 1`` forwards ahead,
 then one forward and one backward in turn, then the backwards left) or GPipe (every forward,
