@@ -755,6 +755,12 @@ def test_the_example_pipeline_plan_runs_as_priced(clusters, capsys):
     cut = 8 * 16 * 32 * 32  # batch x 16 channels x 32 x 32 positions of layer1.0.relu
     assert moves[("cut 0", "forward")] == moves[("cut 0", "backward")] == cut
     assert moves[("R", "input")] == cut
+    from parplan.costmodel.stages import evaluate_pipeline
+    from parplan.reporting.stages import stage_rows
+
+    plan = _pipeline_for(saved, p, "example")
+    rows = stage_rows(p, plan, evaluate_pipeline(p, plan))  # what `plan` / `evaluate` report
+    assert [r["moves_at_cuts_elements"] for r in rows] == [0, cut]
     assert main(["run", "--plan", str(EXAMPLE_PIPELINE), "--runtime", "torch"]) == 2
     assert "torch cannot express the pipeline plan's stage 0" in capsys.readouterr().err
 

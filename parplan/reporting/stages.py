@@ -33,6 +33,7 @@ def _kinds(stage_plan) -> str:
 def stage_rows(problem: Problem, plan: PipelinePlan, ev: PipelineEvaluation) -> list[dict]:
     """One dict per stage: layers, group, devices, step and per-micro-batch seconds, peak memory."""
     order = problem.graph.analyze().order
+    moves = dict(enumerate(ev.boundary_moves))
     rows = []
     for s, (stage, seconds, sub_ev) in enumerate(
         zip(plan.stages, ev.stage_time_s, ev.stage_evaluations)
@@ -54,6 +55,8 @@ def stage_rows(problem: Problem, plan: PipelinePlan, ev: PipelineEvaluation) -> 
                 "in_flight": in_flight(plan.schedule, s, len(plan.stages), ev.micro_batches),
                 "peak_memory_bytes": peak,
                 "top_split": _kinds(stage.plan),
+                # its cuts' tensor moved inside its group (docs/costmodel.md section 11)
+                "moves_at_cuts_elements": sum(m.elements for m in moves.get(s, ())),
             }
         )
     return rows
@@ -133,6 +136,16 @@ def pipeline_text(problem: Problem, plan: PipelinePlan, ev: PipelineEvaluation) 
         lines.append(
             "transfers per micro-batch (activation forward, gradient back): "
             + ", ".join(format_time(t) for t in ev.transfer_s)
+        )
+    inside = [
+        f"stage {r['stage']} {format_bytes(r['moves_at_cuts_elements'] * problem.bytes_per_element)}"
+        for r in rows
+        if r["moves_at_cuts_elements"] > 0
+    ]
+    if inside:
+        lines.append(
+            "moved inside a stage's group at its cuts per step (in its step time; "
+            "docs/costmodel.md section 11): " + ", ".join(inside)
         )
     if ev.tied_sync_s:
         lines.append(f"tied weights across stages: {format_time(ev.tied_sync_s)} per step")
