@@ -615,7 +615,17 @@ def test_cli_reports_a_diverged_training_as_such(capsys):
 
 
 # ----------------------------------------------------------------------------- pipeline plans
-PIPELINE_GROUPS = {"cpu:4": [("L", "R"), ("R", "L"), ("LL", "LR", "R"), ("L", "RL", "RR")]}
+#: stage groups on cpu:4: 2 x 2-way, reversed, 3 stages of mixed sizes, and two with idle devices
+PIPELINE_GROUPS = {
+    "cpu:4": [
+        ("L", "R"),
+        ("R", "L"),
+        ("LL", "LR", "R"),
+        ("L", "RL", "RR"),
+        ("LL", "R"),
+        ("RR", "LL"),
+    ]
+}
 
 
 @st.composite
