@@ -633,8 +633,9 @@ def pipeline_cases(draw):
     """A random DAG cut into 2-3 stages at cut points whose later stage reads the cut tensor
     with weighted layers or joins, each stage on a group of cpu:4 with a random plan, random
     micro-batches, schedule, ZeRO stage and recomputation."""
-    from parplan.costmodel.stages import PipelinePlan, Stage, cut_points, stage_problem
+    from parplan.costmodel.stages import cut_points
     from parplan.executor.stages import build_pipeline_schedule
+    from test_stages import pipeline_of
 
     graph = draw(dags())
     groups = draw(st.sampled_from(PIPELINE_GROUPS["cpu:4"]))
@@ -658,13 +659,7 @@ def pipeline_cases(draw):
         zero_stage=draw(st.sampled_from([0, 1, 3])),
         recompute=draw(st.booleans()),
     )
-    n = len(graph.analyze().order)
-    stages, first = [], 0
-    for path, last in zip(groups, [*ends, n - 1]):
-        sub = stage_problem(problem, first, last, path)
-        stages.append(Stage(first, last, path, draw(plans(sub))))
-        first = last + 1
-    plan = PipelinePlan(tuple(stages), schedule=draw(st.sampled_from(["1f1b", "gpipe"])))
+    plan = pipeline_of(problem, groups, ends, lambda sub: draw(plans(sub)), draw)
     try:
         build_pipeline_schedule(problem, plan)
     except ConfigError:

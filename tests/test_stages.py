@@ -158,13 +158,20 @@ def pipelines(draw):
         recompute=draw(st.booleans()),
         overlap=draw(st.booleans()),
     )
-    n = len(g.analyze().order)
+    return problem, pipeline_of(problem, groups, ends, lambda sub: draw(random_plans(sub)), draw)
+
+
+def pipeline_of(problem: Problem, groups, ends, plan_of, draw) -> PipelinePlan:
+    """Stages on ``groups`` ending at ``ends`` (then the last layer), each planned by
+    ``plan_of(sub_problem)``, in a drawn schedule (the random pipelines of these tests and of
+    tests/test_executor.py)."""
+    n = len(problem.graph.analyze().order)
     stages, first = [], 0
     for path, last in zip(groups, [*ends, n - 1]):
         sub = stage_problem(problem, first, last, path)
-        stages.append(Stage(first, last, path, draw(random_plans(sub))))
+        stages.append(Stage(first, last, path, plan_of(sub)))
         first = last + 1
-    return problem, PipelinePlan(tuple(stages), schedule=draw(st.sampled_from(["1f1b", "gpipe"])))
+    return PipelinePlan(tuple(stages), schedule=draw(st.sampled_from(["1f1b", "gpipe"])))
 
 
 def _reference_boundary(sub: Problem, plan: Plan, arrives: bool, passes_on: bool) -> float:

@@ -253,8 +253,12 @@ def cut_seconds(
     and its gradient back into ``a``, each one message priced by section 4's receive time (the
     link's latency, the bytes at the receiving group's rate; section 11)."""
     side = _between(problem, a, b)
-    elements = elements_per_sample * problem.batch / micro_batches
+    elements = _per_micro_batch(problem, elements_per_sample, micro_batches)
     return receive_seconds(side, 1, elements) + receive_seconds(side, 0, elements)
+
+
+def _per_micro_batch(problem: Problem, elements_per_sample: float, micro_batches: int) -> float:
+    return elements_per_sample * problem.batch / micro_batches
 
 
 def cut_elements(problem: Problem, plan: PipelinePlan) -> tuple[float, ...]:
@@ -263,7 +267,9 @@ def cut_elements(problem: Problem, plan: PipelinePlan) -> tuple[float, ...]:
     graph = problem.graph
     info = graph.analyze()
     return tuple(
-        info.out_shape[cut_tensor(graph, st.last)].elements * problem.batch / problem.micro_batches
+        _per_micro_batch(
+            problem, info.out_shape[cut_tensor(graph, st.last)].elements, problem.micro_batches
+        )
         for st in plan.stages[:-1]
     )
 
@@ -435,12 +441,9 @@ def boundary_seconds(sub: Problem, moves: Sequence[BoundaryMove]) -> float:
     return sum(tree(kind, sub.array, "") for kind in sorted(kinds))
 
 
-def stage_seconds(
-    sub: Problem, plan: Plan, ev: Evaluation, arrives: bool, passes_on: bool
-) -> float:
+def stage_seconds(sub: Problem, ev: Evaluation, moves: Sequence[BoundaryMove]) -> float:
     """A stage's time ``T_s`` for the step (section 11): the evaluator's price of its plan on
-    its sub-problem (``ev``) and its moves inside its group at its cuts."""
-    moves = boundary_moves(sub, plan, arrives, passes_on)
+    its sub-problem (``ev``) and its moves inside its group at its cuts (:func:`boundary_moves`)."""
     return ev.step_time_s + (boundary_seconds(sub, moves) if moves else 0.0)
 
 
@@ -591,7 +594,7 @@ def evaluate_pipeline(
         ev = stage_evaluation(sub, stage.plan, memo)
         evaluations.append(ev)
         moves.append(boundary_moves(sub, stage.plan, s > 0, s < p - 1))
-        times.append(stage_seconds(sub, stage.plan, ev, s > 0, s < p - 1))
+        times.append(stage_seconds(sub, ev, moves[-1]))
         held = held_memory(ev, in_flight(plan.schedule, s, p, m))
         memory.update((stage.group + path, need) for path, need in held.items())
     transfers = [

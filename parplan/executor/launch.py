@@ -684,7 +684,11 @@ def _pipeline_export(problem: Problem, plan):
 
     export = pipeline_export(problem, plan)
     why = [
-        f"stage {s}: {st.refusal or '; '.join(f'{a} at {b or chr(39) * 2}: {c}' for a, b, c in st.export.refusals[:2])}"
+        f"stage {s}: "
+        + (
+            st.refusal
+            or "; ".join(f"{a} at {b or 'root'}: {c}" for a, b, c in st.export.refusals[:2])
+        )
         for s, st in enumerate(export.stages)
         if st.export is None or not st.export.expressible
     ]

@@ -56,6 +56,7 @@ from parplan.costmodel.stages import (
     PipelineEvaluation,
     PipelinePlan,
     Stage,
+    boundary_moves,
     cut_points,
     cut_tensor,
     cut_seconds,
@@ -606,6 +607,7 @@ def _stage_plan(
             memo[key] = make_plan(sub, name)
         options.append(memo[key])
     best, best_key = None, None
+    passes_on = last < len(problem.graph.analyze().order) - 1
     for plan in options:
         ev = stage_evaluation(sub, plan, evals)
         over = max(
@@ -615,8 +617,7 @@ def _stage_plan(
             ),
             default=-1.0,
         )
-        n = len(problem.graph.analyze().order)
-        key = (over > 0, stage_seconds(sub, plan, ev, first > 0, last < n - 1))
+        key = (over > 0, stage_seconds(sub, ev, boundary_moves(sub, plan, first > 0, passes_on)))
         if best_key is None or key < best_key:
             best, best_key = plan, key
     return best, not best_key[0]
