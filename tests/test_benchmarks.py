@@ -758,6 +758,15 @@ def test_calibration_quick(tmp_path):
     )
     md = (tmp_path / "calibration.md").read_text()
     assert md.startswith("# Calibrated devices") and "| linear | 24 |" in md
+    # the memory section: ResNet-50's recorded activations, over-counted by the ReLU / input alias
+    mem = pd.read_csv(tmp_path / "calibration_memory.csv")
+    assert list(mem.model) == ["tv:resnet50"] and "## Memory of one training step" in md
+    assert 1.3 < mem.activations_ratio.iloc[0] < 1.7
+    assert math.isclose(
+        mem.activations_model_gib.iloc[0] / mem.activations_measured_gib.iloc[0],
+        mem.activations_ratio.iloc[0],
+        rel_tol=1e-9,
+    )
 
 
 def test_calibration_bench_refuses_a_folder_without_measurements(tmp_path):

@@ -9,6 +9,10 @@ predicted side, :func:`predict_step_seconds`, sums the section 5 compute time of
 on one device of a device file (one device: no communication).
 
 Run on a GPU: ``python -m parplan.calibration.steps --out steps.csv``.
+
+With ``--memory`` the same cases' memory is measured instead (:func:`measure_memory`: what
+autograd keeps after the forward, the peak of forward + backward, the optimizer's state), to set
+against section 6's memory (:func:`predict_memory_bytes`; docs/calibration.md, "Memory").
 """
 
 from __future__ import annotations
@@ -62,25 +66,8 @@ def measure_step(
     ``compile``: through ``torch.compile`` (fused element-wise ops), else eager."""
     import torch
 
-    from parplan.models.importers.hub import parse_spec
-
-    source, name, overrides = parse_spec(spec)  # hf: or tv: (anything else is refused there)
-    seq = overrides.pop("seq", None)
     dtype = torch.bfloat16 if device != "cpu" else torch.float32
-    if source == "hf:":
-        from parplan.models.importers.hub import hf_model
-
-        model, seq = hf_model(name, overrides, seq, device="cpu")
-        x = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
-    else:
-        from parplan.models.importers.hub import import_torchvision
-
-        model = import_torchvision().models.get_model(name, weights=None)
-        x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
-    model = model.to(device=device, dtype=dtype).train()
-    if source == "tv:" and device != "cpu":
-        model = model.to(memory_format=torch.channels_last)
-        x = x.to(memory_format=torch.channels_last)
+    model, x = _build(spec, batch, device, dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5, fused=device != "cpu")
     if compile:
@@ -124,6 +111,138 @@ def measure_step(
     return out
 
 
+#: (model spec, batch, block checkpointing) for ``--memory``: the step cases, and the decoders
+#: again with Hugging Face's per-block activation checkpointing.
+MEMORY_CASES = tuple((spec, batch, False) for spec, batch in STEP_CASES) + tuple(
+    (spec, batch, True) for spec, batch in STEP_CASES if spec.startswith("hf:")
+)
+
+
+def _build(spec: str, batch: int, device: str, dtype):
+    """(model in train mode on ``device`` in ``dtype``, example input) for an hf: or tv: spec."""
+    import torch
+
+    from parplan.models.importers.hub import parse_spec
+
+    source, name, overrides = parse_spec(spec)  # hf: or tv: (anything else is refused there)
+    seq = overrides.pop("seq", None)
+    if source == "hf:":
+        from parplan.models.importers.hub import hf_model
+
+        model, seq = hf_model(name, overrides, seq, device="cpu")
+        x = torch.randint(0, model.config.vocab_size, (batch, seq), device=device)
+    else:
+        from parplan.models.importers.hub import import_torchvision
+
+        model = import_torchvision().models.get_model(name, weights=None)
+        x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
+    model = model.to(device=device, dtype=dtype).train()
+    if source == "tv:" and device != "cpu":
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+    return model, x
+
+
+def measure_memory(
+    spec: str, batch: int, checkpoint: bool = False, device: str = "cuda", compile: bool = False
+) -> dict:
+    """Bytes of one bf16 training step of ``spec`` at ``batch`` on a GPU, read from the caching
+    allocator (``torch.cuda.memory_allocated`` / ``max_memory_allocated``), after one warm-up
+    step: ``state`` (weights and AdamW's two moments, gradients freed), ``saved`` (what the
+    forward leaves allocated: the tensors autograd keeps for backward, and the output), ``peak``
+    (the most allocated during forward + backward, above ``state``: the saved tensors, the
+    gradients as backward writes them, and backward's temporaries), ``reserved`` (the most the
+    allocator held). ``checkpoint``: Hugging Face's per-block activation checkpointing;
+    ``compile``: through ``torch.compile`` (fused element-wise ops; its partitioner chooses what
+    to save)."""
+    import torch
+
+    model, x = _build(spec, batch, device, torch.bfloat16)
+    if checkpoint:
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise ConfigError(f"{spec}: no per-block checkpointing to switch on")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
+    if compile:
+        model = torch.compile(model)
+
+    def output():
+        out = model(x)
+        return out if torch.is_tensor(out) else out[0]
+
+    grad = torch.randn_like(output()).detach()
+    out_bytes = grad.numel() * grad.element_size()
+    for p in params:
+        p.grad = None
+    output().backward(grad)
+    opt.step()  # the moments exist from here on
+    for p in params:
+        p.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    state = torch.cuda.memory_allocated() - out_bytes  # ``grad`` is the output's size
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    y = output()
+    torch.cuda.synchronize()
+    saved = torch.cuda.memory_allocated() - base
+    y.backward(grad)
+    del y
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    reserved = torch.cuda.max_memory_reserved()
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    out = {
+        "model": spec,
+        "batch": batch,
+        "checkpoint": int(checkpoint),
+        "mode": "compiled" if compile else "eager",
+        "params": sum(p.numel() for p in params),
+        "state_bytes": state,
+        "saved_bytes": saved,
+        "output_bytes": out_bytes,
+        "peak_bytes": peak,
+        "grad_bytes": grads,
+        "reserved_bytes": reserved,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+    }
+    model = x = None
+    del opt, params, grad
+    torch.cuda.empty_cache()
+    return out
+
+
+def predict_memory_bytes(
+    spec: str,
+    batch: int,
+    recompute: bool = False,
+    bytes_per_element: float = 2.0,
+    optimizer_bytes_per_param: float = 4.0,
+) -> tuple[float, float]:
+    """(weights, gradients and optimizer state; stored activations) in bytes of ``spec`` at
+    ``batch`` on one device, by docs/costmodel.md section 6 (every node whole; section 6.3's
+    recomputation when ``recompute``). The defaults are what :func:`measure_memory` runs: bf16
+    weights and gradients, AdamW's two moments in bf16 (4 bytes per parameter)."""
+    from parplan.costmodel.hardware import parse_array
+    from parplan.costmodel.problem import Problem
+    from parplan.models.modelfile import load_model
+
+    problem = Problem(
+        load_model(spec),
+        parse_array("h200:2"),
+        batch=batch,
+        bytes_per_element=bytes_per_element,
+        optimizer_bytes_per_param=optimizer_bytes_per_param,
+        recompute=recompute,
+    )
+    dims = problem.root_dims()
+    bpe, opt = bytes_per_element, optimizer_bytes_per_param
+    state = sum(d.state_bytes(bpe, opt) for d in dims)
+    return state, sum(d.memory_bytes(bpe, opt) for d in dims) - state
+
+
 def predict_step_seconds(
     spec: str, batch: int, device_kind: str, devices_file=None, bytes_per_element: float = 2.0
 ) -> float:
@@ -157,19 +276,37 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--compile", action="store_true", help="run the models through torch.compile"
     )
-    args = parser.parse_args(argv)
-    cases = (
-        STEP_CASES if args.cases is None else [STEP_CASES[int(i)] for i in args.cases.split(",")]
+    parser.add_argument(
+        "--memory", action="store_true", help="measure MEMORY_CASES' memory instead of time"
     )
+    args = parser.parse_args(argv)
+    if args.memory and not args.device.startswith("cuda"):
+        print(
+            "steps --memory reads a CUDA GPU's allocator: --device must be cuda or cuda:N",
+            file=sys.stderr,
+        )
+        return 2
+    every = MEMORY_CASES if args.memory else STEP_CASES
+    if args.memory and args.compile:  # Hugging Face's checkpointing is not compiled here
+        every = tuple(c for c in every if not c[2])
+    cases = every if args.cases is None else [every[int(i)] for i in args.cases.split(",")]
     rows = []
-    for spec, batch in cases:
+    for case in cases:
+        spec, batch = case[:2]
         try:
-            rows.append(measure_step(spec, batch, args.device, compile=args.compile))
-            print(
-                f"{spec} b{batch}: {rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, {rows[-1]['optimizer_ms']:.2f} ms update",
-                file=sys.stderr,
-                flush=True,
-            )
+            if args.memory:
+                rows.append(measure_memory(spec, batch, case[2], args.device, args.compile))
+                said = (
+                    f"checkpoint={case[2]}: saved {rows[-1]['saved_bytes'] / 2**30:.2f} GiB, "
+                    f"peak {rows[-1]['peak_bytes'] / 2**30:.2f} GiB"
+                )
+            else:
+                rows.append(measure_step(spec, batch, args.device, compile=args.compile))
+                said = (
+                    f"{rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, "
+                    f"{rows[-1]['optimizer_ms']:.2f} ms update"
+                )
+            print(f"{spec} b{batch}: {said}", file=sys.stderr, flush=True)
         except Exception as e:  # one case failing leaves the others measured
             print(f"{spec} b{batch}: failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         with open(
