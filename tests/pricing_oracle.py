@@ -6,6 +6,7 @@ instances; tests/reference_model.py is the independent model written from the do
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
@@ -496,6 +497,7 @@ def build_table(
                     x,
                     steps,
                     [wsize[0], wsize[1] + wextra],
+                    [replace(d, recompute=False).stored_elements * bpe for d in low],
                 )
             )
     cols = list(zip(*rows))
@@ -512,6 +514,7 @@ def build_table(
         np.array(cols[9], dtype=float),
         np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
         np.array(cols[11]).T.reshape(2, -1),
+        np.array(cols[12]).T.reshape(2, -1),
     )
 
 
@@ -643,7 +646,7 @@ def node_terms(
     t = tables[u]
     iu = idx[u]
     # every region in the node's local frame: translates price alike, to the last bit
-    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    consumers = tuple(dict.fromkeys(v for _, vs, _ in groups for v in vs))
     reg = (
         local_frame(regions, u, consumers)
         if regions is not None
@@ -660,17 +663,17 @@ def node_terms(
     # section 8). Side 2's formulas also read side 1's regions at their small ends.
     g = reg[u].rect("out")
     tensors = []
-    for size, consumers in groups:
+    for size, consumers, fwd in groups:
         m = [reg[v].rect("in") for v in consumers]
         if all(mv == g for mv in m):
             # the group holds exactly what its consumers need of this tensor: its own frame, where
             # every region is a prefix of a side's own share (the closed forms of layout.py)
-            tensors.append((size * area(g), consumers, None))
+            tensors.append((size * area(g), consumers, None, fwd))
         else:
-            tensors.append((size, consumers, m))
+            tensors.append((size, consumers, m, fwd))
     # each consumer's need on each side, at the small and the big end of its share (region path)
     rects = {}
-    for k, (_, consumers, m) in enumerate(tensors):
+    for k, (_, consumers, m, _) in enumerate(tensors):
         if m is None:
             continue
         small, big = ([], []), ([], [])
@@ -696,7 +699,7 @@ def node_terms(
         intra.append(r)
         big_u, small_u = ends(t, iu, i)
         has_u = t.has[i][iu]
-        for k, (size, consumers, m) in enumerate(tensors):
+        for k, (size, consumers, m, fwd) in enumerate(tensors):
             if m is None:
                 needs, holds = [], []
                 for v in consumers:
@@ -704,7 +707,10 @@ def node_terms(
                     big_v, small_v = ends(tv, iv, i)
                     needs.append(need_extent(tv.need[iv], small_v, tv.has[i][iv]))
                     holds.append(hold_extent(tv.need[iv], big_v, tv.has[i][iv]))
-                moved = forward_received(union_needs(needs), hold_extent(t.give[iu], big_u, has_u))
+                # a block's recomputation sends its forward again (docs/costmodel.md section 6.3)
+                moved = fwd * forward_received(
+                    union_needs(needs), hold_extent(t.give[iu], big_u, has_u)
+                )
                 want = hold_extent(t.give[iu], small_u, has_u)
                 if leaf_pair:
                     moved = moved + backward_received(want, intersect_holds(holds))
@@ -713,7 +719,7 @@ def node_terms(
                         moved = moved + backward_received(want, h)
             else:
                 small, big = rects[k]
-                moved = forward_area(g, hold, small[0], small[1], i)
+                moved = fwd * forward_area(g, hold, small[0], small[1], i)
                 if leaf_pair:
                     moved = moved + backward_presummed(wants, m, big[0], big[1], i)
                 else:

@@ -139,7 +139,9 @@ def memory_b(d: dict, bpe: float, opt: float, zero: int = 0, rows: float = 1.0) 
         + fout * sum(o.stored for o in d["out_ops"])
         + fin * sum(o.stored for o in d["in_ops"])
     )
-    if d.get("rc"):  # recomputation keeps only the checkpoint: a product's input
+    if d.get("rc") and d.get("ck") is not None:  # block checkpointing: what enters the block
+        stored = d["ck"] * fin
+    elif d.get("rc"):  # recomputation keeps only the checkpoint: a product's input
         stored = fin if d["k"] else 0.0
     stored /= d["mb"]  # activations are held for one micro-batch at a time
     weights = bpe * (rows if zero == 3 else 1.0)
@@ -148,11 +150,67 @@ def memory_b(d: dict, bpe: float, opt: float, zero: int = 0, rows: float = 1.0) 
     return w * (weights + grads + state) + stored * bpe
 
 
-def raw(node, batch, recompute: bool = False, micro_batches: int = 1) -> dict:
+def all_stored_b(d: dict, bpe: float) -> float:
+    """Bytes of every activation a node's part keeps of one micro-batch, nothing recomputed."""
+    _, _, fin, fout = sizes(d)
+    stored = (
+        (d["top"] * fin if d["k"] else 0.0)
+        + fout * sum(o.stored for o in d["out_ops"])
+        + fin * sum(o.stored for o in d["in_ops"])
+    )
+    return stored / d["mb"] * bpe
+
+
+def ref_blocks(pg) -> list:
+    """Section 6.3's blocks, from the node names: the name up to the first part that is a
+    number (not the last part), else up to the first part that is letters then digits; blocks
+    of one node are none."""
+    keys = []
+    for node in pg.nodes:
+        parts = node.name.split(".")
+        key = None
+        for i in range(len(parts) - 1):
+            if parts[i].isdigit():
+                key = ".".join(parts[: i + 1])
+                break
+        if key is None:
+            for i in range(len(parts) - 1):
+                p = parts[i]
+                head = p.rstrip("0123456789")
+                if head and head != p and all(c.isalpha() or c == "_" for c in head):
+                    key = ".".join(parts[: i + 1])
+                    break
+        keys.append(key)
+    return [k if k is not None and keys.count(k) > 1 else None for k in keys]
+
+
+def ref_checkpoints(pg, blocks) -> list:
+    """Per node in a block, the part of its input kept: from each earlier node outside the
+    block (or the graph input), the first time the block reads it."""
+    out, seen = [], set()
+    for v, node in enumerate(pg.nodes):
+        b = blocks[v]
+        if b is None:
+            out.append(None)
+            continue
+        kept = 0.0
+        for u, f in zip(node.preds, node.fractions):
+            if blocks[u] != b and (b, u) not in seen:
+                seen.add((b, u))
+                kept += f
+        if node.graph_input > 0 and (b, "input") not in seen:
+            seen.add((b, "input"))
+            kept += node.graph_input
+        out.append(kept)
+    return out
+
+
+def raw(node, batch, recompute: bool = False, micro_batches: int = 1, ck=None) -> dict:
     d = node.dims
     return {
         "B": float(batch),
         "rc": recompute,
+        "ck": ck,
         "mb": micro_batches,
         "Di": d.in_features,
         "Do": d.out_features,
@@ -188,7 +246,19 @@ def group_device(group):
 
 
 def split_comm(
-    pg, dims, roots, boxes, split, link, bpe, leaf_pair, above=None, zero=0, mb=1, overlap=False
+    pg,
+    dims,
+    roots,
+    boxes,
+    split,
+    link,
+    bpe,
+    leaf_pair,
+    above=None,
+    zero=0,
+    mb=1,
+    overlap=False,
+    blocks=None,
 ):
     """Per node, per side: (seconds of communication, elements received, seconds of it that
     overlap the side's work) at one split.
@@ -254,6 +324,13 @@ def split_comm(
                     recv += stats * again
             for size, consumers in tensors.values():
                 vs = sorted(consumers)
+                # a recomputed block sends what its nodes send each other forward again
+                resend = (
+                    dims[u]["rc"]
+                    and blocks is not None
+                    and blocks[u] is not None
+                    and any(blocks[v] == blocks[u] for v in vs)
+                )
                 m = [port(boxes[v], "in") for v in vs]
                 pq = [[port(kids[j][v], "in") for v in vs] for j in (0, 1)]
                 k = len(vs)
@@ -305,7 +382,7 @@ def split_comm(
                                 m[j],
                                 h[0],
                             )
-                recv += size * (fwd + bwd)
+                recv += size * ((2 if resend else 1) * fwd + bwd)
             # section 4: a side receives at its direction's bandwidth through every port of the
             # link (a switched fabric gives each device of the smaller half its own)
             one_port = (
@@ -346,8 +423,11 @@ def reference_evaluate(problem, plan):
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
+    blocks = ref_blocks(pg)
+    cks = ref_checkpoints(pg, blocks)
     roots = [
-        raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes
+        raw(node, problem.batch, problem.recompute, problem.micro_batches, ck)
+        for node, ck in zip(pg.nodes, cks)
     ]
 
     def rec(group, path, dims, boxes, above):
@@ -357,6 +437,12 @@ def reference_evaluate(problem, plan):
                 memory_b(d, bpe, opt, problem.zero_stage, b["rows"][1] - b["rows"][0] if b else 0.0)
                 for d, b in zip(dims, boxes)
             )
+            if problem.recompute:  # the largest block, recomputed, holds its activations again
+                held: dict = {}
+                for d, b in zip(dims, blocks):
+                    if b is not None:
+                        held[b] = held.get(b, 0.0) + all_stored_b(d, bpe)
+                memory[path] += max(held.values(), default=0.0)
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf
@@ -373,6 +459,7 @@ def reference_evaluate(problem, plan):
             problem.zero_stage,
             problem.micro_batches,
             problem.overlap,
+            blocks,
         )
         below = []
         for (r, c), ch, a in zip(above, split.choices, split.shares):
@@ -424,6 +511,7 @@ def reference_split_time(problem, split):
         zero=problem.zero_stage,
         mb=problem.micro_batches,
         overlap=problem.overlap,
+        blocks=ref_blocks(pg),
     )
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0

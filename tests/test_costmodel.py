@@ -582,6 +582,7 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
         st.sampled_from(
             [
                 gpt_config(1, 16, 2, 4, vocab=32, name="gpt-tiny"),
+                gpt_config(2, 16, 2, 4, vocab=32, name="gpt-tiny-2"),  # two checkpointed blocks
                 bert_config(1, 16, 2, seq=4, vocab=32, positions=8, name="bert-tiny"),
             ]
         )

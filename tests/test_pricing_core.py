@@ -118,7 +118,9 @@ def terms_cases(draw):
         cut = draw(st.integers(1, len(consumers)))
         for part in (consumers[:cut], consumers[cut:]):
             if part:
-                groups.append((float(draw(st.sampled_from([1.0, 4096.0, 3.0e6]))), tuple(part)))
+                size = float(draw(st.sampled_from([1.0, 4096.0, 3.0e6])))
+                # the forward part once, or twice when a recomputed block sends it again
+                groups.append((size, tuple(part), float(draw(st.sampled_from([1.0, 2.0])))))
     regs = None
     if draw(st.booleans()):
         base = draw(regions())
@@ -521,7 +523,7 @@ def test_a_node_read_by_many_consumers_prices_without_overflow():
     tables = [StateTable.build(d, False, TYPE_ORDER, shares, side)] + [
         StateTable.build(d, False, JOIN_LAYOUTS, shares, side) for _ in range(40)
     ]
-    groups = [(256.0, tuple(range(1, 41)))]
+    groups = [(256.0, tuple(range(1, 41)), 1.0)]
     idx = {w: np.asarray(w % tables[w].size) for w in range(41)}
     idx[7] = np.arange(tables[7].size)
     for leaf_pair in (True, False):

@@ -104,7 +104,8 @@ def test_node_memory_sums_to_the_device_memory():
         get_model("resnet18"), parse_array("a100:2,h100:2"), batch=32, zero_stage=2, micro_batches=4
     )
     ev = evaluate(p, make_plan(p, "accpar"), node_memory=True)
-    for path, (state, act) in ev.node_memory.items():
+    for path, (state, act, again) in ev.node_memory.items():
+        assert again == 0.0  # no recomputation
         assert state.sum() + act.sum() == pytest.approx(ev.device_memory_bytes[path], rel=1e-12)
         assert (state >= 0).all() and (act >= 0).all() and act.sum() > 0
 

@@ -220,11 +220,13 @@ def predict_memory_bytes(
     recompute: bool = False,
     bytes_per_element: float = 2.0,
     optimizer_bytes_per_param: float = 4.0,
-) -> tuple[float, float]:
-    """(weights, gradients and optimizer state; stored activations) in bytes of ``spec`` at
-    ``batch`` on one device, by docs/costmodel.md section 6 (every node whole; section 6.3's
-    recomputation when ``recompute``). The defaults are what :func:`measure_memory` runs: bf16
-    weights and gradients, AdamW's two moments in bf16 (4 bytes per parameter)."""
+) -> tuple[float, float, float]:
+    """(weights, gradients and optimizer state; stored activations; what a recomputed block
+    holds again during its backward) in bytes of ``spec`` at ``batch`` on one device, by
+    docs/costmodel.md section 6 (every node whole; section 6.3's checkpointing when
+    ``recompute``). The defaults are what :func:`measure_memory` runs: bf16 weights and
+    gradients, AdamW's two moments in bf16 (4 bytes per parameter)."""
+    from parplan.costmodel.evaluate import recomputed_block_bytes
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.modelfile import load_model
@@ -240,7 +242,8 @@ def predict_memory_bytes(
     dims = problem.root_dims()
     bpe, opt = bytes_per_element, optimizer_bytes_per_param
     state = sum(d.state_bytes(bpe, opt) for d in dims)
-    return state, sum(d.memory_bytes(bpe, opt) for d in dims) - state
+    stored = sum(d.memory_bytes(bpe, opt) for d in dims) - state
+    return state, stored, recomputed_block_bytes(problem, dims)
 
 
 def predict_step_seconds(

@@ -248,6 +248,7 @@ static inline double receive_seconds(const Side *sd, int i, double el, double we
  * output box g and each consumer's input box m at the group. */
 typedef struct {
     double size;
+    double fwd; /* times the forward part moves: 2 when a checkpointed block recomputes it (6.3) */
     int region, n;
     int pos[MAXK];
     Rect g, m[MAXC];
@@ -306,7 +307,7 @@ static double closed_form(const Tensor *t, double *const *ext, const Py_ssize_t 
     }
     const double *g = ext[0] + (st[0] * 2 + i) * 4;
     double wx = g[2], wy = g[3];
-    double moved = forward_extent(nx, ny, g[0], g[1]);
+    double moved = t->fwd * forward_extent(nx, ny, g[0], g[1]);
     for (int c = 0; c < t->n; ++c) {
         const double *e = ext[t->pos[c]] + (st[t->pos[c]] * 2 + i) * 4;
         if (!leaf_pair) { moved = moved + backward_extent(wx, wy, e[2], e[3]); continue; }
@@ -341,7 +342,7 @@ static double region_form(const Tensor *t, const double *const *tabs, const Py_s
         hold[j] = child_rect(t->g, give, b, j, has);
         wants[j] = child_rect(t->g, give, sm, j, has);
     }
-    double moved = forward_area(t->g, hold, small[0], small[1], t->n, i);
+    double moved = t->fwd * forward_area(t->g, hold, small[0], small[1], t->n, i);
     if (leaf_pair) return moved + backward_presummed(wants, t->m, big[0], big[1], t->n, i);
     for (int c = 0; c < t->n; ++c) moved = moved + backward_area(wants, t->m[c], big[0][c], big[1][c], i);
     return moved;
@@ -434,7 +435,7 @@ static inline double closed_form_split(const Call *cl, const Tensor *t, const Py
     Py_ssize_t off = 0;
     for (int c = 0; c < t->n; ++c) off += st[t->pos[c]] * t->ustr[c];
     const double *u = t->uni + (off * 2 + i) * 4, *g = cl->ext[0] + (st[0] * 2 + i) * 4;
-    double moved = forward_extent(u[0], u[1], g[0], g[1]);
+    double moved = t->fwd * forward_extent(u[0], u[1], g[0], g[1]);
     if (cl->sd.leaf_pair) return moved + backward_extent(g[2], g[3], u[2], u[3]);
     for (int c = 0; c < t->n; ++c) moved = moved + t->back[c][(st[0] * cl->S[t->pos[c]] + st[t->pos[c]]) * 2 + i];
     return moved;
@@ -523,9 +524,9 @@ static int call_parse(Call *cl, PyObject *tables, PyObject *indices, PyObject *s
     if (cl->nt && !cl->ts) { PyErr_NoMemory(); return -1; }
     for (int x = 0; x < cl->nt; ++x) {
         Tensor *t = &cl->ts[x];
-        if (at + 3 > nsp) goto bad;
-        t->size = sp[at]; t->region = sp[at + 1] != 0.0; t->n = (int)sp[at + 2];
-        at += 3;
+        if (at + 4 > nsp) goto bad;
+        t->size = sp[at]; t->region = sp[at + 1] != 0.0; t->fwd = sp[at + 2]; t->n = (int)sp[at + 3];
+        at += 4;
         if (t->region && t->n > MAXC) {
             PyErr_Format(PyExc_ValueError, "relayout: a tensor read by %d consumers in a lower group's frame "
                          "(the core's region algebra takes at most %d)", t->n, MAXC);
@@ -639,7 +640,8 @@ PyDoc_STRVAR(relayout_doc,
 "tables: per scope member (the producer first) its packed state table, float64 (NF, S);\n"
 "indices: per member an int64 array of state indices, read at strides (one int per member\n"
 "and grid dimension, 0 where it does not vary); tensors: float64 [T, then per tensor size,\n"
-"region?, n, n positions, and on the region path g and n boxes m (x0, x1, y0, y1)]; side:\n"
+"region?, forward factor (2: sent again by a recomputed block), n, n positions, and on the\n"
+"region path g and n boxes m (x0, x1, y0, y1)]; side:\n"
 "(bytes per element, bw_1, bw_2, latency, micro-batches, ZeRO stage, overlap, leaf pair);\n"
 "out: float64 (6, cells), written: received_1, received_2, comm_1, comm_2, weight_1, weight_2.");
 
@@ -923,10 +925,11 @@ typedef struct {
 } Op;
 
 #define MAXOPS 64
-#define DIMS_FIELDS 13
+#define DIMS_FIELDS 14
 /* A layer's sizes at one group (dims.LayerDims). */
 typedef struct {
     double batch, in_f, out_f, in_sp, out_sp, kernel, groups, tables, experts, active, replica;
+    double ckpt; /* dims.LayerDims.checkpoint: < 0 the product's input, else that part of the input */
     int recompute;
     long micro;
     int n_out, n_in;
@@ -972,13 +975,25 @@ static inline double d_rowx(const Dims *x) {
     for (int i = 0; i < x->n_out; ++i) s = s + x->out_ops[i].row_exchange;
     return x->batch * s;
 }
-static double d_stored(const Dims *x) {
+/* What backward needs of one micro-batch, all of it kept (no recomputation; section 1). */
+static double d_stored_all(const Dims *x) {
     double m = (double)x->micro;
-    if (x->recompute) return x->kernel != 0.0 ? d_in(x) / m : 0.0;
     double own = x->kernel != 0.0 ? x->active * d_in(x) : 0.0, so = 0.0, si = 0.0;
     for (int i = 0; i < x->n_out; ++i) so = so + x->out_ops[i].stored;
     for (int i = 0; i < x->n_in; ++i) si = si + x->in_ops[i].stored;
     return (own + d_out(x) * so + d_in(x) * si) / m;
+}
+
+/* The activation elements kept between forward and backward: all of them, or under
+ * recomputation the checkpoints (section 6.3: the product's input, or in a block the part of the
+ * input that comes from outside it). */
+static double d_stored(const Dims *x) {
+    double m = (double)x->micro;
+    if (x->recompute) {
+        if (x->ckpt < 0.0) return x->kernel != 0.0 ? d_in(x) / m : 0.0;
+        return x->ckpt * d_in(x) / m;
+    }
+    return d_stored_all(x);
 }
 
 /* One training step of these sizes on a device (section 5). */
@@ -1045,14 +1060,14 @@ static int parse_dims(PyObject *dt, PyObject *out_ops, PyObject *in_ops, Dims *x
     if (!PyTuple_Check(dt) || PyTuple_GET_SIZE(dt) != DIMS_FIELDS || !PyTuple_Check(out_ops) || !PyTuple_Check(in_ops) ||
         PyTuple_GET_SIZE(out_ops) % 5 || PyTuple_GET_SIZE(in_ops) % 5 || PyTuple_GET_SIZE(out_ops) / 5 > MAXOPS ||
         PyTuple_GET_SIZE(in_ops) / 5 > MAXOPS) {
-        PyErr_SetString(PyExc_ValueError, "dims: expected 13 figures and ops as 5 figures each");
+        PyErr_SetString(PyExc_ValueError, "dims: expected 14 figures and ops as 5 figures each");
         return -1;
     }
     double v[DIMS_FIELDS];
     for (int i = 0; i < DIMS_FIELDS; ++i) v[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(dt, i));
     x->batch = v[0]; x->in_f = v[1]; x->out_f = v[2]; x->in_sp = v[3]; x->out_sp = v[4]; x->kernel = v[5];
     x->groups = v[6]; x->tables = v[7]; x->experts = v[8]; x->active = v[9]; x->replica = v[10];
-    x->recompute = v[11] != 0.0; x->micro = (long)v[12];
+    x->recompute = v[11] != 0.0; x->micro = (long)v[12]; x->ckpt = v[13];
     PyObject *lists[2] = {out_ops, in_ops};
     for (int l = 0; l < 2; ++l) {
         int n = (int)(PyTuple_GET_SIZE(lists[l]) / 5);
@@ -1103,6 +1118,20 @@ static PyObject *compute(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOd", &dt, &oo, &io, &dv, &bpe)) return NULL;
     if (parse_dims(dt, oo, io, &x, &ops) < 0 || parse_dev(dv, &d) < 0) return NULL;
     return PyFloat_FromDouble(compute_seconds(&x, &d, bpe));
+}
+
+PyDoc_STRVAR(activations_doc,
+"activations(dims, out_ops, in_ops) -> float\n\n"
+"Activation elements of one micro-batch that backward needs, all of them (no recomputation;\n"
+"docs/costmodel.md sections 1 and 6.3): what a block holds while it is recomputed.");
+
+static PyObject *activations(PyObject *self, PyObject *args) {
+    PyObject *dt, *oo, *io;
+    Dims x;
+    OpStore ops;
+    if (!PyArg_ParseTuple(args, "OOO", &dt, &oo, &io)) return NULL;
+    if (parse_dims(dt, oo, io, &x, &ops) < 0) return NULL;
+    return PyFloat_FromDouble(d_stored_all(&x));
 }
 
 PyDoc_STRVAR(memory_doc,
@@ -1156,7 +1185,7 @@ static PyObject *intra(PyObject *self, PyObject *args) {
 }
 
 /* Per state, the fields states() writes (then K steps per side). */
-enum { S_COMP0, S_COMP1, S_MEM0, S_MEM1, S_INTRA0, S_INTRA1, S_WINTRA0, S_WINTRA1, S_SIZE, S_EXTRA, S_WEIGHTED, NS };
+enum { S_COMP0, S_COMP1, S_MEM0, S_MEM1, S_INTRA0, S_INTRA1, S_WINTRA0, S_WINTRA1, S_SIZE, S_EXTRA, S_WEIGHTED, S_ACT0, S_ACT1, NS };
 
 PyDoc_STRVAR(states_doc,
 "states(dims, out_ops, in_ops, choices, lo, hi, has0, has1, devices, params, out)\n\n"
@@ -1262,6 +1291,8 @@ static PyObject *states(PyObject *self, PyObject *args) {
         r[S_SIZE] = size;
         r[S_EXTRA] = 0.0;
         r[S_WEIGHTED] = weighted;
+        r[S_ACT0] = d_stored_all(&low0) * bpe;
+        r[S_ACT1] = d_stored_all(&low1) * bpe;
     }
     Py_INCREF(Py_None);
     result = Py_None;
@@ -1724,6 +1755,7 @@ static PyMethodDef methods[] = {
     {"states", states, METH_VARARGS, states_doc},
     {"compute", compute, METH_VARARGS, compute_doc},
     {"memory", memory, METH_VARARGS, memory_doc},
+    {"activations", activations, METH_VARARGS, activations_doc},
     {"roofline", roof, METH_VARARGS, roof_doc},
     {"intra", intra, METH_VARARGS, intra_doc},
     {"tree", tree, METH_VARARGS, tree_doc},

@@ -308,6 +308,9 @@ class StateTable:
     #: reduce-scatter and all-gather, ZeRO-3's gathers, tables' gradients); the rest moves once
     #: per micro-batch (docs/costmodel.md section 6.4)
     wintra: np.ndarray
+    #: (2, S) bytes: every activation each side's part would keep with nothing recomputed (what
+    #: a checkpointed block holds again during its backward; docs/costmodel.md section 6.3)
+    activations: np.ndarray
 
     @property
     def size(self) -> int:
@@ -426,6 +429,7 @@ class StateTable:
             extra,
             steps,
             pair(6, 7),
+            pair(11, 12),
         )
 
 
@@ -493,16 +497,27 @@ def overlap_time(work, comm, weight):
 
 def output_groups(
     planning, dims: tuple[LayerDims, ...], u: int
-) -> list[tuple[float, tuple[int, ...]]]:
-    """The tensors node ``u`` sends: (elements at ``dims``, consumers reading it). Consumers
-    that read the same graph layer's output read one tensor."""
+) -> list[tuple[float, tuple[int, ...], float]]:
+    """The tensors node ``u`` sends: (elements at ``dims``, consumers reading it, times its
+    forward part moves). Consumers that read the same graph layer's output read one tensor.
+    Under recomputation a tensor that a checkpointed block sends to a consumer inside itself
+    moves forward twice: its backward recomputes the block from its checkpoints, re-layouts
+    included (docs/costmodel.md section 6.3)."""
     groups: dict[str, tuple[float, list[int]]] = {}
     for v, p in planning.out_edges[u]:
         node = planning.nodes[v]
         size = node.fractions[p] * dims[v].in_elements
         key = node.sources[p] if node.sources else f"#{v}"
         groups.setdefault(key, (size, []))[1].append(v)
-    return [(size, tuple(dict.fromkeys(vs))) for size, vs in groups.values()]
+    block = planning.blocks[u] if dims[u].recompute else -1
+    return [
+        (
+            size,
+            tuple(dict.fromkeys(vs)),
+            2.0 if block >= 0 and any(planning.blocks[v] == block for v in vs) else 1.0,
+        )
+        for size, vs in groups.values()
+    ]
 
 
 def node_terms(
@@ -563,23 +578,23 @@ def _core_args(
 ) -> tuple[tuple, tuple]:
     """(the compiled core's arguments but the output, the index grid's shape) for node ``u``'s
     terms (see :func:`node_terms`)."""
-    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    consumers = tuple(dict.fromkeys(v for _, vs, _ in groups for v in vs))
     scope = (u, *consumers)
     place = {w: j for j, w in enumerate(scope)}
     # every region in the node's local frame: translates price alike, to the last bit
     spec = [float(len(groups))]
     if regions is None:
-        for size, vs in groups:
-            spec += [size, 0.0, len(vs), *(place[v] for v in vs)]
+        for size, vs, fwd in groups:
+            spec += [size, 0.0, fwd, len(vs), *(place[v] for v in vs)]
     else:
         reg = local_frame(regions, u, consumers)
         g = reg[u].rect("out")
-        for size, vs in groups:
+        for size, vs, fwd in groups:
             m = [reg[v].rect("in") for v in vs]
             if all(mv == g for mv in m):
                 # the group holds exactly what its consumers need of this tensor: its own frame, where
                 # every region is a prefix of a side's own share (the closed forms of section 3)
-                spec += [size * rect_area(g), 0.0, len(vs), *(place[v] for v in vs)]
+                spec += [size * rect_area(g), 0.0, fwd, len(vs), *(place[v] for v in vs)]
             else:
                 if len(vs) > REGION_MAX_CONSUMERS:
                     raise TableTooLarge(
@@ -589,6 +604,7 @@ def _core_args(
                 spec += [
                     size,
                     1.0,
+                    fwd,
                     len(vs),
                     *(place[v] for v in vs),
                     *g,

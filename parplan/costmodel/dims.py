@@ -134,6 +134,7 @@ def op_seconds(
         1.0,
         float(recompute),
         float(micro_batches),
+        -1.0,
     )
     return core.compute(
         dims, _ops_figures((op,)), (), device_figures(device), float(bytes_per_element)
@@ -242,6 +243,11 @@ class LayerDims:
     #: Activation recomputation (docs/costmodel.md section 6.3): only the weighted product's input
     #: is stored (the checkpoint), and the node's forward runs again in backward.
     recompute: bool = False
+    #: Under recomputation, the activation elements kept as checkpoints, as a fraction of the
+    #: input: -1 for section 6.3's per-layer rule (a weighted product's input, a join nothing);
+    #: with block checkpointing, the part of the node's input that comes from outside its block
+    #: (0 inside it).
+    checkpoint: float = -1.0
     #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4): activations
     #: are held for one micro-batch at a time, and the weights are read once per micro-batch.
     micro_batches: int = 1
@@ -301,6 +307,8 @@ class LayerDims:
         """Activation elements kept for the backward pass: a weighted layer's input (the gradient
         product needs it) plus what the carried ops store."""
         m = self.micro_batches
+        if self.recompute and self.checkpoint >= 0:  # block checkpointing: what enters the block
+            return self.checkpoint * self.in_elements / m
         if self.recompute:  # the checkpoint: the product's input, before any dispatch to experts
             return self.in_elements / m if self.kernel else 0.0
         own = self.active * self.in_elements if self.kernel else 0.0
@@ -332,6 +340,12 @@ class LayerDims:
             float(optimizer_bytes_per_param),
             int(zero),
         )
+
+    def activation_bytes(self, bytes_per_element: float) -> float:
+        """Bytes of every activation backward needs of one micro-batch, none recomputed (what a
+        checkpointed block holds again while its backward runs; docs/costmodel.md section 6.3).
+        Priced by the compiled core."""
+        return core.activations(*self.core_figures()) * float(bytes_per_element)
 
     def state_bytes(
         self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
@@ -366,6 +380,7 @@ class LayerDims:
                 float(self.replica),
                 float(self.recompute),
                 float(self.micro_batches),
+                float(self.checkpoint),
             ),
             _ops_figures(self.out_ops),
             _ops_figures(self.in_ops),

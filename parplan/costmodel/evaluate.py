@@ -78,7 +78,8 @@ class Evaluation:
     device_memory_bytes: Mapping[str, float]
     #: With ``evaluate(..., node_memory=True)``: per device (leaf path), per planning node, the
     #: bytes that do not depend on the batch (weights, gradients, optimizer state) and the stored
-    #: activations of one micro-batch; their sum over nodes is ``device_memory_bytes``.
+    #: activations of one micro-batch, and what a recomputed block holds again (one micro-batch's,
+    #: :func:`recomputed_block_bytes`); their sum is ``device_memory_bytes``.
     node_memory: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __repr__(self) -> str:
@@ -214,7 +215,7 @@ def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
 
     def walk(group: ArrayNode, path: str, dims: tuple[LayerDims, ...]) -> None:
         if group.is_leaf:
-            out[path] = sum(_leaf_memory(problem, dims))
+            out[path] = sum(_leaf_memory(problem, dims)) + recomputed_block_bytes(problem, dims)
             return
         if path not in plan.splits:
             raise ConfigError(
@@ -300,11 +301,12 @@ def _eval(
         np.maximum(leaf_compute, t, out=leaf_compute)
         if nodes is None:
             each = _leaf_memory(problem, dims)
-            memory[path] = sum(each)
+            again = recomputed_block_bytes(problem, dims)
+            memory[path] = sum(each) + again
             if detail is not None:
                 opt, zero = problem.optimizer_bytes_per_param, problem.zero_stage
                 state = np.array([d.state_bytes(bpe, opt, zero) for d in dims])
-                detail[path] = (state, np.array(each) - state)
+                detail[path] = (state, np.array(each) - state, again)
         return t
     if path not in plan.splits:
         raise ConfigError(
@@ -440,6 +442,21 @@ def _leaf_memory(problem: Problem, dims: tuple[LayerDims, ...]) -> list[float]:
         problem.zero_stage,
     )
     return [d.memory_bytes(bpe, opt, zero) for d in dims]
+
+
+def recomputed_block_bytes(problem: Problem, dims: tuple[LayerDims, ...]) -> float:
+    """What a device holds again while a checkpointed block's backward runs (docs/costmodel.md
+    section 6.3): with recomputation, the largest over the blocks of every activation of the
+    block's nodes its ``dims`` keep, one micro-batch's; 0 without recomputation or blocks."""
+    if not problem.recompute:
+        return 0.0
+    blocks = problem.planning.blocks
+    per: dict[int, float] = {}
+    bpe = problem.bytes_per_element
+    for b, d in zip(blocks, dims):
+        if b >= 0:
+            per[b] = per.get(b, 0.0) + d.activation_bytes(bpe)
+    return max(per.values(), default=0.0)
 
 
 def _copy_half(

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -51,6 +52,9 @@ class PlanNode:
     fractions: tuple[float, ...]
     absorbed: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    #: The share of this node's input that is the graph's input (not from an earlier node): 1 for
+    #: a first layer, 1 per input of an add that reads it.
+    graph_input: float = 0.0
 
     @property
     def choices(self) -> tuple[Choice, ...]:
@@ -86,11 +90,68 @@ class PlanningGraph:
         """Every node has at most one predecessor and one successor."""
         return all(len(n.preds) <= 1 for n in self.nodes) and all(len(s) <= 1 for s in self.succs)
 
+    @cached_property
+    def blocks(self) -> tuple[int, ...]:
+        """Per node, the index of its block (-1: none): a transformer layer or a residual
+        block, read from the names (docs/costmodel.md section 6.3). A node belongs to the
+        block its name names by its first numbered module (``model.layers.3.mlp.down`` ->
+        ``model.layers.3``, ``layer1.0.conv2`` -> ``layer1.0``; else a module like ``h3`` in
+        ``h3.attn``); a block has at least two nodes."""
+        keys = [block_name(n.name) for n in self.nodes]
+        count: dict[str, int] = {}
+        for k in keys:
+            if k is not None:
+                count[k] = count.get(k, 0) + 1
+        ids: dict[str, int] = {}
+        return tuple(
+            ids.setdefault(k, len(ids)) if k is not None and count[k] >= 2 else -1 for k in keys
+        )
+
+    @cached_property
+    def checkpoints(self) -> tuple[float, ...]:
+        """Per node, what block checkpointing keeps of its input, as a fraction of it (-1 for a
+        node outside every block: section 6.3's per-layer rule): what enters a block from each
+        earlier node outside it (or from the graph's input), once per block, at its first reader
+        there (a norm carried after that node is recomputed from it, as PyTorch recomputes a
+        block from its one input)."""
+        blocks = self.blocks
+        seen: set[tuple[int, int]] = set()
+        out = []
+        for v, node in enumerate(self.nodes):
+            b = blocks[v]
+            if b < 0:
+                out.append(-1.0)
+                continue
+            kept = 0.0
+            for u, f in zip(node.preds, node.fractions):
+                if blocks[u] != b and (b, u) not in seen:
+                    seen.add((b, u))
+                    kept += f
+            if node.graph_input and (b, -1) not in seen:
+                seen.add((b, -1))
+                kept += node.graph_input
+            out.append(kept)
+        return tuple(out)
+
     def index(self, name: str) -> int:
         for i, n in enumerate(self.nodes):
             if n.name == name:
                 return i
         raise KeyError(name)
+
+
+_NUMBERED = re.compile(r"[A-Za-z_]+\d+")
+
+
+def block_name(name: str) -> str | None:
+    """The block a layer named ``name`` belongs to (see :attr:`PlanningGraph.blocks`): its
+    name up to its first numbered module that is not the last part, or None."""
+    parts = name.split(".")
+    for test in (str.isdigit, _NUMBERED.fullmatch):
+        for i, part in enumerate(parts[:-1]):
+            if test(part):
+                return ".".join(parts[: i + 1])
+    return None
 
 
 def planning_graph(graph: Graph) -> PlanningGraph:
@@ -137,10 +198,13 @@ def _build(graph: Graph) -> PlanningGraph:
             fractions: list[float] = []
             sources: list[str] = []
             total = info.out_shape[name].elements if layer.join else None
+            from_input = 0.0
             for src, shape in zip(layer.inputs, info.in_shapes[name]):
                 # a join input's share of the join's tensor: 1 for an add or a product, the
                 # channel share for a concat, 1 / positions for a broadcast per-channel gate
                 share = shape.elements / total if total else 1.0
+                if not source[src]:
+                    from_input += share
                 for u, f in source[src]:
                     preds.append(u)
                     fractions.append(f * share)
@@ -168,6 +232,7 @@ def _build(graph: Graph) -> PlanningGraph:
                     fractions=tuple(merged.values()),
                     absorbed=tuple(dict.fromkeys(absorbed)),
                     sources=tuple(first_source[u] for u in merged),
+                    graph_input=from_input,
                 )
             )
             source[name] = ((index[name], 1.0),)

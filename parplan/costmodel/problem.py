@@ -160,15 +160,18 @@ class Problem:
         evaluator asks at every group)."""
         dims = self.__dict__.get("_root_dims")
         if dims is None:
+            pg = self.planning
+            kept = pg.checkpoints if self.recompute else (-1.0,) * len(pg.nodes)
             dims = tuple(
                 dataclasses.replace(
                     n.dims,
                     batch=n.dims.batch * self.batch,
                     replica=1.0,
                     recompute=self.recompute,
+                    checkpoint=k,
                     micro_batches=self.micro_batches,
                 )
-                for n in self.planning.nodes
+                for n, k in zip(pg.nodes, kept)
             )
             self.__dict__["_root_dims"] = (
                 dims  # a cache, not a field: equality and hashing ignore it

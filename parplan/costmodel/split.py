@@ -213,7 +213,7 @@ def compat_reduction_elements(sp: SplitProblem, v: int) -> float | None:
     otherwise, and for a node without consumers."""
     if "hypar" not in compat_rules(sp.side.compat):
         return None
-    sizes = [size for size, _ in output_groups(sp.planning, sp.dims, v)]
+    sizes = [size for size, _, _ in output_groups(sp.planning, sp.dims, v)]
     return max(sizes) if sizes else None
 
 
@@ -281,14 +281,14 @@ def _memo_key(sp: SplitProblem, tables, u: int, scope, groups, what) -> tuple[di
     split's sides; the key names the nodes by their place in ``scope``, so translated sibling
     groups and repeated blocks (same tables, same relative regions) share one entry."""
     regions, leaf_pair = sp.frames
-    consumers = tuple(dict.fromkeys(v for _, vs in groups for v in vs))
+    consumers = tuple(dict.fromkeys(v for _, vs, _ in groups for v in vs))
     frame = local_frame(regions, u, consumers) if regions is not None else None
     place = {w: i for i, w in enumerate(scope)}
     key = (
         what,
         tuple(id(tables[w]) for w in scope),
         None if frame is None else tuple(frame[w] for w in scope),
-        tuple((size, tuple(place[v] for v in vs)) for size, vs in groups),
+        tuple((size, tuple(place[v] for v in vs), fwd) for size, vs, fwd in groups),
         sp.side,
         leaf_pair,
     )

@@ -573,10 +573,12 @@ def stage_evaluation(sub: Problem, plan: Plan, memo: dict | None = None) -> Eval
 def held_memory(evaluation: Evaluation, held: int) -> dict[str, float]:
     """Each device's need (leaf path in the stage's group) when the stage holds ``held``
     micro-batches in flight: its state plus ``held`` times one micro-batch's activations
-    (section 11; ``evaluation`` from :func:`stage_evaluation`)."""
+    (section 11; ``evaluation`` from :func:`stage_evaluation`), and with recomputation the
+    largest checkpointed block's activations again, of the one micro-batch in its backward
+    (section 6.3)."""
     return {
-        path: float(state.sum() + held * activations.sum())
-        for path, (state, activations) in evaluation.node_memory.items()
+        path: float(state.sum() + held * activations.sum() + again)
+        for path, (state, activations, again) in evaluation.node_memory.items()
     }
 
 

@@ -268,14 +268,17 @@ class _Prices:
             leaves = sorted(ev.node_memory)
             state = np.zeros((len(leaves), n))
             act = np.zeros((len(leaves), n))
+            again = np.zeros(len(leaves))
             for i, leaf in enumerate(leaves):
-                s, a = ev.node_memory[leaf]
+                s, a, again[i] = ev.node_memory[leaf]
                 np.add.at(state[i], self.unit, s)
                 np.add.at(act[i], self.unit, a)
             cat = lambda x: np.concatenate(
                 [np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1
             )  # noqa: E731
-            limit = np.array([self.limits.get(path + leaf, math.inf) for leaf in leaves])
+            # a recomputed block's activations (section 6.3) as the whole model's largest block,
+            # whatever the stage holds: an estimate (the stages' exact price checks each stage)
+            limit = np.array([self.limits.get(path + leaf, math.inf) for leaf in leaves]) - again
             self.sums[key] = (cat(time), cat(state), cat(act), limit)
         return self.sums[key]
 

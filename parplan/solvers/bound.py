@@ -396,7 +396,8 @@ class _Pair:
         mine = node_terms(
             [tw, tu],
             side,
-            [(self.fraction * du.in_elements, (1,))],
+            # the forward once: a block's recomputation sending it again only adds (a bound)
+            [(self.fraction * du.in_elements, (1,), 1.0)],
             0,
             {0: iw, 1: iu},
             None,
