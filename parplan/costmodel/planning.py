@@ -108,6 +108,10 @@ class PlanningGraph:
         )
 
     @cached_property
+    def block_count(self) -> int:
+        return max(self.blocks, default=-1) + 1
+
+    @cached_property
     def checkpoints(self) -> tuple[float, ...]:
         """Per node, what block checkpointing keeps of its input, as a fraction of it (-1 for a
         node outside every block: section 6.3's per-layer rule): what enters a block from each

@@ -263,7 +263,13 @@ def node_factor(
         raw = np.broadcast_to(floored_time(raw, sp.floor(u, options)), raw.shape)
     if options.memory_price > 0.0:  # a unary term on u's own states (u is the scope's first axis)
         t, cap = tables[u], sp.side.capacity_bytes
-        price = options.memory_price * (t.memory[0] / cap[0] + t.memory[1] / cap[1])
+        mem = t.memory
+        if sp.dims[u].recompute and sp.planning.blocks[u] >= 0:
+            # what a recomputed block holds again is a largest over blocks (section 6.3), not a sum
+            # over nodes: priced here as the blocks' average, the price stays a unary term (the
+            # memory search re-checks every plan it keeps with the evaluator, section 6.2)
+            mem = t.memory + t.activations / sp.planning.block_count
+        price = options.memory_price * (mem[0] / cap[0] + mem[1] / cap[1])
         raw = raw + price.reshape((-1,) + (1,) * (k - 1))
     return scope, raw
 

@@ -220,6 +220,28 @@ class Schedule:
             n for n in self.problem.graph.analyze().order if self.origin[n] == node and n != node
         ]
 
+    @cached_property
+    def _sent_again(self) -> dict[str, frozenset[str]]:
+        """Per node, the tensors whose forward re-layout its block sends again when it is
+        recomputed (docs/costmodel.md section 6.3): those read by a node of the same block."""
+        if not self.problem.recompute:
+            return {}
+        pg = self.problem.planning
+        out = {}
+        for u, node in enumerate(pg.nodes):
+            b = pg.blocks[u]
+            if b >= 0:
+                out[node.name] = frozenset(
+                    pg.nodes[v].sources[p] for v, p in pg.out_edges[u] if pg.blocks[v] == b
+                )
+        return out
+
+    def resent(self, node: str) -> list[Message]:
+        """The forward re-layout messages of ``node``'s output that its checkpointed block sends
+        again in backward, to recompute (section 6.3; none without recomputation)."""
+        again = self._sent_again.get(node)
+        return [m for m in self.transitions_fwd[node] if m.tensor in again] if again else []
+
     def messages(self):
         """Every message of one step, in execution order."""
         nodes = [n.name for n in self.problem.planning.nodes]
@@ -238,6 +260,7 @@ class Schedule:
                 yield from self.forward[n]
                 for layer in self.chain(n):
                     yield from self.ops_fwd.get(layer, ())
+                yield from self.resent(n)  # and its block's re-layouts
             yield from self.transitions_bwd[n]
             for layer in reversed(self.chain(n)):
                 yield from self.ops_bwd.get(layer, ())

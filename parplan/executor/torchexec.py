@@ -636,9 +636,10 @@ class DeviceStep:
 
     def _recompute(self, node) -> None:
         """Activation recomputation (docs/costmodel.md section 6.3): the node's forward again
-        from its checkpoint (its input, still held), with the forward's exchanges inside the node:
-        an IN split's partial-sum reduction and the norms' forward statistics. Re-layouts between
-        nodes are not repeated. The products and ops saved for backward are the recomputed ones;
+        from its input, with the forward's exchanges inside the node: an IN split's partial-sum
+        reduction and the norms' forward statistics; inside a checkpointed block the re-layouts
+        of its output to the block's nodes are sent again (by the caller, after this). The
+        products and ops saved for backward are the recomputed ones;
         the executor keeps its activation buffers (it checks numerics and bytes, not memory), so
         the output points a device received from others stay where backward reads them."""
         box = self.boxes[node.name]
@@ -675,6 +676,7 @@ class DeviceStep:
                     )
             if self.p.recompute:
                 self._recompute(node)
+                self.exchange(self.s.resent(node.name))  # its block's re-layouts (section 6.3)
             tensors = [t for t in (node.name, *self.s.chain(node.name)) if t in self.readers]
             for tensor in tensors:
                 self._own_contributions(tensor)

@@ -436,20 +436,23 @@ class _Builder:
             self.gids[id(group)] = self.sig_ids.setdefault(signature(group), len(self.sig_ids))
         return self.gids[id(group)]
 
-    def leaf_costs(self, path: str, u: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """(first cell, compute seconds, memory bytes) of node ``u`` on leaf ``path`` over its column."""
+    def leaf_costs(self, path: str, u: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """(first cell, compute seconds, memory bytes, activation bytes a recomputed block holds
+        again) of node ``u`` on leaf ``path`` over its column."""
         first, shape = self.cell_set(path, (u,))
         device = self.groups[path].device.as_device()
         bpe = self.p.bytes_per_element
-        compute, memory = np.zeros(shape), np.zeros(shape)
+        compute, memory, again = np.zeros(shape), np.zeros(shape), np.zeros(shape)
         for prefix, frames in _frames_at(
             path, (u,), self.root, self.path_states(path), self.collective
         ):
-            compute[prefix] = frames[u].dims.compute_seconds(device, bpe)
-            memory[prefix] = frames[u].dims.memory_bytes(
+            dims = frames[u].dims
+            compute[prefix] = dims.compute_seconds(device, bpe)
+            memory[prefix] = dims.memory_bytes(
                 bpe, self.p.optimizer_bytes_per_param, self.p.zero_stage
             )
-        return first, compute.ravel(), memory.ravel()
+            again[prefix] = dims.activation_bytes(bpe)
+        return first, compute.ravel(), memory.ravel(), again.ravel()
 
     def build(self) -> tuple[MipModel, JointDecoder]:
         self.declare_states()
@@ -458,8 +461,10 @@ class _Builder:
             if not group.is_leaf:
                 continue
             mem_terms = []
+            held: dict[int, list] = {}  # per checkpointed block, its activations (section 6.3)
+            blocks = self.pg.blocks if self.p.recompute else (-1,) * self.n
             for u in range(self.n):
-                first, compute, memory = self.leaf_costs(path, u)
+                first, compute, memory, again = self.leaf_costs(path, u)
                 leaf_terms[path, u] = [
                     (first + j, float(c) * self.scale) for j, c in enumerate(compute) if c
                 ]
@@ -469,7 +474,24 @@ class _Builder:
                         for j, m in enumerate(memory)
                         if m
                     ]
+                    if blocks[u] >= 0:
+                        held.setdefault(blocks[u], []).extend(
+                            (first + j, float(a) / self.capacity[path])
+                            for j, a in enumerate(again)
+                            if a
+                        )
             if self.capacity is not None:
+                if held:  # the largest block, held again: one variable above every block's sum
+                    top = self.b.var(f"again_{path}", 0.0, 1.0)
+                    mem_terms.append((top, 1.0))
+                    for block, terms in held.items():
+                        self.b.constraint(
+                            "memory",
+                            f"memory_{path}_block{block}",
+                            terms + [(top, -1.0)],
+                            "<=",
+                            0.0,
+                        )
                 self.b.constraint("memory", f"memory_{path}", mem_terms, "<=", 1.0)
         for path, group in self.groups.items():
             if group.is_leaf:

@@ -355,16 +355,38 @@ def build_mip(
                 )
     notes = []
     if memory is not None:
+        blocks = pg.blocks
+        recomputed = [v for v in range(len(pg.nodes)) if blocks[v] >= 0 and sp.dims[v].recompute]
+
+        def coefficient(x: float) -> float:
+            # rounded down in the integer model: a relaxation, so "infeasible" stays a proof
+            return float(math.floor(x / MEMORY_RESOLUTION)) if discrete else x
+
         for i, cap in enumerate(memory.capacity_bytes):
             terms = []
             for v, t in enumerate(tables):
                 for s in range(t.size):
-                    coef = t.memory[i][s] / cap
-                    if discrete:  # rounded down: a relaxation, so "infeasible" stays a proof
-                        coef = math.floor(coef / MEMORY_RESOLUTION)
+                    coef = coefficient(t.memory[i][s] / cap)
                     if coef:
-                        terms.append((ys[v][s], float(coef)))
+                        terms.append((ys[v][s], coef))
             rhs = 1.0 if not discrete else math.floor(1.0 / MEMORY_RESOLUTION)
+            if recomputed:  # the largest checkpointed block, held again (section 6.3): a row each
+                again = b.var(f"again_side{i + 1}", 0, rhs, discrete)
+                terms.append((again, 1.0))
+                for block in sorted({blocks[v] for v in recomputed}):
+                    held = [
+                        (ys[v][s], coefficient(tables[v].activations[i][s] / cap))
+                        for v in recomputed
+                        if blocks[v] == block
+                        for s in range(tables[v].size)
+                    ]
+                    b.constraint(
+                        "memory",
+                        f"memory_block{block}_side{i + 1}",
+                        [x for x in held if x[1]] + [(again, -1.0)],
+                        "<=",
+                        0.0,
+                    )
             b.constraint("memory", f"memory_side{i + 1}", terms, "<=", rhs)
         if not memory.per_device:
             notes.append(
@@ -395,11 +417,15 @@ def build_mip(
 def plan_memory_bytes(sp, split: Split) -> tuple[float, float]:
     """Memory each side of ``sp`` keeps under ``split`` (cost model, not the solver's rows)."""
     out = [0.0, 0.0]
+    held: list[dict[int, float]] = [{}, {}]  # per side, a recomputed block's activations
     bpe, opt = sp.side.bytes_per_element, sp.side.optimizer_bytes_per_param
-    for d, c, a in zip(sp.dims, split.choices, split.shares):
+    blocks = sp.planning.blocks
+    for v, (d, c, a) in enumerate(zip(sp.dims, split.choices, split.shares)):
         for i, part in enumerate(scale_for_sides(d, c, a)):
             out[i] += part.memory_bytes(bpe, opt, sp.side.zero_stage)
-    return out[0], out[1]
+            if d.recompute and blocks[v] >= 0:
+                held[i][blocks[v]] = held[i].get(blocks[v], 0.0) + part.activation_bytes(bpe)
+    return tuple(out[i] + max(held[i].values(), default=0.0) for i in (0, 1))
 
 
 def memory_need_model(model: MipModel) -> MipModel:

@@ -42,7 +42,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from parplan.costmodel.evaluate import Evaluation, device_memory, evaluate
+from parplan.costmodel.evaluate import (
+    Evaluation,
+    device_memory,
+    evaluate,
+    recomputed_block_bytes,
+)
 from parplan.costmodel.problem import ZERO_STAGES, Plan, Problem
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.solvers.limits import device_capacity
@@ -92,10 +97,13 @@ def peak_fraction(evaluation: Evaluation | dict, limits: dict[str, float]) -> fl
 def memory_lower_bound(problem: Problem) -> float:
     """Bytes that every plan keeps, summed over all devices: every weight with its gradient
     and optimizer state once (fully sharded) and every stored activation once (each row of
-    every stored tensor lies on some device). A plan fits only if this is at most the summed
-    limits (docs/costmodel.md section 6.2)."""
+    every stored tensor lies on some device), and with recomputation the activations of the
+    largest checkpointed block once more (while its backward runs, every point of them is on
+    some device). A plan fits only if this is at most the summed limits (docs/costmodel.md
+    sections 6.2 and 6.3)."""
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
-    return sum(d.memory_bytes(bpe, opt, 3) for d in problem.root_dims())
+    dims = problem.root_dims()
+    return sum(d.memory_bytes(bpe, opt, 3) for d in dims) + recomputed_block_bytes(problem, dims)
 
 
 @dataclass(frozen=True, order=True)
@@ -203,13 +211,19 @@ def fit_plan(
         misses.clear()
 
     lightest = max(settings, key=lambda t: (t.zero_stage, t.recompute, t.micro_batches))
-    if memory_lower_bound(lightest.apply(problem)) > sum(limits.values()):
+    # the least any setting needs: recomputation can need more than none (a model of one block
+    # holds that block again on top of its checkpoints, section 6.3)
+    need = min(memory_lower_bound(t.apply(problem)) for t in settings)
+    if need > sum(limits.values()):
         # proven: no plan fits; one plan with the most memory-saving setting shows how close one comes
         p = lightest.apply(problem)
         say(f"memory: no plan can fit; planning with {lightest.label()} to show the closest")
         raise InfeasibleError(
             infeasible_message(
-                p, limits, candidate(p, make_plan(p, planner, **kwargs), lightest.label())
+                p,
+                limits,
+                candidate(p, make_plan(p, planner, **kwargs), lightest.label()),
+                need=need,
             )
         )
     # 1. the planner's own plan, priced with every setting: the least ZeRO stage that fits at the
@@ -272,7 +286,11 @@ def fit_plan(
         if best is None and proven:
             raise InfeasibleError(
                 infeasible_message(
-                    lightest.apply(problem), limits, min(tried, key=lambda f: f.peak_fraction), True
+                    lightest.apply(problem),
+                    limits,
+                    min(tried, key=lambda f: f.peak_fraction),
+                    True,
+                    need,
                 )
             )
     if found:
@@ -280,7 +298,7 @@ def fit_plan(
         return replace(best, exact=exact)
     price_misses()
     closest = min(tried, key=lambda f: f.peak_fraction)
-    raise InfeasibleError(infeasible_message(lightest.apply(problem), limits, closest))
+    raise InfeasibleError(infeasible_message(lightest.apply(problem), limits, closest, need=need))
 
 
 def _price_search(
@@ -382,11 +400,16 @@ def _size(x: float) -> str:
 
 
 def infeasible_message(
-    problem: Problem, limits: dict[str, float], closest: Fit, proven: bool = False
+    problem: Problem,
+    limits: dict[str, float],
+    closest: Fit,
+    proven: bool = False,
+    need: float | None = None,
 ) -> str:
-    """One line: the least memory any plan needs and the plan that came closest (``problem``
-    with the most memory-saving setting searched, which the bound is computed for)."""
-    need = memory_lower_bound(problem)
+    """One line: the least memory any plan needs (``need``: the least over the settings
+    searched; by default :func:`memory_lower_bound` of ``problem``, the most memory-saving
+    setting) and the plan that came closest."""
+    need = memory_lower_bound(problem) if need is None else need
     total = sum(limits.values())
     n = len(limits)
     worst = max(
