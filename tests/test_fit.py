@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parplan.costmodel.evaluate import evaluate
+from parplan.costmodel.graph import Graph
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.planio import save_plan
 from parplan.costmodel.problem import Problem
@@ -28,9 +29,27 @@ from test_costmodel import plans as random_plans
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples"
 
 
+def in_blocks(g: Graph, cut: int) -> Graph:
+    """``g`` with its layers named as two blocks (``blk.0.*`` before layer ``cut``, ``blk.1.*``
+    from it on), so that recomputation checkpoints them per block (docs/costmodel.md 6.3)."""
+    names = {layer.name: f"blk.{int(i >= cut)}.{layer.name}" for i, layer in enumerate(g.layers)}
+    return Graph(
+        g.name,
+        g.input_shape,
+        tuple(
+            replace(
+                layer, name=names[layer.name], inputs=tuple(names.get(x, x) for x in layer.inputs)
+            )
+            for layer in g.layers
+        ),
+    )
+
+
 @st.composite
 def fit_cases(draw, sizes=(2, 4)):
     g = draw(graphs(max_weighted=3, max_joins=1))
+    if draw(st.booleans()):  # checkpointed blocks (recomputation is one of the settings searched)
+        g = in_blocks(g, draw(st.integers(0, len(g.layers))))
     kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from(sizes)))]
     p = Problem(
         g,
@@ -94,11 +113,14 @@ def test_a_fitting_plan_fits_1000_instances(case):
 def test_the_memory_lower_bound_is_below_every_plan(data):
     """Every plan, at every ZeRO stage, keeps at least the bound summed over its devices."""
     g = data.draw(graphs(max_weighted=4, max_joins=2))
+    if data.draw(st.booleans()):
+        g = in_blocks(g, data.draw(st.integers(0, len(g.layers))))
     p = Problem(
         g,
         parse_array(data.draw(st.sampled_from(["h100:2", "h100:4", "tpu-v2:2,tpu-v3:1"]))),
         batch=data.draw(st.sampled_from([1, 8, 64])),
         zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])),
+        recompute=data.draw(st.booleans()),
     )
     plan = data.draw(random_plans(p))
     _, memory = reference_evaluate(p, plan)
@@ -308,3 +330,36 @@ def test_overlap_keeps_the_lm_head_on_both_nodes():
         )
     assert shares[False] in (0.0, 1.0) and 0.0 < shares[True] < 1.0
     assert times[True] < times[False]
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.7, 0.9])
+def test_every_backend_holds_the_largest_recomputed_block(fraction):
+    """Two checkpointed blocks of unequal size with recomputation under a memory limit, on
+    every backend: the memory rows hold the largest block again (section 6.3), so the exact
+    plan equals brute force over the plans that fit, and fits by the evaluator."""
+    from parplan.costmodel.graph import Activation, Conv2d, Shape
+    from parplan.solvers.backends import available_backends
+    from parplan.solvers.exact import certify
+
+    layers, src = [], "input"
+    for i, c in enumerate((24, 8, 40, 16)):
+        layers += [Conv2d(f"w{i}", (src,), out_channels=c, kernel=3, padding=1)]
+        layers += [Activation(f"r{i}", (f"w{i}",))]
+        src = f"r{i}"
+    g = in_blocks(Graph("two-blocks", Shape(8, 7, 7), tuple(layers)), 4)
+    p = Problem(g, parse_array("tpu-v2:1,tpu-v3:1"), batch=16, recompute=True)
+    assert p.planning.blocks == (0, 0, 1, 1)
+    options = PlanOptions(share_grid=2)
+    need = max(evaluate(p, make_plan(p, "accpar", share_grid=2)).device_memory_bytes.values())
+    limit = need * fraction
+    want, _ = brute_force_split(SplitProblem.root(p), options, (limit, limit))
+    for backend in available_backends():
+        c = certify(p, "accpar", backend, options, memory_limit_bytes=limit)
+        cert = c.exact.certificate
+        assert not c.contradictions, (backend, c.contradictions)
+        if want == float("inf"):
+            assert cert.status == "infeasible", backend
+            continue
+        assert cert.status == "optimal", (backend, cert.status, cert.message)
+        assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
+        assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)

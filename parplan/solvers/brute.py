@@ -54,10 +54,20 @@ def brute_force_split(
         scope, table = node_factor(sp, tables, u, options)
         total = total + table.reshape([shape[w] if w in scope else 1 for w in range(n)])
     if capacity_bytes is not None:
+        blocks = sp.planning.blocks
+
+        def along(v, x):
+            return x.reshape([shape[v] if w == v else 1 for w in range(n)])
+
         for i, cap in enumerate(capacity_bytes):
             used = np.zeros(shape)
+            held: dict[int, np.ndarray] = {}  # a recomputed block's activations (section 6.3)
             for v, t in enumerate(tables):
-                used = used + t.memory[i].reshape([shape[v] if w == v else 1 for w in range(n)])
+                used = used + along(v, t.memory[i])
+                if sp.dims[v].recompute and blocks[v] >= 0:
+                    held[blocks[v]] = held.get(blocks[v], 0.0) + along(v, t.activations[i])
+            if held:
+                used = used + np.maximum.reduce([np.broadcast_to(x, shape) for x in held.values()])
             total = np.where(used <= cap * (1 + 1e-12), total, np.inf)
     flat = total.ravel()
     best = flat.min()
