@@ -749,3 +749,56 @@ def test_problems_and_evaluations_have_one_line_reprs():
         ),
     )
     assert repr(ev).startswith("Evaluation(step_time_s=") and len(repr(ev)) < 300
+
+
+def _two_block_chain() -> Graph:
+    """Four linear layers in two blocks (``blk.0.*``, ``blk.1.*``), 8 -> 16 -> 8 -> 32 -> 8."""
+    return Graph(
+        "two-blocks",
+        Shape(8),
+        (
+            Linear("blk.0.a", ("input",), out_features=16, bias=False),
+            Linear("blk.0.b", ("blk.0.a",), out_features=8, bias=False),
+            Linear("blk.1.a", ("blk.0.b",), out_features=32, bias=False),
+            Linear("blk.1.b", ("blk.1.a",), out_features=8, bias=False),
+        ),
+    )
+
+
+def test_block_checkpointing_by_hand():
+    """docs/costmodel.md section 6.3 on two devices of a data-parallel split (2 samples each,
+    bf16, no optimizer state): weights and gradients 768 x 4 bytes; without recomputation every
+    product's input (16 + 32 + 16 + 64 elements); with it, what enters each block (16 + 16) and
+    the larger block's activations again (16 + 64, block 1)."""
+    g = _two_block_chain()
+    plan = Plan({"": Split((PartitionType.BATCH,) * 4, (0.5,) * 4)})
+    need = {}
+    for recompute in (False, True):
+        p = Problem(
+            g, parse_array("h100:2"), batch=4, optimizer_bytes_per_param=0.0, recompute=recompute
+        )
+        assert p.planning.blocks == (0, 0, 1, 1) and p.planning.checkpoints == (1, 0, 1, 0)
+        ev = evaluate(p, plan)
+        need[recompute] = set(ev.device_memory_bytes.values())
+        assert reference_evaluate(p, plan)[1] == dict(ev.device_memory_bytes)
+    assert need[False] == {768 * 4 + (16 + 32 + 16 + 64) * 2}
+    assert need[True] == {768 * 4 + (16 + 16) * 2 + (16 + 64) * 2}
+
+
+def test_a_recomputed_block_sends_its_re_layouts_again_by_hand():
+    """Inside a block: an OUT split of blk.0.a feeding a BATCH split moves to each side the
+    half of a's 8 x 16 output's columns it lacks for its rows (32 elements) forward, and the
+    gradient back; recomputed, the forward moves again. Across blocks: blk.0.b's rows to an
+    OUT split of blk.1.a (each side gets the other's 32 rows x 8) are not sent again; only
+    blk.1.b's IN reduction is repeated with its forward (8 x 8 each way, as before)."""
+    g = _two_block_chain()
+    BATCH, IN, OUT = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
+
+    def received(recompute, choices):
+        p = Problem(g, parse_array("h100:2"), batch=8, recompute=recompute)
+        return evaluate(p, Plan({"": Split(choices, (0.5,) * 4)})).communication_elements
+
+    inside = (OUT, BATCH, BATCH, BATCH)
+    assert received(True, inside) - received(False, inside) == 2 * 32
+    across = (BATCH, BATCH, OUT, IN)
+    assert received(True, across) - received(False, across) == 2 * 8 * 8

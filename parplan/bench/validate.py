@@ -384,7 +384,8 @@ def _markdown(table: pd.DataFrame) -> str:
             "",
             f"Memory: {len(over)} of these runs ran on 80 GB GPUs but are predicted to need more "
             f"({', '.join(f'{r.case} {r.peak_memory_gib:.0f} GiB' for r in over.itertuples())}): "
-            "the model's activation memory is above what these frameworks keep (issue 30).",
+            "the model keeps more activations there than the run did (docs/calibration.md, "
+            '"Validation against published runs").',
         ]
     lines += [
         "",
