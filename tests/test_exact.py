@@ -9,7 +9,7 @@ from parplan.cli import main
 from parplan.costmodel.cost import Objective
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
-from parplan.costmodel.problem import Problem
+from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError, InfeasibleError
 from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model
 from parplan.solvers.backends import SolveOptions, get_backend
@@ -297,3 +297,25 @@ def test_the_time_limit_covers_building_the_model():
     )
     split, cert = solve_split_exact(sp, "highs", solve_options=SolveOptions(time_limit_s=60))
     assert split is not None and cert.status == "optimal"
+
+
+def test_a_model_too_large_to_build_is_refused_before_it_is_built(monkeypatch):
+    """A split whose exact model would have more cell columns than the limit is planned by
+    the DP and certified as feasible only, with the size in the message; with a memory limit
+    its plan fails it, and the message points to the memory search (issue 30: `solve
+    --memory-limit` on an 8 B model ran out of memory building the model)."""
+    import parplan.formulation.mip as mip
+
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
+    sp = SplitProblem.root(p)
+    cells = mip.model_cells(sp, mip.split_tables(sp, PlanOptions()))
+    assert cells > 1000
+    monkeypatch.setattr(mip, "MAX_MODEL_CELLS", 1000)
+    split, cert = solve_split_exact(sp, "highs", PlanOptions())
+    assert split is not None and cert.status.value == "feasible" and cert.bound is None
+    assert f"{cells:.3g} cell columns (limit 1e+03)" in cert.message
+    need = max(evaluate(p, Plan({"": split})).device_memory_bytes.values())
+    _, cert = solve_split_exact(
+        sp, "highs", PlanOptions(), memory=MemoryLimit((need / 2, need / 2))
+    )
+    assert cert.status.value == "error" and "parplan plan --memory-limit" in cert.message

@@ -59,8 +59,8 @@ import numpy as np
 
 from parplan.costmodel.cost import Objective, scale_for_sides
 from parplan.costmodel.problem import Split
-from parplan.costmodel.split import PlanOptions, node_factor, split_tables
-from parplan.errors import ConfigError
+from parplan.costmodel.split import PlanOptions, factor_scope, node_factor, split_tables
+from parplan.errors import ConfigError, TableTooLarge
 
 GIB = float(2**30)
 SENSES = ("<=", ">=", "==")
@@ -302,6 +302,22 @@ def _elements_scale(sp) -> float:
 #: Memory rows of the integer model count in units of this fraction of the side's capacity.
 MEMORY_RESOLUTION = 1e-6
 
+#: Most cell columns (joint states of a node and its consumers) a split's model may have. Each
+#: costs several KiB while it is built and solved (ResNet-18's root split, 1.32e6 columns, took
+#: 10.9 GB and 487 s before it was refused); a larger split is planned by the DP instead and
+#: certified as feasible only (:func:`parplan.solvers.exact.solve_split_exact`).
+MAX_MODEL_CELLS = 400_000
+
+
+def model_cells(sp, tables) -> float:
+    """Cell columns the model of split ``sp`` would have (every factor of two or more nodes)."""
+    total = 0.0
+    for u in range(len(sp.planning.nodes)):
+        scope = factor_scope(sp.planning, u)
+        if len(scope) > 1:
+            total += float(np.prod([tables[w].size for w in scope], dtype=float))
+    return total
+
 
 def build_mip(
     sp,
@@ -321,6 +337,13 @@ def build_mip(
         scale *= INTEGER_UNITS / TIME_UNITS
     pg = sp.planning
     tables = split_tables(sp, options)
+    cells = model_cells(sp, tables)
+    if cells > MAX_MODEL_CELLS:
+        raise TableTooLarge(
+            f"graph '{pg.name}': the exact model of split '{sp.path or 'root'}' would have "
+            f"{cells:.3g} cell columns (limit {MAX_MODEL_CELLS:.3g}); use a coarser --share-grid "
+            f"(now {options.share_grid}) or `parplan plan`"
+        )
     b = ModelBuilder(f"split_{pg.name}_{sp.path or 'root'}")
     ys: list[tuple[int, ...]] = []
     for v, node in enumerate(pg.nodes):

@@ -205,7 +205,11 @@ def _fallback(
     if memory is not None:
         used = plan_memory_bytes(sp, split)
         if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
-            status, message = Status.ERROR, message + "; the plan exceeds the memory limit"
+            status, message = (
+                Status.ERROR,
+                message + "; the plan exceeds the memory limit (`parplan plan --memory-limit` "
+                "searches ZeRO stages, recomputation and micro-batches for one that fits)",
+            )
     cert = Certificate(
         status=status,
         termination=Termination.NOT_SOLVED,
