@@ -423,7 +423,9 @@ def reference_evaluate(problem, plan):
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
-    blocks = ref_blocks(pg)
+    # per-block checkpointing, or every layer's input kept (section 6.3): then no block
+    per_block = problem.recompute and problem.checkpoint == "block"
+    blocks = ref_blocks(pg) if per_block else [None] * len(pg.nodes)
     cks = ref_checkpoints(pg, blocks)
     roots = [
         raw(node, problem.batch, problem.recompute, problem.micro_batches, ck)
@@ -511,7 +513,7 @@ def reference_split_time(problem, split):
         zero=problem.zero_stage,
         mb=problem.micro_batches,
         overlap=problem.overlap,
-        blocks=ref_blocks(pg),
+        blocks=ref_blocks(pg) if problem.checkpoint == "block" else None,
     )
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0

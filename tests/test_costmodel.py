@@ -598,6 +598,7 @@ def test_evaluator_agrees_with_the_reference_on_transformers(data):
         recompute=data.draw(st.booleans()),
         micro_batches=data.draw(st.sampled_from([1, 2, 4])),
         overlap=data.draw(st.booleans()),
+        checkpoint=data.draw(st.sampled_from(["block", "layer"])),
     )
     plan = data.draw(executor_plans(p))
     step, memory = reference_evaluate(p, plan)
@@ -773,16 +774,24 @@ def test_block_checkpointing_by_hand():
     g = _two_block_chain()
     plan = Plan({"": Split((PartitionType.BATCH,) * 4, (0.5,) * 4)})
     need = {}
-    for recompute in (False, True):
+    for recompute, checkpoint in ((False, "block"), (True, "block"), (True, "layer")):
         p = Problem(
-            g, parse_array("h100:2"), batch=4, optimizer_bytes_per_param=0.0, recompute=recompute
+            g,
+            parse_array("h100:2"),
+            batch=4,
+            optimizer_bytes_per_param=0.0,
+            recompute=recompute,
+            checkpoint=checkpoint,
         )
         assert p.planning.blocks == (0, 0, 1, 1) and p.planning.checkpoints == (1, 0, 1, 0)
         ev = evaluate(p, plan)
-        need[recompute] = set(ev.device_memory_bytes.values())
+        need[recompute, checkpoint] = set(ev.device_memory_bytes.values())
         assert reference_evaluate(p, plan)[1] == dict(ev.device_memory_bytes)
-    assert need[False] == {768 * 4 + (16 + 32 + 16 + 64) * 2}
-    assert need[True] == {768 * 4 + (16 + 16) * 2 + (16 + 64) * 2}
+    assert need[False, "block"] == {768 * 4 + (16 + 32 + 16 + 64) * 2}
+    assert need[True, "block"] == {768 * 4 + (16 + 16) * 2 + (16 + 64) * 2}
+    # per layer: every product's input, nothing held again (here no saving: linear layers
+    # store nothing but their input)
+    assert need[True, "layer"] == need[False, "block"]
 
 
 def test_a_recomputed_block_sends_its_re_layouts_again_by_hand():
@@ -794,11 +803,12 @@ def test_a_recomputed_block_sends_its_re_layouts_again_by_hand():
     g = _two_block_chain()
     BATCH, IN, OUT = PartitionType.BATCH, PartitionType.IN, PartitionType.OUT
 
-    def received(recompute, choices):
-        p = Problem(g, parse_array("h100:2"), batch=8, recompute=recompute)
+    def received(recompute, choices, checkpoint="block"):
+        p = Problem(g, parse_array("h100:2"), batch=8, recompute=recompute, checkpoint=checkpoint)
         return evaluate(p, Plan({"": Split(choices, (0.5,) * 4)})).communication_elements
 
     inside = (OUT, BATCH, BATCH, BATCH)
     assert received(True, inside) - received(False, inside) == 2 * 32
+    assert received(True, inside, "layer") == received(False, inside)  # every input kept
     across = (BATCH, BATCH, OUT, IN)
     assert received(True, across) - received(False, across) == 2 * 8 * 8

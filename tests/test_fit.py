@@ -63,10 +63,13 @@ def fit_cases(draw, sizes=(2, 4)):
 
 def _fitting_optimum(p: Problem, limit: float, micro: int) -> float:
     """Brute force: the fastest one-split plan on the share grid 1/2 that fits, over every
-    ZeRO stage and recomputation setting (inf if none)."""
+    ZeRO stage and recomputation setting, per block and per layer (inf if none)."""
     best = float("inf")
-    for zero, recompute in product(range(4), (False, True)):
-        q = replace(p, zero_stage=zero, recompute=recompute, micro_batches=micro)
+    settings = [(False, "block"), (True, "block"), (True, "layer")]
+    for zero, (recompute, checkpoint) in product(range(4), settings):
+        q = replace(
+            p, zero_stage=zero, recompute=recompute, checkpoint=checkpoint, micro_batches=micro
+        )
         value, _ = brute_force_split(
             SplitProblem.root(q), PlanOptions(share_grid=2), (limit, limit)
         )
@@ -95,7 +98,7 @@ def _check_fit_case(case):
     return "fit"
 
 
-@fast(60)
+@fast(15)  # 1,000 more in the slow set
 @given(fit_cases())
 def test_a_fitting_plan_fits_by_the_reference_and_is_the_fastest_on_one_split(case):
     _check_fit_case(case)
@@ -121,6 +124,7 @@ def test_the_memory_lower_bound_is_below_every_plan(data):
         batch=data.draw(st.sampled_from([1, 8, 64])),
         zero_stage=data.draw(st.sampled_from([0, 1, 2, 3])),
         recompute=data.draw(st.booleans()),
+        checkpoint=data.draw(st.sampled_from(["block", "layer"])),
     )
     plan = data.draw(random_plans(p))
     _, memory = reference_evaluate(p, plan)

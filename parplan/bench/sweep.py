@@ -120,6 +120,7 @@ def sweep_case(
         "peak_memory_bytes": ev.peak_memory_bytes,
         "zero_stage": problem.zero_stage,
         "recompute": problem.recompute,
+        "checkpoint": problem.checkpoint,
         "micro_batches": problem.micro_batches,
         "planning_cpu_s": time.process_time() - start,
         "error": None,

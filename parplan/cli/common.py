@@ -131,10 +131,11 @@ def add_problem_arguments(parser: argparse.ArgumentParser, model_required: bool 
     parser.add_argument(
         "--recompute",
         default=None,
-        choices=("auto", "yes", "no"),
-        help="activation recomputation: store each layer's input only and run forward again in "
-        "backward (docs/costmodel.md section 6.3). Default: 'auto' where a command plans "
-        "against memory, else no",
+        choices=("auto", "yes", "no", "block", "layer"),
+        help="activation recomputation: keep checkpoints and run forward again in backward "
+        "(docs/costmodel.md section 6.3); 'block': what enters each block (transformer layer, "
+        "residual block), 'layer': every layer's input, 'yes': both searched. Default: 'auto' "
+        "where a command plans against memory, else no",
     )
     parser.add_argument(
         "--micro-batches",
@@ -171,7 +172,8 @@ def problem_from_args(args: argparse.Namespace):
         optimizer_bytes_per_param=opt if args.optimizer_bytes is None else args.optimizer_bytes,
         compat=getattr(args, "compat", None),
         zero_stage=0 if chosen["zero"] == "auto" else chosen["zero"],
-        recompute=chosen["recompute"] is True,
+        recompute=chosen["recompute"] in (True, "block", "layer"),
+        checkpoint="layer" if chosen["recompute"] == "layer" else "block",
         micro_batches=1 if chosen["micro_batches"] == "auto" else chosen["micro_batches"],
         overlap=overlap_of(args),
     )
@@ -217,7 +219,9 @@ def technique_choices(args: argparse.Namespace) -> dict:
     micro = micro_batches_argument(getattr(args, "micro_batches", None))
     return {
         "zero": "auto" if zero in (None, "auto") else int(zero),
-        "recompute": "auto" if recompute in (None, "auto") else recompute == "yes",
+        "recompute": "auto"
+        if recompute in (None, "auto")
+        else {"yes": True, "no": False}.get(recompute, recompute),
         "micro_batches": "auto" if micro in (None, "auto") else micro,
     }
 

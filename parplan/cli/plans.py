@@ -362,7 +362,9 @@ def _problem_for(args: argparse.Namespace, record: dict):
         zero=getattr(args, "zero", None)
         if getattr(args, "zero", None) is not None
         else str(record.get("zero_stage") or 0),
-        recompute=getattr(args, "recompute", None) or ("yes" if record.get("recompute") else "no"),
+        # files from before block checkpointing checkpointed every layer
+        recompute=getattr(args, "recompute", None)
+        or (record.get("checkpoint", "layer") if record.get("recompute") else "no"),
         micro_batches=getattr(args, "micro_batches", None) or record.get("micro_batches") or 1,
         # files from before overlap priced traffic after compute
         overlap=getattr(args, "overlap", None) or ("yes" if record.get("overlap", False) else "no"),
@@ -802,6 +804,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "planning_s": wall,
                 "zero_stage": p.zero_stage,
                 "recompute": p.recompute,
+                "checkpoint": p.checkpoint,
                 "micro_batches": p.micro_batches,
                 "fits": fitting or None,
             }

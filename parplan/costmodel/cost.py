@@ -509,7 +509,8 @@ def output_groups(
         size = node.fractions[p] * dims[v].in_elements
         key = node.sources[p] if node.sources else f"#{v}"
         groups.setdefault(key, (size, []))[1].append(v)
-    block = planning.blocks[u] if dims[u].recompute else -1
+    # a node in a checkpointed block has a checkpoint part >= 0 (-1: per-layer or none)
+    block = planning.blocks[u] if dims[u].recompute and dims[u].checkpoint >= 0 else -1
     return [
         (
             size,

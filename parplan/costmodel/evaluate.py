@@ -446,9 +446,9 @@ def _leaf_memory(problem: Problem, dims: tuple[LayerDims, ...]) -> list[float]:
 
 def recomputed_block_bytes(problem: Problem, dims: tuple[LayerDims, ...]) -> float:
     """What a device holds again while a checkpointed block's backward runs (docs/costmodel.md
-    section 6.3): with recomputation, the largest over the blocks of every activation of the
+    section 6.3): with block checkpointing, the largest over the blocks of every activation of the
     block's nodes its ``dims`` keep, one micro-batch's; 0 without recomputation or blocks."""
-    if not problem.recompute:
+    if not problem.blocks_recomputed:
         return 0.0
     blocks = problem.planning.blocks
     per: dict[int, float] = {}

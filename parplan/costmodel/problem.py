@@ -35,6 +35,8 @@ from parplan.errors import ConfigError
 
 #: ZeRO stages (docs/costmodel.md section 6.1): 0 replicates everything a BATCH split replicates.
 ZERO_STAGES = (0, 1, 2, 3)
+#: What recomputation checkpoints (docs/costmodel.md section 6.3).
+CHECKPOINTS = ("block", "layer")
 #: Largest global batch (2^40): far beyond any training run, and sizes stay exact in float64.
 MAX_BATCH = 2**40
 
@@ -58,8 +60,8 @@ class Problem:
     #: shards over its replicas (1: optimizer state, 2: and gradients, 3: and the weights, which
     #: are then gathered in forward and again in backward).
     zero_stage: int = 0
-    #: Activation recomputation (docs/costmodel.md section 6.3): every node stores only its
-    #: product's input and runs its forward again in backward.
+    #: Activation recomputation (docs/costmodel.md section 6.3): forward runs again in backward
+    #: from checkpoints.
     recompute: bool = False
     #: Micro-batches per step (gradient accumulation, docs/costmodel.md section 6.4); must
     #: divide the batch.
@@ -67,6 +69,10 @@ class Problem:
     #: Weight traffic (gradient exchange, ZeRO-3 gathers) overlaps compute, as DDP and FSDP run
     #: it (docs/costmodel.md section 4.2); False (the papers' setting): it follows compute.
     overlap: bool = False
+    #: What recomputation checkpoints (section 6.3): "block" (what enters each block, the
+    #: largest block held again in backward; layers outside blocks keep their input) or
+    #: "layer" (every weighted layer's input).
+    checkpoint: str = "block"
 
     def __repr__(self) -> str:
         """One line (the full dataclass repr lists every layer and device: thousands of characters)."""
@@ -80,6 +86,7 @@ class Problem:
             ("recompute", False),
             ("micro_batches", 1),
             ("overlap", False),
+            ("checkpoint", "block"),
         ):
             if getattr(self, name) != default:
                 settings.append(f"{name}={getattr(self, name)!r}")
@@ -132,6 +139,10 @@ class Problem:
                 f"zero_stage must be one of {', '.join(map(str, ZERO_STAGES))} (got {self.zero_stage!r})"
             )
         object.__setattr__(self, "zero_stage", int(self.zero_stage))
+        if self.checkpoint not in CHECKPOINTS:
+            raise ConfigError(
+                f"checkpoint must be one of {', '.join(CHECKPOINTS)} (got {self.checkpoint!r})"
+            )
         for what in ("recompute", "overlap"):
             if not isinstance(getattr(self, what), (bool, np.bool_)):
                 raise ConfigError(f"{what} must be True or False (got {getattr(self, what)!r})")
@@ -155,13 +166,18 @@ class Problem:
     def planning(self) -> PlanningGraph:
         return planning_graph(self.graph)
 
+    @property
+    def blocks_recomputed(self) -> bool:
+        """Whether recomputation checkpoints per block (section 6.3)."""
+        return self.recompute and self.checkpoint == "block"
+
     def root_dims(self) -> tuple[LayerDims, ...]:
         """Every planning node's dims at the full batch (computed once per problem: the
         evaluator asks at every group)."""
         dims = self.__dict__.get("_root_dims")
         if dims is None:
             pg = self.planning
-            kept = pg.checkpoints if self.recompute else (-1.0,) * len(pg.nodes)
+            kept = pg.checkpoints if self.blocks_recomputed else (-1.0,) * len(pg.nodes)
             dims = tuple(
                 dataclasses.replace(
                     n.dims,

@@ -264,7 +264,7 @@ def node_factor(
     if options.memory_price > 0.0:  # a unary term on u's own states (u is the scope's first axis)
         t, cap = tables[u], sp.side.capacity_bytes
         mem = t.memory
-        if sp.dims[u].recompute and sp.planning.blocks[u] >= 0:
+        if sp.dims[u].recompute and sp.dims[u].checkpoint >= 0:
             # what a recomputed block holds again is a largest over blocks (section 6.3), not a sum
             # over nodes: priced here as the blocks' average, the price stays a unary term (the
             # memory search re-checks every plan it keeps with the evaluator, section 6.2)

@@ -562,6 +562,7 @@ def stage_evaluation(sub: Problem, plan: Plan, memo: dict | None = None) -> Eval
         sub.compat,
         sub.zero_stage,
         sub.recompute,
+        sub.checkpoint,
         sub.micro_batches,
         sub.overlap,
     )

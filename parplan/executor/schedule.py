@@ -224,7 +224,7 @@ class Schedule:
     def _sent_again(self) -> dict[str, frozenset[str]]:
         """Per node, the tensors whose forward re-layout its block sends again when it is
         recomputed (docs/costmodel.md section 6.3): those read by a node of the same block."""
-        if not self.problem.recompute:
+        if not self.problem.blocks_recomputed:
             return {}
         pg = self.problem.planning
         out = {}

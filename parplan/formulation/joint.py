@@ -462,7 +462,7 @@ class _Builder:
                 continue
             mem_terms = []
             held: dict[int, list] = {}  # per checkpointed block, its activations (section 6.3)
-            blocks = self.pg.blocks if self.p.recompute else (-1,) * self.n
+            blocks = self.pg.blocks if self.p.blocks_recomputed else (-1,) * self.n
             for u in range(self.n):
                 first, compute, memory, again = self.leaf_costs(path, u)
                 leaf_terms[path, u] = [

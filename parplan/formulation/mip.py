@@ -379,7 +379,9 @@ def build_mip(
     notes = []
     if memory is not None:
         blocks = pg.blocks
-        recomputed = [v for v in range(len(pg.nodes)) if blocks[v] >= 0 and sp.dims[v].recompute]
+        recomputed = [
+            v for v in range(len(pg.nodes)) if sp.dims[v].recompute and sp.dims[v].checkpoint >= 0
+        ]
 
         def coefficient(x: float) -> float:
             # rounded down in the integer model: a relaxation, so "infeasible" stays a proof
@@ -446,7 +448,7 @@ def plan_memory_bytes(sp, split: Split) -> tuple[float, float]:
     for v, (d, c, a) in enumerate(zip(sp.dims, split.choices, split.shares)):
         for i, part in enumerate(scale_for_sides(d, c, a)):
             out[i] += part.memory_bytes(bpe, opt, sp.side.zero_stage)
-            if d.recompute and blocks[v] >= 0:
+            if d.recompute and d.checkpoint >= 0:  # in a checkpointed block
                 held[i][blocks[v]] = held[i].get(blocks[v], 0.0) + part.activation_bytes(bpe)
     return tuple(out[i] + max(held[i].values(), default=0.0) for i in (0, 1))
 

@@ -131,6 +131,7 @@ class PlanReport:
             "planner": self.plan.planner,
             "zero_stage": p.zero_stage,
             "recompute": p.recompute,
+            "checkpoint": p.checkpoint,
             "micro_batches": p.micro_batches,
             "bytes_per_element": p.bytes_per_element,
             "optimizer_bytes_per_param": p.optimizer_bytes_per_param,
@@ -150,6 +151,7 @@ class PlanReport:
             "optimizer_bytes_per_param": p.optimizer_bytes_per_param,
             "zero_stage": p.zero_stage,
             "recompute": p.recompute,
+            "checkpoint": p.checkpoint,
             "micro_batches": p.micro_batches,
             "planner": self.plan.planner,
             "options": dict(self.plan.info),
@@ -214,7 +216,9 @@ class PlanReport:
                 f"; {x}"
                 for x in (
                     f"ZeRO stage {p.zero_stage}" if p.zero_stage else "",
-                    "recomputation" if p.recompute else "",
+                    ("recomputation" if p.checkpoint == "block" else "recomputation per layer")
+                    if p.recompute
+                    else "",
                     f"{p.micro_batches} micro-batches" if p.micro_batches > 1 else "",
                 )
                 if x

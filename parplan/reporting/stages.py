@@ -77,6 +77,7 @@ def pipeline_dict(
         "micro_batches": problem.micro_batches,
         "zero_stage": problem.zero_stage,
         "recompute": problem.recompute,
+        "checkpoint": problem.checkpoint,
         "step_time_s": ev.step_time_s,
         "bubble_fraction": ev.bubble_fraction,
         "transfer_s": list(ev.transfer_s),

@@ -64,7 +64,7 @@ def brute_force_split(
             held: dict[int, np.ndarray] = {}  # a recomputed block's activations (section 6.3)
             for v, t in enumerate(tables):
                 used = used + along(v, t.memory[i])
-                if sp.dims[v].recompute and blocks[v] >= 0:
+                if sp.dims[v].recompute and sp.dims[v].checkpoint >= 0:  # a checkpointed block
                     held[blocks[v]] = held.get(blocks[v], 0.0) + along(v, t.activations[i])
             if held:
                 used = used + np.maximum.reduce([np.broadcast_to(x, shape) for x in held.values()])

@@ -108,11 +108,13 @@ def memory_lower_bound(problem: Problem) -> float:
 
 @dataclass(frozen=True, order=True)
 class Technique:
-    """One setting of the memory techniques: ZeRO stage, recomputation, micro-batches."""
+    """One setting of the memory techniques: ZeRO stage, recomputation (and what it
+    checkpoints: per block or per layer, docs/costmodel.md section 6.3), micro-batches."""
 
     zero_stage: int = 0
     recompute: bool = False
     micro_batches: int = 1
+    checkpoint: str = "block"
 
     def apply(self, problem: Problem) -> Problem:
         return replace(
@@ -120,12 +122,14 @@ class Technique:
             zero_stage=self.zero_stage,
             recompute=self.recompute,
             micro_batches=self.micro_batches,
+            checkpoint=self.checkpoint,
         )
 
     def label(self) -> str:
+        recompute = "recompute" if self.checkpoint == "block" else "recompute per layer"
         parts = (
             [f"zero-{self.zero_stage}"]
-            + (["recompute"] if self.recompute else [])
+            + ([recompute] if self.recompute else [])
             + ([f"{self.micro_batches} micro-batches"] if self.micro_batches > 1 else [])
         )
         return ", ".join(parts)
@@ -138,13 +142,17 @@ def techniques(
     micro_batches: int | str = "auto",
 ) -> list[Technique]:
     """The settings a search may use ("auto": every value at least the problem's own; micro-batches
-    powers of two that divide the batch, up to :data:`MAX_MICRO_BATCHES`)."""
+    powers of two that divide the batch, up to :data:`MAX_MICRO_BATCHES`). ``recompute``:
+    "auto", True (checkpointing per block and per layer both, where the model has blocks),
+    False, "block" or "layer"."""
     if zero != "auto" and (isinstance(zero, bool) or zero not in ZERO_STAGES):
         raise ConfigError(
             f"zero must be 'auto' or one of {', '.join(map(str, ZERO_STAGES))} (got {zero!r})"
         )
-    if recompute != "auto" and not isinstance(recompute, bool):
-        raise ConfigError(f"recompute must be 'auto', True or False (got {recompute!r})")
+    if recompute not in ("auto", "block", "layer") and not isinstance(recompute, bool):
+        raise ConfigError(
+            f"recompute must be 'auto', True, False, 'block' or 'layer' (got {recompute!r})"
+        )
     if micro_batches != "auto" and (
         isinstance(micro_batches, bool)
         or not isinstance(micro_batches, int)
@@ -156,7 +164,19 @@ def techniques(
             f"(got {micro_batches!r})"
         )
     zs = [z for z in ZERO_STAGES if z >= problem.zero_stage] if zero == "auto" else [int(zero)]
-    rs = sorted({problem.recompute, True}) if recompute == "auto" else [recompute]
+    # (recompute, checkpoint): per block and per layer are different schedules, neither always
+    # keeps less (a model of one block holds it all again), so both are searched
+    granularities = ("block", "layer") if problem.planning.block_count else ("block",)
+    if recompute == "auto":
+        rs = ([] if problem.recompute else [(False, problem.checkpoint)]) + [
+            (True, c) for c in granularities
+        ]
+    elif recompute is True:
+        rs = [(True, c) for c in granularities]
+    elif recompute is False:
+        rs = [(False, problem.checkpoint)]
+    else:
+        rs = [(True, recompute)]
     if micro_batches == "auto":
         ms = [
             m
@@ -166,7 +186,7 @@ def techniques(
         ms = ms or [problem.micro_batches]
     else:
         ms = [micro_batches]
-    return [Technique(z, r, m) for z in zs for r in rs for m in ms]
+    return [Technique(z, r, m, c) for z in zs for r, c in rs for m in ms]
 
 
 def fit_plan(
@@ -210,10 +230,12 @@ def fit_plan(
             candidate(p, plan, how)
         misses.clear()
 
-    lightest = max(settings, key=lambda t: (t.zero_stage, t.recompute, t.micro_batches))
     # the least any setting needs: recomputation can need more than none (a model of one block
     # holds that block again on top of its checkpoints, section 6.3)
-    need = min(memory_lower_bound(t.apply(problem)) for t in settings)
+    bounds = {t: memory_lower_bound(t.apply(problem)) for t in settings}
+    need = min(bounds.values())
+    # the most memory-saving setting: the highest ZeRO stage and micro-batches, then the least bound
+    lightest = min(settings, key=lambda t: (-t.zero_stage, -t.micro_batches, bounds[t]))
     if need > sum(limits.values()):
         # proven: no plan fits; one plan with the most memory-saving setting shows how close one comes
         p = lightest.apply(problem)
@@ -244,7 +266,8 @@ def fit_plan(
     fitting = sorted((f for f in tried if f.fits), key=lambda f: f.evaluation.step_time_s)
     found = list(fitting)
     for fit in fitting[:REPLANNED]:
-        t = Technique(fit.problem.zero_stage, fit.problem.recompute, fit.problem.micro_batches)
+        q = fit.problem
+        t = Technique(q.zero_stage, q.recompute, q.micro_batches, q.checkpoint)
         say(f"memory: planning with {t.label()}")
         found.append(
             candidate(
@@ -334,6 +357,18 @@ def _price_search(
     return found
 
 
+#: Cell columns above which the memory search's exact split model goes to HiGHS (a child
+#: process: about 0.5 s to start) rather than SCIP (in this process): on random 4-node graphs of
+#: 20,000 cells SCIP took 8-11 s and HiGHS 0.12 s; on small models SCIP answers in milliseconds.
+HIGHS_ABOVE_CELLS = 5_000
+
+
+def _backend_for(sp, options) -> str:
+    from parplan.formulation.mip import model_cells, split_tables
+
+    return "highs" if model_cells(sp, split_tables(sp, options)) > HIGHS_ABOVE_CELLS else "scip"
+
+
 def _exact_one_split(
     problem: Problem, settings, limit_bytes, options, candidate, say, best: Fit | None = None
 ) -> tuple[Fit | None, bool]:
@@ -362,9 +397,10 @@ def _exact_one_split(
             if memory_lower_bound(p) > capacity:
                 continue  # proven: no plan with this setting fits
             say(f"memory: exact solve of the split with {t.label()}")
+            sp = SplitProblem.root(p)
             split, cert = solve_split_exact(
-                SplitProblem.root(p),
-                "scip",
+                sp,
+                _backend_for(sp, options),
                 options,
                 memory=memory_limit_for(p.array, "device" if limit_bytes is None else limit_bytes),
                 diagnose=False,
