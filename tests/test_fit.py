@@ -367,3 +367,29 @@ def test_every_backend_holds_the_largest_recomputed_block(fraction):
         assert cert.status == "optimal", (backend, cert.status, cert.message)
         assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
         assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)
+
+
+def test_both_checkpointing_schedules_are_searched_where_the_model_has_blocks():
+    """section 6.3: per block and per layer are both settings of the memory search (neither
+    keeps less on every model), and `--recompute block` / `layer` fixes one."""
+    import argparse
+
+    from parplan.cli.common import add_problem_arguments, problem_from_args, technique_choices
+    from parplan.solvers.fit import techniques
+
+    gpt = Problem(get_model("gpt2"), parse_array("h100:2"), batch=8)
+    vgg = Problem(get_model("vgg11"), parse_array("h100:2"), batch=8)
+    assert gpt.planning.block_count == 12 and vgg.planning.block_count == 0
+    both = {(t.recompute, t.checkpoint) for t in techniques(gpt, zero=0, micro_batches=1)}
+    assert both == {(False, "block"), (True, "block"), (True, "layer")}
+    only = {(t.recompute, t.checkpoint) for t in techniques(vgg, zero=0, micro_batches=1)}
+    assert only == {(False, "block"), (True, "block")}  # no block: the two are the same
+    labels = {t.label() for t in techniques(gpt, zero=0, recompute=True, micro_batches=1)}
+    assert labels == {"zero-0, recompute", "zero-0, recompute per layer"}
+    parser = argparse.ArgumentParser()
+    add_problem_arguments(parser)
+    for word, want in (("layer", "layer"), ("block", "block"), ("yes", "block")):
+        args = parser.parse_args(["--model", "gpt2", "--array", "h100:2", "--recompute", word])
+        p = problem_from_args(args)
+        assert p.recompute and p.checkpoint == want
+        assert technique_choices(args)["recompute"] == {"yes": True}.get(word, word)

@@ -80,7 +80,7 @@ class Evaluation:
     #: bytes that do not depend on the batch (weights, gradients, optimizer state) and the stored
     #: activations of one micro-batch, and what a recomputed block holds again (one micro-batch's,
     #: :func:`recomputed_block_bytes`); their sum is ``device_memory_bytes``.
-    node_memory: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None
+    node_memory: Mapping[str, tuple[np.ndarray, np.ndarray, float]] | None = None
 
     def __repr__(self) -> str:
         """One line; ``rows`` and ``breakdown`` hold the details."""
