@@ -262,16 +262,20 @@ def node_factor(
     if options.objective is Objective.TIME:
         raw = np.broadcast_to(floored_time(raw, sp.floor(u, options)), raw.shape)
     if options.memory_price > 0.0:  # a unary term on u's own states (u is the scope's first axis)
-        t, cap = tables[u], sp.side.capacity_bytes
-        mem = t.memory
-        if sp.dims[u].recompute and sp.dims[u].checkpoint >= 0:
-            # what a recomputed block holds again is a largest over blocks (section 6.3), not a sum
-            # over nodes: priced here as the blocks' average, the price stays a unary term (the
-            # memory search re-checks every plan it keeps with the evaluator, section 6.2)
-            mem = t.memory + t.activations / sp.planning.block_count
-        price = options.memory_price * (mem[0] / cap[0] + mem[1] / cap[1])
-        raw = raw + price.reshape((-1,) + (1,) * (k - 1))
+        raw = raw + memory_price(sp, tables, u, options).reshape((-1,) + (1,) * (k - 1))
     return scope, raw
+
+
+def memory_price(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.ndarray:
+    """Per state of node ``u``, the memory price ``mu (m_1 / C_1 + m_2 / C_2)`` of
+    docs/costmodel.md section 6.2 (step 3). What a recomputed block holds again is a largest
+    over blocks (section 6.3), not a sum over nodes: it is priced as the blocks' average, so the
+    price stays a unary term (the memory search re-checks every plan it keeps)."""
+    t, cap = tables[u], sp.side.capacity_bytes
+    mem = t.memory
+    if sp.dims[u].recompute and sp.dims[u].checkpoint >= 0:
+        mem = t.memory + t.activations / sp.planning.block_count
+    return options.memory_price * (mem[0] / cap[0] + mem[1] / cap[1])
 
 
 #: Floats the memo of node terms may hold (about 8 bytes each); the oldest go first; 0 turns it off.
@@ -416,6 +420,7 @@ __all__ = [
     "all_choices",
     "check_factor_size",
     "factor_scope",
+    "memory_price",
     "node_factor",
     "price_split",
     "split_tables",

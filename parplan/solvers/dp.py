@@ -38,6 +38,7 @@ from parplan.costmodel.split import (
     all_choices,
     check_factor_size,
     factor_scope,
+    memory_price,
     node_factor,
     split_tables,
 )
@@ -247,8 +248,7 @@ def local_search(
             (tables[v].size,),
         )
         if options.memory_price > 0.0:  # the memory price is a term of u's own state (node_factor)
-            t, cap = tables[u], sp.side.capacity_bytes
-            price = options.memory_price * (t.memory[0] / cap[0] + t.memory[1] / cap[1])
+            price = memory_price(sp, tables, u, options)
             value = value + (price if u == v else price[state[u]])
         return value
 
