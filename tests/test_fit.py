@@ -393,3 +393,13 @@ def test_both_checkpointing_schedules_are_searched_where_the_model_has_blocks():
         p = problem_from_args(args)
         assert p.recompute and p.checkpoint == want
         assert technique_choices(args)["recompute"] == {"yes": True}.get(word, word)
+
+
+def test_a_bad_checkpoint_schedule_is_one_error():
+    from parplan.solvers.fit import techniques
+
+    with pytest.raises(ConfigError, match="checkpoint must be one of block, layer"):
+        Problem(get_model("gpt2"), parse_array("h100:2"), batch=8, checkpoint="blocks")
+    p = Problem(get_model("gpt2"), parse_array("h100:2"), batch=8)
+    with pytest.raises(ConfigError, match="recompute must be 'auto', True, False, 'block'"):
+        techniques(p, recompute="sometimes")
