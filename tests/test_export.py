@@ -155,6 +155,38 @@ def test_a_pipeline_plan_exports_its_split_points_schedule_and_each_stage(tmp_pa
     assert "ranks 2-3, mesh (2,); ColwiseParallel on l1" in text
 
 
+def test_fused_projections_are_placed_on_the_modules_of_the_model():
+    """The importer fuses a Hugging Face Llama's q/k/v and gate/up projections into one layer
+    each; the export places each of the model's own modules (Megatron's tensor parallelism:
+    q, k, v each split by their output features), so every path in the script's PLACEMENTS is a
+    module of the model the spec builds."""
+    pytest.importorskip("transformers")
+    from parplan.models.importers.hub import hf_model
+    from parplan.models.modelfile import load_model
+
+    spec = (
+        "hf:llama,hidden_size=64,intermediate_size=128,num_attention_heads=4,"
+        "num_key_value_heads=4,num_hidden_layers=1,vocab_size=128,seq=16"
+    )
+    p = Problem(load_model(spec), parse_array("h100:4"), batch=8)
+    ex = torch_export(p, megatron_plan(p, 1))  # tensor 2 inside, data 2 across
+    qkv = ex.layer("model.layers.0.self_attn.qkv")
+    assert qkv.module_paths == tuple(f"model.layers.0.self_attn.{x}_proj" for x in ("q", "k", "v"))
+    assert ex.layer("lm_head").module_paths == ("lm_head",)
+    model, _ = hf_model("llama", {**_overrides(spec)}, 16)
+    script = ex.script()
+    placed = [line.split("'")[1] for line in script.splitlines() if line.startswith("    '")]
+    assert len(placed) == 8 and "model.layers.0.mlp.gate_proj" in placed
+    for path in placed:
+        assert hasattr(model.get_submodule(path), "weight"), path
+    assert json.loads(json.dumps(ex.to_dict()))["layers"][0]["modules"] == list(qkv.module_paths)
+
+
+def _overrides(spec: str) -> dict:
+    pairs = (kv.split("=") for kv in spec.split(",")[1:] if not kv.startswith("seq="))
+    return {k: int(v) for k, v in pairs}
+
+
 def test_export_cli_writes_json_and_a_script(tmp_path, capsys):
     out = tmp_path / "e.json"
     assert (

@@ -172,6 +172,10 @@ class Linear(Layer):
     #: (docs/costmodel.md section 1).
     experts: int = 1
     top_k: int = 1
+    #: The model's modules this layer stands for, by path, where the importer fused several
+    #: projections into one (q, k, v; gate and up); empty: the layer is its own module. Read by
+    #: ``parplan export`` (placements per module); no cost depends on it.
+    fuses: tuple[str, ...] = ()
     weighted: ClassVar[bool] = True
     groups: ClassVar[int] = 1
 

@@ -539,7 +539,7 @@ def structure(graph: Graph) -> tuple:
         fields = tuple(
             (f.name, getattr(layer, f.name))
             for f in dataclasses.fields(layer)
-            if f.name not in ("name", "inputs")
+            if f.name not in ("name", "inputs", "fuses")  # names, not structure
         )
         out.append((type(layer).__name__, fields, tuple(pos.get(src, -1) for src in layer.inputs)))
     return tuple(out)

@@ -77,6 +77,13 @@ class LayerExport:
     output: tuple[str, ...]
     style: str
     fsdp_dims: tuple[str, ...] = ()
+    #: The model's modules it stands for (the importer's fused q/k/v or gate/up projections:
+    #: each takes the layer's placements); empty: the layer itself.
+    modules: tuple[str, ...] = ()
+
+    @property
+    def module_paths(self) -> tuple[str, ...]:
+        return self.modules or (self.name,)
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ class TorchExport:
                     "output": list(e.output),
                     "style": e.style,
                     "fully_shard_over": list(e.fsdp_dims),
+                    "modules": list(e.module_paths),
                 }
                 for e in self.layers
             ],
@@ -141,9 +149,11 @@ class TorchExport:
             "PLACEMENTS = {",
         ]
         lines += [
-            f"    {e.name!r}: [{', '.join(e.weight)}],  # {e.style}"
+            f"    {path!r}: [{', '.join(e.weight)}],  # {e.style}"
+            + (f" (of {e.name})" if e.modules else "")
             for e in self.layers
             if e.weight
+            for path in e.module_paths
         ]
         lines += [
             "}",
@@ -397,6 +407,7 @@ def _layer_export(node, layer, per_level, names, zero_stage: int) -> LayerExport
         tuple(GIVE[c] for c in per_level),
         style,
         fsdp,
+        tuple(getattr(layer, "fuses", ())),
     )
 
 

@@ -1124,7 +1124,12 @@ class GraphBuilder:
             self._layers[fused] = [
                 Linear,
                 g[1],
-                {"out_features": 2 * width, "bias": g[2]["bias"], "per_position": True},
+                {
+                    "out_features": 2 * width,
+                    "bias": g[2]["bias"],
+                    "per_position": True,
+                    "fuses": (gate, up),
+                },
             ]
             self._expected[fused] = expected
             self._layers[name] = [Glu, (fused,), {"function": function}]
@@ -1197,7 +1202,12 @@ class GraphBuilder:
                 self._layers[fused] = [
                     Linear,
                     self._layers[first][1],
-                    {"out_features": out, "bias": biases.pop(), "per_position": True},
+                    {
+                        "out_features": out,
+                        "bias": biases.pop(),
+                        "per_position": True,
+                        "fuses": tuple(projs),
+                    },
                 ]
                 self._expected[fused] = (
                     self._expected.get(first, 0)
