@@ -533,7 +533,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
             best_step_time_s=best.evaluation.step_time_s,
             best_stages=len(best.plan.stages),
             best_setting=f"m={best.problem.micro_batches}, zero-{best.problem.zero_stage}"
-            + (", recompute" if best.problem.recompute else ""),
+            + (f", recompute per {best.problem.checkpoint}" if best.problem.recompute else ""),
             gap_to_best=ev.step_time_s / best.evaluation.step_time_s - 1.0,
         )
         if len(plan.stages) == 1:
@@ -611,7 +611,7 @@ def _diff_pipelines(args: argparse.Namespace, fa, fb) -> int:
         n = len(plan.stages)
         return (
             f"{n} stage{'s' * (n != 1)}, {plan.schedule}, m={p.micro_batches}, zero-{p.zero_stage}"
-            + (", recompute" if p.recompute else "")
+            + (f", recompute per {p.checkpoint}" if p.recompute else "")
         )
 
     print(f"{problem.graph.name} on {problem.array.describe()}, batch {problem.batch}")
@@ -780,6 +780,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                         "planning_s": time.perf_counter() - t0,
                         "zero_stage": None,
                         "recompute": None,
+                        "checkpoint": None,
                         "micro_batches": None,
                         "fits": False,
                     }
@@ -858,13 +859,13 @@ def compare_text(frame, meta: dict) -> str:
         lines.append(
             f"{r.planner:<16} {r.step_time_s * tf:>11.3f} {r.speedup_over_data:>7.2f}x "
             f"{r.communication_bytes * cf:>11.2f} {r.peak_memory_bytes * mf:>12.2f} {r.planning_s * pf:>12.2f} "
-            f"{r.zero_stage:>5} {'yes' if r.recompute else 'no':>6} {r.micro_batches:>5}"
+            f"{r.zero_stage:>5} {r.checkpoint if r.recompute else 'no':>6} {r.micro_batches:>5}"
         )
     lines.append("")
     lines.append(
         "speedup: data parallelism's step time (memory ignored) / the planner's; comm: bytes received per "
-        "step over all levels; ZeRO, recomp(utation), micro(-batches): what the plan needs to fit "
-        "(docs/costmodel.md section 6)"
+        "step over all levels; ZeRO, recomp(utation: per block or layer, or no), micro(-batches): "
+        "what the plan needs to fit (docs/costmodel.md section 6)"
     )
     return "\n".join(lines)
 
