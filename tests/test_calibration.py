@@ -271,3 +271,23 @@ def test_memory_measurement_needs_a_gpu(tmp_path, capsys):
 
     assert main(["--memory", "--device", "cpu", "--out", str(tmp_path / "m.csv")]) == 2
     assert "--device must be cuda" in capsys.readouterr().err
+
+
+def test_recomputation_costs_what_a_checkpointed_step_measured():
+    """The recorded per-block checkpointing steps of the 4096-wide Llama decoders on an H200:
+    section 6.3's forward again prices them within 10% on the calibrated kind."""
+    pytest.importorskip("transformers")
+    from importlib import resources
+
+    from parplan.calibration.steps import predict_step_seconds
+
+    folder = resources.files("parplan").joinpath("data/calibration")
+    rows = _recorded_memory("steps_checkpointed.csv")
+    r = rows[rows.model.str.contains("hidden_size=4096") & rows.model.str.contains("seq=4096")]
+    assert len(r) == 1 and r.iloc[0]["mode"] == "eager, checkpointed"
+    model, batch, measured = r.iloc[0].model, int(r.iloc[0].batch), r.iloc[0].fwd_bwd_ms / 1e3
+    device = str(folder.joinpath("h200-measured.toml"))
+    with_it = predict_step_seconds(model, batch, "h200-measured", device, recompute=True)
+    without = predict_step_seconds(model, batch, "h200-measured", device)
+    assert abs(with_it / measured - 1) < 0.1
+    assert 1.3 < with_it / without < 1.4  # a third of the step's FLOPs again, and more

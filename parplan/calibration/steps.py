@@ -61,13 +61,19 @@ def measure_step(
     warmup: int = 3,
     steps: int = 10,
     compile: bool = False,
+    checkpoint: bool = False,
 ) -> dict:
     """Median forward + backward and optimizer-update seconds of ``spec`` at ``batch``;
-    ``compile``: through ``torch.compile`` (fused element-wise ops), else eager."""
+    ``compile``: through ``torch.compile`` (fused element-wise ops), else eager; ``checkpoint``:
+    with Hugging Face's per-block activation checkpointing."""
     import torch
 
     dtype = torch.bfloat16 if device != "cpu" else torch.float32
     model, x = _build(spec, batch, device, dtype)
+    if checkpoint:
+        if not hasattr(model, "gradient_checkpointing_enable"):
+            raise ConfigError(f"{spec}: no per-block checkpointing to switch on")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-5, fused=device != "cpu")
     if compile:
@@ -98,7 +104,7 @@ def measure_step(
         "batch": batch,
         "params": sum(p.numel() for p in params),
         "dtype": str(dtype).split(".")[-1],
-        "mode": "compiled" if compile else "eager",
+        "mode": ("compiled" if compile else "eager") + (", checkpointed" if checkpoint else ""),
         "fwd_bwd_ms": statistics.median(fwd_bwd) * 1e3,
         "optimizer_ms": statistics.median(update) * 1e3,
         "device": torch.cuda.get_device_name() if device != "cpu" else "cpu",
@@ -247,10 +253,16 @@ def predict_memory_bytes(
 
 
 def predict_step_seconds(
-    spec: str, batch: int, device_kind: str, devices_file=None, bytes_per_element: float = 2.0
+    spec: str,
+    batch: int,
+    device_kind: str,
+    devices_file=None,
+    bytes_per_element: float = 2.0,
+    recompute: bool = False,
 ) -> float:
     """Section 5's compute time of one training step of ``spec`` at ``batch`` on one device of
-    kind ``device_kind`` (its every node whole: no split, no communication)."""
+    kind ``device_kind`` (its every node whole: no split, no communication); ``recompute``: with
+    section 6.3's forward again (per block)."""
     from parplan.costmodel.hardware import load_devices
     from parplan.costmodel.problem import Problem
     from parplan.costmodel.hardware import parse_array
@@ -264,6 +276,7 @@ def predict_step_seconds(
         parse_array(f"{device_kind}:2", devices=kinds),
         batch=batch,
         bytes_per_element=bytes_per_element,
+        recompute=recompute,
     )
     device = kinds[device_kind.lower()].as_device()
     return sum(d.compute_seconds(device, bytes_per_element) for d in problem.root_dims())
@@ -282,6 +295,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--memory", action="store_true", help="measure MEMORY_CASES' memory instead of time"
     )
+    parser.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="time the Hugging Face cases with per-block activation checkpointing",
+    )
     args = parser.parse_args(argv)
     if args.memory and not args.device.startswith("cuda"):
         print(
@@ -290,6 +308,8 @@ def main(argv=None) -> int:
         )
         return 2
     every = MEMORY_CASES if args.memory else STEP_CASES
+    if args.checkpoint and not args.memory:
+        every = tuple(c for c in STEP_CASES if c[0].startswith("hf:"))
     if args.memory and args.compile:  # Hugging Face's checkpointing is not compiled here
         every = tuple(c for c in every if not c[2])
     cases = every if args.cases is None else [every[int(i)] for i in args.cases.split(",")]
@@ -304,7 +324,11 @@ def main(argv=None) -> int:
                     f"peak {rows[-1]['peak_bytes'] / 2**30:.2f} GiB"
                 )
             else:
-                rows.append(measure_step(spec, batch, args.device, compile=args.compile))
+                rows.append(
+                    measure_step(
+                        spec, batch, args.device, compile=args.compile, checkpoint=args.checkpoint
+                    )
+                )
                 said = (
                     f"{rows[-1]['fwd_bwd_ms']:.2f} ms fwd+bwd, "
                     f"{rows[-1]['optimizer_ms']:.2f} ms update"
