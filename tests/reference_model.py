@@ -423,13 +423,25 @@ def reference_evaluate(problem, plan):
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
-    # per-block checkpointing, or every layer's input kept (section 6.3): then no block
-    per_block = problem.recompute and problem.checkpoint == "block"
+    # per-block checkpointing, or every layer's input kept (section 6.3; a model without
+    # blocks is checkpointed per layer): then no block
+    per_block = (
+        problem.recompute
+        and problem.checkpoint == "block"
+        and any(b is not None for b in ref_blocks(pg))
+    )
     blocks = ref_blocks(pg) if per_block else [None] * len(pg.nodes)
     cks = ref_checkpoints(pg, blocks)
+    # per block, only the blocks' nodes run forward again (the rest keep all they store)
     roots = [
-        raw(node, problem.batch, problem.recompute, problem.micro_batches, ck)
-        for node, ck in zip(pg.nodes, cks)
+        raw(
+            node,
+            problem.batch,
+            problem.recompute and (not per_block or b is not None),
+            problem.micro_batches,
+            ck,
+        )
+        for node, ck, b in zip(pg.nodes, cks, blocks)
     ]
 
     def rec(group, path, dims, boxes, above):
@@ -499,7 +511,22 @@ def reference_split_time(problem, split):
     """Step time of a one-split plan with each side priced as one device (the planner's view)."""
     pg = problem.planning
     bpe = problem.bytes_per_element
-    dims = [raw(node, problem.batch, problem.recompute, problem.micro_batches) for node in pg.nodes]
+    per_block = (
+        problem.recompute
+        and problem.checkpoint == "block"
+        and any(b is not None for b in ref_blocks(pg))
+    )
+    blocks = ref_blocks(pg) if per_block else [None] * len(pg.nodes)
+    dims = [
+        raw(
+            node,
+            problem.batch,
+            problem.recompute and (not per_block or b is not None),
+            problem.micro_batches,
+            ck,
+        )
+        for node, b, ck in zip(pg.nodes, blocks, ref_checkpoints(pg, blocks))
+    ]
     a = problem.array
     comm = split_comm(
         pg,

@@ -290,4 +290,4 @@ def test_recomputation_costs_what_a_checkpointed_step_measured():
     with_it = predict_step_seconds(model, batch, "h200-measured", device, recompute=True)
     without = predict_step_seconds(model, batch, "h200-measured", device)
     assert abs(with_it / measured - 1) < 0.1
-    assert 1.3 < with_it / without < 1.4  # a third of the step's FLOPs again, and more
+    assert 1.25 < with_it / without < 1.35  # a third of the blocks' step again

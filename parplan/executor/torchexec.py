@@ -653,7 +653,8 @@ class DeviceStep:
 
     def backward(self) -> None:
         graph = self.p.graph
-        for node in reversed(self.p.planning.nodes):
+        recomputed = self.p.recomputed_nodes
+        for v, node in reversed(list(enumerate(self.p.planning.nodes))):
             box = self.boxes[node.name]
             if self.p.zero_stage >= 3:  # the tables were freed after forward: gathered again
                 for src, again in self._gather_tables(node.name).items():
@@ -674,7 +675,7 @@ class DeviceStep:
                     raise RuntimeError(
                         f"{node.name}: the backward gather brought other weights than forward's"
                     )
-            if self.p.recompute:
+            if recomputed[v]:  # section 6.3: every node per layer, a block's nodes per block
                 self._recompute(node)
                 self.exchange(self.s.resent(node.name))  # its block's re-layouts (section 6.3)
             tensors = [t for t in (node.name, *self.s.chain(node.name)) if t in self.readers]

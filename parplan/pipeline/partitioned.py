@@ -36,7 +36,7 @@ Example:
     >>> r = plan_partitioned(p, limit_bytes=0.8 * 2**30)
     >>> one_stage = r.priced[0]  # the partition-only plan that fits: ZeRO-3 and recomputation
     >>> len(r.plan.stages), r.evaluation.step_time_s < one_stage[1], r.evaluation.peak_memory_bytes <= 0.8 * 2**30
-    (4, True, True)
+    (2, True, True)
 """
 
 from __future__ import annotations
