@@ -417,20 +417,23 @@ def side_time(work: float, comm) -> float:
     return work + seconds - min(weight, 2.0 / 3.0 * work)
 
 
+def _checkpointing(problem, pg):
+    """(per block, each node's block or None): per-block checkpointing, or every layer's input
+    kept (section 6.3; a model without blocks is checkpointed per layer): then no block."""
+    blocks = ref_blocks(pg)
+    per_block = (
+        problem.recompute and problem.checkpoint == "block" and any(b is not None for b in blocks)
+    )
+    return per_block, blocks if per_block else [None] * len(pg.nodes)
+
+
 def reference_evaluate(problem, plan):
     """(step time, per-device memory) of ``plan`` by the rules of docs/costmodel.md."""
     pg = problem.planning
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     memory = {}
 
-    # per-block checkpointing, or every layer's input kept (section 6.3; a model without
-    # blocks is checkpointed per layer): then no block
-    per_block = (
-        problem.recompute
-        and problem.checkpoint == "block"
-        and any(b is not None for b in ref_blocks(pg))
-    )
-    blocks = ref_blocks(pg) if per_block else [None] * len(pg.nodes)
+    per_block, blocks = _checkpointing(problem, pg)
     cks = ref_checkpoints(pg, blocks)
     # per block, only the blocks' nodes run forward again (the rest keep all they store)
     roots = [
@@ -511,12 +514,7 @@ def reference_split_time(problem, split):
     """Step time of a one-split plan with each side priced as one device (the planner's view)."""
     pg = problem.planning
     bpe = problem.bytes_per_element
-    per_block = (
-        problem.recompute
-        and problem.checkpoint == "block"
-        and any(b is not None for b in ref_blocks(pg))
-    )
-    blocks = ref_blocks(pg) if per_block else [None] * len(pg.nodes)
+    per_block, blocks = _checkpointing(problem, pg)
     dims = [
         raw(
             node,
