@@ -427,16 +427,10 @@ def _checkpointing(problem, pg):
     return per_block, blocks if per_block else [None] * len(pg.nodes)
 
 
-def reference_evaluate(problem, plan):
-    """(step time, per-device memory) of ``plan`` by the rules of docs/costmodel.md."""
-    pg = problem.planning
-    bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
-    memory = {}
-
-    per_block, blocks = _checkpointing(problem, pg)
-    cks = ref_checkpoints(pg, blocks)
-    # per block, only the blocks' nodes run forward again (the rest keep all they store)
-    roots = [
+def _root_dims(problem, pg, per_block: bool, blocks) -> list:
+    """Every node's raw sizes at the root; per block, only the blocks' nodes run forward again
+    (the rest keep all they store)."""
+    return [
         raw(
             node,
             problem.batch,
@@ -444,8 +438,18 @@ def reference_evaluate(problem, plan):
             problem.micro_batches,
             ck,
         )
-        for node, ck, b in zip(pg.nodes, cks, blocks)
+        for node, b, ck in zip(pg.nodes, blocks, ref_checkpoints(pg, blocks))
     ]
+
+
+def reference_evaluate(problem, plan):
+    """(step time, per-device memory) of ``plan`` by the rules of docs/costmodel.md."""
+    pg = problem.planning
+    bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
+    memory = {}
+
+    per_block, blocks = _checkpointing(problem, pg)
+    roots = _root_dims(problem, pg, per_block, blocks)
 
     def rec(group, path, dims, boxes, above):
         if group.is_leaf:
@@ -515,16 +519,7 @@ def reference_split_time(problem, split):
     pg = problem.planning
     bpe = problem.bytes_per_element
     per_block, blocks = _checkpointing(problem, pg)
-    dims = [
-        raw(
-            node,
-            problem.batch,
-            problem.recompute and (not per_block or b is not None),
-            problem.micro_batches,
-            ck,
-        )
-        for node, b, ck in zip(pg.nodes, blocks, ref_checkpoints(pg, blocks))
-    ]
+    dims = _root_dims(problem, pg, per_block, blocks)
     a = problem.array
     comm = split_comm(
         pg,
@@ -538,7 +533,7 @@ def reference_split_time(problem, split):
         zero=problem.zero_stage,
         mb=problem.micro_batches,
         overlap=problem.overlap,
-        blocks=ref_blocks(pg) if problem.checkpoint == "block" else None,
+        blocks=blocks,
     )
     devs = (group_device(problem.array.left), group_device(problem.array.right))
     total = 0.0

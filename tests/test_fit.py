@@ -265,9 +265,6 @@ def test_certify_with_a_memory_limit_and_no_exact_plan_reports_instead_of_crashi
 def test_certify_with_a_memory_limit_works_on_every_backend(fraction):
     """``certify --memory-limit`` on every backend: the exact plan fits and equals brute force
     over the plans that fit (one split, per-device memory rows)."""
-    from parplan.solvers.backends import available_backends
-    from parplan.solvers.exact import certify
-
     p = Problem(
         get_model("lenet"),
         parse_array("tpu-v2:1,tpu-v3:1"),
@@ -275,6 +272,15 @@ def test_certify_with_a_memory_limit_works_on_every_backend(fraction):
         zero_stage=1,
         micro_batches=2,
     )
+    _certify_equals_brute_force(p, fraction)
+
+
+def _certify_equals_brute_force(p: Problem, fraction: float) -> None:
+    """``certify`` on every backend at ``fraction`` of the accpar plan's peak: infeasible where
+    brute force finds no plan that fits, else optimal at brute force's value, and fitting."""
+    from parplan.solvers.backends import available_backends
+    from parplan.solvers.exact import certify
+
     options = PlanOptions(share_grid=2)
     need = max(evaluate(p, make_plan(p, "accpar", share_grid=2)).device_memory_bytes.values())
     limit = need * fraction
@@ -285,10 +291,10 @@ def test_certify_with_a_memory_limit_works_on_every_backend(fraction):
         assert not c.contradictions, (backend, c.contradictions)
         if want == float("inf"):
             assert cert.status == "infeasible", backend
-        else:
-            assert cert.status == "optimal", (backend, cert.status, cert.message)
-            assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
-            assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)
+            continue
+        assert cert.status == "optimal", (backend, cert.status, cert.message)
+        assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
+        assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)
 
 
 def test_precision_sets_element_and_optimizer_bytes_unless_given():
@@ -342,8 +348,6 @@ def test_every_backend_holds_the_largest_recomputed_block(fraction):
     every backend: the memory rows hold the largest block again (section 6.3), so the exact
     plan equals brute force over the plans that fit, and fits by the evaluator."""
     from parplan.costmodel.graph import Activation, Conv2d, Shape
-    from parplan.solvers.backends import available_backends
-    from parplan.solvers.exact import certify
 
     layers, src = [], "input"
     for i, c in enumerate((24, 8, 40, 16)):
@@ -353,20 +357,7 @@ def test_every_backend_holds_the_largest_recomputed_block(fraction):
     g = in_blocks(Graph("two-blocks", Shape(8, 7, 7), tuple(layers)), 4)
     p = Problem(g, parse_array("tpu-v2:1,tpu-v3:1"), batch=16, recompute=True)
     assert p.planning.blocks == (0, 0, 1, 1)
-    options = PlanOptions(share_grid=2)
-    need = max(evaluate(p, make_plan(p, "accpar", share_grid=2)).device_memory_bytes.values())
-    limit = need * fraction
-    want, _ = brute_force_split(SplitProblem.root(p), options, (limit, limit))
-    for backend in available_backends():
-        c = certify(p, "accpar", backend, options, memory_limit_bytes=limit)
-        cert = c.exact.certificate
-        assert not c.contradictions, (backend, c.contradictions)
-        if want == float("inf"):
-            assert cert.status == "infeasible", backend
-            continue
-        assert cert.status == "optimal", (backend, cert.status, cert.message)
-        assert math.isclose(cert.objective, want, rel_tol=1e-5), backend
-        assert max(c.exact.evaluation.device_memory_bytes.values()) <= limit * (1 + 1e-9)
+    _certify_equals_brute_force(p, fraction)
 
 
 def test_both_checkpointing_schedules_are_searched_where_the_model_has_blocks():
