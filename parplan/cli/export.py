@@ -16,11 +16,12 @@ def _written(args: argparse.Namespace, out: dict, script) -> bool:
     print it with ``--format json``; True when the JSON was the output."""
     if args.out:
         path = output_path(args.out, "--out")
+        if str(path).endswith(".py") and script is not None:
+            text = script()  # before the file is opened: a refusal leaves no empty file
+        else:
+            text = json.dumps(out, indent=2)
         with open(path, "w", encoding="utf-8") as fh:
-            if str(path).endswith(".py") and script is not None:
-                fh.write(script())
-            else:
-                json.dump(out, fh, indent=2)
+            fh.write(text)
         print(f"wrote {path}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(out, indent=2))
@@ -42,6 +43,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         saved = read_plan_file(args.plan)
         if saved.pipeline is not None:
             return _export_pipeline(args, saved)
+    spec = args.model
+    if args.plan and spec is None:
+        spec = saved.problem.get("model_source") or saved.problem.get("model")
     problem, plan, source = _problem_and_plan(args)
     export = torch_export(problem, plan)
     near = None
@@ -50,6 +54,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         priced = (evaluate(problem, plan).step_time_s, evaluate(problem, near).step_time_s)
     if args.nearest:
         export = torch_export(problem, near)
+    chosen = near if args.nearest else plan
     out = export.to_dict()
     out.update(
         {
@@ -61,7 +66,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     )
     if near is not None:
         out["step_time_s"] = {"plan": priced[0], "nearest": priced[1]}
-    if _written(args, out, export.script):
+    if _written(args, out, lambda: _script(problem, chosen, spec, export)):
         return 0 if export.expressible else 1
     print(
         f"{out['source']}: {problem.graph.name} on {problem.array.describe()}, batch {problem.batch}; "
@@ -91,6 +96,18 @@ def cmd_export(args: argparse.Namespace) -> int:
             "--nearest` runs it"
         )
     return 0 if export.expressible or args.nearest else 1
+
+
+def _script(problem, plan, spec, export) -> str:
+    """``--out FILE.py``: the training script for a model that is a PyTorch module
+    (docs/interop.md "A training script"), else the placements of every weight."""
+    from parplan.models.importers.external import is_module_spec
+
+    if spec is not None and is_module_spec(spec):
+        from parplan.executor.script import training_script
+
+        return training_script(problem, plan, spec)
+    return export.script()
 
 
 def _export_pipeline(args: argparse.Namespace, saved) -> int:
@@ -169,7 +186,11 @@ def add_export_parser(sub) -> None:
         "--nearest", action="store_true", help="export the nearest plan torch can express instead"
     )
     e.add_argument(
-        "--out", default=None, metavar="FILE", help="also write it: .py a script, else JSON"
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="also write it: .py a script (a training script for file.py:factory, hf: and tv: "
+        "models; else the placements), other names JSON",
     )
     e.add_argument("--format", default="table", choices=("table", "json"))
     e.add_argument("--bandwidth", type=float, default=None, metavar="GB/s", help=argparse.SUPPRESS)

@@ -385,6 +385,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             f"{'--gap' if args.gap else '--tensor-plan'} goes with --config (a saved plan's gap: "
             "parplan certify)"
         )
+    if args.save:
+        raise ConfigError("--save goes with --config (the plan file is already saved)")
     saved = read_plan_file(args.plan)
     problem = _problem_for(args, dict(saved.problem))
     where = f"plan file '{args.plan}'"
@@ -511,6 +513,8 @@ def _evaluate_config(args: argparse.Namespace) -> int:
         config = _replace(config, styles=read_tensor_plan(args.tensor_plan))
     problem, plan = config_plan(_problem_for(args, {}), config)
     ev = evaluate_pipeline(problem, plan)
+    if args.save:
+        _save_config_plan(args, problem, plan, ev)
     limit = memory_limit(args.memory_limit)
     over = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
     record = {
@@ -589,6 +593,32 @@ def _evaluate_config(args: argparse.Namespace) -> int:
                 print("where it loses:\n" + "\n".join(layers))
     _warn_pipeline_overruns(problem, ev, limit, " under this configuration")
     return 0
+
+
+def _save_config_plan(args: argparse.Namespace, problem, plan, ev) -> None:
+    """``evaluate --config --save``: one stage as a partition plan file, else a pipeline plan file
+    (docs/planfile.md), the configuration recorded under ``options``."""
+    from dataclasses import replace
+
+    from parplan.costmodel.planio import pipeline_document, plan_document, write_plan_file
+
+    path = output_path(args.save, "--save")
+    evaluation = {
+        "step_time_s": ev.step_time_s,
+        "peak_device_memory_bytes": ev.peak_memory_bytes,
+    }
+    if len(plan.stages) == 1:
+        one = plan.stages[0].plan
+        doc = plan_document(
+            problem,
+            replace(one, info={**one.info, "config": plan.info["config"]}),
+            problem_source(args),
+            evaluation=evaluation,
+        )
+    else:
+        doc = pipeline_document(problem, plan, problem_source(args), evaluation=evaluation)
+    write_plan_file(path, doc)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def _diff_pipelines(args: argparse.Namespace, fa, fb) -> int:
@@ -950,6 +980,12 @@ def add_plan_parsers(sub) -> None:
         action="store_true",
         help="with --config: also the best plan parplan finds (plan --pipeline) and the config's gap to "
         "it; with one stage, the gap to the proven bound over partition plans",
+    )
+    e.add_argument(
+        "--save",
+        default=None,
+        metavar="JSON",
+        help="with --config: write the configuration as a plan file (for export, run, diff, certify)",
     )
     _override_arguments(e)
     e.add_argument("--format", default="table", choices=("table", "json", "csv"))

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from parplan.costmodel.graph import Graph
+from parplan.errors import ConfigError
 from parplan.models.importers.api import from_onnx, from_torch
 
 
@@ -28,23 +31,73 @@ def load_external(spec) -> Graph | None:
         >>> load_external("resnet50") is None
         True
     """
-    from pathlib import Path
-
-    from parplan.errors import ConfigError
     from parplan.models.importers.hub import load_hub
 
     hub = load_hub(spec)  # hf:<type>, tv:<name>
     if hub is not None:
         return hub
     text = str(spec)
+    path_text = text.rpartition(":")[0] if ".py:" in text else text
+    path = Path(path_text)
+    if path.suffix.lower() == ".onnx" and ".py:" not in text:
+        if not path.is_file():
+            raise ConfigError(f"ONNX model '{path}': no such file")
+        return from_onnx(path, name=path.stem)
+    made = _factory_result(text)
+    if made is None:
+        return None
+    result, path, factory = made
+    if isinstance(result, Graph):
+        return result
+    # Named after the file and the factory: 'models.py:build' is 'models.build', not 'build'.
+    return from_torch(result[0], result[1], name=f"{path.stem}.{factory}")
+
+
+def is_module_spec(spec: str) -> bool:
+    """Whether ``spec`` names a PyTorch module (``file.py:factory``, ``hf:``, ``tv:``).
+
+    Example:
+        >>> is_module_spec("hf:llama"), is_module_spec("examples/m.py:build"), is_module_spec("vgg16")
+        (True, True, False)
+    """
+    text = str(spec).strip()
+    return text[:3].lower() in ("hf:", "tv:") or ".py:" in text
+
+
+def module_of(spec: str):
+    """``(module, input_shape, token_ids)`` of a model spec that names a PyTorch module
+    (``file.py:factory``, ``hf:``, ``tv:``), its weights allocated on the CPU and initialised from
+    torch's random state; a :class:`ConfigError` for a spec without one (built-in models and
+    ``.onnx`` files are graphs). For the training scripts of :mod:`parplan.executor.script`."""
+    from parplan.models.importers.api import _takes_ids
+    from parplan.models.importers.hub import HUB_PREFIXES, hf_model, parse_spec, torchvision_model
+
+    text = str(spec).strip()
+    if text[:3].lower() in HUB_PREFIXES:
+        prefix, name, options = parse_spec(text)
+        if prefix == "hf:":
+            model, seq = hf_model(name, options, options.pop("seq", None), device="cpu")
+            return model, (seq,), _takes_ids(model, (seq,))
+        image = int(options.get("image", 224))
+        return torchvision_model(name, device="cpu"), (3, image, image), False
+    made = _factory_result(text)
+    if made is None or isinstance(made[0], Graph):
+        raise ConfigError(
+            f"model '{text}' is not a PyTorch module (a file.py:factory returning (module, "
+            "input_shape), hf:<type> or tv:<name>): there is nothing for torch to run"
+        )
+    (model, shape), _, _ = made
+    shape = tuple(int(x) for x in shape)
+    return model, shape, _takes_ids(model, shape)
+
+
+def _factory_result(text: str):
+    """``(what factory() returned, path, factory)`` for ``path/models.py:factory`` (a Graph or
+    an ``(nn.Module, input_shape)`` pair), or None when ``text`` names no Python file."""
     path_text, factory = text, ""
     if ".py:" in text:
         path_text, _, factory = text.rpartition(":")
     path = Path(path_text)
-    if path.suffix.lower() == ".onnx" and not factory:
-        if not path.is_file():
-            raise ConfigError(f"ONNX model '{path}': no such file")
-        return from_onnx(path, name=path.stem)
     if path.suffix.lower() != ".py":
         return None
     if not factory.isidentifier():
@@ -70,11 +123,8 @@ def load_external(spec) -> Graph | None:
         result = build()
     except Exception as exc:
         raise ConfigError(f"model '{text}': {factory}() raised {_user_error(exc)}") from None
-    if isinstance(result, Graph):
-        return result
-    if isinstance(result, tuple) and len(result) == 2:
-        # Named after the file and the factory: 'models.py:build' is 'models.build', not 'build'.
-        return from_torch(result[0], result[1], name=f"{path.stem}.{factory}")
+    if isinstance(result, Graph) or (isinstance(result, tuple) and len(result) == 2):
+        return result, path, factory
     raise ConfigError(
         f"model '{text}': {factory}() must return a parplan Graph or an (nn.Module, input_shape) pair "
         f"(got {type(result).__name__})"

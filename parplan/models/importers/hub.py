@@ -182,8 +182,8 @@ def import_torchvision():
     return torchvision
 
 
-def torchvision_model(name: str):
-    """A torchvision model by name, random weights on the ``meta`` device."""
+def torchvision_model(name: str, device: str = "meta"):
+    """A torchvision model by name, random weights on ``device`` (``meta``: nothing allocated)."""
     import torch
 
     tv = import_torchvision()
@@ -193,7 +193,7 @@ def torchvision_model(name: str):
         names = ", ".join(sorted(tv.models.list_models(tv.models))[:12])
         raise ConfigError(f"torchvision has no model '{name}' (e.g. {names}, ...)") from None
     try:
-        with torch.device("meta"):
+        with torch.device(device):
             return builder(weights=None)
     except (NotImplementedError, RuntimeError):
         # a few builders copy initial values (regnet): build those on the CPU (they are small)
