@@ -67,6 +67,7 @@ def test_a_megatron_configuration_trains_through_torchs_apis(tmp_path, capsys):
     _checked(script)
 
 
+@pytest.mark.slow  # resnet-2block runs through DTensor in the default run (tests/test_export.py)
 def test_a_data_parallel_resnet_trains_through_torchs_apis(tmp_path):
     """A two-block ResNet, data parallel over both levels (flattened into one mesh dim), the
     gradients averaged by all-reduce (no ZeRO)."""

@@ -360,6 +360,7 @@ def main():
         opt.zero_grad()
         if dist.get_rank() == 0:
             print(f"step {{k + 1}}: loss {{loss:.6g}}")
+    dist.barrier()  # every rank done communicating before the groups go (gloo aborts otherwise)
     dist.destroy_process_group()
     raise SystemExit(0 if ok else 1)
 
