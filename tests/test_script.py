@@ -3,6 +3,7 @@ parallel APIs (parallelize_module styles, FSDP2 fully_shard, checkpoint_wrapper,
 accumulation), run with torchrun on cpu:4 (gloo), loss and every gradient equal to one
 process; refusals name what the APIs cannot express."""
 
+import json
 import os
 import subprocess
 import sys
@@ -68,17 +69,25 @@ def test_a_megatron_configuration_trains_through_torchs_apis(tmp_path, capsys):
 
 
 @pytest.mark.slow  # resnet-2block runs through DTensor in the default run (tests/test_export.py)
-def test_a_data_parallel_resnet_trains_through_torchs_apis(tmp_path):
+def test_a_data_parallel_resnet_trains_through_torchs_apis(tmp_path, capsys):
     """A two-block ResNet, data parallel over both levels (flattened into one mesh dim), the
-    gradients averaged by all-reduce (no ZeRO)."""
+    gradients averaged by all-reduce (no ZeRO): written by export, and run by run --runtime script."""
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
-    args = ["--model", f"{MODELS}:resnet", "--array", "cpu:4", "--batch", "8"]
-    assert main(["export", *args, "--planner", "data", "--out", str(script)]) == 0
+    args = ["--model", f"{MODELS}:resnet", "--array", "cpu:4", "--batch", "8", "--planner", "data"]
+    assert main(["export", *args, "--out", str(script)]) == 0
     text = script.read_text()
     assert "DATA_DIMS = ('l1', 'l2')" in text and "TENSOR_DIMS = ()" in text
     assert "BLOCKS = ('layers.0', 'layers.1')" in text
-    _checked(script)
+    capsys.readouterr()
+    assert main(["run", *args, "--runtime", "script", "--steps", "2", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["numerics_equal"] and out["check"].endswith(": equal") and len(out["losses"]) == 2
+
+
+def test_run_script_needs_a_torch_module(capsys):
+    assert main(["run", "--model", "lenet", "--array", "cpu:4", "--runtime", "script"]) == 2
+    assert "'lenet' is not a PyTorch module" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -75,6 +75,18 @@ def _per_node(report, bpe: float):
 DEFAULT_LR_PER_SAMPLE = 0.08
 
 
+def _run_head(problem, source: str, runtime: str, steps: int) -> dict:
+    """The first fields of ``run --format json``'s record."""
+    return {
+        "model": problem.graph.name,
+        "array": problem.array.describe(),
+        "batch": problem.batch,
+        "source": source,
+        "runtime": runtime,
+        "steps": steps,
+    }
+
+
 def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
     """``run --runtime torch``: the plan through torch's own DTensor (docs/interop.md)."""
     from parplan.executor.export import nearest_plan
@@ -96,12 +108,7 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
         print(
             json.dumps(
                 {
-                    "model": problem.graph.name,
-                    "array": problem.array.describe(),
-                    "batch": problem.batch,
-                    "source": source,
-                    "runtime": "torch",
-                    "steps": args.steps,
+                    **_run_head(problem, source, "torch", args.steps),
                     "lr": lr,
                     "numerics_equal": report.numerics_equal,
                     "losses": report.losses,
@@ -151,6 +158,67 @@ def cmd_run_torch(args: argparse.Namespace, problem, plan, source: str) -> int:
     return 0 if report.numerics_equal else 1
 
 
+def cmd_run_script(args: argparse.Namespace, problem, plan, source: str) -> int:
+    """``run --runtime script``: the plan's training script (``export --out train.py``) under
+    torchrun with ``--check`` (docs/interop.md "A training script")."""
+    from parplan.executor.export import nearest_plan
+    from parplan.executor.script import run_script, training_script
+    from parplan.models.importers.external import is_module_spec
+
+    spec = args.model
+    if spec is None and args.plan:
+        from parplan.costmodel.planio import read_plan_file
+
+        record = read_plan_file(args.plan).problem
+        spec = record.get("model_source") or record.get("model")
+    if spec is None or not is_module_spec(spec):
+        raise ConfigError(
+            f"run --runtime script: model '{spec}' is not a PyTorch module (file.py:factory, hf:, tv:); "
+            "--runtime torch runs any model through DTensor"
+        )
+    if args.nearest:
+        plan, source = nearest_plan(problem, plan), f"{source} (nearest plan torch can express)"
+    text = training_script(problem, plan, spec)
+    n = problem.array.count
+    print(
+        f"[parplan] running {args.steps} step(s) of {source} as a training script under torchrun, "
+        f"{n} processes...",
+        file=sys.stderr,
+        flush=True,
+    )
+    start = time.perf_counter()
+    done = run_script(text, n, args.steps)
+    wall = time.perf_counter() - start
+    steps = [x for x in done.output.splitlines() if x.startswith("step ")]
+    if args.format == "json":
+        print(
+            json.dumps(
+                {
+                    **_run_head(problem, source, "script", args.steps),
+                    "numerics_equal": done.equal,
+                    "check": done.check,
+                    "losses": [float(x.rsplit(" ", 1)[1]) for x in steps],
+                    "returncode": done.returncode,
+                    "wall_s": wall,
+                },
+                indent=2,
+            )
+        )
+        return 0 if done.equal else 1
+    print(
+        f"model {problem.graph.name}  array {problem.array.describe()}  batch {problem.batch}  {source}  "
+        f"{args.steps} step(s) in {wall:.1f} s: torch's parallelize_module / fully_shard / "
+        "checkpoint_wrapper under torchrun"
+    )
+    if done.check:
+        print(done.check)
+        for line in steps:
+            print(line)
+    if done.returncode != 0:
+        print(f"the script exited with {done.returncode}; its last output:\n{done.output[-2000:]}")
+    return 0 if done.equal else 1
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from parplan.executor.launch import RTOL, run_plan
     from parplan.executor.schedule import graph_frames
@@ -159,12 +227,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     csv_path = output_path(args.csv, "--csv") if args.csv else None
     problem, plan, source = _problem_and_plan(args)
     pipeline = plan.__class__.__name__ == "PipelinePlan"
-    if args.runtime == "torch":
+    if args.runtime in ("torch", "script"):
         if pipeline and args.nearest:
             raise ConfigError("run: --nearest does not apply to a pipeline plan")
+        if pipeline and args.runtime == "script":
+            raise ConfigError(
+                "run --runtime script: training scripts cover partition plans; --runtime torch runs "
+                "pipeline plans through torch.distributed.pipelining"
+            )
+        if args.runtime == "script":
+            return cmd_run_script(args, problem, plan, source)
         return cmd_run_torch(args, problem, plan, source)
     if args.nearest:
-        raise ConfigError("run: --nearest goes with --runtime torch")
+        raise ConfigError("run: --nearest goes with --runtime torch or script")
     n = problem.array.count
     from parplan.executor.launch import check_runnable, resolve_backend
 
@@ -381,14 +456,15 @@ def add_run_parser(sub) -> None:
     r.add_argument(
         "--runtime",
         default="reference",
-        choices=("reference", "torch"),
+        choices=("reference", "torch", "script"),
         help="reference: parplan's executor (bytes checked against the model); torch: the plan as DTensor "
-        "placements, run by torch (docs/interop.md)",
+        "placements, run by torch; script: a PyTorch model's training script (parallelize_module, "
+        "fully_shard) under torchrun (docs/interop.md)",
     )
     r.add_argument(
         "--nearest",
         action="store_true",
-        help="with --runtime torch: run the nearest plan torch can express (parplan export --nearest)",
+        help="with --runtime torch or script: run the nearest plan torch can express (parplan export --nearest)",
     )
     r.set_defaults(func=cmd_run, compat=None)
 

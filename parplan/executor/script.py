@@ -371,4 +371,47 @@ if __name__ == "__main__":
     return header + body + tail
 
 
-__all__ = ["ScriptPlan", "script_plan", "training_script"]
+@dataclass(frozen=True)
+class ScriptRun:
+    """What ``torchrun ... script --check`` printed: its exit code, its ``check:`` line and
+    its output."""
+
+    returncode: int
+    check: str
+    output: str
+
+    @property
+    def equal(self) -> bool:
+        return self.returncode == 0 and self.check.endswith(": equal")
+
+
+def run_script(text: str, processes: int, steps: int = 1, timeout_s: float = 1800.0) -> ScriptRun:
+    """Run a training script (:func:`training_script`) under ``torchrun --standalone`` on
+    ``processes`` processes with ``--check`` (``parplan run --runtime script``)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="parplan-script-") as where:
+        path = Path(where) / "train.py"
+        path.write_text(text, encoding="utf-8")
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command += ["--nproc-per-node", str(processes), str(path), "--check", "--steps", str(steps)]
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")},
+                cwd=where,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"the training script did not finish in {timeout_s:.0f} s") from None
+    check = next((x for x in done.stdout.splitlines() if x.startswith("check:")), "")
+    return ScriptRun(done.returncode, check, done.stdout + done.stderr)
+
+
+__all__ = ["ScriptPlan", "ScriptRun", "run_script", "script_plan", "training_script"]
