@@ -708,11 +708,24 @@ static int full_grid(const Call *cl) {
 
 /* values() over a full grid of point states (K == 1): cell()'s terms (the same helpers, in the same
  * order), with the producer's fields, its weight traffic's seconds and each precomputed tensor's
- * offset read once per row of the last axis instead of once per cell. */
+ * offset read once per row of the last axis instead of once per cell. A tensor of several
+ * consumers priced from its consumer tables (Tensor.uni; a fork's, whose table is the whole
+ * grid) has its row's addresses and the backward amounts of its consumers off the last axis
+ * read once per row too (FAST_T tensors of FAST_C consumers at most; closed_form_split's
+ * operations, in its order). */
+#define FAST_T 8
+#define FAST_C 8
 static void values_full(const Call *cl, const double *s1, const double *s2, int objective, double *o) {
-    int k = cl->k, nt = cl->nt;
+    int k = cl->k, nt = cl->nt, leaf = cl->sd.leaf_pair;
     const double *tu = cl->tabs[0];
     Py_ssize_t S0 = cl->S[0], last = cl->S[k - 1], st[MAXK], base[MAXK], lstr[MAXK], c = 0;
+    /* per uni tensor: which of its consumers is on the last axis (-1: none), the row's consumer
+     * table base and step along the last axis, its backward amounts per consumer and side (the
+     * last axis's: a pointer, stepped along the row) */
+    int ulast[FAST_T], fast = nt <= FAST_T;
+    const double *ubase[FAST_T], *bptr[FAST_T][2];
+    Py_ssize_t ustep[FAST_T];
+    double bconst[FAST_T][FAST_C][2];
     memset(st, 0, sizeof(st));
     for (int t = 0; t < nt; ++t) {
         const Tensor *ts = &cl->ts[t];
@@ -720,19 +733,41 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
         if (ts->pre)
             for (int x = 0; x < ts->n; ++x)
                 if (ts->pos[x] == k - 1) lstr[t] = ts->pstr[x + 1];
+        if (!fast || ts->pre) continue;
+        if (!ts->uni || ts->n > FAST_C) { fast = 0; continue; }
+        ulast[t] = -1;
+        for (int x = 0; x < ts->n; ++x)
+            if (ts->pos[x] == k - 1) ulast[t] = x;
+        ustep[t] = ulast[t] >= 0 ? ts->ustr[ulast[t]] * 8 : 0;
     }
     for (;;) {
         Py_ssize_t su = st[0];
         double in0 = fld(tu, S0, F_INTRA0, su), in1 = fld(tu, S0, F_INTRA1, su), ext = fld(tu, S0, F_EXTRA, su);
         double w0 = fld(tu, S0, F_WINTRA0, su), w1 = fld(tu, S0, F_WINTRA1, su), t1 = s1[su], t2 = s2[su];
         double ow0 = weight_seconds(&cl->sd, 0, w0, ext), ow1 = weight_seconds(&cl->sd, 1, w1, ext);
+        const double *g = cl->ext[0] + su * 8; /* side i's producer extents: g + i * 4 */
         for (int t = 0; t < nt; ++t) {
             const Tensor *ts = &cl->ts[t];
-            if (!ts->pre) continue;
-            Py_ssize_t off = su * ts->pstr[0];
-            for (int x = 0; x < ts->n; ++x)
-                if (ts->pos[x] != k - 1) off += st[ts->pos[x]] * ts->pstr[x + 1];
-            base[t] = off;
+            if (ts->pre) {
+                Py_ssize_t off = su * ts->pstr[0];
+                for (int x = 0; x < ts->n; ++x)
+                    if (ts->pos[x] != k - 1) off += st[ts->pos[x]] * ts->pstr[x + 1];
+                base[t] = off;
+            } else if (fast) {
+                Py_ssize_t off = 0;
+                for (int x = 0; x < ts->n; ++x)
+                    if (x != ulast[t]) off += st[ts->pos[x]] * ts->ustr[x];
+                ubase[t] = ts->uni + off * 8;
+                if (leaf) continue;
+                for (int x = 0; x < ts->n; ++x) {
+                    Py_ssize_t Sc = cl->S[ts->pos[x]];
+                    if (x == ulast[t]) {
+                        for (int i = 0; i < 2; ++i) bptr[t][i] = ts->back[x] + su * Sc * 2 + i;
+                    } else {
+                        for (int i = 0; i < 2; ++i) bconst[t][x][i] = ts->back[x][(su * Sc + st[ts->pos[x]]) * 2 + i];
+                    }
+                }
+            }
         }
         for (Py_ssize_t xl = 0; xl < last; ++xl, ++c) {
             double r[2], cm[2], wt[2];
@@ -742,7 +777,20 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
                 for (int t = 0; t < nt; ++t) {
                     const Tensor *ts = &cl->ts[t];
                     double moved;
-                    moved = ts->pre ? ts->pre[i * ts->npre + base[t] + xl * lstr[t]] : unprecomputed(cl, ts, st, i);
+                    if (ts->pre) {
+                        moved = ts->pre[i * ts->npre + base[t] + xl * lstr[t]];
+                    } else if (fast) { /* closed_form_split */
+                        const double *u = ubase[t] + xl * ustep[t] + i * 4, *gi = g + i * 4;
+                        moved = ts->fwd * forward_extent(u[0], u[1], gi[0], gi[1]);
+                        if (leaf) {
+                            moved = moved + backward_extent(gi[2], gi[3], u[2], u[3]);
+                        } else {
+                            for (int y = 0; y < ts->n; ++y)
+                                moved = moved + (y == ulast[t] ? bptr[t][i][xl * 2] : bconst[t][y][i]);
+                        }
+                    } else {
+                        moved = unprecomputed(cl, ts, st, i);
+                    }
                     x = x + ts->size * moved;
                 }
                 r[i] = x;

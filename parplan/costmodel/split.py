@@ -278,8 +278,11 @@ def memory_price(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.n
     return options.memory_price * (mem[0] / cap[0] + mem[1] / cap[1])
 
 
-#: Floats the memo of node terms may hold (about 8 bytes each); the oldest go first; 0 turns it off.
-MEMO_MAX_CELLS = 4_000_000
+#: Floats the memo of node terms may hold (8 bytes each: at most 128 MB); the oldest go first; 0
+#: turns it off. The portfolio prices the same splits again member after member: a residual
+#: block's fork is a 51^3-cell table at share grid 16, and at 4 M floats resnet50 / ``h100:8``
+#: re-priced most of them (1.70 s CPU; 16 M: 1.42 s, 96 MB more).
+MEMO_MAX_CELLS = 16_000_000
 #: key -> (value, the state tables it was priced on: kept alive, so their ids in keys stay theirs)
 _MEMO: OrderedDict = OrderedDict()
 _MEMO_CELLS = [0]
