@@ -323,7 +323,7 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv = nn.Conv1d(4, 4, 3, padding=1)  # the IR has 2-D convolutions
+            self.conv = nn.Conv1d(4, 4, 3, padding=2, dilation=2)  # the IR's are undilated
 
         def forward(self, x):
             return self.conv(x)
@@ -348,7 +348,7 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
     ), msg
     # encoder.1's conv reads encoder.0's output: not a new root cause, but the same blocker
     # again, so it is counted with the first (issue 36: once at layers.0 hid the others)
-    assert "aten.conv1d x2 at encoder.0.conv, encoder.1.conv (a 1-D convolution (Whisper's" in msg
+    assert "aten.conv1d x2 at encoder.0.conv, encoder.1.conv (dilation (2, 1); the IR has" in msg
     # sin reads gn's output and is no problem of its own: not reported
     assert (
         "aten.group_norm x1 at gn (group normalisation: the IR has batch, layer and RMS norms)"
@@ -360,7 +360,7 @@ def test_unsupported_ops_are_root_causes_at_module_paths():
     assert supported.startswith("_grouped_mm, _native_batch_norm_legit_functional,")
     for op in ("conv2d", "rms_norm", "scaled_dot_product_attention", "; views: ", "; constants: "):
         assert op in supported
-    assert "conv1d" not in supported and supported.endswith("register_module add your own")
+    assert "conv3d" not in supported and supported.endswith("register_module add your own")
 
 
 def test_user_errors():

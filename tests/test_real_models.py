@@ -173,6 +173,32 @@ def test_hugging_face_model(kind):
 
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_whisper_encoder_imports_its_1d_convolutions():
+    """Whisper's encoder: two 1-D convolutions over (mel bins, frames), their output transposed
+    into the blocks' (positions, features); the graph input is taken as (bins, frames)."""
+    cfg = dict(
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        num_mel_bins=16,
+        max_source_positions=32,
+    )
+    model, _ = hf_model("whisper", cfg, device="meta")
+    graph = from_torch(model, (16, 64), name="whisper")
+    assert (graph.input_shape.channels, graph.input_shape.height) == (16, 64)
+    convs = [layer for layer in graph.layers if type(layer).__name__ == "Conv2d"]
+    assert [(c.kernel, c.stride, c.padding) for c in convs] == [
+        ((3, 1), (1, 1), (1, 0)),
+        ((3, 1), (2, 1), (1, 0)),
+    ]
+    check(graph, model, torch.zeros(1, 16, 64, device="meta"), "a100:1,h100:1", batch=8)
+
+
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_hub_specs_and_their_mistakes():
     from parplan.models.importers import load_external
 

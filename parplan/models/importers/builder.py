@@ -458,6 +458,50 @@ class GraphBuilder:
         self._own(layer, key)
         return Act(layer, ir_shape(ps_out))
 
+    def conv1d(
+        self,
+        name: str,
+        x: Value,
+        ps_in: Sequence[int],
+        ps_out: Sequence[int],
+        out_channels: int,
+        kernel: int,
+        stride: int,
+        padding: int,
+        groups: int,
+        bias: bool,
+        dilation: int = 1,
+        key: Hashable | None = None,
+    ) -> Act:
+        """A 1-D convolution on a (C, L) activation: the IR's 2-D convolution over (C, L, 1)
+        with a (k, 1) kernel. A sequence of L positions with C features is (C, L, 1) in the IR
+        too, so a convolution's output read as (positions, features) after a transpose
+        (Whisper's encoder) or a sequence transposed into one (Mamba's mixer) needs no
+        reshaping. The graph input, when a 1-D convolution reads it before any other layer
+        does, is taken as (C, L)."""
+        act = self._act(x, "a 1-D convolution")
+        c, length = (int(d) for d in ps_in)
+        want = Shape(c, length, 1)
+        first = not any(INPUT in inputs for _, inputs, _ in self._layers.values())
+        if act.shape != want and act.src == INPUT and first:
+            self.input_shape = want  # the input is the convolution's (channels, length)
+            act = Act(INPUT, want)
+        c_out, l_out = (int(d) for d in ps_out)
+        return self.conv2d(
+            name,
+            act,
+            (c, length, 1),
+            (c_out, l_out, 1),
+            out_channels,
+            (int(kernel), 1),
+            (int(stride), 1),
+            (int(padding), 0),
+            groups,
+            bias,
+            (int(dilation), 1),
+            key,
+        )
+
     def _check_chw(self, act: Act, ps_in: Sequence[int], what: str) -> None:
         ps_in = tuple(ps_in)
         if len(ps_in) != 3 or Shape(*ps_in) != act.shape:

@@ -197,11 +197,15 @@ CONSTANT_RESULT = frozenset(
     }
 )
 
+
+def _first(value) -> int:
+    """An int, or the one element of a list (as ATen passes a 1-D convolution's stride)."""
+    return value if isinstance(value, int) else list(value)[0]
+
+
 #: Why operators without a handler have none, for the error message (issue 36: "reported
 #: without a reason").
 NO_HANDLER_REASONS = {
-    "aten.conv1d": "a 1-D convolution (Whisper's encoder, Mamba's mixer): the IR's convolutions are "
-    "2-D over (channels, height, width) and its sequences are (positions, features)",
     "aten.conv3d": "a 3-D convolution: the IR's convolutions are 2-D",
     "aten.conv_transpose2d": "a transposed convolution: not in the IR",
     "aten.einsum": "einsum: the importer maps products written as linear / matmul / bmm; "
@@ -678,6 +682,7 @@ class _Converter:
     def _table(self) -> dict[str, Callable]:
         b = self.b
         return {
+            "aten.conv1d": self._conv,
             "aten.conv2d": self._conv,
             "aten.convolution": self._conv,
             "aten.linear": self._linear,
@@ -798,6 +803,21 @@ class _Converter:
             stride, padding, dilation, groups = (rest + [1, 0, 1, 1][len(rest) :])[:4]
         if isinstance(padding, str):
             raise Unsupported("string padding")
+        if len(weight.shape) == 3:  # (out, in / groups, k): over (channels, length)
+            one = [int(_first(v)) for v in (stride, padding, dilation)]
+            return self.b.conv1d(
+                self._label(node, own=True),
+                x,
+                self.ps(node.args[0]),
+                self.out_ps(node),
+                weight.shape[0],
+                weight.shape[2],
+                *one[:2],
+                int(groups),
+                bias is not None,
+                one[2],
+                key=weight.key,
+            )
         if len(weight.shape) != 4:
             raise Unsupported(
                 f"a {len(weight.shape) - 2}-D convolution (the IR has 2-D convolutions)"
