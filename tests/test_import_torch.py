@@ -300,6 +300,48 @@ def test_multihead_attention_module_and_flatten(capture):
     )  # view(B, -1) of the (32, 16) sum
 
 
+class EinsumAttention(nn.Module):
+    """Self-attention written with einsum (as torchvision's MaxViT writes it)."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4, equation: str = "bhid,bhjd->bhij"):
+        super().__init__()
+        self.heads, self.equation = heads, equation
+        self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
+        self.o = nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = (
+            m(x).view(b, t, self.heads, -1).transpose(1, 2) for m in (self.q, self.k, self.v)
+        )
+        scores = torch.einsum(self.equation, q, k).softmax(-1)
+        y = torch.einsum("b h i j, b h j d -> b h i d", scores, v)
+        return self.o(y.transpose(1, 2).reshape(b, t, c))
+
+
+def test_einsum_attention_imports_as_matmul_attention():
+    """``...id,...jd->...ij`` then ``...ij,...jd->...id`` are q @ k^T and scores @ v: the same
+    graph (parameters and FLOPs) as the attention written with matmul; other equations are
+    refused with the pattern the importer maps."""
+    net = EinsumAttention()
+    g = from_torch(net, (16, 32))
+    assert g.parameter_count() == torch_params(net)
+    attn = [layer for layer in g.layers if isinstance(layer, Attention)]
+    assert len(attn) == 1 and attn[0].heads == 4
+    assert math.isclose(flops(g), 3 * _forward_flops(net, (1, 16, 32)), rel_tol=1e-9)
+    with pytest.raises(GraphError, match="einsum .bhid,bhjd->bhji.: the importer maps"):
+        from_torch(EinsumAttention(equation="bhid,bhjd->bhji"), (16, 32))
+
+
+def _forward_flops(net, shape) -> float:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        net(torch.zeros(shape))
+    return counter.get_total_flops()
+
+
 def gpt_like_mha(seq, hidden, heads, out):
     """The same network written in the IR."""
     from parplan.costmodel.graph import Graph

@@ -36,6 +36,7 @@ VISION = [
     "vit_b_16",
     pytest.param("swin_t", marks=pytest.mark.slow),
     pytest.param("densenet121", marks=pytest.mark.slow),
+    pytest.param("maxvit_t", marks=pytest.mark.slow),  # attention written with einsum
 ]
 SMALL = dict(
     num_hidden_layers=2,

@@ -208,8 +208,6 @@ def _first(value) -> int:
 NO_HANDLER_REASONS = {
     "aten.conv3d": "a 3-D convolution: the IR's convolutions are 2-D",
     "aten.conv_transpose2d": "a transposed convolution: not in the IR",
-    "aten.einsum": "einsum: the importer maps products written as linear / matmul / bmm; "
-    "rewrite the einsum as one, or register_op a handler",
     "aten.linalg_vector_norm": "a vector norm (cosine attention, L2-normalised features): the IR "
     "normalises by layer / RMS / batch statistics only",
     "aten.group_norm": "group normalisation: the IR has batch, layer and RMS norms",
@@ -691,6 +689,7 @@ class _Converter:
             "aten.bmm": self._matmul,
             "aten.baddbmm": self._baddbmm,
             "aten.matmul": self._matmul,
+            "aten.einsum": self._einsum,
             "aten.embedding": self._embedding,
             "aten.batch_norm": self._batch_norm,
             "aten._native_batch_norm_legit_no_training": self._batch_norm,
@@ -872,6 +871,33 @@ class _Converter:
             )
         ps = self.ps(node.args[0]) if is_data(a) else ()
         return self.b.matmul(self._label(node), a, w, ps)
+
+    def _einsum(self, node, args, kwargs) -> Value:
+        """A batched product written as einsum (MaxViT's attention): ``...ik,...jk->...ij`` is
+        ``a @ b^T`` (attention scores, as ``q @ k.transpose(-1, -2)``) and ``...ij,...jk->...ik``
+        on scores is ``scores @ v``; other equations are refused."""
+        equation, operands = str(args[0]).replace(" ", ""), list(args[1])
+        lhs, _, out = equation.partition("->")
+        subs = lhs.split(",")
+        if len(subs) != 2 or len(operands) != 2:
+            raise Unsupported(
+                f"einsum '{args[0]}' of {len(subs)} operand(s) (the importer maps two)"
+            )
+        a_sub, b_sub = subs
+        batch = a_sub[:-2]
+        shaped = len(a_sub) == len(b_sub) == len(out) >= 2 and b_sub[:-2] == out[:-2] == batch
+        i, k = a_sub[-2:] if len(a_sub) >= 2 else ("", "")
+        j = out[-1:] if out else ""
+        a, b = operands
+        ps_a = self.ps(node.args[1][0])
+        if shaped and b_sub[-2:] == j + k and out[-2:] == i + j and i != j:
+            return self.b.matmul(self._label(node), a, b, ps_a)  # a @ b^T: scores
+        if shaped and b_sub[-2:] == k + j and out[-2:] == i + j and isinstance(a, Scores):
+            return self.b.matmul(self._label(node), a, b, ps_a)  # scores @ v
+        raise Unsupported(
+            f"einsum '{args[0]}': the importer maps attention's two batched products "
+            "(...id,...jd->...ij, then ...ij,...jd->...id on the scores)"
+        )
 
     def _baddbmm(self, node, args, kwargs) -> Value:
         """``beta * bias + alpha * (a @ b)``: the product, plus a bias that depends on positions
