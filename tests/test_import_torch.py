@@ -333,6 +333,24 @@ def test_einsum_attention_imports_as_matmul_attention():
         from_torch(EinsumAttention(equation="bhid,bhjd->bhji"), (16, 32))
 
 
+def test_l2_normalised_features_import_as_a_norm():
+    """``F.normalize(x, dim=-1)`` (the L2 norm over the features, then a division) is a norm
+    without affine weights, priced as RMS's (the same per-position statistic up to a constant)."""
+
+    class Embed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 16)
+
+        def forward(self, x):
+            return self.fc2(torch.nn.functional.normalize(self.fc1(x), dim=-1))
+
+    g = from_torch(Embed(), (8, 32))
+    norms = [layer for layer in g.layers if type(layer).__name__ == "Norm"]
+    assert [(n.kind, n.affine, n.inputs) for n in norms] == [("rms", False, ("fc1",))]
+    assert g.layer("fc2").inputs == (norms[0].name,)
+
+
 def _forward_flops(net, shape) -> float:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode

@@ -208,8 +208,6 @@ def _first(value) -> int:
 NO_HANDLER_REASONS = {
     "aten.conv3d": "a 3-D convolution: the IR's convolutions are 2-D",
     "aten.conv_transpose2d": "a transposed convolution: not in the IR",
-    "aten.linalg_vector_norm": "a vector norm (cosine attention, L2-normalised features): the IR "
-    "normalises by layer / RMS / batch statistics only",
     "aten.group_norm": "group normalisation: the IR has batch, layer and RMS norms",
     "aten.sort": "sorting: its result depends on the values, which planning does not know",
     "aten.gather": "a gather by computed indices: its result depends on the values",
@@ -706,6 +704,7 @@ class _Converter:
             "aten.masked_fill": lambda n, a, k: a[0],
             "aten.where": self._where_op,
             "aten.mean": self._mean,
+            "aten.linalg_vector_norm": self._vector_norm,
             "aten.cat": self._cat,
             "aten.concat": self._cat,
             "aten.select": self._select,
@@ -1008,6 +1007,29 @@ class _Converter:
                 "a mean over the feature dim (only over all positions, or per position with keepdim)"
             )
         return self.b.reduce_positions(self._label(node), act, "a mean")
+
+    def _vector_norm(self, node, args, kwargs) -> Value:
+        """The L2 norm over the features (or a head's) per position, kept as a dim: a per-position
+        statistic, as RMS's mean of squares is; ``x`` divided by it (``F.normalize``: cosine
+        attention's q and k in Swin V2) is a norm without affine weights."""
+        x = args[0]
+        order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
+        dims = args[2] if len(args) > 2 else kwargs.get("dim")
+        keep = bool(args[3]) if len(args) > 3 else bool(kwargs.get("keepdim", False))
+        rank = node.args[0].meta["val"].dim()
+        dims = [d % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+        if order != 2 or dims != [rank - 1] or not keep:
+            raise Unsupported(
+                f"a vector norm of order {order} over dims {dims} (the importer maps the L2 norm "
+                "over the last dim, kept, as F.normalize takes it)"
+            )
+        if isinstance(x, Piece):
+            raise Unsupported(
+                "an L2 norm of one piece of a fused projection (Swin V2's cosine attention on q "
+                "and k): the IR's attention folds per-head norms of separate q and k projections only"
+            )
+        features = int(node.args[0].meta["val"].shape[-1])
+        return self.b.row_statistic(x, features if rank == 4 else None)
 
     def _cat(self, node, args, kwargs) -> Value:
         tensors = list(args[0])
