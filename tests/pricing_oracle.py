@@ -365,6 +365,12 @@ def compute_seconds(self, device, bytes_per_element: float) -> float:
     return t
 
 
+def gathered_bytes(self, bytes_per_element: float, zero: int) -> float:
+    """What ZeRO stage 3 gathers of these sizes' weights while their unit runs: the weights
+    less the shard kept (section 6.1)."""
+    return self.weight_elements * bytes_per_element * (1.0 - self.replica) if zero >= 3 else 0.0
+
+
 def memory_bytes(
     self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
 ) -> float:
@@ -498,6 +504,7 @@ def build_table(
                     steps,
                     [wsize[0], wsize[1] + wextra],
                     [replace(d, recompute=False).stored_elements * bpe for d in low],
+                    [gathered_bytes(d, bpe, side.zero_stage) for d in low],
                 )
             )
     cols = list(zip(*rows))
@@ -515,6 +522,7 @@ def build_table(
         np.array(cols[10], dtype=float).transpose(1, 0, 2).reshape(2, -1, k),
         np.array(cols[11]).T.reshape(2, -1),
         np.array(cols[12]).T.reshape(2, -1),
+        np.array(cols[13]).T.reshape(2, -1),
     )
 
 

@@ -184,6 +184,15 @@ def ref_blocks(pg) -> list:
     return [k if k is not None and keys.count(k) > 1 else None for k in keys]
 
 
+def ref_units(pg) -> list:
+    """Section 6.1's FSDP units: the blocks, and the nodes outside them one more unit; in a
+    model without blocks, every node."""
+    blocks = ref_blocks(pg)
+    if all(b is None for b in blocks):
+        return list(range(len(blocks)))
+    return [b if b is not None else "outside blocks" for b in blocks]
+
+
 def ref_checkpoints(pg, blocks) -> list:
     """Per node in a block, the part of its input kept: from each earlier node outside the
     block (or the graph input), the first time the block reads it."""
@@ -450,6 +459,7 @@ def reference_evaluate(problem, plan):
 
     per_block, blocks = _checkpointing(problem, pg)
     roots = _root_dims(problem, pg, per_block, blocks)
+    units = ref_units(pg)
 
     def rec(group, path, dims, boxes, above):
         if group.is_leaf:
@@ -464,6 +474,12 @@ def reference_evaluate(problem, plan):
                     if b is not None:
                         held[b] = held.get(b, 0.0) + all_stored_b(d, bpe)
                 memory[path] += max(held.values(), default=0.0)
+            if problem.zero_stage == 3:  # ZeRO-3 gathers a unit's weights while it runs (6.1)
+                gathered: dict = {}
+                for unit, d, b in zip(units, dims, boxes):
+                    rows = b["rows"][1] - b["rows"][0] if b else 0.0
+                    gathered[unit] = gathered.get(unit, 0.0) + sizes(d)[1] * bpe * (1.0 - rows)
+                memory[path] += max(gathered.values(), default=0.0)
             return [compute_s(d, dev, bpe) for d in dims]
         split = plan.splits[path]
         pair = group.left.is_leaf and group.right.is_leaf

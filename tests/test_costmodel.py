@@ -658,7 +658,41 @@ def test_hand_computed_gradient_exchange_with_zero_and_micro_batches(zero, facto
     shard = {0: (1, 1, 1), 1: (1, 1, 0.75), 2: (1, 0.75, 0.75), 3: (0.75, 0.75, 0.75)}[zero]
     params = 100 * 50 + 50 * 20
     want = params * (2 * shard[0] + 2 * shard[1] + 12 * shard[2]) + 2 * 0.75 * 8 / 2 * (100 + 50)
+    # ZeRO-3: while a layer runs (no blocks: each its own unit), its weights less the 3/4 kept,
+    # the larger layer's (section 6.1)
+    want += 2 * (1 - 0.75) * 100 * 50 if zero == 3 else 0.0
     assert math.isclose(ev.device_memory_bytes["R"], want, rel_tol=1e-12)
+
+
+def test_zero3_holds_the_largest_units_gathered_weights():
+    """ZeRO-3 (docs/costmodel.md section 6.1): besides its shards, a device holds while an FSDP
+    unit runs that unit's weights less its shards. Units: the blocks (blk.0, blk.1) and the
+    nodes outside them together (head). Data parallel at 1/2 on h100:2, bf16: a unit's
+    gathered half of its weights; the largest unit counts, as the MIP's rows say too."""
+    g = Graph(
+        "blocks",
+        Shape(64),
+        (
+            Linear("blk.0.a", ("input",), out_features=64, bias=False),
+            Linear("blk.0.b", ("blk.0.a",), out_features=64, bias=False),
+            Linear("blk.1.a", ("blk.0.b",), out_features=32, bias=False),
+            Linear("blk.1.b", ("blk.1.a",), out_features=32, bias=False),
+            Linear("head", ("blk.1.b",), out_features=200, bias=False),
+        ),
+    )
+    base = Problem(g, parse_array("h100:2"), batch=8)
+    assert base.planning.units == (0, 0, 1, 1, 2)
+    plan = Plan({"": Split((B,) * 5, (0.5,) * 5)})
+    weights = {"blk.0": 64 * 64 * 2, "blk.1": 64 * 32 + 32 * 32, "outside": 32 * 200}
+    below = evaluate(replace(base, zero_stage=2), plan).device_memory_bytes["L"]
+    p = replace(base, zero_stage=3)
+    got = evaluate(p, plan).device_memory_bytes["L"]
+    shards = sum(weights.values()) * 2 * 0.5  # stage 3 keeps half of the bf16 weights
+    gathered = max(weights.values()) * 2 * 0.5  # the head's unit: 6,400 weights, half gathered
+    assert math.isclose(got, below - sum(weights.values()) * 2 + shards + gathered, rel_tol=1e-12)
+    assert math.isclose(got, reference_evaluate(p, plan)[1]["L"], rel_tol=1e-12)
+    sp = SplitProblem.root(p)
+    assert math.isclose(plan_memory_bytes(sp, plan.splits[""])[0], got, rel_tol=1e-12)
 
 
 def test_recomputation_stores_the_checkpoint_and_pays_the_forward_again():

@@ -402,6 +402,7 @@ DEVICES = st.sampled_from(
 def test_compute_memory_and_intra_equal_the_oracle(d, dev, bpe, zero):
     assert d.compute_seconds(dev, bpe) == oracle.compute_seconds(d, dev, bpe)
     assert d.memory_bytes(bpe, 12.0, zero) == oracle.memory_bytes(d, bpe, 12.0, zero)
+    assert d.gathered_bytes(bpe, zero) == oracle.gathered_bytes(d, bpe, zero)
     for c in (*TYPE_ORDER, *JOIN_LAYOUTS):
         assert cost.intra_elements(d, c) == oracle.intra_elements(d, c)
     for op in d.out_ops:
@@ -452,6 +453,8 @@ def test_state_tables_equal_the_oracle(d, side, join, relaxed, covered, collecti
         "extra",
         "steps",
         "wintra",
+        "activations",
+        "gathered",
     ):
         a, b = getattr(got, f), getattr(want, f)
         assert a.dtype == b.dtype and np.array_equal(a, b), f

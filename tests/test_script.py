@@ -78,7 +78,7 @@ def test_a_data_parallel_resnet_trains_through_torchs_apis(tmp_path, capsys):
     assert main(["export", *args, "--out", str(script)]) == 0
     text = script.read_text()
     assert "DATA_DIMS = ('l1', 'l2')" in text and "TENSOR_DIMS = ()" in text
-    assert "BLOCKS = ('layers.0', 'layers.1')" in text
+    assert "UNITS = ('layers.0', 'layers.1')" in text
     capsys.readouterr()
     assert main(["run", *args, "--runtime", "script", "--steps", "2", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -1070,6 +1070,12 @@ static double memory_bytes(const Dims *x, double bpe, double opt, long zero) {
     return w * per_param + d_stored(x) * bpe;
 }
 
+/* What ZeRO stage 3 gathers for a layer's part while its unit runs (section 6.1): its weights
+ * less the shard it keeps. */
+static double gathered_bytes(const Dims *x, double bpe, long zero) {
+    return zero >= 3 ? d_weight(x) * bpe * (1.0 - x->replica) : 0.0;
+}
+
 /* Choice codes: the three types, then the three join layouts (cost.CHOICE_CODE). */
 enum { C_BATCH, C_IN, C_OUT, C_ROWS, C_COLS, C_WHOLE };
 static const int GIVE[6] = {0, 2, 1, 0, 1, 2}; /* a choice's output layout (layout.ports) */
@@ -1197,6 +1203,22 @@ static PyObject *memory(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(memory_bytes(&x, bpe, opt, zero));
 }
 
+PyDoc_STRVAR(gathered_doc,
+"gathered(dims, out_ops, in_ops, bytes_per_element, zero) -> float\n\n"
+"Bytes ZeRO stage 3 gathers for a layer's part while its unit runs: its weights less the shard\n"
+"it keeps (docs/costmodel.md section 6.1); 0 below stage 3.");
+
+static PyObject *gathered(PyObject *self, PyObject *args) {
+    PyObject *dt, *oo, *io;
+    double bpe;
+    long zero;
+    Dims x;
+    OpStore ops;
+    if (!PyArg_ParseTuple(args, "OOOdl", &dt, &oo, &io, &bpe, &zero)) return NULL;
+    if (parse_dims(dt, oo, io, &x, &ops) < 0) return NULL;
+    return PyFloat_FromDouble(gathered_bytes(&x, bpe, zero));
+}
+
 PyDoc_STRVAR(roof_doc,
 "roofline(flops, traffic_bytes, device, kind, kernels) -> float\n\n"
 "max(FLOPs / (e_kind peak), bytes / (m HBM), kernels t0) (section 5); kind 0 gemm, 1 conv,\n"
@@ -1233,7 +1255,7 @@ static PyObject *intra(PyObject *self, PyObject *args) {
 }
 
 /* Per state, the fields states() writes (then K steps per side). */
-enum { S_COMP0, S_COMP1, S_MEM0, S_MEM1, S_INTRA0, S_INTRA1, S_WINTRA0, S_WINTRA1, S_SIZE, S_EXTRA, S_WEIGHTED, S_ACT0, S_ACT1, NS };
+enum { S_COMP0, S_COMP1, S_MEM0, S_MEM1, S_INTRA0, S_INTRA1, S_WINTRA0, S_WINTRA1, S_SIZE, S_EXTRA, S_WEIGHTED, S_ACT0, S_ACT1, S_GATH0, S_GATH1, NS };
 
 PyDoc_STRVAR(states_doc,
 "states(dims, out_ops, in_ops, choices, lo, hi, has0, has1, devices, params, out)\n\n"
@@ -1341,6 +1363,8 @@ static PyObject *states(PyObject *self, PyObject *args) {
         r[S_WEIGHTED] = weighted;
         r[S_ACT0] = d_stored_all(&low0) * bpe;
         r[S_ACT1] = d_stored_all(&low1) * bpe;
+        r[S_GATH0] = gathered_bytes(&low0, bpe, zero);
+        r[S_GATH1] = gathered_bytes(&low1, bpe, zero);
     }
     Py_INCREF(Py_None);
     result = Py_None;
@@ -1804,6 +1828,7 @@ static PyMethodDef methods[] = {
     {"compute", compute, METH_VARARGS, compute_doc},
     {"memory", memory, METH_VARARGS, memory_doc},
     {"activations", activations, METH_VARARGS, activations_doc},
+    {"gathered", gathered, METH_VARARGS, gathered_doc},
     {"roofline", roof, METH_VARARGS, roof_doc},
     {"intra", intra, METH_VARARGS, intra_doc},
     {"tree", tree, METH_VARARGS, tree_doc},

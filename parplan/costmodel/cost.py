@@ -311,6 +311,9 @@ class StateTable:
     #: (2, S) bytes: every activation each side's part would keep with nothing recomputed (what
     #: a checkpointed block holds again during its backward; docs/costmodel.md section 6.3)
     activations: np.ndarray
+    #: (2, S) bytes: what ZeRO stage 3 gathers of each side's part's weights while its unit runs
+    #: (its weights less its shard; 0 below stage 3; docs/costmodel.md section 6.1)
+    gathered: np.ndarray
 
     @property
     def size(self) -> int:
@@ -430,6 +433,7 @@ class StateTable:
             steps,
             pair(6, 7),
             pair(11, 12),
+            pair(13, 14),
         )
 
 

@@ -341,6 +341,13 @@ class LayerDims:
             int(zero),
         )
 
+    def gathered_bytes(self, bytes_per_element: float, zero: int = 0) -> float:
+        """Bytes ZeRO stage ``zero`` gathers of these sizes' weights while their unit runs: at
+        stage 3 the weights less the shard kept (``(1 - replica)`` of them, in
+        ``bytes_per_element``); 0 below (docs/costmodel.md section 6.1). Priced by the compiled
+        core."""
+        return core.gathered(*self.core_figures(), float(bytes_per_element), int(zero))
+
     def activation_bytes(self, bytes_per_element: float) -> float:
         """Bytes of every activation backward needs of one micro-batch, none recomputed (what a
         checkpointed block holds again while its backward runs; docs/costmodel.md section 6.3).

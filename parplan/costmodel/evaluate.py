@@ -78,8 +78,9 @@ class Evaluation:
     device_memory_bytes: Mapping[str, float]
     #: With ``evaluate(..., node_memory=True)``: per device (leaf path), per planning node, the
     #: bytes that do not depend on the batch (weights, gradients, optimizer state) and the stored
-    #: activations of one micro-batch, and what a recomputed block holds again (one micro-batch's,
-    #: :func:`recomputed_block_bytes`); their sum is ``device_memory_bytes``.
+    #: activations of one micro-batch, and what it holds for a while (:func:`transient_bytes`: a
+    #: recomputed block's activations, one micro-batch's; ZeRO-3's gathered weights); their sum
+    #: is ``device_memory_bytes``.
     node_memory: Mapping[str, tuple[np.ndarray, np.ndarray, float]] | None = None
 
     def __repr__(self) -> str:
@@ -215,7 +216,7 @@ def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
 
     def walk(group: ArrayNode, path: str, dims: tuple[LayerDims, ...]) -> None:
         if group.is_leaf:
-            out[path] = sum(_leaf_memory(problem, dims)) + recomputed_block_bytes(problem, dims)
+            out[path] = sum(_leaf_memory(problem, dims)) + transient_bytes(problem, dims)
             return
         if path not in plan.splits:
             raise ConfigError(
@@ -301,7 +302,7 @@ def _eval(
         np.maximum(leaf_compute, t, out=leaf_compute)
         if nodes is None:
             each = _leaf_memory(problem, dims)
-            again = recomputed_block_bytes(problem, dims)
+            again = transient_bytes(problem, dims)
             memory[path] = sum(each) + again
             if detail is not None:
                 opt, zero = problem.optimizer_bytes_per_param, problem.zero_stage
@@ -442,6 +443,25 @@ def _leaf_memory(problem: Problem, dims: tuple[LayerDims, ...]) -> list[float]:
         problem.zero_stage,
     )
     return [d.memory_bytes(bpe, opt, zero) for d in dims]
+
+
+def transient_bytes(problem: Problem, dims: tuple[LayerDims, ...]) -> float:
+    """What a device holds for a while besides its state and stored activations: a recomputed
+    block's activations (section 6.3) plus ZeRO-3's gathered weights (section 6.1)."""
+    return recomputed_block_bytes(problem, dims) + gathered_unit_bytes(problem, dims)
+
+
+def gathered_unit_bytes(problem: Problem, dims: tuple[LayerDims, ...]) -> float:
+    """At ZeRO stage 3, the largest over the FSDP units (``PlanningGraph.units``) of what the
+    device gathers of their weights while the unit runs (its parts' weights less its shards,
+    docs/costmodel.md section 6.1); 0 below stage 3."""
+    if problem.zero_stage < 3:
+        return 0.0
+    per: dict[int, float] = {}
+    bpe = problem.bytes_per_element
+    for u, d in zip(problem.planning.units, dims):
+        per[u] = per.get(u, 0.0) + d.gathered_bytes(bpe, 3)
+    return max(per.values(), default=0.0)
 
 
 def recomputed_block_bytes(problem: Problem, dims: tuple[LayerDims, ...]) -> float:

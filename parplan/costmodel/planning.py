@@ -112,6 +112,16 @@ class PlanningGraph:
         return max(self.blocks, default=-1) + 1
 
     @cached_property
+    def units(self) -> tuple[int, ...]:
+        """Per node, its ZeRO-3 / FSDP unit (docs/costmodel.md section 6.1): its block, with the
+        nodes outside blocks one more unit (FSDP wrapping every block, then the model, as
+        torchtitan and parplan's training scripts do); in a model without blocks every node is
+        its own unit (wrapped per layer)."""
+        if not self.block_count:
+            return tuple(range(len(self.nodes)))
+        return tuple(b if b >= 0 else self.block_count for b in self.blocks)
+
+    @cached_property
     def checkpoints(self) -> tuple[float, ...]:
         """Per node, what block checkpointing keeps of its input, as a fraction of it (-1 for a
         node outside every block: section 6.3's per-layer rule): what enters a block from each

@@ -270,11 +270,14 @@ def memory_price(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.n
     """Per state of node ``u``, the memory price ``mu (m_1 / C_1 + m_2 / C_2)`` of
     docs/costmodel.md section 6.2 (step 3). What a recomputed block holds again is a largest
     over blocks (section 6.3), not a sum over nodes: it is priced as the blocks' average, so the
-    price stays a unary term (the memory search re-checks every plan it keeps)."""
+    price stays a unary term (the memory search re-checks every plan it keeps); so is what
+    ZeRO-3 gathers, a largest over units (section 6.1), as the units' average."""
     t, cap = tables[u], sp.side.capacity_bytes
     mem = t.memory
     if sp.dims[u].recompute and sp.dims[u].checkpoint >= 0:
         mem = t.memory + t.activations / sp.planning.block_count
+    if sp.side.zero_stage >= 3:
+        mem = mem + t.gathered / len(set(sp.planning.units))
     return options.memory_price * (mem[0] / cap[0] + mem[1] / cap[1])
 
 

@@ -574,9 +574,10 @@ def stage_evaluation(sub: Problem, plan: Plan, memo: dict | None = None) -> Eval
 def held_memory(evaluation: Evaluation, held: int) -> dict[str, float]:
     """Each device's need (leaf path in the stage's group) when the stage holds ``held``
     micro-batches in flight: its state plus ``held`` times one micro-batch's activations
-    (section 11; ``evaluation`` from :func:`stage_evaluation`), and with recomputation the
-    largest checkpointed block's activations again, of the one micro-batch in its backward
-    (section 6.3)."""
+    (section 11; ``evaluation`` from :func:`stage_evaluation`), and what it holds for a while:
+    with recomputation the largest checkpointed block's activations again, of the one
+    micro-batch in its backward (section 6.3), and at ZeRO-3 the largest unit's gathered
+    weights (section 6.1)."""
     return {
         path: float(state.sum() + held * activations.sum() + again)
         for path, (state, activations, again) in evaluation.node_memory.items()

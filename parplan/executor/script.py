@@ -12,10 +12,11 @@ then applies the plan with torch's APIs only:
   from the plan (joins WHOLE: ``Replicate()``, COLS: ``Shard(-1)``); the model's output is
   gathered (``Replicate()``) for the loss;
 - the **data-parallel levels** (every other; flattened into ``dp``): each data rank takes its
-  rows of the global batch; ZeRO stages are FSDP2's ``fully_shard`` over ``dp`` on every block,
-  then the model (stage 3 reshards after forward; FSDP2 has no stage 1 or 2 of its own, and runs
-  them as ``reshard_after_forward=False``); without ZeRO the gradients are averaged over ``dp``
-  with one all-reduce each;
+  rows of the global batch; ZeRO stages are FSDP2's ``fully_shard`` over ``dp`` on every block
+  (in a model without blocks, every weighted module: docs/costmodel.md section 6.1's units),
+  then the model (stage 3 reshards after forward; FSDP2 has no stage 1 or 2 of its own, and
+  runs them as ``reshard_after_forward=False``); without ZeRO the gradients are averaged over
+  ``dp`` with one all-reduce each;
 - **recomputation**: ``checkpoint_wrapper`` on every block (per layer: on every weighted module);
 - **micro-batches**: gradient accumulation over the plan's micro-batches of each data rank's rows.
 
@@ -57,8 +58,9 @@ class ScriptPlan:
     tensor_dims: tuple[str, ...]
     #: (module path, style class, input layout, output layout) per styled module
     styles: tuple[tuple[str, str, str, str], ...]
-    #: the model's blocks (module paths): FSDP units and checkpointed modules
-    blocks: tuple[str, ...]
+    #: modules ``fully_shard`` wraps before the whole model: the model's blocks, or in a model
+    #: without blocks every weighted module (docs/costmodel.md section 6.1's units)
+    units: tuple[str, ...]
     #: modules wrapped by checkpoint_wrapper (empty: no recomputation)
     recomputed: tuple[str, ...]
     zero_stage: int
@@ -145,13 +147,14 @@ def script_plan(problem: Problem, plan: Plan, spec: str) -> ScriptPlan:
             "the plan cannot be written as a torch training script (export --nearest gives the "
             "nearest plan torch can express):\n  " + "\n  ".join(shown)
         )
-    blocks = tuple(dict.fromkeys(b for n in pg.nodes if (b := block_name(n.name)) is not None))
+    blocks = tuple(dict.fromkeys(block_name(n.name) for n, b in zip(pg.nodes, pg.blocks) if b >= 0))
+    weighted_modules = tuple(m for n in pg.nodes if not n.is_join for m in ex[n.name].module_paths)
     if not problem.recompute:
         recomputed: tuple[str, ...] = ()
     elif problem.blocks_recomputed and blocks:
         recomputed = blocks
     else:
-        recomputed = tuple(m for n in pg.nodes if not n.is_join for m in ex[n.name].module_paths)
+        recomputed = weighted_modules
     names = export.mesh_dim_names
     return ScriptPlan(
         spec=spec,
@@ -161,7 +164,7 @@ def script_plan(problem: Problem, plan: Plan, spec: str) -> ScriptPlan:
         data_dims=tuple(names[j] for j in data),
         tensor_dims=tuple(names[j] for j in tensor),
         styles=tuple(styles),
-        blocks=blocks,
+        units=blocks or weighted_modules,
         recomputed=recomputed,
         zero_stage=problem.zero_stage,
         micro_batches=problem.micro_batches,
@@ -216,7 +219,7 @@ STYLES = {{
         f"    {path!r}: ({style}, {arrive}, {leave}),\n" for path, style, arrive, leave in sp.styles
     )
     tail = f'''}}
-BLOCKS = {sp.blocks!r}  # fully_shard units (then the whole model)
+UNITS = {sp.units!r}  # fully_shard units (then the whole model)
 RECOMPUTED = {sp.recomputed!r}  # checkpoint_wrapper
 
 
@@ -254,7 +257,7 @@ def parallelize(model, mesh):
     if ZERO_STAGE and dp is not None:
         from torch.distributed.fsdp import fully_shard
 
-        for path in BLOCKS:
+        for path in UNITS:
             fully_shard(model.get_submodule(path), mesh=dp, reshard_after_forward=ZERO_STAGE >= 3)
         fully_shard(model, mesh=dp, reshard_after_forward=ZERO_STAGE >= 3)
     return model, dp

@@ -436,23 +436,24 @@ class _Builder:
             self.gids[id(group)] = self.sig_ids.setdefault(signature(group), len(self.sig_ids))
         return self.gids[id(group)]
 
-    def leaf_costs(self, path: str, u: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    def leaf_costs(self, path: str, u: int) -> tuple[int, np.ndarray, ...]:
         """(first cell, compute seconds, memory bytes, activation bytes a recomputed block holds
-        again) of node ``u`` on leaf ``path`` over its column."""
+        again, weight bytes ZeRO-3 gathers while the node's unit runs) of node ``u`` on leaf
+        ``path`` over its column."""
         first, shape = self.cell_set(path, (u,))
         device = self.groups[path].device.as_device()
-        bpe = self.p.bytes_per_element
-        compute, memory, again = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        bpe, zero = self.p.bytes_per_element, self.p.zero_stage
+        compute, memory = np.zeros(shape), np.zeros(shape)
+        again, gathered = np.zeros(shape), np.zeros(shape)
         for prefix, frames in _frames_at(
             path, (u,), self.root, self.path_states(path), self.collective
         ):
             dims = frames[u].dims
             compute[prefix] = dims.compute_seconds(device, bpe)
-            memory[prefix] = dims.memory_bytes(
-                bpe, self.p.optimizer_bytes_per_param, self.p.zero_stage
-            )
+            memory[prefix] = dims.memory_bytes(bpe, self.p.optimizer_bytes_per_param, zero)
             again[prefix] = dims.activation_bytes(bpe)
-        return first, compute.ravel(), memory.ravel(), again.ravel()
+            gathered[prefix] = dims.gathered_bytes(bpe, zero)
+        return first, compute.ravel(), memory.ravel(), again.ravel(), gathered.ravel()
 
     def build(self) -> tuple[MipModel, JointDecoder]:
         self.declare_states()
@@ -463,8 +464,9 @@ class _Builder:
             mem_terms = []
             held: dict[int, list] = {}  # per checkpointed block, its activations (section 6.3)
             blocks = self.pg.blocks if self.p.blocks_recomputed else (-1,) * self.n
+            units: dict[int, list] = {}  # per FSDP unit, its gathered weights (section 6.1)
             for u in range(self.n):
-                first, compute, memory, again = self.leaf_costs(path, u)
+                first, compute, memory, again, gathered = self.leaf_costs(path, u)
                 leaf_terms[path, u] = [
                     (first + j, float(c) * self.scale) for j, c in enumerate(compute) if c
                 ]
@@ -480,14 +482,24 @@ class _Builder:
                             for j, a in enumerate(again)
                             if a
                         )
+                    units.setdefault(self.pg.units[u], []).extend(
+                        (first + j, float(g) / self.capacity[path])
+                        for j, g in enumerate(gathered)
+                        if g
+                    )
             if self.capacity is not None:
-                if held:  # the largest block, held again: one variable above every block's sum
-                    top = self.b.var(f"again_{path}", 0.0, 1.0)
+                # the largest block held again (6.3), the largest unit gathered (6.1): one
+                # variable above every block's / unit's sum
+                for what, per in (("again", held), ("gathered", units)):
+                    per = {k: terms for k, terms in per.items() if terms}
+                    if not per:
+                        continue
+                    top = self.b.var(f"{what}_{path}", 0.0, 1.0)
                     mem_terms.append((top, 1.0))
-                    for block, terms in held.items():
+                    for key, terms in per.items():
                         self.b.constraint(
                             "memory",
-                            f"memory_{path}_block{block}",
+                            f"memory_{path}_{'block' if what == 'again' else 'unit'}{key}",
                             terms + [(top, -1.0)],
                             "<=",
                             0.0,

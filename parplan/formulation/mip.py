@@ -412,6 +412,26 @@ def build_mip(
                         "<=",
                         0.0,
                     )
+            if (
+                sp.side.zero_stage >= 3
+            ):  # the largest FSDP unit's gathered weights (6.1): a row each
+                gathered = b.var(f"gathered_side{i + 1}", 0, rhs, discrete)
+                terms.append((gathered, 1.0))
+                for unit in sorted(set(pg.units)):
+                    held = [
+                        (ys[v][s], coefficient(tables[v].gathered[i][s] / cap))
+                        for v in range(len(pg.nodes))
+                        if pg.units[v] == unit
+                        for s in range(tables[v].size)
+                    ]
+                    if any(c for _, c in held):
+                        b.constraint(
+                            "memory",
+                            f"memory_unit{unit}_side{i + 1}",
+                            [x for x in held if x[1]] + [(gathered, -1.0)],
+                            "<=",
+                            0.0,
+                        )
             b.constraint("memory", f"memory_side{i + 1}", terms, "<=", rhs)
         if not memory.per_device:
             notes.append(
@@ -443,14 +463,23 @@ def plan_memory_bytes(sp, split: Split) -> tuple[float, float]:
     """Memory each side of ``sp`` keeps under ``split`` (cost model, not the solver's rows)."""
     out = [0.0, 0.0]
     held: list[dict[int, float]] = [{}, {}]  # per side, a recomputed block's activations
-    bpe, opt = sp.side.bytes_per_element, sp.side.optimizer_bytes_per_param
-    blocks = sp.planning.blocks
+    gathered: list[dict[int, float]] = [{}, {}]  # per side, an FSDP unit's gathered weights
+    bpe, opt, zero = (
+        sp.side.bytes_per_element,
+        sp.side.optimizer_bytes_per_param,
+        sp.side.zero_stage,
+    )
+    blocks, units = sp.planning.blocks, sp.planning.units
     for v, (d, c, a) in enumerate(zip(sp.dims, split.choices, split.shares)):
         for i, part in enumerate(scale_for_sides(d, c, a)):
-            out[i] += part.memory_bytes(bpe, opt, sp.side.zero_stage)
+            out[i] += part.memory_bytes(bpe, opt, zero)
             if d.recompute and d.checkpoint >= 0:  # in a checkpointed block
                 held[i][blocks[v]] = held[i].get(blocks[v], 0.0) + part.activation_bytes(bpe)
-    return tuple(out[i] + max(held[i].values(), default=0.0) for i in (0, 1))
+            gathered[i][units[v]] = gathered[i].get(units[v], 0.0) + part.gathered_bytes(bpe, zero)
+    return tuple(
+        out[i] + max(held[i].values(), default=0.0) + max(gathered[i].values(), default=0.0)
+        for i in (0, 1)
+    )
 
 
 def memory_need_model(model: MipModel) -> MipModel:

@@ -68,6 +68,14 @@ def brute_force_split(
                     held[blocks[v]] = held.get(blocks[v], 0.0) + along(v, t.activations[i])
             if held:
                 used = used + np.maximum.reduce([np.broadcast_to(x, shape) for x in held.values()])
+            if sp.side.zero_stage >= 3:  # the largest FSDP unit's gathered weights (section 6.1)
+                units = sp.planning.units
+                gathered: dict[int, np.ndarray] = {}
+                for v, t in enumerate(tables):
+                    gathered[units[v]] = gathered.get(units[v], 0.0) + along(v, t.gathered[i])
+                used = used + np.maximum.reduce(
+                    [np.broadcast_to(x, shape) for x in gathered.values()]
+                )
             total = np.where(used <= cap * (1 + 1e-12), total, np.inf)
     flat = total.ravel()
     best = flat.min()
