@@ -174,6 +174,28 @@ def test_hugging_face_model(kind):
 
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_falcon_new_decoder_architecture_imports_its_interleaved_qkv():
+    """Falcon's new decoder architecture views its fused projection as (groups, heads per
+    group + 2, d) and takes q, then k and v per key/value group: grouped-query attention on
+    one projection whose features are [q | k | v] permuted."""
+    cfg = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        new_decoder_architecture=True,
+        ffn_hidden_size=256,
+        vocab_size=1000,
+    )
+    model, _ = hf_model("falcon", cfg, seq=32, device="cpu")
+    graph = from_torch(model, (32,), name="falcon-new")
+    attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"]
+    assert len(attn) == 2 and (attn[0].heads, attn[0].kv_heads) == (4, 2)
+    example = torch.zeros(1, 32, dtype=torch.long)
+    check(graph, model, example, "a100:1,h100:1", batch=8, use_cache=False)
+
+
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_whisper_encoder_imports_its_1d_convolutions():
     """Whisper's encoder: two 1-D convolutions over (mel bins, frames), their output transposed
     into the blocks' (positions, features); the graph input is taken as (bins, frames)."""

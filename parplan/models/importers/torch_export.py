@@ -95,6 +95,7 @@ VIEWS = frozenset(
         "aten.flatten",
         "aten.unflatten",
         "aten.expand",
+        "aten.broadcast_to",
         "aten.to",
         "aten._to_copy",
         "aten.type_as",
@@ -1105,6 +1106,16 @@ class _Converter:
                 self._claimed[node.args[0]] = end  # the heads after it go to the indexes
             return self.b.feature_slice(x, start * int(shape[3]), end * int(shape[3]))
         if (
+            len(shape) == 5
+            and dim == 3
+            and step == 1
+            and start == 0
+            and end == size - 2
+            and isinstance(x, Act)
+            and int(shape[2]) * size * int(shape[4]) == x.shape.channels
+        ):  # q of a (batch, seq, groups, heads per group + 2, d) view (Falcon's new decoder)
+            return self._grouped_piece(node.args[0], x, shape, "q")
+        if (
             dim == len(shape) - 1
             and step == 1
             and len(shape) >= 3
@@ -1217,11 +1228,39 @@ class _Converter:
         self.b._act(x, "an index")  # noqa: SLF001 - the builder's check, with its message
         return Dispatched(x, k) if k > 1 else x
 
+    def _grouped_piece(self, view, x: Act, shape, which: str) -> Value:
+        """q, k or v of a projection viewed as (batch, seq, G groups, r + 2, d): per group r
+        query heads, then its key and its value (Falcon's new decoder architecture, q, k and v
+        interleaved per key/value group). The projection's features are a permutation of
+        [q | k | v] with G key/value heads, which is how the IR reads them: the same products
+        and parameters, and an OUT split of the module's rows in whole groups (the heads of each
+        of q, k and v split evenly, as torch's ColwiseParallel on it does)."""
+        groups, slots, d = int(shape[2]), int(shape[3]), int(shape[4])
+        q = groups * (slots - 2) * d
+        span = {
+            "q": (0, q),
+            "k": (q, q + groups * d),
+            "v": (q + groups * d, q + 2 * groups * d),
+        }[which]
+        self._claimed[view] = {"q": "k", "k": "v", "v": None}[which]
+        return self.b.feature_slice(x, *span)
+
     def _head_index(self, node, x, rank: int):
         """``x[:, :, [h]]`` of a (batch, seq, heads, d) view of a projection's output, with a
         constant index of consecutive heads (Falcon's multi-query k and v): those heads'
         features, a piece of the projection; None if the indexing is not that."""
         index = node.args[1]
+        if (
+            isinstance(x, Act)
+            and rank == 5
+            and isinstance(index, (list, tuple))
+            and len(index) == 4
+            and all(i is None for i in index[:3])
+            and isinstance(self._claimed.get(node.args[0]), str)
+            and int(node.meta["val"].shape[3]) == 1
+        ):  # k, then v, of a grouped view whose q was sliced first (Falcon's new decoder)
+            shape = node.args[0].meta["val"].shape
+            return self._grouped_piece(node.args[0], x, shape, self._claimed[node.args[0]])
         if not (
             isinstance(x, Act)
             and rank == 4
