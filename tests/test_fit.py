@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.graph import Graph
+from parplan.costmodel.graph import Graph, Linear, Shape
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.planio import save_plan
 from parplan.costmodel.problem import Problem
@@ -19,7 +19,7 @@ from parplan.errors import ConfigError, InfeasibleError
 from parplan.models.zoo import get_model
 from parplan.costmodel.split import PlanOptions, SplitProblem
 from parplan.solvers.brute import brute_force_split
-from parplan.solvers.fit import fit_plan, memory_lower_bound
+from parplan.solvers.fit import device_limits, fit_plan, memory_lower_bound
 from parplan.solvers.megatron import megatron_plan
 from parplan.solvers.planners import make_plan
 from reference_model import reference_evaluate
@@ -129,6 +129,33 @@ def test_the_memory_lower_bound_is_below_every_plan(data):
     plan = data.draw(random_plans(p))
     _, memory = reference_evaluate(p, plan)
     assert sum(memory.values()) >= memory_lower_bound(p) * (1 - 1e-12)
+
+
+def test_the_exact_top_down_search_finds_a_plan_the_search_missed():
+    """LeNet on two TPU v2s and two TPU v3s with a fifth of its plan's memory: the planner's
+    plan fits at no setting and the memory prices find none; each split's MIP top-down (halves
+    at their devices' summed memory, the leaves at their own) finds a plan, re-checked by the
+    reference model."""
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:2,tpu-v3:2"), batch=64)
+    limit = 0.2 * evaluate(p, make_plan(p, "accpar", share_grid=2)).peak_memory_bytes
+    fit = fit_plan(p, "accpar", limit_bytes=limit, plan_kwargs={"share_grid": 2})
+    assert fit.how.endswith("exact top-down") and fit.fits
+    _, memory = reference_evaluate(fit.problem, fit.plan)
+    assert max(memory.values()) <= limit * (1 + 1e-9)
+
+
+def test_a_root_split_no_half_can_hold_proves_that_no_plan_fits():
+    """One 70,000 x 70,000 layer (73 GiB of weights, gradients and Adam state) at half shares
+    (HyPar) on two TPU v2s (16 GiB each) and two H100s: 73 GiB fit the four devices' 192 GiB,
+    so the memory bound proves nothing, but every root split leaves half of the layer's state to
+    the TPUs' 32 GiB, at every setting: the exact solver's proof."""
+    n = 70000
+    g = Graph("big", Shape(n), (Linear("fc", ("input",), out_features=n, bias=False),))
+    p = Problem(g, parse_array("tpu-v2:2,h100:2"), batch=1)
+    assert memory_lower_bound(p) < sum(device_limits(p, None).values())
+    with pytest.raises(InfeasibleError) as err:
+        fit_plan(p, "hypar")
+    assert str(err.value).startswith("no plan fits: the exact solver proved that no root split")
 
 
 def test_zero_stages_are_searched_least_first():

@@ -283,7 +283,7 @@ def memory_limit_for(
     return MemoryLimit(caps, per_device=group.left.is_leaf and group.right.is_leaf)
 
 
-def _memory_for_side(problem: Problem, sp: SplitProblem, memory_limit_bytes) -> MemoryLimit | None:
+def memory_for_split(problem: Problem, sp: SplitProblem, memory_limit_bytes) -> MemoryLimit | None:
     """The memory limit of the group a split problem belongs to (found by its cost view, since
     the hierarchy hands splits over without their group); groups that look alike to the cost
     model must have the same capacities."""
@@ -349,7 +349,7 @@ def solve_exact(
         if progress is not None:
             progress(f"solving a split of {sp.side.hosts} devices with {spec.name}")
         split, cert = solve_split_exact(
-            sp, spec.name, options, so, _memory_for_side(problem, sp, memory_limit_bytes)
+            sp, spec.name, options, so, memory_for_split(problem, sp, memory_limit_bytes)
         )
         if split is None or cert.status == Status.ERROR:
             # no plan, or one that failed the re-check (over its memory limit by the solver's
@@ -576,6 +576,7 @@ __all__ = [
     "ExactResult",
     "GAP_TOL",
     "device_limit_bytes",
+    "memory_for_split",
     "memory_limit_for",
     "price_of",
     "require_plan",

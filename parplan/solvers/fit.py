@@ -320,8 +320,104 @@ def fit_plan(
         best = min(found, key=lambda f: (f.evaluation.step_time_s, f.peak_fraction))
         return replace(best, exact=exact)
     price_misses()
+    proven = False
+    if problem.array.depth >= 2:
+        # 5. exact top-down: each split's MIP with its halves' summed memory (the leaves' own)
+        best, proven = _exact_search(problem, settings, limit_bytes, options, candidate, say)
+        if best is not None:
+            return best
     closest = min(tried, key=lambda f: f.peak_fraction)
-    raise InfeasibleError(infeasible_message(lightest.apply(problem), limits, closest, need=need))
+    raise InfeasibleError(
+        infeasible_message(
+            lightest.apply(problem),
+            limits,
+            closest,
+            need=need,
+            proven=ROOT_PROOF if proven else False,
+        )
+    )
+
+
+#: How :func:`infeasible_message` says what :func:`_exact_search` proved.
+ROOT_PROOF = (
+    "the exact solver proved that no root split on the share grid keeps each half within its "
+    "devices' summed memory, at any setting searched (a half's devices keep at least what the "
+    "half keeps as one device, docs/costmodel.md section 6.2)"
+)
+
+
+class _NoSplit(Exception):
+    """A split of :func:`_exact_search`'s hierarchy has no plan (``root``: it is the root, and
+    the solver proved it infeasible)."""
+
+    def __init__(self, root: bool = False):
+        super().__init__()
+        self.root = root
+
+
+def _exact_search(
+    problem: Problem, settings, limit_bytes, options, candidate, say
+) -> tuple[Fit | None, bool]:
+    """Above one split, where the search found nothing: per setting (the least root-split
+    bound first), every split top-down by its MIP with a memory row per half, a half's capacity
+    its devices' summed memory (the leaves' own at the last level). That capacity is a necessary
+    condition of every plan (a side's devices together keep at least what the side keeps as one
+    device: weights, gradients and state divide or replicate, ZeRO shards divide by the replica
+    share, activations divide or replicate, and a sum of largest blocks or units is at least the
+    largest sum), so a root split infeasible at every setting proves that no plan fits.
+    Returns (the fastest fitting plan found, proven that none fits)."""
+    from parplan.costmodel.split import SplitProblem
+    from parplan.formulation.mip import MAX_MODEL_CELLS, model_cells, split_tables
+    from parplan.solvers.backends.base import SolveOptions
+    from parplan.solvers.dp import frontier_dp
+    from parplan.solvers.exact import memory_for_split, solve_split_exact
+    from parplan.solvers.hierarchy import plan_top_down
+
+    limit = "device" if limit_bytes is None else limit_bytes
+
+    def plan_split(p: Problem):
+        def solve(sp: SplitProblem):
+            if model_cells(sp, split_tables(sp, options)) > MAX_MODEL_CELLS:
+                raise _NoSplit()
+            split, cert = solve_split_exact(
+                sp,
+                _backend_for(sp, options),
+                options,
+                SolveOptions(time_limit_s=EXACT_SEARCH_TIME_S),
+                memory=memory_for_split(p, sp, limit),
+                diagnose=False,
+            )
+            if split is None or cert.status.value not in ("optimal", "feasible"):
+                raise _NoSplit(root=not sp.path and cert.status.value == "infeasible")
+            return split
+
+        return solve
+
+    ranked = sorted(
+        ((frontier_dp(SplitProblem.root(t.apply(problem)), options)[0], t) for t in settings),
+        key=lambda row: row[0],
+    )
+    best: Fit | None = None
+    proven = True
+    for bound, t in ranked:
+        if best is not None and bound >= best.evaluation.step_time_s * (1 - 1e-12):
+            break  # the root split's bound: this setting and the later ones are no faster
+        p = t.apply(problem)
+        say(f"memory: exact top-down solve with {t.label()}")
+        try:
+            plan = plan_top_down(p, plan_split(p), "exact")
+        except _NoSplit as stop:
+            proven = proven and stop.root
+            continue
+        proven = False
+        fit = candidate(p, plan, f"{t.label()}, exact top-down")
+        if fit.fits and (best is None or fit.evaluation.step_time_s < best.evaluation.step_time_s):
+            best = fit
+    return best, proven and best is None
+
+
+#: Seconds each split's model may take in :func:`_exact_search`.
+EXACT_SEARCH_TIME_S = 10.0
 
 
 def _price_search(
@@ -439,12 +535,13 @@ def infeasible_message(
     problem: Problem,
     limits: dict[str, float],
     closest: Fit,
-    proven: bool = False,
+    proven: bool | str = False,
     need: float | None = None,
 ) -> str:
     """One line: the least memory any plan needs (``need``: the least over the settings
     searched; by default :func:`memory_lower_bound` of ``problem``, the most memory-saving
-    setting) and the plan that came closest."""
+    setting) and the plan that came closest. ``proven``: no plan fits, by the exact solver (a
+    string: what it proved)."""
     need = memory_lower_bound(problem) if need is None else need
     total = sum(limits.values())
     n = len(limits)
@@ -463,10 +560,12 @@ def infeasible_message(
             f"{_size(total)}); {close}. Use more devices, a smaller batch or fewer optimizer bytes"
         )
     if proven:
-        return (
-            f"no plan fits: the exact solver proved that no plan on the share grid keeps every device within its "
-            f"limit ({close}; every plan keeps at least {_size(need)} over the {n} devices)"
+        how = (
+            proven
+            if isinstance(proven, str)
+            else "the exact solver proved that no plan on the share grid keeps every device within its limit"
         )
+        return f"no plan fits: {how} ({close}; every plan keeps at least {_size(need)} over the {n} devices)"
     return (
         f"parplan found no plan that fits ({close}); every plan keeps at least {_size(need)} over the "
         f"{n} devices ({need / total:.0%} of their memory), so a plan may exist that parplan's search missed: "
