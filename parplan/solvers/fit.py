@@ -374,6 +374,9 @@ def _exact_search(
     from parplan.solvers.hierarchy import plan_top_down
 
     limit = "device" if limit_bytes is None else limit_bytes
+    root = SplitProblem.root(problem)
+    if model_cells(root, split_tables(root, options)) > MAX_MODEL_CELLS:
+        return None, False  # the splits below have about the root's states: too large too
 
     def plan_split(p: Problem):
         def solve(sp: SplitProblem):
