@@ -358,9 +358,10 @@ class _NoSplit(Exception):
 def _exact_search(
     problem: Problem, settings, limit_bytes, options, candidate, say
 ) -> tuple[Fit | None, bool]:
-    """Above one split, where the search found nothing: per setting (the least root-split
-    bound first), every split top-down by its MIP with a memory row per half, a half's capacity
-    its devices' summed memory (the leaves' own at the last level). That capacity is a necessary
+    """Above one split, where the search found nothing: per setting that the memory bound
+    allows (the least root-split bound first), every split top-down by its MIP with a memory
+    row per half, a half's capacity its devices' summed memory (the leaves' own at the last
+    level). That capacity is a necessary
     condition of every plan (a side's devices together keep at least what the side keeps as one
     device: weights, gradients and state divide or replicate, ZeRO shards divide by the replica
     share, activations divide or replicate, and a sum of largest blocks or units is at least the
@@ -396,8 +397,13 @@ def _exact_search(
 
         return solve
 
+    capacity = sum(device_limits(problem, limit_bytes).values())
     ranked = sorted(
-        ((frontier_dp(SplitProblem.root(t.apply(problem)), options)[0], t) for t in settings),
+        (
+            (frontier_dp(SplitProblem.root(t.apply(problem)), options)[0], t)
+            for t in settings
+            if memory_lower_bound(t.apply(problem)) <= capacity  # else no plan fits with it
+        ),
         key=lambda row: row[0],
     )
     best: Fit | None = None
