@@ -133,9 +133,9 @@ def test_the_memory_lower_bound_is_below_every_plan(data):
 
 def test_the_exact_top_down_search_finds_a_plan_the_search_missed():
     """LeNet on two TPU v2s and two TPU v3s with a fifth of its plan's memory (one
-    micro-batch): the planner's plan fits at no setting and the memory prices find none; each split's MIP top-down (halves
-    at their devices' summed memory, the leaves at their own) finds a plan, re-checked by the
-    reference model."""
+    micro-batch): the planner's plan fits at no setting and the memory prices find none; each
+    split's MIP top-down (halves at their devices' summed memory, the leaves at their own)
+    finds a plan, re-checked by the reference model."""
     p = Problem(get_model("lenet"), parse_array("tpu-v2:2,tpu-v3:2"), batch=64)
     limit = 0.2 * evaluate(p, make_plan(p, "accpar", share_grid=2)).peak_memory_bytes
     kwargs = {"share_grid": 2}
