@@ -39,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -408,9 +409,13 @@ def _exact_search(
     )
     best: Fit | None = None
     proven = True
+    started = time.process_time()
     for bound, t in ranked:
         if best is not None and bound >= best.evaluation.step_time_s * (1 - 1e-12):
             break  # the root split's bound: this setting and the later ones are no faster
+        if time.process_time() - started > EXACT_SEARCH_BUDGET_S:
+            say(f"memory: the exact top-down search stopped after {EXACT_SEARCH_BUDGET_S:g} s")
+            return best, False
         p = t.apply(problem)
         say(f"memory: exact top-down solve with {t.label()}")
         try:
@@ -427,6 +432,8 @@ def _exact_search(
 
 #: Seconds each split's model may take in :func:`_exact_search`.
 EXACT_SEARCH_TIME_S = 10.0
+#: CPU seconds :func:`_exact_search` starts settings within (then it says what it found).
+EXACT_SEARCH_BUDGET_S = 60.0
 
 
 def _price_search(
