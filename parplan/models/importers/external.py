@@ -76,7 +76,8 @@ def module_of(spec: str):
     if text[:3].lower() in HUB_PREFIXES:
         prefix, name, options = parse_spec(text)
         if prefix == "hf:":
-            model, seq = hf_model(name, options, options.pop("seq", None), device="cpu")
+            seq = options.pop("seq", None)
+            model, seq = hf_model(name, options, seq, device="cpu")
             return model, (seq,), _takes_ids(model, (seq,))
         image = int(options.get("image", 224))
         return torchvision_model(name, device="cpu"), (3, image, image), False
