@@ -85,6 +85,18 @@ def test_a_data_parallel_resnet_trains_through_torchs_apis(tmp_path, capsys):
     assert out["numerics_equal"] and out["check"].endswith(": equal") and len(out["losses"]) == 2
 
 
+def test_the_script_names_its_model_file_absolutely(tmp_path, monkeypatch):
+    """A relative ``file.py:factory`` reads the same from the folder a script runs in."""
+    from parplan.models.importers.external import absolute_spec
+
+    (tmp_path / "m.py").write_text("def build():\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    assert absolute_spec("m.py:build") == f"{tmp_path / 'm.py'}:build"
+    assert absolute_spec("missing.py:build") == "missing.py:build"  # the import says it is missing
+    p = _gpt_problem()
+    assert script_plan(p, megatron_plan(p, 1), "m.py:build").spec == f"{tmp_path / 'm.py'}:build"
+
+
 def test_run_script_needs_a_torch_module(capsys):
     assert main(["run", "--model", "lenet", "--array", "cpu:4", "--runtime", "script"]) == 2
     assert "'lenet' is not a PyTorch module" in capsys.readouterr().err

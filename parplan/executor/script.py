@@ -36,6 +36,7 @@ from parplan.costmodel.planning import block_name
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
 from parplan.executor.export import torch_export
+from parplan.models.importers.external import absolute_spec
 
 #: A join's layout (its choice on a level) as a torch placement.
 JOIN_PLACEMENT = {"rows": "Shard(0)", "cols": "Shard(-1)", "whole": "Replicate()"}
@@ -157,7 +158,7 @@ def script_plan(problem: Problem, plan: Plan, spec: str) -> ScriptPlan:
         recomputed = weighted_modules
     names = export.mesh_dim_names
     return ScriptPlan(
-        spec=spec,
+        spec=absolute_spec(spec),
         batch=problem.batch,
         mesh_shape=export.mesh_shape,
         mesh_dims=names,

@@ -64,6 +64,25 @@ def is_module_spec(spec: str) -> bool:
     return text[:3].lower() in ("hf:", "tv:") or ".py:" in text
 
 
+def absolute_spec(spec: str) -> str:
+    """``spec`` with the file it names (``file.py:factory``, ``hf:path/config.json``) made
+    absolute, so that it reads the same from another folder (a training script's run).
+
+    Example:
+        >>> absolute_spec("hf:llama,hidden_size=64"), absolute_spec("vgg16")
+        ('hf:llama,hidden_size=64', 'vgg16')
+    """
+    text = str(spec).strip()
+    if ".py:" in text:
+        path, _, factory = text.rpartition(":")
+        return f"{Path(path).resolve()}:{factory}" if Path(path).is_file() else text
+    if text[:3].lower() == "hf:":
+        first, sep, rest = text[3:].partition(",")
+        if first.endswith(".json") or Path(first).is_dir():
+            return f"{text[:3]}{Path(first).resolve()}{sep}{rest}"
+    return text
+
+
 def module_of(spec: str):
     """``(module, input_shape, token_ids)`` of a model spec that names a PyTorch module
     (``file.py:factory``, ``hf:``, ``tv:``), its weights allocated on the CPU and initialised from
