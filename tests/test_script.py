@@ -97,6 +97,13 @@ def test_the_script_names_its_model_file_absolutely(tmp_path, monkeypatch):
     assert script_plan(p, megatron_plan(p, 1), "m.py:build").spec == f"{tmp_path / 'm.py'}:build"
 
 
+def test_a_pipeline_plan_is_not_written_as_a_script(tmp_path, capsys):
+    plan = Path(__file__).resolve().parent.parent / "examples" / "resnet-2block-pipeline.json"
+    out = tmp_path / "pp.py"
+    assert main(["export", "--plan", str(plan), "--out", str(out)]) == 2
+    assert "a pipeline plan exports as JSON" in capsys.readouterr().err and not out.exists()
+
+
 def test_run_script_needs_a_torch_module(capsys):
     assert main(["run", "--model", "lenet", "--array", "cpu:4", "--runtime", "script"]) == 2
     assert "'lenet' is not a PyTorch module" in capsys.readouterr().err

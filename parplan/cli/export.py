@@ -16,7 +16,12 @@ def _written(args: argparse.Namespace, out: dict, script) -> bool:
     print it with ``--format json``; True when the JSON was the output."""
     if args.out:
         path = output_path(args.out, "--out")
-        if str(path).endswith(".py") and script is not None:
+        if str(path).endswith(".py"):
+            if script is None:
+                raise ConfigError(
+                    "export: a pipeline plan exports as JSON (--out FILE.json); training scripts "
+                    "cover partition plans, and `parplan run --runtime torch` runs pipeline plans"
+                )
             text = script()  # before the file is opened: a refusal leaves no empty file
         else:
             text = json.dumps(out, indent=2)
