@@ -255,3 +255,16 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
         and "global bound is for parplan's own cost model" in err
         and "Traceback" not in err
     )
+
+
+@pytest.mark.parametrize("backend", ["scip", "cbc"])
+def test_verbose_solve_shows_the_solver_log_on_stderr(backend, capfd):
+    """``-v``: the solver's own log (its progress and bound) goes to stderr, what the solver
+    library prints from C included; the report on stdout stays clean."""
+    args = ["solve", "--model", "lenet", "--array", "tpu-v2:1,tpu-v3:1", "--backend", backend]
+    assert main([*args, "-v"]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith("lenet on tpu-v2:1,tpu-v3:1") and "certificate" in out
+    assert {"scip": "presolving", "cbc": "Cbc0"}[backend] in err
+    assert main(args) == 0
+    assert "presolving" not in capfd.readouterr().err

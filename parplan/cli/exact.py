@@ -98,7 +98,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="write the exact plan and its certificate as a plan file (re-price with 'parplan evaluate')",
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="progress messages on stderr")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="progress messages and the solver's log on stderr",
+    )
 
 
 def add_exact_parsers(subparsers) -> None:
@@ -127,7 +132,9 @@ def _setup(args):
         raise ConfigError("--no-symmetry applies to the joint model: add --joint")
     problem = problem_from_args(args)
     options = planner_options(args.planner, args.objective, args.shares, args.share_grid)
-    so = SolveOptions(time_limit_s=args.time_limit, threads=args.threads, seed=args.seed)
+    so = SolveOptions(
+        time_limit_s=args.time_limit, threads=args.threads, seed=args.seed, verbose=args.verbose
+    )
     progress = progress_printer(args.verbose, after_s=PROGRESS_AFTER_S)
     return problem, options, so, progress
 

@@ -20,6 +20,7 @@ import os
 import pickle
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Callable, Protocol
@@ -139,8 +140,27 @@ def solve_after_build(
         )
     else:
         left = None if limit is None else limit - built_s
-        raw = backend.solve(model, replace(options, time_limit_s=left))
+        with solver_output_to_stderr(options.verbose):
+            raw = backend.solve(model, replace(options, time_limit_s=left))
     return replace(raw, wall_s=raw.wall_s + built_s)
+
+
+@contextmanager
+def solver_output_to_stderr(on: bool):
+    """With ``on`` (``SolveOptions.verbose``: ``-v``), what a solver library prints to file
+    descriptor 1 from C goes to stderr, so its log shows without mixing into the report."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def stopped_by_time(wall_s: float, options: SolveOptions) -> bool:
@@ -162,7 +182,8 @@ def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
         proc = subprocess.run(
             [sys.executable, "-m", module],
             input=pickle.dumps((model, options)),
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=None if options.verbose else subprocess.PIPE,  # verbose: the log shows
             timeout=timeout,
             check=False,
             env=env,
@@ -185,9 +206,8 @@ def solve_in_subprocess(module: str, model, options: SolveOptions) -> RawResult:
             "a plan. A coarser --share-grid makes the model smaller",
         )
     if proc.returncode != 0:
-        raise SolverError(
-            child_failure(module, proc.returncode, proc.stderr.decode(errors="replace"))
-        )
+        said = proc.stderr.decode(errors="replace") if proc.stderr is not None else ""
+        raise SolverError(child_failure(module, proc.returncode, said))
     return pickle.loads(proc.stdout)
 
 

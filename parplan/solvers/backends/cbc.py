@@ -192,6 +192,8 @@ class CbcBackend:
             with open(log_path) as f:
                 text = f.read()
             os.unlink(log_path)
+        if options.verbose:  # CBC writes its log to the file parplan reads its bound from
+            sys.stderr.write(text)
         log = parse_cbc_log(text)
         result = log["result"] or ""
         term = STATUS_MAP.get(result, Termination.ERROR)
