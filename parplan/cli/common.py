@@ -333,3 +333,11 @@ def output_path(text: str, option: str) -> Path:
     if not path.parent.is_dir():
         raise ConfigError(f"{option} '{text}': folder '{path.parent}' does not exist")
     return path
+
+
+def model_spec(args: argparse.Namespace, saved=None) -> str | None:
+    """The model spec a command works on: ``--model``, else what the plan file ``saved`` (a
+    read plan file) was made for, as the user typed it."""
+    if args.model is not None or saved is None:
+        return args.model
+    return saved.problem.get("model_source") or saved.problem.get("model")

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from parplan.cli.common import PLANNER_NAMES, output_path
+from parplan.cli.common import PLANNER_NAMES, model_spec, output_path
 from parplan.errors import ConfigError
 
 
@@ -48,9 +48,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         saved = read_plan_file(args.plan)
         if saved.pipeline is not None:
             return _export_pipeline(args, saved)
-    spec = args.model
-    if args.plan and spec is None:
-        spec = saved.problem.get("model_source") or saved.problem.get("model")
+    spec = model_spec(args, saved if args.plan else None)
     problem, plan, source = _problem_and_plan(args)
     export = torch_export(problem, plan)
     near = None

@@ -165,12 +165,10 @@ def cmd_run_script(args: argparse.Namespace, problem, plan, source: str) -> int:
     from parplan.executor.script import run_script, training_script
     from parplan.models.importers.external import is_module_spec
 
-    spec = args.model
-    if spec is None and args.plan:
-        from parplan.costmodel.planio import read_plan_file
+    from parplan.cli.common import model_spec
+    from parplan.costmodel.planio import read_plan_file
 
-        record = read_plan_file(args.plan).problem
-        spec = record.get("model_source") or record.get("model")
+    spec = model_spec(args, read_plan_file(args.plan) if args.plan and args.model is None else None)
     if spec is None or not is_module_spec(spec):
         raise ConfigError(
             f"run --runtime script: model '{spec}' is not a PyTorch module (file.py:factory, hf:, tv:); "

@@ -324,7 +324,7 @@ def fit_plan(
     proven = False
     if problem.array.depth >= 2:
         # 5. exact top-down: each split's MIP with its halves' summed memory (the leaves' own)
-        best, proven = _exact_search(problem, settings, limit_bytes, options, candidate, say)
+        best, proven = _exact_search(problem, bounds, limit_bytes, options, candidate, say)
         if best is not None:
             return best
     closest = min(tried, key=lambda f: f.peak_fraction)
@@ -357,12 +357,12 @@ class _NoSplit(Exception):
 
 
 def _exact_search(
-    problem: Problem, settings, limit_bytes, options, candidate, say
+    problem: Problem, bounds: dict, limit_bytes, options, candidate, say
 ) -> tuple[Fit | None, bool]:
-    """Above one split, where the search found nothing: per setting that the memory bound
-    allows (the least root-split bound first), every split top-down by its MIP with a memory
-    row per half, a half's capacity its devices' summed memory (the leaves' own at the last
-    level). That capacity is a necessary
+    """Above one split, where the search found nothing: per setting of ``bounds`` (setting ->
+    its memory lower bound) that the bound allows (the least root-split bound first), every
+    split top-down by its MIP with a memory row per half, a half's capacity its devices' summed
+    memory (the leaves' own at the last level). That capacity is a necessary
     condition of every plan (a side's devices together keep at least what the side keeps as one
     device: weights, gradients and state divide or replicate, ZeRO shards divide by the replica
     share, activations divide or replicate, and a sum of largest blocks or units is at least the
@@ -402,8 +402,8 @@ def _exact_search(
     ranked = sorted(
         (
             (frontier_dp(SplitProblem.root(t.apply(problem)), options)[0], t)
-            for t in settings
-            if memory_lower_bound(t.apply(problem)) <= capacity  # else no plan fits with it
+            for t, need in bounds.items()
+            if need <= capacity  # the setting's memory bound: else no plan fits with it
         ),
         key=lambda row: row[0],
     )
