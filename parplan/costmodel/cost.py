@@ -32,7 +32,9 @@ Example (one layer, no neighbours, two equal devices):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -346,6 +348,24 @@ class StateTable:
     def shares(self) -> np.ndarray:
         """The share of each (point) state."""
         return self.lo
+
+    @classmethod
+    def merged(cls, tables: "Sequence[StateTable]") -> "StateTable":
+        """One node's tables side by side: their states in order (say one table per choice, each
+        with its own share intervals). A point table's compute at sub-shares is its compute, so
+        it is repeated to the intervals' sub-share count where the two mix."""
+        k = max(t.steps.shape[2] for t in tables)
+        fields = {}
+        for f in dataclasses.fields(cls):
+            values = [getattr(t, f.name) for t in tables]
+            if f.name == "choices":
+                fields[f.name] = tuple(c for v in values for c in v)
+            elif f.name == "steps":
+                wide = [np.broadcast_to(v, v.shape[:2] + (k,)) for v in values]
+                fields[f.name] = np.ascontiguousarray(np.concatenate(wide, axis=1))
+            else:
+                fields[f.name] = np.ascontiguousarray(np.concatenate(values, axis=-1))
+        return cls(**fields)
 
     @classmethod
     def build(

@@ -67,6 +67,9 @@ class Certificate:
     #: A proven lower bound on the objective with continuous shares (free shares, time
     #: objective, no memory limit; None otherwise). ``bound`` is for shares on the grid.
     continuous_bound: float | None = None
+    #: The step of the best split found with continuous shares (re-priced by the cost model;
+    #: :mod:`parplan.solvers.continuous`): the continuous optimum, within ``continuous_bound``.
+    continuous_value: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "splits", MappingProxyType(dict(self.splits)))
@@ -127,6 +130,7 @@ class Certificate:
                 "message",
                 "model_size",
                 "continuous_bound",
+                "continuous_value",
             )
         }
         d["notes"] = list(self.notes)
@@ -246,6 +250,7 @@ def aggregate(
         model_size=first.model_size if len(certs) == 1 else f"{len(certs)} split models",
         splits=certs,
         continuous_bound=root.continuous_bound if (root is not None and one_level) else None,
+        continuous_value=root.continuous_value if (root is not None and one_level) else None,
     )
 
 

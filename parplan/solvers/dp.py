@@ -99,8 +99,20 @@ def frontier_dp(
     plan with any shares in [0, 1], and the split holds each interval's lower end.
     ``tables``: the nodes' state tables to use instead of :func:`split_tables`' (a bound that
     raises each side's compute to a better lower bound, :mod:`parplan.solvers.bound`)."""
-    n = len(sp.planning.nodes)
     tables = split_tables(sp, options, relaxed) if tables is None else tables
+    value, state = min_states(sp, options, tables, max_cells)
+    choices = tuple(tables[v].choices[state[v]] for v in range(len(state)))
+    shares = tuple(float(tables[v].shares[state[v]]) for v in range(len(state)))
+    return value, Split(choices, shares)
+
+
+def min_states(
+    sp: SplitProblem, options: PlanOptions, tables, max_cells: int = MAX_CELLS
+) -> tuple[float, list[int]]:
+    """(the least objective over the nodes' states ``tables``, each node's state index there):
+    the elimination behind :func:`frontier_dp`, for any state tables (points, intervals, or a
+    mix per node, as :mod:`parplan.solvers.continuous` refines them)."""
+    n = len(sp.planning.nodes)
     for u in range(n):  # every size first: a split too large for the DP prices nothing
         check_factor_size(sp, tables, u, options, max_cells)
     factors = [node_factor(sp, tables, u, options, max_cells) for u in range(n)]
@@ -143,9 +155,7 @@ def frontier_dp(
     state = [0] * n
     for v, rest, arg in reversed(records):
         state[v] = int(arg[tuple(state[w] for w in rest)]) if rest else int(arg)
-    choices = tuple(tables[v].choices[state[v]] for v in range(n))
-    shares = tuple(float(tables[v].shares[state[v]]) for v in range(n))
-    return value, Split(choices, shares)
+    return value, state
 
 
 def eliminate(

@@ -1,0 +1,129 @@
+"""Continuous shares on one split (parplan.solvers.continuous, docs/costmodel.md section 8):
+the proven optimum is re-priced by the independent reference model, no finer grid beats it,
+no plan with random shares goes below its bound, and LeNet's optimum equals the figure of the
+independent continuous-share MILP of issue 34."""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from parplan.costmodel.cost import ShareSet, StateTable, share_intervals
+from parplan.costmodel.hardware import parse_array
+from parplan.costmodel.problem import Problem, Split
+from parplan.costmodel.split import PlanOptions, SplitProblem, price_split
+from parplan.errors import ConfigError
+from parplan.models.zoo import get_model
+from parplan.solvers.continuous import continuous_split
+from parplan.solvers.dp import frontier_dp
+from parplan.solvers.exact import solve_split_exact
+from parplan.solvers.planners import planner_options
+from reference_model import reference_split_time
+from test_brute import fast, problems
+
+
+def _random_splits(sp, options, rng, count):
+    """Plans with each node's choice and share drawn at random (shares anywhere in [0, 1],
+    the ends included now and then)."""
+    for _ in range(count):
+        choices, shares = [], []
+        for node in sp.planning.nodes:
+            choices.append(rng.choice(options.choices(node)))
+            shares.append(rng.choice([0.0, 1.0, rng.random(), rng.random(), rng.random()]))
+        yield Split(tuple(choices), tuple(shares))
+
+
+@fast(40)
+@given(problems(chain=True, max_weighted=3), st.integers(0, 2**31))
+def test_the_continuous_optimum_bounds_every_share_and_is_beaten_by_no_grid(p, seed):
+    sp, options = SplitProblem.root(p), PlanOptions(share_grid=4)
+    r = continuous_split(sp, options, time_limit_s=30)
+    _check(p, sp, options, r, seed, grids=(16, 64, 97))
+
+
+@fast(15)
+@given(problems(max_weighted=3), st.integers(0, 2**31))
+def test_on_dags_the_bound_holds_for_every_share(p, seed):
+    """Forks and joins (a fork's union of needs, a join's layouts); the search may stop at its
+    limits here (tables grow as states ^ (consumers + 1)), and what it reports must hold."""
+    sp, options = SplitProblem.root(p), PlanOptions(share_grid=4)
+    r = continuous_split(sp, options, time_limit_s=2, max_cells=200_000)
+    _check(p, sp, options, r, seed, grids=(8,))
+
+
+def _check(p, sp, options, r, seed, grids):
+    assert r.bound_s <= r.value_s * (1 + 1e-12)
+    # the plan is a real plan: the independent reference prices it at the reported value
+    assert r.value_s == pytest.approx(reference_split_time(p, r.split), rel=1e-9, abs=1e-15)
+    assert r.value_s <= price_split(sp, frontier_dp(sp, options)[1], options) * (1 + 1e-12)
+    for grid in grids:  # every grid plan is a continuous plan
+        finer = frontier_dp(sp, PlanOptions(share_grid=grid))[0]
+        assert r.bound_s <= finer * (1 + 1e-9)
+        if r.proven:
+            assert r.value_s <= finer * (1 + 2e-6)
+    rng = random.Random(seed)
+    for split in _random_splits(sp, options, rng, 20):
+        assert reference_split_time(p, split) >= r.bound_s * (1 - 1e-9)
+
+
+def test_lenet_equals_the_independent_milp_of_issue_34():
+    """Issue 34's prototype MILP (continuous shares, the bilinear re-layout term relaxed piecewise,
+    solved by a MILP solver) proved LeNet's optimum on tpu-v2:1,tpu-v3:1 at batch 512 to be
+    0.054695 ms, 2.17% below the grid of 16 (0.055910 ms) and 0.2% below the grid of 256."""
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    sp = SplitProblem.root(p)
+    r = continuous_split(sp, PlanOptions())
+    assert r.proven and r.gap <= 1e-6 and r.stop == "optimal"
+    assert round(r.value_s * 1e3, 6) == 0.054695
+    assert round(r.grid_value_s * 1e3, 6) == 0.055910
+    assert 1 - r.value_s / r.grid_value_s == pytest.approx(0.0217, abs=5e-5)
+    grid256 = frontier_dp(sp, PlanOptions(share_grid=256))[0]
+    assert r.value_s < grid256 and 1 - r.value_s / grid256 == pytest.approx(0.002, abs=5e-4)
+    assert r.value_s == pytest.approx(reference_split_time(p, r.split), rel=1e-12)
+
+
+def test_the_certificate_states_the_continuous_optimum():
+    p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
+    split, cert = solve_split_exact(SplitProblem.root(p), "highs", PlanOptions())
+    assert cert.status == "optimal"
+    assert cert.continuous_bound <= cert.continuous_value < cert.objective
+    assert cert.continuous_value <= cert.continuous_bound * (1 + 1e-6)
+    (note,) = [n for n in cert.notes if "continuous shares" in n]
+    assert "optimum is 15.52697 ms, proven within" in note
+    assert "1/16" in note and "above it" in note
+
+
+def test_merged_tables_equal_one_table_over_every_choice():
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
+    sp = SplitProblem.root(p)
+    v = 1
+    node = sp.planning.nodes[v]
+    sets = share_intervals((0.0, 0.25, 0.5, 1.0))
+
+    def build(choices, shares):
+        return StateTable.build(sp.dims[v], False, choices, shares, sp.side, None, sp.cuts(v))
+
+    whole = build(node.choices, sets)
+    merged = StateTable.merged([build((c,), sets) for c in node.choices])
+    assert merged.choices == whole.choices
+    for field in ("lo", "hi", "has", "compute", "memory", "intra", "steps", "gathered"):
+        assert np.array_equal(getattr(merged, field), getattr(whole, field)), field
+    # points beside intervals: a point's compute at sub-shares is its compute
+    mixed = StateTable.merged([build((node.choices[0],), sets), build((node.choices[1],), (0.5,))])
+    assert mixed.steps.shape[2] == whole.steps.shape[2]
+    assert np.all(mixed.steps[:, -1, :] == mixed.compute[:, -1:])
+    assert ShareSet.point(0.5).lo == mixed.lo[-1]
+
+
+@pytest.mark.parametrize(
+    "options, why",
+    [
+        (planner_options("data"), "free shares"),
+        (PlanOptions(memory_price=1.0), "memory price"),
+    ],
+)
+def test_what_has_no_continuous_form_is_refused(options, why):
+    p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
+    with pytest.raises(ConfigError, match=why):
+        continuous_split(SplitProblem.root(p), options)
