@@ -3,6 +3,7 @@ the proven optimum is re-priced by the independent reference model, no finer gri
 no plan with random shares goes below its bound, and LeNet's optimum equals the figure of the
 independent continuous-share MILP of issue 34."""
 
+import itertools
 import random
 
 import numpy as np
@@ -12,11 +13,17 @@ from hypothesis import given, strategies as st
 from parplan.costmodel.cost import ShareSet, StateTable, share_intervals
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Problem, Split
-from parplan.costmodel.split import PlanOptions, SplitProblem, price_split
+from parplan.costmodel.split import (
+    PlanOptions,
+    SplitProblem,
+    node_factor,
+    price_split,
+    split_tables,
+)
 from parplan.errors import ConfigError
 from parplan.models.zoo import get_model
 from parplan.solvers.continuous import continuous_split
-from parplan.solvers.dp import frontier_dp
+from parplan.solvers.dp import frontier_dp, min_states
 from parplan.solvers.exact import solve_split_exact
 from parplan.solvers.planners import planner_options
 from reference_model import reference_split_time
@@ -127,3 +134,29 @@ def test_what_has_no_continuous_form_is_refused(options, why):
     p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
     with pytest.raises(ConfigError, match=why):
         continuous_split(SplitProblem.root(p), options)
+
+
+@fast(40)
+@given(problems(max_weighted=3))
+def test_min_marginals_equal_brute_force(p):
+    """The backward pass the search prunes with: per node and state, the least objective over
+    every assignment of the other nodes, enumerated."""
+    sp, options = SplitProblem.root(p), PlanOptions(share_grid=2)
+    tables = split_tables(sp, options)
+    sizes = [t.size for t in tables]
+    marginals: list = []
+    value, _ = min_states(sp, options, tables, marginals=marginals)
+    if np.prod(sizes, dtype=float) > 100_000:
+        return
+    factors = [node_factor(sp, tables, u, options) for u in range(len(tables))]
+    best = [np.full(s, np.inf) for s in sizes]
+    for combo in itertools.product(*[range(s) for s in sizes]):
+        total = sum(
+            t[tuple(combo[w] if t.shape[k] > 1 else 0 for k, w in enumerate(scope))]
+            for scope, t in factors
+        )
+        for v, s in enumerate(combo):
+            best[v][s] = min(best[v][s], total)
+    for v in range(len(sizes)):
+        np.testing.assert_allclose(marginals[v], best[v], rtol=1e-9, atol=1e-15)
+    assert min(best[0]) == pytest.approx(value, rel=1e-9)

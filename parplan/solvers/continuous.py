@@ -63,6 +63,8 @@ __all__ = ["ContinuousResult", "continuous_split", "CONTINUOUS_TOL", "START_GRID
 CONTINUOUS_TOL = 1e-6
 #: Intervals per choice the search starts from (the grid DP's own grid warm-starts the incumbent).
 START_GRID = 8
+#: A state is dropped when its least objective exceeds the incumbent's by this (relative) margin.
+PRUNE_TOL = 1e-12
 #: Intervals narrower than this are not halved again (a bracket is reported instead).
 MIN_WIDTH = 1e-13
 
@@ -130,8 +132,9 @@ def continuous_split(
         rounds += 1
         tables = [_table(sp, options, v, states[v]) for v in range(n)]
         states = [flat for _, flat in tables]
+        marginals: list = []
         try:
-            low, arg = min_states(sp, options, [t for t, _ in tables], max_cells)
+            low, arg = min_states(sp, options, [t for t, _ in tables], max_cells, marginals)
         except TableTooLarge:
             stop = "table size"
             break
@@ -161,6 +164,11 @@ def continuous_split(
             break
         if time.perf_counter() - started > time_limit_s:
             break
+        # a state whose every plan costs more than the incumbent is dropped for good (its
+        # intervals' prices only rise as they and their neighbours' are halved)
+        for v in range(n):
+            keep = marginals[v] <= best_value * (1 + PRUNE_TOL)
+            states[v] = [st for st, k in zip(states[v], keep) if k]
         wide = False
         for v in range(n):
             c, s = picked[v]

@@ -107,11 +107,20 @@ def frontier_dp(
 
 
 def min_states(
-    sp: SplitProblem, options: PlanOptions, tables, max_cells: int = MAX_CELLS
+    sp: SplitProblem,
+    options: PlanOptions,
+    tables,
+    max_cells: int = MAX_CELLS,
+    marginals: list | None = None,
 ) -> tuple[float, list[int]]:
     """(the least objective over the nodes' states ``tables``, each node's state index there):
     the elimination behind :func:`frontier_dp`, for any state tables (points, intervals, or a
-    mix per node, as :mod:`parplan.solvers.continuous` refines them)."""
+    mix per node, as :mod:`parplan.solvers.continuous` refines them).
+
+    ``marginals``: a list that receives, per node, the least objective with the node in each of
+    its states (min-marginals: a backward pass over the elimination's cliques, each clique's
+    sum plus what lies outside it; the outside of a message is its consumer's clique minus the
+    message, minimised over the rest)."""
     n = len(sp.planning.nodes)
     for u in range(n):  # every size first: a split too large for the DP prices nothing
         check_factor_size(sp, tables, u, options, max_cells)
@@ -125,6 +134,7 @@ def min_states(
         for w in s:
             mentions[w].add(i)
     records = []
+    cliques: list = []
     constant = 0.0
     for v in order:
         gone, mentions[v] = mentions[v], set()
@@ -150,12 +160,52 @@ def min_states(
             for w in rest:
                 mentions[w].add(i)
         else:
+            i = None
             constant += float(best.reshape(()))
+        if marginals is not None:
+            cliques.append((v, scope, mine, sorted(gone), i, best))
     value = constant + sum(float(t.sum()) for s, t in live.values() if not s)
     state = [0] * n
     for v, rest, arg in reversed(records):
         state[v] = int(arg[tuple(state[w] for w in rest)]) if rest else int(arg)
+    if marginals is not None:
+        marginals[:] = _min_marginals(cliques, n, len(factors), constant)
     return value, state
+
+
+def _spread(scope_of: tuple[int, ...], table: np.ndarray, scope: tuple[int, ...]) -> np.ndarray:
+    """``table`` over ``scope_of`` (any order) as an array broadcastable over sorted ``scope``."""
+    order = sorted(range(len(scope_of)), key=lambda j: scope_of[j])
+    t = np.transpose(np.asarray(table, dtype=float), order) if order else np.asarray(table, float)
+    mine = {w: t.shape[k] for k, w in enumerate(sorted(scope_of))}
+    return t.reshape([mine.get(w, 1) for w in scope])
+
+
+def _min_marginals(cliques, n: int, n_factors: int, constant: float) -> list[np.ndarray]:
+    """Per node, the least objective with the node in each state (see :func:`min_states`).
+    Cliques in reverse elimination order: a clique's full table is the sum of its tables plus
+    its outside (for the last clique of a connected part: the other parts' minima; else the
+    outside of the message it made); each message it consumed gets as outside that total
+    less the message, minimised over the axes the message does not span."""
+    outside: dict[int, np.ndarray] = {}
+    out: list[np.ndarray] = [np.zeros(0)] * n
+    for v, scope, mine, ids, i, best in reversed(cliques):
+        total = np.zeros([1] * len(scope))
+        for s, t in mine:
+            total = total + _spread(s, t, scope)
+        if i is None:
+            total = total + (constant - float(np.asarray(best).reshape(())))
+        else:
+            total = total + _spread(tuple(w for w in scope if w != v), outside.pop(i), scope)
+        axis = scope.index(v)
+        others = tuple(k for k in range(len(scope)) if k != axis)
+        out[v] = total.min(axis=others) if others else total
+        for (s, t), j in zip(mine, ids):
+            if j >= n_factors:  # a message from an earlier clique
+                drop = tuple(k for k, w in enumerate(scope) if w not in s)
+                diff = total - _spread(s, t, scope)
+                outside[j] = diff.min(axis=drop) if drop else diff
+    return out
 
 
 def eliminate(
