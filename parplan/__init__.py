@@ -7,7 +7,8 @@ The public API (docs/architecture.md lists the layers behind it):
   ``"tpu-v2:64,tpu-v3:64"``, a tree file);
 - :func:`plan` (a named planner: the fast DP path), :func:`solve` (exact MIP, level by level,
   with a certificate), :func:`certify` (DP vs exact on one problem), :func:`global_bound` (a
-  lower bound on the step time of every plan of the whole array);
+  lower bound on the step time of every plan of the whole array), :func:`continuous_split` /
+  :func:`continuous_plan` (shares anywhere in [0, 1], proven optimal per split);
 - :func:`evaluate` (the one evaluator: prices any plan on any problem);
 - :class:`Plan`; :func:`save_plan` / :func:`load_plan` / :func:`read_plan_file`: plan files
   (docs/planfile.md).
@@ -45,6 +46,8 @@ _EXPORTS = {
     "InfeasibleError": ("parplan.errors", "InfeasibleError"),
     "solve": ("parplan.solvers.exact", "solve_exact"),
     "certify": ("parplan.solvers.exact", "certify"),
+    "continuous_split": ("parplan.solvers.continuous", "continuous_split"),
+    "continuous_plan": ("parplan.solvers.continuous", "continuous_plan"),
     "global_bound": ("parplan.solvers.bound", "global_bound"),
     "sweep": ("parplan.bench.sweep", "sweep"),
     "read_plan_file": ("parplan.costmodel.planio", "read_plan_file"),

@@ -19,6 +19,7 @@ speed           planner time against the published AccPar C++; the CLI's start-u
 pipeline        PipeDream's released optimizer vs parplan's pipeline plans, priced by both
 bound           the global lower bound and gap of the accpar plans on the zoo's CNNs
 joint           the joint optimum on small arrays: accpar's loss to it, its gap to the bound
+continuous      grid 16, grid 64 and the proven continuous-share optimum on one split
 memory          plans that fit: parplan plan's default vs memory ignored vs Megatron-style plans
 calibration     a calibrated GPU's predicted whole training steps against the measured ones
 validate        predicted against published, measured training throughput (fitted per source)
@@ -37,6 +38,7 @@ BENCHMARKS = {
     "pipeline": "parplan.bench.pipeline",
     "bound": "parplan.bench.bound",
     "joint": "parplan.bench.joint",
+    "continuous": "parplan.bench.continuous",
     "memory": "parplan.bench.memory",
     "calibration": "parplan.bench.calibration",
     "stages": "parplan.bench.stages",

@@ -39,6 +39,7 @@ BENCH_HELP = {
     "pipeline": "PipeDream's released optimizer vs parplan's pipeline plans, each priced by both models",
     "bound": "the global lower bound over the whole hierarchy and the accpar plans' gap to it (zoo CNNs)",
     "joint": "the joint optimum on small arrays: what accpar loses to it, what is left to the global bound",
+    "continuous": "grid 16, grid 64 and the proven continuous-share optimum on one split (zoo CNNs)",
     "memory": "plans that fit each device's memory (parplan plan's default) vs memory ignored vs Megatron-style",
     "calibration": "a calibrated GPU (parplan calibrate) against measured whole training steps",
     "stages": "pipeline x partition x data (plan --pipeline) vs partition-only and data-parallel-stage plans",

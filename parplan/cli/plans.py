@@ -171,6 +171,34 @@ def layer_bound_lines(layer_bounds: list[dict], per_layer_bound_s: float) -> lis
     ]
 
 
+def _check_continuous(args: argparse.Namespace) -> None:
+    """--continuous-shares: what it cannot be combined with, in one error."""
+    if plans_against_memory(args):
+        raise ConfigError(
+            "--continuous-shares plans without a memory limit (its search has no memory rows): add "
+            "--ignore-memory"
+        )
+    if args.planner not in ("accpar", "accpar-topdown") or args.shares not in (None, "free"):
+        raise ConfigError(
+            "--continuous-shares searches free shares with the time objective: use --planner accpar"
+        )
+    if args.objective not in (None, "time") or args.polish:
+        raise ConfigError("--continuous-shares takes the time objective and no --polish")
+
+
+def _print_continuous(found: dict) -> None:
+    """One line per split on stderr: the continuous optimum's proof (or bracket)."""
+    for path, r in sorted(found.items()):
+        where = path or "root"
+        if r["stop"] == "optimal":
+            what = f"optimal within {r['gap']:.1e}"
+        else:
+            what = f"stopped ({r['stop']}); within {r['gap']:.2%} of the continuous optimum"
+        grid = r["grid_value_s"]
+        gain = "" if not grid else f", {1 - r['value_s'] / grid:.2%} below the grid of 16"
+        print(f"parplan: split {where}: continuous shares {what}{gain}", file=sys.stderr)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from parplan.costmodel.planio import plan_document, write_plan_file
     from parplan.solvers.planners import make_plan
@@ -197,11 +225,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
             )
     if args.pipeline:
         return _plan_pipeline(args, problem, limit, save)
+    if args.continuous_shares:
+        _check_continuous(args)
     start = time.perf_counter()
     kwargs = dict(
         objective=args.objective, shares=args.shares, share_grid=args.share_grid, polish=args.polish
     )
-    if plans_against_memory(args):
+    if args.continuous_shares:
+        from parplan.solvers.continuous import continuous_plan
+        from parplan.solvers.planners import planner_options
+
+        options = planner_options(args.planner, args.objective, args.shares, args.share_grid)
+        plan, found = continuous_plan(
+            problem, options, progress=progress_printer(args.verbose, after_s=5.0)
+        )
+        _print_continuous(found)
+    elif plans_against_memory(args):
         from parplan.solvers.fit import fit_plan
 
         fit = fit_plan(
@@ -928,6 +967,12 @@ def add_plan_parsers(sub) -> None:
         action="store_true",
         help="then improve the plan by multi-level moves priced by the evaluator (swap a layer's types "
         "between levels, retype, reshare; slower: seconds on 16 devices)",
+    )
+    p.add_argument(
+        "--continuous-shares",
+        action="store_true",
+        help="shares anywhere in [0, 1], each split proven optimal by branch-and-bound over share "
+        "intervals (the top-down recursion; needs --ignore-memory; docs/costmodel.md section 8)",
     )
     _bound_argument(p)
     add_memory_arguments(p)

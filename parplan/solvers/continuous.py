@@ -10,16 +10,19 @@ per choice (and the points 0 and 1); each round
 1. runs the DP over every node's (choice, interval) states: the least value is a **lower
    bound** on the split's continuous optimum, and the argmin names one state per node;
 2. runs the DP over a few **points** per node, all of the argmin's choice: the ends and middle
-   of its interval, the ends of its neighbours' (producers' and consumers') intervals (so a
-   producer and its consumer can meet at one share, which a re-layout and its latency need) and
-   the incumbent's share: every such plan is a real plan, so the least is an **upper bound**
-   (the incumbent), priced by the same cost model;
-3. halves every interval of the argmin.
+   of its interval, the ends of its neighbours' (producers' and consumers') intervals and of
+   every argmin interval within one width of its own (so a producer and its consumer can meet
+   at one share, which a re-layout and its latency need) and the incumbent's share: every such
+   plan is a real plan, so the least is an **upper bound** (the incumbent), priced by the same
+   cost model;
+3. drops every state whose min-marginal (the least bound with the node in that state) exceeds
+   the incumbent: an interval's price only rises as it and its neighbours' are cut;
+4. cuts every interval of the argmin in :data:`PIECES`.
 
 Every term of a node's cost is monotone in each share (section 8), so an interval's price tends
 to its points' as it shrinks and the bounds meet; the search stops when the incumbent is within
 ``tol`` of the bound (proven optimal to that gap), at its time limit, or when the argmin's
-intervals cannot be halved (a bracket). The pricing is the cost model's own, in the compiled
+intervals cannot be cut (a bracket). The pricing is the cost model's own, in the compiled
 core: this is a search over its states, not a second formulation.
 
 Example:
@@ -47,7 +50,7 @@ from parplan.costmodel.cost import (
     share_intervals,
     share_points,
 )
-from parplan.costmodel.problem import Split
+from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.split import (
     PlanOptions,
     SplitProblem,
@@ -56,8 +59,16 @@ from parplan.costmodel.split import (
 )
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.solvers.dp import MAX_CELLS, frontier_dp, min_states
+from parplan.solvers.hierarchy import plan_top_down
 
-__all__ = ["ContinuousResult", "continuous_split", "CONTINUOUS_TOL", "START_GRID"]
+__all__ = [
+    "ContinuousResult",
+    "continuous_split",
+    "continuous_plan",
+    "CONTINUOUS_TOL",
+    "START_GRID",
+    "PIECES",
+]
 
 #: Relative gap under which the incumbent counts as the continuous optimum.
 CONTINUOUS_TOL = 1e-6
@@ -65,7 +76,9 @@ CONTINUOUS_TOL = 1e-6
 START_GRID = 8
 #: A state is dropped when its least objective exceeds the incumbent's by this (relative) margin.
 PRUNE_TOL = 1e-12
-#: Intervals narrower than this are not halved again (a bracket is reported instead).
+#: Pieces a picked interval is cut into each round.
+PIECES = 4
+#: Intervals narrower than this are not cut again (a bracket is reported instead).
 MIN_WIDTH = 1e-13
 
 
@@ -76,7 +89,7 @@ class ContinuousResult:
     ``value_s``: its objective, re-priced by the cost model (:func:`price_split`);
     ``bound_s``: no split with any shares does better; ``proven``: within ``tol`` of the bound;
     ``grid_value_s``: the grid DP's optimum it started from (None when it was given a start);
-    ``stop``: "optimal", "time limit", "table size" or "bracket" (intervals too narrow to halve)."""
+    ``stop``: "optimal", "time limit", "table size" or "bracket" (intervals too narrow to cut)."""
 
     split: Split
     value_s: float
@@ -165,7 +178,7 @@ def continuous_split(
         if time.perf_counter() - started > time_limit_s:
             break
         # a state whose every plan costs more than the incumbent is dropped for good (its
-        # intervals' prices only rise as they and their neighbours' are halved)
+        # intervals' prices only rise as they and their neighbours' are cut)
         for v in range(n):
             keep = marginals[v] <= best_value * (1 + PRUNE_TOL)
             states[v] = [st for st, k in zip(states[v], keep) if k]
@@ -173,12 +186,9 @@ def continuous_split(
         for v in range(n):
             c, s = picked[v]
             if s.hi - s.lo > MIN_WIDTH:
-                mid = 0.5 * (s.lo + s.hi)
+                cuts = [s.lo + (s.hi - s.lo) * j / PIECES for j in range(PIECES)] + [s.hi]
                 i = states[v].index(picked[v])
-                states[v][i : i + 1] = [
-                    (c, ShareSet(s.lo, mid, s.has)),
-                    (c, ShareSet(mid, s.hi, s.has)),
-                ]
+                states[v][i : i + 1] = [(c, ShareSet(a, b, s.has)) for a, b in zip(cuts, cuts[1:])]
                 wide = True
         if not wide:
             stop = "bracket"
@@ -197,13 +207,51 @@ def continuous_split(
     )
 
 
+def continuous_plan(
+    problem: Problem,
+    options: PlanOptions | None = None,
+    time_limit_s: float = 60.0,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Plan, dict[str, dict]]:
+    """(plan, per split path its value_s, bound_s, gap, stop and grid_value_s): the published
+    top-down recursion (each half priced as one device at the split above it), every split
+    solved with continuous shares by :func:`continuous_split` (``time_limit_s`` per split)."""
+    options = PlanOptions() if options is None else options
+    found: dict[int, ContinuousResult] = {}
+
+    def plan_split(sp: SplitProblem) -> Split:
+        r = continuous_split(sp, options, time_limit_s=time_limit_s, progress=progress)
+        found[id(r.split)] = r
+        return r.split
+
+    plan = plan_top_down(problem, plan_split, "accpar-continuous", progress)
+    info = {
+        path: {
+            "value_s": r.value_s,
+            "bound_s": r.bound_s,
+            "gap": r.gap,
+            "stop": r.stop,
+            "grid_value_s": r.grid_value_s,
+        }
+        for path, split in plan.splits.items()
+        for r in [found[id(split)]]
+    }
+    proven = sum(r["stop"] == "optimal" for r in info.values())
+    summary = f"{proven} of {len(info)} splits proven within {CONTINUOUS_TOL:g}"
+    return Plan(plan.splits, plan.planner, {**plan.info, "continuous shares": summary}), info
+
+
 def _candidates(v: int, picked, near, best: Split) -> list[float]:
     """The points node ``v`` may take in the upper-bound DP: the ends and middle of its picked
-    interval, its neighbours' interval ends, and the incumbent's share."""
+    interval, its neighbours' interval ends, every picked interval's ends within one width of
+    its own, and the incumbent's share."""
     c, s = picked[v]
     xs = {s.lo, s.hi, 0.5 * (s.lo + s.hi)}
     for w in near[v]:
         xs.update((picked[w][1].lo, picked[w][1].hi))
+    width = s.hi - s.lo
+    for _, t in picked:  # a run of touching intervals over many nodes (a residual stream)
+        xs.update(x for x in (t.lo, t.hi) if s.lo - width <= x <= s.hi + width)
     if best.choices[v] == c:
         xs.add(float(best.shares[v]))
     return sorted(xs)
