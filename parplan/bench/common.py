@@ -695,6 +695,25 @@ def csv_ints(text: str) -> tuple[int, ...]:
         ) from None
 
 
+def models_and_time_limit(parser, models: Sequence[str], time_limit_s: float, what: str) -> None:
+    """A benchmark's ``--models`` (comma-separated, default ``models``) and ``--time-limit``
+    (seconds of ``what``, into ``time_limit_s``)."""
+    parser.add_argument(
+        "--models",
+        type=csv_names,
+        default=None,
+        help=f"comma-separated (default {','.join(models)})",
+    )
+    parser.add_argument(
+        "--time-limit",
+        dest="time_limit_s",
+        type=float,
+        default=time_limit_s,
+        metavar="S",
+        help=f"{what} (default {time_limit_s:g})",
+    )
+
+
 def csv_names(text: str) -> tuple[str, ...]:
     """argparse type: ``"alexnet, vgg16"`` -> ("alexnet", "vgg16")."""
     return tuple(x.strip() for x in text.split(",") if x.strip())

@@ -25,9 +25,9 @@ import pandas as pd
 from parplan.bench.common import (
     ExecutorSpec,
     Task,
-    csv_names,
     grouped_bars,
     md_table,
+    models_and_time_limit,
     out_dir_path,
     run_tasks,
     standalone_main,
@@ -218,20 +218,7 @@ def _markdown(table: pd.DataFrame, time_limit_s: float) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench continuous``."""
-    parser.add_argument(
-        "--models",
-        type=csv_names,
-        default=None,
-        help=f"comma-separated (default {','.join(MODELS)})",
-    )
-    parser.add_argument(
-        "--time-limit",
-        dest="time_limit_s",
-        type=float,
-        default=TIME_LIMIT_S,
-        metavar="S",
-        help=f"wall seconds of each search (default {TIME_LIMIT_S:g})",
-    )
+    models_and_time_limit(parser, MODELS, TIME_LIMIT_S, "wall seconds of each search")
 
 
 if __name__ == "__main__":

@@ -33,10 +33,10 @@ import pandas as pd
 from parplan.bench.common import (
     ExecutorSpec,
     Task,
-    csv_names,
     geomean,
     grouped_bars,
     md_table,
+    models_and_time_limit,
     out_dir_path,
     run_tasks,
     standalone_main,
@@ -356,20 +356,7 @@ def _size_markdown(sizes: pd.DataFrame) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``parplan bench joint``."""
-    parser.add_argument(
-        "--models",
-        type=csv_names,
-        default=None,
-        help=f"comma-separated (default {','.join(MODELS)})",
-    )
-    parser.add_argument(
-        "--time-limit",
-        dest="time_limit_s",
-        type=float,
-        default=TIME_LIMIT_S,
-        metavar="S",
-        help=f"time limit of each joint solve (default {TIME_LIMIT_S:g})",
-    )
+    models_and_time_limit(parser, MODELS, TIME_LIMIT_S, "time limit of each joint solve")
 
 
 def main(argv: list[str] | None = None) -> int:
