@@ -70,6 +70,7 @@ __all__ = [
     "hierarchy_bound",
     "node_bounds",
     "root_dp_bound",
+    "root_continuous_bound",
     "pair_bound",
     "global_bound",
     "layer_excess",
@@ -79,6 +80,8 @@ __all__ = [
     "PAIR_BUDGET",
 ]
 
+#: Wall seconds the root split's continuous search may take in :func:`global_bound`.
+ROOT_SEARCH_S = 10.0
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024
 #: The most per-node bounds one problem's bound may ask for (memo hits included, all node kinds
@@ -540,6 +543,33 @@ def raised_tables(
     return raised
 
 
+def root_continuous_bound(
+    problem: Problem, solver: _Bound | None = None, time_limit_s: float = ROOT_SEARCH_S
+) -> float:
+    """:func:`root_dp_bound` with the root split's shares searched continuously: the
+    branch-and-bound of :mod:`parplan.solvers.continuous` over :func:`raised_tables`' states,
+    whose proven lower bound only rises as it cuts the share intervals (docs/costmodel.md
+    section 8, "Root-split bound, searched"). ``time_limit_s``: wall seconds of the search."""
+    from parplan.costmodel.split import PlanOptions, SplitProblem
+    from parplan.solvers.continuous import continuous_split
+
+    sp = SplitProblem.root(problem)
+    solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
+    nodes = problem.planning.nodes
+
+    def raise_(v: int, table):
+        solver.use(sp.dims[v], nodes[v].choices)
+        lbs = solver.states(problem.array, sp.dims[v], table)
+        return replace(
+            table,
+            compute=np.maximum(table.compute, lbs),
+            steps=np.maximum(table.steps, lbs[:, :, None]),
+        )
+
+    found = continuous_split(sp, PlanOptions(), time_limit_s=time_limit_s, raise_table=raise_)
+    return found.bound_s
+
+
 def root_dp_bound(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID) -> float:
     """A second global bound that keeps the root split's re-layouts: the interval relaxation of
     the root split (docs/costmodel.md section 8, every re-layout between nodes priced at the
@@ -550,9 +580,13 @@ def root_dp_bound(problem: Problem, share_grid: int = DEFAULT_SHARE_GRID) -> flo
 
 
 def _both(
-    problem: Problem, share_grid: int = DEFAULT_SHARE_GRID, solver: _Bound | None = None
+    problem: Problem,
+    share_grid: int = DEFAULT_SHARE_GRID,
+    solver: _Bound | None = None,
+    search_s: float = 0.0,
 ) -> tuple[GlobalBound, float]:
-    """(:func:`hierarchy_bound`, :func:`root_dp_bound`) in one pass over the nodes."""
+    """(:func:`hierarchy_bound`, :func:`root_dp_bound`) in one pass over the nodes; with
+    ``search_s`` > 0 the second is at least :func:`root_continuous_bound` (searched that long)."""
     from parplan.costmodel.split import PlanOptions, SplitProblem
     from parplan.solvers.dp import frontier_dp
 
@@ -566,11 +600,17 @@ def _both(
     tables = raised_tables(problem, sp, options, relaxed=True, per_node=nodes, solver=solver)
     per_node = GlobalBound(math.fsum(nodes), tuple(nodes), DEFAULT_BOUND_GRID)
     try:
-        return per_node, frontier_dp(sp, options, relaxed=True, tables=tables)[0]
+        root = frontier_dp(sp, options, relaxed=True, tables=tables)[0]
     except (
         TableTooLarge
     ):  # a node read by many consumers: the per-node bound alone is still a bound
         return per_node, per_node.bound_s
+    if search_s > 0:
+        try:
+            root = max(root, root_continuous_bound(problem, solver, search_s))
+        except TableTooLarge:
+            pass  # the grid relaxation's value stands
+    return per_node, root
 
 
 def _check(problem: Problem) -> None:
@@ -637,12 +677,13 @@ def layer_excess(node_time_s, bound: GlobalBound) -> list[float]:
 
 
 def global_bound(problem: Problem) -> GlobalBound:
-    """The best of :func:`hierarchy_bound`, :func:`root_dp_bound` and :func:`pair_bound` (whole
+    """The best of :func:`hierarchy_bound`, :func:`root_continuous_bound` (the root split's
+    bound searched over continuous shares, at least :func:`root_dp_bound`) and :func:`pair_bound` (whole
     on arrays of at most :data:`PAIR_MAX_DEVICES` devices, within :data:`PAIR_BUDGET` above):
     all are lower bounds on every plan; ``node_s`` stays the per-node bound's split of its own
     total."""
     solver = None if problem.array.is_leaf else node_bounds(problem)
-    per_node, root = _both(problem, solver=solver)
+    per_node, root = _both(problem, solver=solver, search_s=ROOT_SEARCH_S)
     best = root
     if not problem.array.is_leaf:
         budget = None if problem.array.count <= PAIR_MAX_DEVICES else PAIR_BUDGET

@@ -56,6 +56,7 @@ from parplan.costmodel.split import (
     SplitProblem,
     compat_reduction_elements,
     price_split,
+    split_tables,
 )
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.solvers.dp import MAX_CELLS, frontier_dp, min_states
@@ -115,12 +116,18 @@ def continuous_split(
     start: Split | None = None,
     max_cells: int = MAX_CELLS,
     progress: Callable[[str], None] | None = None,
+    raise_table: Callable[[int, StateTable], StateTable] | None = None,
 ) -> ContinuousResult:
     """The split's optimum over continuous shares, proven to ``tol`` (relative) where the search
     closes within ``time_limit_s`` (wall seconds) and ``max_cells`` per DP table; otherwise the best
     split found and a proven bracket. ``start``: an incumbent (default: the grid DP's optimum at
     ``options.share_grid``). Free shares and the time objective only; a memory price has no
-    continuous form here (:class:`ConfigError`)."""
+    continuous form here (:class:`ConfigError`).
+
+    ``raise_table(v, table)``: node ``v``'s state table with each side's compute raised to a
+    lower bound of that half's time (:func:`parplan.solvers.bound.raised_tables`): the search
+    then bounds every plan of a whole hierarchy through its root split, and ``value_s`` is the
+    raised model's least value found at points, not a plan's price (``start`` is ignored)."""
     if options.shares is not ShareMode.FREE or options.objective is not Objective.TIME:
         raise ConfigError("continuous shares need free shares and the time objective")
     if options.memory_price:
@@ -129,10 +136,15 @@ def continuous_split(
         raise ConfigError(f"tol must be in [0, 1) (got {tol!r})")
     started = time.perf_counter()
     grid_value = None
-    if start is None:
-        grid_value, start = frontier_dp(sp, options, max_cells)
-    best, best_value = start, price_split(sp, start, options)
     n = len(sp.planning.nodes)
+    if raise_table is not None:
+        grid = [raise_table(v, t) for v, t in enumerate(split_tables(sp, options))]
+        grid_value, start = frontier_dp(sp, options, max_cells, tables=grid)
+        best, best_value = start, grid_value
+    else:
+        if start is None:
+            grid_value, start = frontier_dp(sp, options, max_cells)
+        best, best_value = start, price_split(sp, start, options)
     producers: list[set[int]] = [set() for _ in range(n)]
     for w in range(n):
         for v in sp.planning.succs[w]:
@@ -143,7 +155,7 @@ def continuous_split(
     bound, rounds, stop = 0.0, 0, "time limit"
     while True:
         rounds += 1
-        tables = [_table(sp, options, v, states[v]) for v in range(n)]
+        tables = [_table(sp, options, v, states[v], raise_table) for v in range(n)]
         states = [flat for _, flat in tables]
         marginals: list = []
         try:
@@ -159,6 +171,7 @@ def continuous_split(
                 options,
                 v,
                 [(picked[v][0], ShareSet.point(x)) for x in _candidates(v, picked, near, best)],
+                raise_table,
             )
             for v in range(n)
         ]
@@ -166,7 +179,7 @@ def continuous_split(
         if value < best_value:
             flat = [candidates[v][1][point[v]] for v in range(n)]
             best = Split(tuple(c for c, _ in flat), tuple(s.lo for _, s in flat))
-            best_value = price_split(sp, best, options)
+            best_value = value if raise_table is not None else price_split(sp, best, options)
         if progress is not None and rounds % 10 == 0:
             progress(
                 f"continuous shares: round {rounds}, {best_value * 1e3:.6g} ms, bound "
@@ -257,9 +270,11 @@ def _candidates(v: int, picked, near, best: Split) -> list[float]:
     return sorted(xs)
 
 
-def _table(sp: SplitProblem, options: PlanOptions, v: int, states) -> tuple[StateTable, list]:
+def _table(
+    sp: SplitProblem, options: PlanOptions, v: int, states, raise_table=None
+) -> tuple[StateTable, list]:
     """Node ``v``'s state table over ``states`` ((choice, ShareSet) pairs), one priced table per
-    choice merged, and the states in the merged table's order."""
+    choice merged (then raised, with ``raise_table``), and the states in its order."""
     by_choice: dict = {}
     for c, s in states:
         by_choice.setdefault(c, []).append(s)
@@ -276,4 +291,5 @@ def _table(sp: SplitProblem, options: PlanOptions, v: int, states) -> tuple[Stat
         for c, sets in by_choice.items()
     ]
     flat = [(c, s) for c, sets in by_choice.items() for s in sets]
-    return (parts[0] if len(parts) == 1 else StateTable.merged(parts)), flat
+    table = parts[0] if len(parts) == 1 else StateTable.merged(parts)
+    return (table if raise_table is None else raise_table(v, table)), flat
