@@ -59,7 +59,7 @@ from parplan.solvers.backends.base import SolveOptions, Termination, solve_after
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
 from parplan.costmodel.split import PlanOptions, SplitProblem
 from parplan.solvers.continuous import continuous_split
-from parplan.solvers.dp import fallback_split
+from parplan.solvers.dp import fallback_split, frontier_dp
 from parplan.solvers.certificate import (
     GAP_TOL,
     Certificate,
@@ -213,11 +213,23 @@ def _default_message(status, raw, solve_options: SolveOptions) -> str:
 def _fallback(
     sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None, reason: str
 ) -> tuple[Split | None, Certificate]:
-    """A split too large for the exact model (a node read by many consumers: DenseNet) still
-    gets a plan: :func:`~parplan.solvers.dp.fallback_split`'s, re-priced and memory re-checked,
-    certified as feasible only (no bound)."""
+    """A split too large for the exact model (a node read by many consumers: DenseNet; a large
+    transformer's cells) still gets a plan: without a memory limit the exact DP's where its
+    tables fit, else :func:`~parplan.solvers.dp.fallback_split`'s; re-priced and memory
+    re-checked, certified as feasible only (no solver bound)."""
     t0 = time.perf_counter()
-    _, split, how = fallback_split(sp, options)
+    split = None
+    if memory is None and options.memory_price == 0:
+        try:  # the exact DP where its tables fit: optimal for the grid (no solver bound)
+            _, split = frontier_dp(sp, options)
+            how = (
+                f"the exact DP on the share grid of 1/{options.share_grid} (variable elimination: "
+                "optimal for the grid; not a solver's proof)"
+            )
+        except TableTooLarge:
+            split = None
+    if split is None:
+        _, split, how = fallback_split(sp, options)
     price = price_split(sp, split, options)
     status, message = (
         Status.FEASIBLE,
