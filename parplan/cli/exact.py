@@ -324,6 +324,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         "polished_step_time_s": c.polished_s,
         "portfolio_step_time_s": c.portfolio_s,
         "portfolio_selected": c.portfolio_selected,
+        "continuous_step_time_s": c.continuous_s,
         "best_step_time_s": c.best_s,
         "global_bound_s": c.global_bound_s,
         "global_gap": c.global_gap,
@@ -391,6 +392,11 @@ def cmd_certify(args: argparse.Namespace) -> int:
             print(
                 f"  polished DP {fmt(c.polished_s)}   (multi-level moves priced by the evaluator, from the better "
                 "plan)"
+            )
+        if c.continuous_s is not None:
+            print(
+                f"  continuous  {fmt(c.continuous_s)}   (top-down, each split's shares searched "
+                "anywhere in [0, 1])"
             )
         if c.global_bound_s is not None:
             print(

@@ -58,7 +58,7 @@ from parplan.formulation.mip import (
 from parplan.solvers.backends.base import SolveOptions, Termination, solve_after_build
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
 from parplan.costmodel.split import PlanOptions, SplitProblem
-from parplan.solvers.continuous import continuous_split
+from parplan.solvers.continuous import continuous_plan, continuous_split
 from parplan.solvers.dp import fallback_split, frontier_dp
 from parplan.solvers.certificate import (
     GAP_TOL,
@@ -445,8 +445,8 @@ class Certification:
     #: Step-time objective only: a lower bound on every plan of the whole hierarchy, shares
     #: anywhere in [0, 1] (:func:`parplan.solvers.bound.global_bound`); None otherwise.
     global_bound_s: float | None = None
-    #: The best step time of the DP's, the portfolio's, the polished and the exact plan
-    #: (seconds; None without a bound).
+    #: The best step time of the DP's, the portfolio's, the polished, the continuous and the
+    #: exact plan (seconds; None without a bound).
     best_s: float | None = None
     #: Step time of the better of the DP's and the portfolio's plans after
     #: :func:`parplan.solvers.polish.polish` (small problems, :func:`parplan.solvers.polish.auto_polish`;
@@ -457,6 +457,10 @@ class Certification:
     #: won; None for other planners, custom options, the communication objective or a memory limit.
     portfolio_s: float | None = None
     portfolio_selected: str | None = None
+    #: The top-down recursion with each split's shares searched continuously
+    #: (:func:`parplan.solvers.continuous.continuous_plan`) where it fits; free shares and the
+    #: step-time objective only, else None.
+    continuous_s: float | None = None
 
     @property
     def global_gap(self) -> float | None:
@@ -550,7 +554,7 @@ def certify(
         and dp_fits
     ):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
-    bound = best = polished = portfolio = selected = None
+    bound = best = polished = portfolio = selected = continuous = None
     if options.objective is Objective.TIME and problem.compat is None:
         from parplan.solvers.bound import global_bound
         from parplan.solvers.polish import auto_polish, polish
@@ -576,11 +580,20 @@ def certify(
                 progress("polishing the best plan so far (multi-level moves)")
             moved = polish(problem, start, options)[0]
             polished = evaluate(problem, moved).step_time_s if fits(moved) else None
+        if options.shares is ShareMode.FREE and options.memory_price == 0:
+            if progress is not None:
+                progress("continuous shares, split by split (the top-down recursion)")
+            try:
+                found_plan, _ = continuous_plan(problem, options, CONTINUOUS_TIME_S)
+            except TableTooLarge:
+                found_plan = None
+            if found_plan is not None and fits(found_plan):
+                continuous = evaluate(problem, found_plan).step_time_s
         # only plans that fit the memory limit count
         found = (
             ([dp_price] if dp_fits else [])
             + ([cert.objective] if cert.objective is not None else [])
-            + [x for x in (polished, portfolio) if x is not None]
+            + [x for x in (polished, portfolio, continuous) if x is not None]
         )
         best = min(found) if found else None
         if min([dp_price, *found]) < bound * (
@@ -599,6 +612,7 @@ def certify(
         polished,
         portfolio,
         selected,
+        continuous,
     )
 
 
