@@ -489,12 +489,12 @@ def test_certify_handles_a_four_way_fork_whose_root_relaxation_is_too_large():
 def test_the_root_split_searched_over_continuous_shares_raises_the_bound():
     """docs/costmodel.md section 8, "Root-split bound, searched": the grid relaxation prices each
     share interval at its cheapest ends; cutting the intervals (the continuous search over the
-    raised root tables) lifts VGG-11's bound on 4 + 4 TPUs by 2.7% (measured), still below
-    every plan."""
-    p = Problem(get_model("vgg11"), parse_array("tpu-v2:4,tpu-v3:4"), batch=512)
+    raised root tables) lifts AlexNet's bound on 4 + 4 TPUs by 2.1% (measured; VGG-11's by
+    2.7%), still below every plan."""
+    p = Problem(get_model("alexnet"), parse_array("tpu-v2:4,tpu-v3:4"), batch=512)
     grid = root_dp_bound(p)
     searched = root_continuous_bound(p, time_limit_s=60)
-    assert searched >= grid * 1.02
+    assert searched >= grid * 1.015
     assert global_bound(p).bound_s >= grid
     for planner in ("accpar", "data"):
         assert searched <= evaluate(p, make_plan(p, planner)).step_time_s * (1 + 1e-9)

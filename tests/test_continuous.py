@@ -23,6 +23,8 @@ from parplan.costmodel.split import (
 )
 from parplan.errors import ConfigError
 from parplan.models.zoo import get_model
+import parplan.solvers.bound as bound
+import parplan.solvers.exact as exact
 from parplan.cli import main
 from parplan.costmodel.evaluate import evaluate
 from parplan.solvers.continuous import continuous_plan, continuous_split
@@ -93,7 +95,8 @@ def test_lenet_equals_the_independent_milp_of_issue_34():
     assert r.value_s == pytest.approx(reference_split_time(p, r.split), rel=1e-12)
 
 
-def test_the_certificate_states_the_continuous_optimum():
+def test_the_certificate_states_the_continuous_optimum(monkeypatch):
+    monkeypatch.setattr(exact, "CONTINUOUS_TIME_S", 5.0)  # the product's (conftest shortens it)
     p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
     split, cert = solve_split_exact(SplitProblem.root(p), "highs", PlanOptions())
     assert cert.status == "optimal"
@@ -189,10 +192,12 @@ def test_plan_continuous_shares_on_the_command_line(capsys):
     assert "use --planner accpar" in capsys.readouterr().err
 
 
-def test_certify_closes_a_one_split_gap_with_the_continuous_plan():
+def test_certify_closes_a_one_split_gap_with_the_continuous_plan(monkeypatch):
     """On one split the continuous plan is the optimum over any shares, and the global bound
     is the search's bound: certify's gap closes to the search's tolerance (grid 16 alone:
     1.18% on AlexNet)."""
+    monkeypatch.setattr(exact, "CONTINUOUS_TIME_S", 5.0)  # the product's (conftest shortens them)
+    monkeypatch.setattr(bound, "ROOT_SEARCH_S", 10.0)
     p = Problem(get_model("alexnet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=512)
     c = certify(p, "accpar", "highs")
     assert c.continuous_s < c.dp_objective and c.best_s == c.continuous_s

@@ -541,7 +541,7 @@ def test_continuous_bound_is_below_every_plan_with_any_shares(case, grid):
         assert price_split(sp, Split(choices, shares), PlanOptions()) >= bound * (1 - 1e-12)
 
 
-@fast(20)
+@fast(10)
 @given(plan_cases(), st.sampled_from([2, 4]), st.booleans())
 def test_continuous_bound_holds_at_lower_splits(case, grid, leaf_pair):
     """The same below the root, where regions cut by the split above make every amount a

@@ -14,6 +14,7 @@ from parplan.errors import ConfigError, InfeasibleError
 from parplan.formulation.mip import GIB, MemoryLimit, build_mip, memory_need_model
 from parplan.solvers.backends import SolveOptions, get_backend
 from parplan.solvers.dp import PlanOptions, SplitProblem, frontier_dp
+import parplan.solvers.exact as exact_module
 from parplan.solvers.exact import price_of, require_plan, solve_exact, solve_split_exact
 from parplan.solvers.planners import make_plan, planner_options
 from parplan.models.zoo import MODELS, get_model
@@ -37,7 +38,8 @@ def dp_price(p, planner="accpar", share_grid=None):
 
 
 @pytest.mark.parametrize("name", ["lenet", "alexnet", "vgg11", "sfc", "cifar-c"])
-def test_exact_equals_dp_on_zoo_chains(name):
+def test_exact_equals_dp_on_zoo_chains(name, monkeypatch):
+    monkeypatch.setattr(exact_module, "CONTINUOUS_TIME_S", 5.0)  # the product's (see conftest)
     p = problem(name, batch=8 if name == "gpt2" else 512)
     r = solve_exact(p, "cbc", COARSE)
     cert = r.certificate
@@ -52,7 +54,7 @@ def test_exact_equals_dp_on_zoo_chains(name):
     assert any("with continuous shares" in n for n in cert.notes)
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+@pytest.mark.parametrize("name", ["resnet18", pytest.param("resnet50", marks=pytest.mark.slow)])
 def test_resnets_exact_equals_dp(name):
     p = problem(name)
     opts = PlanOptions(share_grid=2)
@@ -271,9 +273,7 @@ def test_certify_every_zoo_model(name, backend):
 def test_a_solver_stopped_without_a_positive_bound_is_reported_not_a_crash(monkeypatch):
     """A time-limited solver can return a plan with a best bound of 0 (the scaling benchmark hit
     it on a long chain): the certificate says so instead of dividing by the bound."""
-
-    import parplan.solvers.exact as exact_module
-
+    monkeypatch.setattr(exact_module, "CONTINUOUS_TIME_S", 5.0)  # the product's (see conftest)
     real = exact_module.get_backend
 
     class Stopped:

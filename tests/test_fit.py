@@ -98,7 +98,7 @@ def _check_fit_case(case):
     return "fit"
 
 
-@fast(15)  # 1,000 more in the slow set
+@fast(5)  # 1,000 more in the slow set
 @given(fit_cases())
 def test_a_fitting_plan_fits_by_the_reference_and_is_the_fastest_on_one_split(case):
     _check_fit_case(case)
@@ -370,7 +370,10 @@ def test_overlap_keeps_the_lm_head_on_both_nodes():
     assert times[True] < times[False]
 
 
-@pytest.mark.parametrize("fraction", [0.5, 0.7, 0.9])
+@pytest.mark.parametrize(
+    "fraction",
+    [pytest.param(0.5, marks=pytest.mark.slow), 0.7, pytest.param(0.9, marks=pytest.mark.slow)],
+)
 def test_every_backend_holds_the_largest_recomputed_block(fraction):
     """Two checkpointed blocks of unequal size with recomputation under a memory limit, on
     every backend: the memory rows hold the largest block again (section 6.3), so the exact

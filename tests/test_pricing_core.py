@@ -145,7 +145,7 @@ def _same(a, b, shape):
 
 
 @seed(3507)
-@fast(600)
+@fast(300)
 @given(terms_cases())
 def test_core_equals_the_oracle_bit_for_bit(case):
     tables, side, groups, idx, regs, leaf_pair = case

@@ -31,8 +31,8 @@ except ModuleNotFoundError:
 VISION = [
     "resnet50",
     "mobilenet_v2",
-    "efficientnet_b0",
-    "convnext_tiny",
+    pytest.param("efficientnet_b0", marks=pytest.mark.slow),
+    pytest.param("convnext_tiny", marks=pytest.mark.slow),
     "vit_b_16",
     pytest.param("swin_t", marks=pytest.mark.slow),
     pytest.param("densenet121", marks=pytest.mark.slow),

@@ -80,7 +80,7 @@ __all__ = [
     "PAIR_BUDGET",
 ]
 
-#: Wall seconds the root split's continuous search may take in :func:`global_bound`.
+#: Wall seconds the root split's continuous search may take in :func:`global_bound` (0: none).
 ROOT_SEARCH_S = 10.0
 #: Share intervals per heterogeneous split (bisection: ~log2 of it evaluations per choice).
 DEFAULT_BOUND_GRID = 1024

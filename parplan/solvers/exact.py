@@ -77,7 +77,7 @@ from parplan.solvers.limits import device_limit_bytes
 MEMORY_TOL = 1e-9
 #: Wall seconds per split for the continuous-share search a certificate reports
 #: (:mod:`parplan.solvers.continuous`; 12 of the zoo's 16 CNNs close within 1.5 s of CPU on one
-#: split, ResNet-34 in 7 s; past the limit the certificate states the bracket found).
+#: split, ResNet-34 in 7 s; past the limit the certificate states the bracket found). 0: no search.
 CONTINUOUS_TIME_S = 5.0
 
 
@@ -137,6 +137,7 @@ def solve_split_exact(
     continuous = continuous_value = None
     if (
         split is not None
+        and CONTINUOUS_TIME_S > 0
         and options.objective is Objective.TIME
         and options.shares is ShareMode.FREE
         and memory is None
@@ -580,7 +581,7 @@ def certify(
                 progress("polishing the best plan so far (multi-level moves)")
             moved = polish(problem, start, options)[0]
             polished = evaluate(problem, moved).step_time_s if fits(moved) else None
-        if options.shares is ShareMode.FREE and options.memory_price == 0:
+        if options.shares is ShareMode.FREE and options.memory_price == 0 and CONTINUOUS_TIME_S > 0:
             if progress is not None:
                 progress("continuous shares, split by split (the top-down recursion)")
             try:
