@@ -175,7 +175,11 @@ def continuous_split(
             )
             for v in range(n)
         ]
-        value, point = min_states(sp, options, [t for t, _ in candidates], max_cells)
+        try:
+            value, point = min_states(sp, options, [t for t, _ in candidates], max_cells)
+        except TableTooLarge:
+            stop = "table size"
+            break
         if value < best_value:
             flat = [candidates[v][1][point[v]] for v in range(n)]
             best = Split(tuple(c for c, _ in flat), tuple(s.lo for _, s in flat))
