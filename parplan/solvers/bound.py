@@ -530,17 +530,24 @@ def raised_tables(
     solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
     raised = []
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
-        d = sp.dims[v]
-        solver.use(d, node.choices)
         if per_node is not None:
-            per_node.append(solver.lb(array, d, node.choices))
-        lbs = solver.states(array, d, t)  # each half's bound in every state
-        raised.append(
-            replace(
-                t, compute=np.maximum(t.compute, lbs), steps=np.maximum(t.steps, lbs[:, :, None])
-            )
-        )
+            solver.use(sp.dims[v], node.choices)
+            per_node.append(solver.lb(array, sp.dims[v], node.choices))
+        raised.append(_raised(solver, array, sp.dims[v], node.choices, t))
     return raised
+
+
+def _raised(solver: _Bound, array: ArrayNode, d: LayerDims, choices, table):
+    """``table`` (a node with dims ``d`` at the split of ``array``) with each side's compute
+    raised to that half's per-node bound in every state (side 1 at the state's lower share,
+    side 2 at its upper one): the raise of :func:`raised_tables`."""
+    solver.use(d, choices)
+    lbs = solver.states(array, d, table)
+    return replace(
+        table,
+        compute=np.maximum(table.compute, lbs),
+        steps=np.maximum(table.steps, lbs[:, :, None]),
+    )
 
 
 def root_continuous_bound(
@@ -558,13 +565,7 @@ def root_continuous_bound(
     nodes = problem.planning.nodes
 
     def raise_(v: int, table):
-        solver.use(sp.dims[v], nodes[v].choices)
-        lbs = solver.states(problem.array, sp.dims[v], table)
-        return replace(
-            table,
-            compute=np.maximum(table.compute, lbs),
-            steps=np.maximum(table.steps, lbs[:, :, None]),
-        )
+        return _raised(solver, problem.array, sp.dims[v], nodes[v].choices, table)
 
     found = continuous_split(sp, PlanOptions(), time_limit_s=time_limit_s, raise_table=raise_)
     return found.bound_s

@@ -87,7 +87,8 @@ MIN_WIDTH = 1e-13
 class ContinuousResult:
     """The best split found with shares anywhere in [0, 1] and what is proven about it.
 
-    ``value_s``: its objective, re-priced by the cost model (:func:`price_split`);
+    ``value_s``: its objective (the DP's sum of the cost model's terms at its states, which is
+    :func:`price_split`'s price; tests check it against the independent reference);
     ``bound_s``: no split with any shares does better; ``proven``: within ``tol`` of the bound;
     ``grid_value_s``: the grid DP's optimum it started from (None when it was given a start);
     ``stop``: "optimal", "time limit", "table size" or "bracket" (intervals too narrow to cut)."""
@@ -139,11 +140,12 @@ def continuous_split(
     n = len(sp.planning.nodes)
     if raise_table is not None:
         grid = [raise_table(v, t) for v, t in enumerate(split_tables(sp, options))]
-        grid_value, start = frontier_dp(sp, options, max_cells, tables=grid)
-        best, best_value = start, grid_value
+        grid_value, best = frontier_dp(sp, options, max_cells, tables=grid)
+        best_value = grid_value
+    elif start is None:
+        grid_value, best = frontier_dp(sp, options, max_cells)
+        best_value = grid_value
     else:
-        if start is None:
-            grid_value, start = frontier_dp(sp, options, max_cells)
         best, best_value = start, price_split(sp, start, options)
     producers: list[set[int]] = [set() for _ in range(n)]
     for w in range(n):
@@ -183,7 +185,7 @@ def continuous_split(
         if value < best_value:
             flat = [candidates[v][1][point[v]] for v in range(n)]
             best = Split(tuple(c for c, _ in flat), tuple(s.lo for _, s in flat))
-            best_value = value if raise_table is not None else price_split(sp, best, options)
+            best_value = value  # the DP's sum of the model's own terms: the split's price
         if progress is not None and rounds % 10 == 0:
             progress(
                 f"continuous shares: round {rounds}, {best_value * 1e3:.6g} ms, bound "

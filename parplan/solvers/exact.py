@@ -585,7 +585,7 @@ def certify(
             if progress is not None:
                 progress("continuous shares, split by split (the top-down recursion)")
             try:
-                found_plan, _ = continuous_plan(problem, options, CONTINUOUS_TIME_S)
+                found_plan, _ = continuous_plan(problem, options, CONTINUOUS_TIME_S, progress)
             except TableTooLarge:
                 found_plan = None
             if found_plan is not None and fits(found_plan):
