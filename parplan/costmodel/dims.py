@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from parplan.costmodel.compiled import core
 from parplan.costmodel.graph import INPUT, Attention, Embedding, Graph, Norm
@@ -54,9 +54,13 @@ ROW_STATISTICS = {"layer": 4.0, "rms": 2.0}
 @dataclass(frozen=True)
 class ElementOp:
     """An op without a partition choice, per element of the tensor it is attached to:
-    training FLOPs, HBM traffic (elements) and stored activation elements."""
+    training FLOPs, HBM traffic (elements) and stored activation elements.
 
-    name: str
+    ``name`` says which op it is (reports, the exported script) and takes no part in equality
+    or hashing: the same op in two blocks prices the same, so repeated blocks share their state
+    tables and memoised terms (a transformer's blocks are priced once, not once per block)."""
+
+    name: str = field(compare=False)
     flops: float = 0.0
     traffic: float = 0.0
     stored: float = 0.0
