@@ -180,8 +180,7 @@ class SplitProblem:
     def groups(self, u: int):
         """The tensors ``u`` sends, at the root's sizes (areas are fractions of the root's;
         under ``compat="accpar-code"`` at this group's sizes, in its own frame)."""
-        own = self.root_dims is None or "accpar-code" in compat_rules(self.side.compat)
-        return output_groups(self.planning, self.dims if own else self.root_dims, u)
+        return _sent(self, u)[1]
 
 
 def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) -> list[StateTable]:
@@ -222,14 +221,49 @@ def factor_scope(planning: PlanningGraph, u: int) -> tuple[int, ...]:
     return (u,) + tuple(sorted(set(planning.succs[u])))
 
 
+#: (id of the planning graph, id of the dims its tensor sizes come from) -> (graph, dims, per
+#: node: None or (scope, the tensors it sends, its consumers, the memo key's part of them)).
+#: What a node sends depends only on the graph and those dims, which every split of a problem
+#: shares (the root's); the entry holds both objects, so their ids stay theirs.
+_SENT: OrderedDict = OrderedDict()
+_SENT_MAX = 16
+
+
+def _sent(sp: SplitProblem, u: int):
+    """(``u``'s factor scope, the tensors it sends (:func:`output_groups`), its consumers, the
+    memo key's part of them), computed once per graph and dims."""
+    own = sp.root_dims is None or "accpar-code" in compat_rules(sp.side.compat)
+    dims = sp.dims if own else sp.root_dims
+    key = (id(sp.planning), id(dims))
+    entry = _SENT.get(key)
+    if entry is None:
+        entry = _SENT[key] = (sp.planning, dims, [None] * len(sp.planning.nodes))
+        if len(_SENT) > _SENT_MAX:
+            _SENT.popitem(last=False)
+    per_node = entry[2]
+    if per_node[u] is None:
+        scope = factor_scope(sp.planning, u)
+        groups = output_groups(sp.planning, dims, u)
+        place = {w: i for i, w in enumerate(scope)}
+        per_node[u] = (
+            scope,
+            groups,
+            tuple(dict.fromkeys(v for _, vs, _ in groups for v in vs)),
+            tuple((size, tuple(place[v] for v in vs), fwd) for size, vs, fwd in groups),
+        )
+    return per_node[u]
+
+
 def check_factor_size(
     sp: SplitProblem, tables, u: int, options: PlanOptions, max_cells: float = MAX_FACTOR_CELLS
 ) -> None:
     """Raise :class:`TableTooLarge` if node ``u``'s factor (:func:`node_factor`) would have
     more than ``max_cells`` cells (at most :data:`MAX_FACTOR_CELLS`). Planners check every
     node before pricing any, so a split that cannot be planned prices nothing."""
-    scope = factor_scope(sp.planning, u)
-    cells = float(np.prod([tables[w].size for w in scope], dtype=float))
+    scope = _sent(sp, u)[0]
+    cells = 1.0
+    for w in scope:
+        cells *= tables[w].size
     limit = min(max_cells, MAX_FACTOR_CELLS)
     if cells > limit:
         raise TableTooLarge(
@@ -240,15 +274,21 @@ def check_factor_size(
 
 
 def node_factor(
-    sp: SplitProblem, tables, u: int, options: PlanOptions, max_cells: float = MAX_FACTOR_CELLS
+    sp: SplitProblem,
+    tables,
+    u: int,
+    options: PlanOptions,
+    max_cells: float = MAX_FACTOR_CELLS,
+    checked: bool = False,
 ) -> tuple[tuple[int, ...], np.ndarray]:
     """(scope, table): node ``u``'s objective value for every state of every node in its scope
-    (:class:`TableTooLarge` above ``max_cells``, at most :data:`MAX_FACTOR_CELLS`)."""
-    scope = factor_scope(sp.planning, u)
+    (:class:`TableTooLarge` above ``max_cells``, at most :data:`MAX_FACTOR_CELLS`; ``checked``:
+    the caller has already run :func:`check_factor_size`)."""
+    scope, groups = _sent(sp, u)[:2]
     k = len(scope)
-    check_factor_size(sp, tables, u, options, max_cells)
-    groups = sp.groups(u)
-    frame, key = _memo_key(sp, tables, u, scope, groups, options.objective)
+    if not checked:
+        check_factor_size(sp, tables, u, options, max_cells)
+    frame, key = _memo_key(sp, tables, u, options.objective)
     raw = _MEMO.get(key)
     if raw is None:
         idx = {
@@ -291,20 +331,19 @@ _MEMO: OrderedDict = OrderedDict()
 _MEMO_CELLS = [0]
 
 
-def _memo_key(sp: SplitProblem, tables, u: int, scope, groups, what) -> tuple[dict | None, tuple]:
+def _memo_key(sp: SplitProblem, tables, u: int, what) -> tuple[dict | None, tuple]:
     """(``u``'s regions in its local frame, the memo key of its terms). A node's terms read only
     its own and its consumers' state tables, their regions, the tensors ``u`` sends and the
     split's sides; the key names the nodes by their place in ``scope``, so translated sibling
     groups and repeated blocks (same tables, same relative regions) share one entry."""
     regions, leaf_pair = sp.frames
-    consumers = tuple(dict.fromkeys(v for _, vs, _ in groups for v in vs))
+    scope, _, consumers, sent = _sent(sp, u)
     frame = local_frame(regions, u, consumers) if regions is not None else None
-    place = {w: i for i, w in enumerate(scope)}
     key = (
         what,
         tuple(id(tables[w]) for w in scope),
         None if frame is None else tuple(frame[w] for w in scope),
-        tuple((size, tuple(place[v] for v in vs), fwd) for size, vs, fwd in groups),
+        sent,
         sp.side,
         leaf_pair,
     )
@@ -316,6 +355,7 @@ def clear_memo() -> None:
     _MEMO.clear()
     _MEMO_CELLS[0] = 0
     _SPLIT_MEMO.clear()
+    _SENT.clear()
 
 
 def _remember(key, value, cells: int, tables) -> None:
@@ -391,12 +431,12 @@ def _split_terms(sp: SplitProblem, choices, shares, nodes) -> list[NodeTerms | N
     zero = {v: _ZERO for v in range(n)}
     out: list[NodeTerms | None] = [None] * n
     for u in wanted:
-        groups = sp.groups(u)
-        frame, key = _memo_key(sp, tables, u, factor_scope(sp.planning, u), groups, "terms")
+        scope, groups = _sent(sp, u)[:2]
+        frame, key = _memo_key(sp, tables, u, "terms")
         hit = _MEMO.get(key)
         if hit is None:
             out[u] = node_terms(tables, sp.side, groups, u, zero, frame, sp.frames[1])
-            _remember(key, out[u], 8, [tables[w] for w in factor_scope(sp.planning, u)])
+            _remember(key, out[u], 8, [tables[w] for w in scope])
         else:
             out[u] = hit[0]
     return out

@@ -124,7 +124,7 @@ def min_states(
     n = len(sp.planning.nodes)
     for u in range(n):  # every size first: a split too large for the DP prices nothing
         check_factor_size(sp, tables, u, options, max_cells)
-    factors = [node_factor(sp, tables, u, options, max_cells) for u in range(n)]
+    factors = [node_factor(sp, tables, u, options, max_cells, checked=True) for u in range(n)]
     order = elimination_order([s for s, _ in factors], n)
     # the live tables by id (ids grow with insertion, so sorted ids keep the tables' order, which
     # fixes the order of the sums) and, per node, the ids of the live tables that mention it
