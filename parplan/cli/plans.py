@@ -57,14 +57,17 @@ def report_and_checks(
     bound: bool = False,
     progress=None,
     inputs: dict | None = None,
+    evaluation=None,
 ) -> tuple:
     """Price ``plan``, print it in ``fmt`` and warn about memory; returns (report, evaluation).
-    ``bound``: also the global bound and the plan's gap to it (:func:`bound_figures`)."""
+    ``bound``: also the global bound and the plan's gap to it (:func:`bound_figures`);
+    ``evaluation``: the plan's price on ``problem`` where the caller has it (the memory search
+    prices every plan it returns)."""
     from parplan.costmodel.evaluate import evaluate, memory_overruns
     from parplan.reporting.report import format_bytes, plan_report
     from parplan.solvers.planners import make_plan
 
-    ev = evaluate(problem, plan)
+    ev = evaluation if evaluation is not None else evaluate(problem, plan)
     if bound:
         extra_json = {**(extra_json or {}), **bound_figures(problem, ev, progress)}
     baseline = evaluate(problem, make_plan(problem, "data"))
@@ -228,6 +231,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.continuous_shares:
         _check_continuous(args)
     start = time.perf_counter()
+    priced = None
     kwargs = dict(
         objective=args.objective, shares=args.shares, share_grid=args.share_grid, polish=args.polish
     )
@@ -251,7 +255,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             plan_kwargs=kwargs,
             **technique_choices(args),
         )
-        problem, plan = fit.problem, fit.plan
+        problem, plan, priced = fit.problem, fit.plan, fit.evaluation
     else:
         plan = make_plan(problem, args.planner, progress=progress_printer(args.verbose), **kwargs)
     wall = time.perf_counter() - start
@@ -264,6 +268,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         bound=args.bound,
         progress=progress_printer(args.verbose),
         inputs=run_inputs(args),
+        evaluation=priced,
     )
     if plot:
         from parplan.reporting.plot import plot_plan

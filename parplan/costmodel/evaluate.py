@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import repeat
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
 
@@ -378,33 +379,39 @@ def _eval(
             detail,
         )
     out = np.zeros(len(dims))
-    for v, node in enumerate(pg.nodes):
-        if nodes is not None and v not in nodes:
-            continue
-        tm = terms[v]
-        s1, s2 = float(tm.comm[0]), float(tm.comm[1])
-        i1, i2 = float(tm.intra[0]), float(tm.intra[1])
-        r1, r2 = float(tm.received[0]), float(tm.received[1])
-        w1, w2 = float(tm.weight[0]), float(tm.weight[1])
-        out[v] = max(overlap_time(t_left[v], s1, w1), overlap_time(t_right[v], s2, w2))
-        rows.append(
-            (
-                path,
-                depth,
-                node.name,
-                split.choices[v].value,
-                split.shares[v],
-                t_left[v],
-                t_right[v],
-                i1,
-                i2,
-                r1 - i1,
-                r2 - i2,
-                s1,
-                s2,
-                out[v],
-            )
+    keep = list(range(len(dims))) if nodes is None else sorted(nodes)
+    if not keep:
+        return out
+    # every node's figures at once: (comm, intra, received, weight) per side
+    s1, s2, i1, i2, r1, r2, w1, w2 = np.array(
+        [
+            (tm.comm[0], tm.comm[1], tm.intra[0], tm.intra[1])
+            + (tm.received[0], tm.received[1], tm.weight[0], tm.weight[1])
+            for tm in (terms[v] for v in keep)
+        ],
+        dtype=float,
+    ).T
+    tl, tr = t_left[keep], t_right[keep]
+    times = np.maximum(overlap_time(tl, s1, w1), overlap_time(tr, s2, w2))
+    out[keep] = times
+    rows.extend(
+        zip(
+            repeat(path),
+            repeat(depth),
+            [pg.nodes[v].name for v in keep],
+            [split.choices[v].value for v in keep],
+            [split.shares[v] for v in keep],
+            tl.tolist(),
+            tr.tolist(),
+            i1.tolist(),
+            i2.tolist(),
+            (r1 - i1).tolist(),
+            (r2 - i2).tolist(),
+            s1.tolist(),
+            s2.tolist(),
+            times.tolist(),
         )
+    )
     return out
 
 

@@ -296,11 +296,12 @@ def node_factor(
             for i, w in enumerate(scope)
         }
         raw = node_values(tables, sp.side, groups, u, idx, frame, sp.frames[1], options.objective)
+        raw.setflags(write=False)  # shared through the memo
         _remember(key, raw, raw.size, [tables[w] for w in scope])
     else:
         raw = raw[0]
     if options.objective is Objective.TIME:
-        raw = np.broadcast_to(floored_time(raw, sp.floor(u, options)), raw.shape)
+        raw = floored_time(raw, sp.floor(u, options))
     if options.memory_price > 0.0:  # a unary term on u's own states (u is the scope's first axis)
         raw = raw + memory_price(sp, tables, u, options).reshape((-1,) + (1,) * (k - 1))
     return scope, raw

@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -143,7 +144,7 @@ def min_states(
             mentions[w] -= gone
         scope = tuple(sorted({w for s, _ in mine for w in s}))
         shape = tuple(tables[w].size for w in scope)
-        cells = int(np.prod(shape, dtype=float))
+        cells = math.prod(shape)
         if cells > max_cells:
             raise TableTooLarge(
                 f"graph '{sp.planning.name}': the DP needs a table of {cells:.3g} cells at node "
