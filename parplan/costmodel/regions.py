@@ -57,13 +57,22 @@ class Region:
     ins: tuple[float, float] = (0.0, 1.0)
     outs: tuple[float, float] = (0.0, 1.0)
 
-    @property
+    @functools.cached_property
     def empty(self) -> bool:
         return not (
             self.rows[1] > self.rows[0]
             and self.ins[1] > self.ins[0]
             and self.outs[1] > self.outs[0]
         )
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: regions key the memo of node terms (floats only, so
+        the same in every process)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.rows, self.ins, self.outs))
+            self.__dict__["_hash"] = h
+        return h
 
     def rect(self, port: str) -> Rect:
         """``port`` = "in" (rows x input columns) or "out" (rows x output columns)."""
@@ -82,28 +91,32 @@ def translates(succs, a, b) -> bool:
     ``u -> v`` (``succs[u]`` holds ``v``) the same offset for ``u``'s output columns and ``v``'s
     input columns (they are one tensor's columns). Every box of a tensor then moves by one
     vector, and so do the boxes any split below cuts from them (docs/costmodel.md section 8)."""
-
-    def size(r, ax):
-        lo, hi = getattr(r, ax)
-        return hi - lo
-
-    def shift(x, y, ax):
-        return round(getattr(y, ax)[0] - getattr(x, ax)[0], 12)
-
+    rows = None
+    full = []
     for x, y in zip(a, b):
-        if x.empty != y.empty or any(
-            abs(size(x, ax) - size(y, ax)) > 1e-12 for ax in ("rows", "ins", "outs")
-        ):
-            return False
-    full = [not x.empty for x in a]
-    if len({shift(x, y, "rows") for x, y, f in zip(a, b, full) if f}) > 1:
-        return False
-    return all(
-        shift(a[u], b[u], "outs") == shift(a[v], b[v], "ins")
-        for u, vs in enumerate(succs)
-        for v in vs
-        if full[u] and full[v]
-    )
+        if x is y:  # the same box: equal sizes, moved by 0
+            shift = 0.0
+        else:
+            if x.empty != y.empty:
+                return False
+            for (x0, x1), (y0, y1) in ((x.rows, y.rows), (x.ins, y.ins), (x.outs, y.outs)):
+                if abs((x1 - x0) - (y1 - y0)) > 1e-12:
+                    return False
+            shift = round(y.rows[0] - x.rows[0], 12)
+        full.append(not x.empty)
+        if full[-1]:
+            if rows is None:
+                rows = shift
+            elif shift != rows:
+                return False
+    for u, vs in enumerate(succs):
+        if not full[u]:
+            continue
+        out = round(b[u].outs[0] - a[u].outs[0], 12)
+        for v in vs:
+            if full[v] and round(b[v].ins[0] - a[v].ins[0], 12) != out:
+                return False
+    return True
 
 
 def local_frame(regions, producer: int, consumers) -> dict[int, Region]:
