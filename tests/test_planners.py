@@ -215,3 +215,16 @@ def test_a_node_with_many_consumers_is_still_planned():
     result = solve_exact(p, "highs")
     assert result.certificate.status == "feasible" and not result.certificate.is_optimal
     assert result.plan is not None and result.evaluation.step_time_s > 0
+
+
+@pytest.mark.parametrize("planner", ["owt", "data", "model"])
+@pytest.mark.parametrize("model", ["vgg11", "lenet", "resnet-2block"])
+def test_a_split_of_single_states_is_the_dp_split(planner, model):
+    """Where every node has one state the split is that state, priced or not: the same as the
+    DP's (joins keep three layouts, so ResNet's adds still go through the DP)."""
+    from parplan.solvers.dp import solve_split
+    from parplan.solvers.planners import PLANNERS
+
+    p = Problem(get_model(model), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
+    sp, options = SplitProblem.root(p), PLANNERS[planner].options
+    assert solve_split(sp, options) == frontier_dp(sp, options)[1]

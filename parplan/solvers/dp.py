@@ -50,8 +50,13 @@ MAX_CELLS = 3 * 10**7
 
 
 def solve_split(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CELLS) -> Split:
-    """Optimal choices and shares for one split under ``options`` (exact on the share grid)."""
-    return frontier_dp(sp, options, max_cells)[1]
+    """Optimal choices and shares for one split under ``options`` (exact on the share grid).
+    Where every node has one state (OWT's rule on a network without joins, data parallelism
+    at fixed shares) that state is the split: nothing is priced."""
+    tables = split_tables(sp, options)
+    if all(t.size == 1 for t in tables):
+        return Split(tuple(t.choices[0] for t in tables), tuple(float(t.shares[0]) for t in tables))
+    return frontier_dp(sp, options, max_cells, tables=tables)[1]
 
 
 def continuous_bound(sp: SplitProblem, options: PlanOptions, max_cells: int = MAX_CELLS) -> float:
