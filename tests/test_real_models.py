@@ -245,6 +245,25 @@ def test_hub_specs_and_their_mistakes():
 
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_a_model_without_a_position_limit_fails_fast(monkeypatch):
+    """Mamba names no position limit and steps through positions in Python: at the default
+    2,048 positions its trace ran for more than 5 minutes before the importer's error. It is
+    imported at 16 positions first, and what the importer cannot map fails from there."""
+    from parplan.errors import GraphError
+    from parplan.models.importers import api, load_external
+
+    seen = []
+    real = api.from_torch
+    monkeypatch.setattr(
+        api, "from_torch", lambda m, shape, **k: seen.append(shape) or real(m, shape, **k)
+    )
+    spec = "hf:mamba,num_hidden_layers=1,hidden_size=16,state_size=4,vocab_size=100"
+    with pytest.raises(GraphError, match="found in a first import at seq=16.*2048 positions"):
+        load_external(spec)
+    assert seen == [(16,)]  # the long trace never started
+
+
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_encoder_decoder_specs_are_their_encoder_and_partial_imports_are_refused(monkeypatch):
     """hf:bart is its encoder, named so (issue 36: it used to be BartForCausalLM, whose unused
     cross-attention weights went unplanned without a word); a forward that reads fewer

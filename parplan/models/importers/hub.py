@@ -26,7 +26,7 @@ import sys
 import warnings
 
 from parplan.costmodel.graph import Graph
-from parplan.errors import ConfigError
+from parplan.errors import ConfigError, GraphError
 
 __all__ = ["HUB_PREFIXES", "hf_model", "import_torchvision", "load_hub", "torchvision_model"]
 
@@ -76,6 +76,8 @@ def load_hub(spec: str) -> Graph | None:
         model, seq = hf_model(name, options, seq)
         encoder = " (encoder)" if _encoder_only(model) else ""
         shape, integer = _input_of(model, seq)
+        if _position_limit(model.config) is None and shape == (seq,) and seq > PROBE_SEQ:
+            _probe(model, name, encoder, seq, integer)
         graph = from_torch(model, shape, name=f"hf:{name}{encoder}", integer_input=integer)
         _check_all_parameters_used(graph, model, text)
         return graph
@@ -85,6 +87,40 @@ def load_hub(spec: str) -> Graph | None:
             f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
         )
     return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
+
+
+#: Positions at which a model without a position limit is imported first (:func:`_probe`).
+PROBE_SEQ = 16
+
+
+def _position_limit(config) -> int | None:
+    """The most positions a Hugging Face configuration takes, or None where it names none (a
+    recurrent model such as Mamba)."""
+    return next(
+        (
+            getattr(config, k)
+            for k in ("max_position_embeddings", "n_positions", "n_ctx")
+            if isinstance(getattr(config, k, None), int)
+        ),
+        None,
+    )
+
+
+def _probe(model, name: str, encoder: str, seq: int, integer: bool) -> None:
+    """Import ``model`` at :data:`PROBE_SEQ` positions first. A model without a position limit
+    may step through its positions in Python (Mamba's selective scan: one traced step per
+    position and layer, so 2,048 positions took more than 5 minutes to trace); what the importer
+    cannot map then fails in seconds, not after that trace. The error says where it was found."""
+    from parplan.models.importers.api import from_torch
+
+    try:
+        from_torch(model, (PROBE_SEQ,), name=f"hf:{name}{encoder}", integer_input=integer)
+    except GraphError as exc:
+        raise GraphError(
+            f"{exc} (found in a first import at seq={PROBE_SEQ}: the model names no position "
+            f"limit and may trace one step per position, so the {seq} positions asked for were "
+            "not traced)"
+        ) from None
 
 
 def _input_of(model, seq: int) -> tuple[tuple[int, ...], bool]:
@@ -272,14 +308,8 @@ def hf_model(
         if not hasattr(config, key):
             raise ConfigError(f"model 'hf:{model_type}': its configuration has no '{key}'")
         setattr(config, key, value)
-    positions = next(
-        (
-            getattr(config, k)
-            for k in ("max_position_embeddings", "n_positions", "n_ctx")
-            if isinstance(getattr(config, k, None), int)
-        ),
-        DEFAULT_MAX_SEQ,
-    )
+    limit = _position_limit(config)
+    positions = DEFAULT_MAX_SEQ if limit is None else limit
     seq = int(seq) if seq is not None else min(positions, DEFAULT_MAX_SEQ)
     if seq <= 0:
         raise ConfigError(f"model 'hf:{model_type}': seq must be positive (got {seq})")
