@@ -268,3 +268,26 @@ def test_verbose_solve_shows_the_solver_log_on_stderr(backend, capfd):
     assert {"scip": "presolving", "cbc": "Cbc0"}[backend] in err
     assert main(args) == 0
     assert "presolving" not in capfd.readouterr().err
+
+
+def test_a_step_without_progress_of_its_own_is_never_silent_for_long(capsys):
+    """``still_running`` prints a line every few seconds while a model imports (an hf: model
+    that traces one step per position ran for minutes without a word), its hint once."""
+    import time
+
+    from parplan.cli.common import import_hint, still_running
+
+    err = ""
+    with still_running("importing hf:rwkv", import_hint("hf:rwkv"), every_s=0.01):
+        for _ in range(3000):  # until two lines came (no clock is asserted)
+            err += capsys.readouterr().err
+            if err.count("\n") >= 2:
+                break
+            time.sleep(0.01)
+    lines = (err + capsys.readouterr().err).splitlines()
+    assert len(lines) >= 2
+    assert lines[0].startswith("[parplan] still importing hf:rwkv (") and "seq=<n>" in lines[0]
+    assert all("seq=<n>" not in line for line in lines[1:])
+    with still_running("importing vgg16", import_hint("vgg16"), every_s=5.0):
+        pass  # a quick step prints nothing
+    assert capsys.readouterr().err == ""

@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 from pathlib import Path
@@ -152,7 +153,8 @@ def problem_from_args(args: argparse.Namespace):
     from parplan.costmodel.problem import Problem
     from parplan.models.modelfile import load_model
 
-    graph = load_model(args.model)
+    with still_running(f"importing {args.model}", import_hint(args.model)):
+        graph = load_model(args.model)
     array = parse_array(
         args.array,
         bandwidth_bytes_per_s=None if args.bandwidth is None else args.bandwidth * GB,
@@ -249,6 +251,49 @@ def add_memory_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan without memory limits, as the papers do (a plan over a device's memory is "
         "then only warned about)",
     )
+
+
+#: Seconds between the lines :func:`still_running` prints while a step without progress of its
+#: own (a model's import) runs on.
+STILL_RUNNING_S = 15.0
+
+
+@contextlib.contextmanager
+def still_running(what: str, hint: str = "", every_s: float | None = None):
+    """Print ``[parplan] still <what> (N s)`` on stderr every ``every_s`` seconds
+    (:data:`STILL_RUNNING_S`) while the block runs: a step that reports no progress of its own
+    is never silent for long. ``hint`` follows the first line."""
+    import threading
+    import time
+
+    every = STILL_RUNNING_S if every_s is None else every_s
+    done = threading.Event()
+    start = time.perf_counter()
+
+    def report() -> None:
+        first = True
+        while not done.wait(every):
+            line = f"[parplan] still {what} ({time.perf_counter() - start:.0f} s)"
+            print(line + (f": {hint}" if first and hint else ""), file=sys.stderr, flush=True)
+            first = False
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def import_hint(spec) -> str:
+    """What may make an import long, for :func:`still_running`."""
+    if str(spec).strip().lower().startswith("hf:"):
+        return (
+            "a model that steps through its positions in Python (a recurrent scan: Mamba, RWKV, "
+            "Jamba) traces one step per position and layer; seq=<n> in the spec shortens that"
+        )
+    return ""
 
 
 def progress_printer(enabled: bool, after_s: float | None = None):

@@ -194,12 +194,15 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if args.profile:
         profile = read_profile(args.profile)
     else:
+        from parplan.cli.common import import_hint, still_running
         from parplan.models.modelfile import load_model
 
         if args.batch is None or args.batch <= 0:
             raise ConfigError(f"--batch must be > 0 (got {args.batch})")
+        with still_running(f"importing {args.model}", import_hint(args.model)):
+            graph = load_model(args.model)
         profile = profile_from_graph(
-            load_model(args.model),
+            graph,
             args.batch,
             machine.device or machine.device_flops_per_s,
             args.bytes_per_element,
