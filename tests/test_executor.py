@@ -52,11 +52,16 @@ def _check(report):
     assert report.bytes_equal, diff.to_string()
 
 
-@pytest.mark.parametrize("devices", [2, 4])
-def test_random_dags_and_plans(clusters, devices):
+@pytest.mark.parametrize(
+    "devices,examples",
+    # four devices: 3 examples in the default run (the suite's budget), 20 in the slow set
+    [(2, 5), (4, 3), pytest.param(4, 20, marks=pytest.mark.slow)],
+)
+def test_random_dags_and_plans(clusters, devices, examples):
     @seed(1234 + devices)
     @settings(
-        max_examples=5, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+        max_examples=examples,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(data=st.data())
     def prop(data):
