@@ -228,3 +228,57 @@ def test_a_split_of_single_states_is_the_dp_split(planner, model):
     p = Problem(get_model(model), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
     sp, options = SplitProblem.root(p), PLANNERS[planner].options
     assert solve_split(sp, options) == frontier_dp(sp, options)[1]
+
+
+def test_the_portfolio_plans_each_split_once_and_as_without_its_cache(monkeypatch):
+    """The members share the splits they meet (planners._solver's cache): the plan, its selected
+    member and every split are those planned without the cache, with fewer DPs."""
+    import parplan.solvers.planners as planners
+
+    p = Problem(get_model("resnet-2block"), parse_array("h100:8"), batch=64)
+    calls = [0]
+    solve_split = planners.solve_split
+
+    def counted(sp, options):
+        calls[0] += 1
+        return solve_split(sp, options)
+
+    monkeypatch.setattr(planners, "solve_split", counted)
+    cached = make_plan(p, "accpar")
+    with_cache = calls[0]
+    solver = planners._solver
+    monkeypatch.setattr(planners, "_solver", lambda o, notes, cache=None: solver(o, notes))
+    calls[0] = 0
+    plain = make_plan(p, "accpar")
+    assert cached.splits == plain.splits and cached.info == plain.info
+    assert 0 < with_cache < calls[0]
+
+
+def test_a_cached_fallback_split_repeats_its_note(monkeypatch):
+    """A split planned by the local search is noted every time a member meets it, though it is
+    searched once."""
+    import parplan.solvers.planners as planners
+    from parplan.errors import TableTooLarge
+
+    def too_large(sp, options):
+        raise TableTooLarge("graph 'g': the DP needs a table of 1e9 cells; use a coarser grid")
+
+    searched = []
+
+    def fallback(sp, options):
+        searched.append(sp.path)
+        return 0.0, "a split", "local search"
+
+    monkeypatch.setattr(planners, "solve_split", too_large)
+    monkeypatch.setattr(planners, "fallback_split", fallback)
+    p = Problem(get_model("lenet"), parse_array("h100:2"), batch=64)
+    notes, cache = [], {}
+    solve = planners._solver(PlanOptions(), notes, cache)
+    sp = SplitProblem.root(p)
+    assert solve(sp) == solve(replace(sp, path="L")) == "a split"
+    assert searched == [""] and len(notes) == 2
+    assert (
+        notes[0]
+        == notes[1]
+        == "graph 'g': the DP needs a table of 1e9 cells; planned by local search"
+    )

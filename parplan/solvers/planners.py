@@ -215,26 +215,41 @@ def make_plan(
     return plan
 
 
-def _solver(opts: PlanOptions, notes: list[str]) -> Callable:
+def _solver(opts: PlanOptions, notes: list[str], cache: dict | None = None) -> Callable:
     """The exact DP per split; where its tables are too large, the local search (noted). Under
     ``compat="accpar-code"`` with the communication objective, a graph the C++ can describe (a
-    chain, with residual adds) is planned by the C++'s own DP rules instead."""
+    chain, with residual adds) is planned by the C++'s own DP rules instead.
+
+    ``cache``: splits already planned, shared by the portfolio's members: a split is a function
+    of its :class:`SplitProblem` (less its path, which only the wrappers around this solver
+    read) and the options, and members that agree above a level meet the same splits below it
+    (on resnet50 / ``h100:8``, 19 of 49 DPs)."""
 
     def solve(sp):
+        key = (opts, replace(sp, path="")) if cache is not None else None
+        if key is not None and key in cache:
+            split, note = cache[key]
+        else:
+            split, note = _solve(sp)
+            if key is not None:
+                cache[key] = (split, note)
+        if note is not None:
+            notes.append(note)
+        return split
+
+    def _solve(sp) -> tuple[Split, str | None]:
         if (
             sp.side.compat == "accpar-code"
             and opts.objective is Objective.COMMUNICATION
             and cpp_view(sp.planning)
         ):
-            return solve_split_cpp(sp, opts)[
-                0
-            ]  # the C++'s own DP rules (docs/costmodel.md section 9)
+            # the C++'s own DP rules (docs/costmodel.md section 9)
+            return solve_split_cpp(sp, opts)[0], None
         try:
-            return solve_split(sp, opts)
+            return solve_split(sp, opts), None
         except TableTooLarge as exc:
             _, split, how = fallback_split(sp, opts)
-            notes.append(f"{exc}".split("; use")[0] + f"; planned by {how}")
-            return split
+            return split, f"{exc}".split("; use")[0] + f"; planned by {how}"
 
     return solve
 
@@ -268,12 +283,15 @@ def _lookahead_levels(
     solver: Callable,
     bounds=None,
     spread: frozenset[str] = frozenset(),
+    cache: dict | None = None,
 ) -> Callable | None:
     """A split solver that plans every split whose halves are groups with each half priced by
     its own bound (the DP over :func:`parplan.solvers.bound.raised_tables` at that group), and
     the others (single-device halves, tables too large) with ``solver``; None under compat
     rules. The bounds' memos are kept across splits (``bounds``: ones to reuse). At the splits
-    in ``spread`` (paths) every node keeps work on both halves (:func:`_both_sides`)."""
+    in ``spread`` (paths) every node keeps work on both halves (:func:`_both_sides`).
+    ``cache``: as :func:`_solver`'s (a split's bound tables depend on its group too: the key
+    keeps the path)."""
     if problem.compat is not None:
         return None
     from parplan.solvers.bound import node_bounds, raised_tables
@@ -285,13 +303,20 @@ def _lookahead_levels(
         group = problem.array.at(sp.path)
         if group.left.is_leaf and group.right.is_leaf:
             return solver(sp)
-        try:
-            tables = raised_tables(problem, sp, opts, solver=bounds, group=group)
-            return frontier_dp(
-                sp, opts, tables=_both_sides(tables) if sp.path in spread else tables
-            )[1]
-        except TableTooLarge:
-            return solver(sp)
+        key = ("lookahead", opts, sp, sp.path in spread)
+        if cache is not None and key in cache:
+            split = cache[key]
+        else:
+            try:
+                tables = raised_tables(problem, sp, opts, solver=bounds, group=group)
+                split = frontier_dp(
+                    sp, opts, tables=_both_sides(tables) if sp.path in spread else tables
+                )[1]
+            except TableTooLarge:
+                split = None
+            if cache is not None:
+                cache[key] = split
+        return solver(sp) if split is None else split
 
     return solve
 
@@ -409,10 +434,11 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         return Plan(plan.splits, planner="accpar", info={**info, "selected": "accpar"})
     best: tuple[float, str, Plan] | None = None
     first: Plan | None = None
+    cache: dict = {}  # splits planned so far, shared by the members (see _solver)
     bounds = None  # the look-ahead criteria's per-node bounds, shared (made when first needed)
     for label, candidate in PORTFOLIO:
         o = opts if candidate is None else replace(candidate, share_grid=opts.share_grid)
-        solver = _solver(o, notes)
+        solver = _solver(o, notes, cache)
         if label == "lookahead":
             bounds = bounds or node_bounds(problem)
             root = (
@@ -425,7 +451,7 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
             solver = _with_root(root, solver)
         if label == "lookahead-levels":
             bounds = bounds or node_bounds(problem)
-            solver = _lookahead_levels(problem, o, solver, bounds)
+            solver = _lookahead_levels(problem, o, solver, bounds, cache=cache)
             if solver is None:
                 continue
         plan = plan_top_down(problem, solver, "accpar", progress)
@@ -448,7 +474,7 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         bounds = bounds or node_bounds(problem)
         plan = plan_top_down(
             problem,
-            _lookahead_levels(problem, opts, _solver(opts, notes), bounds, spread),
+            _lookahead_levels(problem, opts, _solver(opts, notes, cache), bounds, spread, cache),
             "accpar",
             progress,
         )
