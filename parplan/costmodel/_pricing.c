@@ -861,33 +861,46 @@ done:
 }
 
 #define REL_TOL 1e-12 /* cost.REL_TOL: ties */
+#define FLOOR_TIE_WEIGHT 1e-6 /* cost.FLOOR_TIE_WEIGHT */
+
+/* A node's time v under its sibling's floor f > 0 (cost.floored_time): max(v, f) + FLOOR_TIE_WEIGHT v. */
+static inline double floor_value(double v, double f) { return (v < f ? f : v) + FLOOR_TIE_WEIGHT * v * 1.0; }
 
 PyDoc_STRVAR(eliminate_doc,
-"eliminate(tables, strides, shape, axis, best, arg)\n\n"
+"eliminate(tables, strides, shape, axis, best, arg, floors=None)\n\n"
 "One step of the DP's variable elimination (docs/costmodel.md section 8): over the joint grid\n"
 "`shape` of the tables that mention the eliminated node (its axis `axis`), their sum (added in\n"
 "the order given, from 0.0), its minimum over `axis` written to best (float64, the grid\n"
 "without that axis) and the first state within REL_TOL of it to arg (int64, same shape).\n"
 "tables: contiguous float64 arrays; strides: per table one element stride per grid\n"
-"dimension (0 where the table does not vary).");
+"dimension (0 where the table does not vary); floors (optional): per table a floor > 0 under\n"
+"which its values are read as floored() writes them (a node's time under its sibling's),\n"
+"0 for a table read as it is.");
 
 static PyObject *eliminate(PyObject *self, PyObject *args) {
-    PyObject *tables, *strides, *shape;
+    PyObject *tables, *strides, *shape, *floors_t = Py_None;
     int axis;
     Py_buffer bestv, argv;
-    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type, &shape,
-                          &axis, &bestv, &argv))
+    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*|O", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type,
+                          &shape, &axis, &bestv, &argv, &floors_t))
         return NULL;
     PyObject *result = NULL;
     int nt = (int)PyTuple_GET_SIZE(tables), nd = (int)PyTuple_GET_SIZE(shape), got = 0;
     Py_buffer *views = PyMem_Calloc(nt ? nt : 1, sizeof(Py_buffer));
     Py_ssize_t *str = PyMem_Calloc((size_t)(nt ? nt : 1) * (nd ? nd : 1), sizeof(Py_ssize_t));
+    double *floors = PyMem_Calloc(nt ? nt : 1, sizeof(double));
     Py_ssize_t dims[MAXD], rest = 1, n = 0;
     double *tot = NULL;
-    if (!views || !str) { PyErr_NoMemory(); goto done; }
-    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd) {
+    if (!views || !str || !floors) { PyErr_NoMemory(); goto done; }
+    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd ||
+        (floors_t != Py_None && (!PyTuple_Check(floors_t) || PyTuple_GET_SIZE(floors_t) != nt))) {
         PyErr_SetString(PyExc_ValueError, "eliminate: inconsistent arguments");
         goto done;
+    }
+    for (int t = 0; floors_t != Py_None && t < nt; ++t) {
+        floors[t] = PyFloat_AsDouble(PyTuple_GET_ITEM(floors_t, t));
+        if (floors[t] == -1.0 && PyErr_Occurred()) goto done;
+        if (!(floors[t] > 0.0)) floors[t] = 0.0; /* floored_time: no floor, no change */
     }
     for (int d = 0; d < nd; ++d) {
         dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
@@ -926,7 +939,15 @@ static PyObject *eliminate(PyObject *self, PyObject *args) {
             const double *tab = views[t].buf;
             Py_ssize_t off = 0, sa = str[t * nd + axis];
             for (int d = 0; d < nd; ++d) off += mi[d] * str[t * nd + d];
-            for (Py_ssize_t x = 0; x < n; ++x) tot[x] = tot[x] + tab[off + x * sa];
+            double f = floors[t];
+            if (f > 0.0) { /* floored()'s values, read on the fly */
+                for (Py_ssize_t x = 0; x < n; ++x) {
+                    double v = tab[off + x * sa];
+                    tot[x] = tot[x] + floor_value(v, f);
+                }
+            } else {
+                for (Py_ssize_t x = 0; x < n; ++x) tot[x] = tot[x] + tab[off + x * sa];
+            }
         }
         double b = tot[0];
         for (Py_ssize_t x = 1; x < n; ++x) b = tot[x] < b ? tot[x] : b;
@@ -948,6 +969,7 @@ done:
     for (int t = 0; t < got; ++t) PyBuffer_Release(&views[t]);
     PyMem_Free(views);
     PyMem_Free(str);
+    PyMem_Free(floors);
     PyMem_Free(tot);
     PyBuffer_Release(&bestv);
     PyBuffer_Release(&argv);
@@ -1753,8 +1775,6 @@ static PyObject *overlap(PyObject *self, PyObject *args) {
     return result;
 }
 
-#define FLOOR_TIE_WEIGHT 1e-6 /* cost.FLOOR_TIE_WEIGHT */
-
 PyDoc_STRVAR(floored_doc,
 "floored(times, floor, out)\n\n"
 "A node's times at a split whose sibling sets `floor` > 0 (cost.floored_time): max(t, floor)\n"
@@ -1771,7 +1791,7 @@ static PyObject *floored(PyObject *self, PyObject *args) {
     }
     const double *t = tv.buf;
     double *o = ov.buf;
-    for (Py_ssize_t x = 0; x < tv.len / 8; ++x) o[x] = (t[x] < floor ? floor : t[x]) + FLOOR_TIE_WEIGHT * t[x] * 1.0;
+    for (Py_ssize_t x = 0; x < tv.len / 8; ++x) o[x] = floor_value(t[x], floor);
     Py_INCREF(Py_None);
     result = Py_None;
 done:

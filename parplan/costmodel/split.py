@@ -284,6 +284,22 @@ def node_factor(
     """(scope, table): node ``u``'s objective value for every state of every node in its scope
     (:class:`TableTooLarge` above ``max_cells``, at most :data:`MAX_FACTOR_CELLS`; ``checked``:
     the caller has already run :func:`check_factor_size`)."""
+    scope, raw, floor = floorless_factor(sp, tables, u, options, max_cells, checked)
+    return scope, floored_time(raw, floor)
+
+
+def floorless_factor(
+    sp: SplitProblem,
+    tables,
+    u: int,
+    options: PlanOptions,
+    max_cells: float = MAX_FACTOR_CELLS,
+    checked: bool = False,
+) -> tuple[tuple[int, ...], np.ndarray, float]:
+    """(scope, values, floor): :func:`node_factor` is ``(scope, floored_time(values, floor))``.
+    The DP floors the values as it reads them (``_pricing.eliminate``'s floors), so a node's
+    memoised values are not copied per split; under a memory price they are floored and priced
+    here (floor 0)."""
     scope, groups = _sent(sp, u)[:2]
     k = len(scope)
     if not checked:
@@ -300,11 +316,11 @@ def node_factor(
         _remember(key, raw, raw.size, [tables[w] for w in scope])
     else:
         raw = raw[0]
-    if options.objective is Objective.TIME:
-        raw = floored_time(raw, sp.floor(u, options))
+    floor = sp.floor(u, options)
     if options.memory_price > 0.0:  # a unary term on u's own states (u is the scope's first axis)
-        raw = raw + memory_price(sp, tables, u, options).reshape((-1,) + (1,) * (k - 1))
-    return scope, raw
+        price = memory_price(sp, tables, u, options).reshape((-1,) + (1,) * (k - 1))
+        return scope, floored_time(raw, floor) + price, 0.0
+    return scope, raw, floor
 
 
 def memory_price(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.ndarray:
@@ -468,6 +484,7 @@ __all__ = [
     "check_factor_size",
     "factor_scope",
     "memory_price",
+    "floorless_factor",
     "node_factor",
     "price_split",
     "split_tables",

@@ -40,6 +40,7 @@ from parplan.costmodel.split import (
     check_factor_size,
     factor_scope,
     memory_price,
+    floorless_factor,
     node_factor,
     split_tables,
 )
@@ -130,14 +131,21 @@ def min_states(
     n = len(sp.planning.nodes)
     for u in range(n):  # every size first: a split too large for the DP prices nothing
         check_factor_size(sp, tables, u, options, max_cells)
-    factors = [node_factor(sp, tables, u, options, max_cells, checked=True) for u in range(n)]
-    order = elimination_order([s for s, _ in factors], n)
+    # (scope, values, floor) per node: the elimination floors a node's values as it reads them
+    # (the min-marginals' backward pass reads the tables themselves: floored here)
+    factors = [
+        floorless_factor(sp, tables, u, options, max_cells, checked=True)
+        if marginals is None
+        else (*node_factor(sp, tables, u, options, max_cells, checked=True), 0.0)
+        for u in range(n)
+    ]
+    order = elimination_order([f[0] for f in factors], n)
     # the live tables by id (ids grow with insertion, so sorted ids keep the tables' order, which
     # fixes the order of the sums) and, per node, the ids of the live tables that mention it
-    live: dict[int, tuple[tuple[int, ...], np.ndarray]] = dict(enumerate(factors))
+    live: dict[int, tuple[tuple[int, ...], np.ndarray, float]] = dict(enumerate(factors))
     mentions: list[set[int]] = [set() for _ in range(n)]
-    for i, (s, _) in live.items():
-        for w in s:
+    for i, f in live.items():
+        for w in f[0]:
             mentions[w].add(i)
     records = []
     cliques: list = []
@@ -145,9 +153,9 @@ def min_states(
     for v in order:
         gone, mentions[v] = mentions[v], set()
         mine = [live.pop(i) for i in sorted(gone)]
-        for w in {w for s, _ in mine for w in s} - {v}:
+        for w in {w for f in mine for w in f[0]} - {v}:
             mentions[w] -= gone
-        scope = tuple(sorted({w for s, _ in mine for w in s}))
+        scope = tuple(sorted({w for f in mine for w in f[0]}))
         shape = tuple(tables[w].size for w in scope)
         cells = math.prod(shape)
         if cells > max_cells:
@@ -162,15 +170,15 @@ def min_states(
         records.append((v, rest, arg))
         if rest:
             i = len(factors) + len(records)
-            live[i] = (rest, best)
+            live[i] = (rest, best, 0.0)
             for w in rest:
                 mentions[w].add(i)
         else:
             i = None
             constant += float(best.reshape(()))
         if marginals is not None:
-            cliques.append((v, scope, mine, sorted(gone), i, best))
-    value = constant + sum(float(t.sum()) for s, t in live.values() if not s)
+            cliques.append((v, scope, [f[:2] for f in mine], sorted(gone), i, best))
+    value = constant + sum(float(f[1].sum()) for f in live.values() if not f[0])
     state = [0] * n
     for v, rest, arg in reversed(records):
         state[v] = int(arg[tuple(state[w] for w in rest)]) if rest else int(arg)
@@ -220,16 +228,18 @@ def eliminate(
     """(min over ``scope[axis]`` of the sum of the tables ``mine``, the first state within
     :data:`~parplan.costmodel.cost.REL_TOL` of it), over the grid ``shape`` of ``scope`` less
     that axis: one elimination step, by the compiled core. Each table ``(s, array)`` spans its
-    sorted scope ``s``, a subset of ``scope``."""
-    arrays, strides = [], []
-    for s, table in mine:
+    sorted scope ``s``, a subset of ``scope``; ``(s, array, floor)``: read as
+    ``floored_time(array, floor)``."""
+    arrays, strides, floors = [], [], []
+    for s, table, *floor in mine:
+        floors.append(float(floor[0]) if floor else 0.0)
         a = np.ascontiguousarray(table, dtype=float)
         own = {w: st // 8 for w, st in zip(s, a.strides)}
         arrays.append(a)
         strides += [own[w] if w in own and a.shape[s.index(w)] > 1 else 0 for w in scope]
     rest = shape[:axis] + shape[axis + 1 :]
     best, arg = np.empty(rest), np.empty(rest, dtype=np.int64)
-    _pricing.eliminate(tuple(arrays), tuple(strides), tuple(shape), axis, best, arg)
+    _pricing.eliminate(tuple(arrays), tuple(strides), tuple(shape), axis, best, arg, tuple(floors))
     return best, arg
 
 
