@@ -927,38 +927,64 @@ static PyObject *eliminate(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "eliminate: outputs of the wrong size");
         goto done;
     }
-    tot = PyMem_Malloc(sizeof(double) * n);
+    /* blocks of the grid without the axis along its last dimension `ld` (L cells): the block's
+     * sums for every state of the axis, acc[x * L + j], added table by table in the order given,
+     * so each cell's sum is the one a cell-by-cell walk makes; the inner loops run along the
+     * block (contiguous in a table whose last axis is ld) */
+    int ld = -1;
+    for (int d = nd - 1; d >= 0 && ld < 0; --d)
+        if (d != axis) ld = d;
+    Py_ssize_t L = ld >= 0 ? dims[ld] : 1;
+    tot = PyMem_Malloc(sizeof(double) * (size_t)(n * L + 2 * L));
     if (!tot) { PyErr_NoMemory(); goto done; }
+    double *acc = tot, *lim = tot + n * L, *bb = lim + L;
     double *best = bestv.buf;
     long long *arg = argv.buf;
     Py_ssize_t mi[MAXD];
     memset(mi, 0, sizeof(mi));
-    for (Py_ssize_t r = 0; r < rest; ++r) {
-        for (Py_ssize_t x = 0; x < n; ++x) tot[x] = 0.0;
+    for (Py_ssize_t r0 = 0; r0 < rest; r0 += L) {
+        for (Py_ssize_t q = 0; q < n * L; ++q) acc[q] = 0.0;
         for (int t = 0; t < nt; ++t) {
             const double *tab = views[t].buf;
-            Py_ssize_t off = 0, sa = str[t * nd + axis];
+            Py_ssize_t off = 0, sa = str[t * nd + axis], sl = ld >= 0 ? str[t * nd + ld] : 0;
             for (int d = 0; d < nd; ++d) off += mi[d] * str[t * nd + d];
             double f = floors[t];
-            if (f > 0.0) { /* floored()'s values, read on the fly */
-                for (Py_ssize_t x = 0; x < n; ++x) {
-                    double v = tab[off + x * sa];
-                    tot[x] = tot[x] + floor_value(v, f);
+            for (Py_ssize_t x = 0; x < n; ++x) {
+                const double *restrict src = tab + off + x * sa;
+                double *restrict dst = acc + x * L;
+                if (f > 0.0) { /* floored()'s values, read on the fly */
+                    for (Py_ssize_t j = 0; j < L; ++j) dst[j] = dst[j] + floor_value(src[j * sl], f);
+                } else if (sl == 1) {
+                    for (Py_ssize_t j = 0; j < L; ++j) dst[j] = dst[j] + src[j];
+                } else if (sl == 0) {
+                    double v = src[0];
+                    for (Py_ssize_t j = 0; j < L; ++j) dst[j] = dst[j] + v;
+                } else {
+                    for (Py_ssize_t j = 0; j < L; ++j) dst[j] = dst[j] + src[j * sl];
                 }
-            } else {
-                for (Py_ssize_t x = 0; x < n; ++x) tot[x] = tot[x] + tab[off + x * sa];
             }
         }
-        double b = tot[0];
-        for (Py_ssize_t x = 1; x < n; ++x) b = tot[x] < b ? tot[x] : b;
-        double lim = b + REL_TOL * (b < 0 ? -b : b);
-        Py_ssize_t a = 0; /* numpy's argmax of the tie mask: the first within it, else 0 */
-        while (a < n && !(tot[a] <= lim)) ++a;
-        if (a == n) a = 0;
-        best[r] = b;
-        arg[r] = a;
-        for (int d = nd - 1; d >= 0; --d) { /* the next cell of the grid without the axis */
-            if (d == axis) continue;
+        for (Py_ssize_t j = 0; j < L; ++j) bb[j] = acc[j];
+        for (Py_ssize_t x = 1; x < n; ++x) {
+            const double *row = acc + x * L;
+            for (Py_ssize_t j = 0; j < L; ++j) bb[j] = row[j] < bb[j] ? row[j] : bb[j];
+        }
+        for (Py_ssize_t j = 0; j < L; ++j) {
+            double b = bb[j];
+            lim[j] = b + REL_TOL * (b < 0 ? -b : b);
+            best[r0 + j] = b;
+            arg[r0 + j] = -1;
+        }
+        /* numpy's argmax of the tie mask: the first state within it, else 0 */
+        for (Py_ssize_t x = 0; x < n; ++x) {
+            const double *row = acc + x * L;
+            for (Py_ssize_t j = 0; j < L; ++j)
+                if (arg[r0 + j] < 0 && row[j] <= lim[j]) arg[r0 + j] = x;
+        }
+        for (Py_ssize_t j = 0; j < L; ++j)
+            if (arg[r0 + j] < 0) arg[r0 + j] = 0;
+        for (int d = nd - 1; d >= 0; --d) { /* the next block */
+            if (d == axis || d == ld) continue;
             if (++mi[d] < dims[d]) break;
             mi[d] = 0;
         }
