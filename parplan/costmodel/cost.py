@@ -97,12 +97,20 @@ def floored_time(t, floor: float):
 class Objective(Enum):
     """What a planner minimises (docs/costmodel.md section 7)."""
 
+    # members are singletons compared by identity: hash them so, in C (Enum hashes its name
+    # in Python, 8 M times on a 1,024-layer chain / h100:128)
+    __hash__ = object.__hash__
+
     TIME = "time"  # step time: compute + communication, AccPar
     COMMUNICATION = "communication"  # elements moved, HyPar and the published AccPar code
 
 
 class ShareMode(Enum):
     """How the side-1 share of every node is chosen."""
+
+    # members are singletons compared by identity: hash them so, in C (Enum hashes its name
+    # in Python, 8 M times on a 1,024-layer chain / h100:128)
+    __hash__ = object.__hash__
 
     FREE = "free"  # on the share grid, optimised per node (AccPar's flexible ratio)
     HALF = "half"  # 1/2 (homogeneous baselines, HyPar)
