@@ -196,3 +196,18 @@ def test_repeated_blocks_share_state_tables_and_terms():
     assert tables[a] is tables[b]
     assert [op.name for op in pg.nodes[a].dims.out_ops] == ["layers.1.add1", "layers.1.norm2"]
     assert [op.name for op in pg.nodes[b].dims.out_ops] == ["layers.2.add1", "layers.2.norm2"]
+
+
+def test_scaled_dims_hash_as_equal_dims_do():
+    """A scaled copy of hashed dims hashes by its own fields (it carried its source's cached
+    hash: equal dims then hashed apart, so the memos keyed on them missed)."""
+    from dataclasses import fields
+
+    from parplan.costmodel.dims import LayerDims
+
+    d = Problem(get_model("vgg11"), parse_array("h100:8"), batch=512).root_dims()[0]
+    hash(d)
+    s = d.scaled(0.5, 1.0, 0.25)
+    fresh = LayerDims(**{f.name: getattr(s, f.name) for f in fields(LayerDims)})
+    assert s == fresh and hash(s) == hash(fresh) and s != d
+    assert {fresh: 1}[s] == 1

@@ -406,6 +406,7 @@ class LayerDims:
         new = object.__new__(LayerDims)
         fields = new.__dict__
         fields.update(self.__dict__)
+        fields.pop("_hash", None)  # the copy's own fields hash anew (cached_hash)
         fields["batch"] = self.batch * batch
         fields["replica"] = self.replica * batch
         fields["in_features"] = self.in_features * in_features
