@@ -220,8 +220,22 @@ def zero_dims(dims: LayerDims) -> LayerDims:
 
 def scale_for_sides(dims: LayerDims, choice: Choice, a: float) -> tuple[LayerDims, LayerDims]:
     """Dims each side is left with: BATCH/ROWS scale B, IN scales Di, OUT scales Do, COLS
-    scales a join's channels, WHOLE leaves a join whole; a side with share 0 keeps nothing."""
-    return _one_side(dims, choice, a), _one_side(dims, choice, 1.0 - a)
+    scales a join's channels, WHOLE leaves a join whole; a side with share 0 keeps nothing.
+    Remembered (:data:`_SCALED`): equal dims split alike give the same objects, so the memos
+    keyed on them compare by identity and hash once (a chain's or a transformer's repeated
+    layers, the portfolio's members meeting the same splits)."""
+    key = (dims, choice, a)
+    hit = _SCALED.get(key)
+    if hit is None:
+        hit = _SCALED[key] = (_one_side(dims, choice, a), _one_side(dims, choice, 1.0 - a))
+        if len(_SCALED) > _SCALED_MAX:
+            _SCALED.clear()
+    return hit
+
+
+#: (dims, choice, share) -> both sides' dims (:func:`scale_for_sides`), at most _SCALED_MAX.
+_SCALED: dict = {}
+_SCALED_MAX = 1 << 16
 
 
 def _one_side(dims: LayerDims, choice: Choice, s: float) -> LayerDims:

@@ -147,6 +147,9 @@ def op_seconds(
 
 _DEVICES: dict[int, tuple[Device, tuple[float, ...]]] = {}
 _OPS: dict[int, tuple[tuple, tuple[float, ...]]] = {}
+#: (dims, device figures, bytes per element) -> LayerDims.compute_seconds: the hierarchy and the
+#: evaluator price each node's compute on both halves of every split, most of them repeats.
+_COMPUTE: dict = {}
 
 
 def device_figures(device: Device) -> tuple[float, ...]:
@@ -328,7 +331,15 @@ class LayerDims:
         per micro-batch, the weights read again per micro-batch; section 6.4) plus one per
         carried op, and the forward again under recomputation (section 6.3). Priced by the
         compiled core."""
-        return core.compute(*self.core_figures(), device_figures(device), float(bytes_per_element))
+        key = (self, device_figures(device), bytes_per_element)
+        hit = _COMPUTE.get(key)
+        if hit is None:
+            hit = _COMPUTE[key] = core.compute(
+                *self.core_figures(), key[1], float(bytes_per_element)
+            )
+            if len(_COMPUTE) > 1 << 16:
+                _COMPUTE.clear()
+        return hit
 
     def memory_bytes(
         self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
