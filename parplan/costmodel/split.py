@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from parplan.costmodel.cost import (
+    _SCALED,
     compat_rules,
     DEFAULT_SHARE_GRID,
     NodeTerms,
@@ -45,7 +46,7 @@ from parplan.costmodel.cost import (
     share_intervals,
     share_points,
 )
-from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.dims import _COMPUTE, LayerDims
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.regions import ROOT, Region, child_region, local_frame
@@ -368,11 +369,14 @@ def _memo_key(sp: SplitProblem, tables, u: int, what) -> tuple[dict | None, tupl
 
 
 def clear_memo() -> None:
-    """Forget every memoised node term (a benchmark's cold start; plans do not depend on it)."""
+    """Forget every memoised node term, scaled dims and compute time (a benchmark's cold start;
+    plans do not depend on it)."""
     _MEMO.clear()
     _MEMO_CELLS[0] = 0
     _SPLIT_MEMO.clear()
     _SENT.clear()
+    _SCALED.clear()
+    _COMPUTE.clear()
 
 
 def _remember(key, value, cells: int, tables) -> None:
