@@ -130,24 +130,31 @@ def local_frame(regions, producer: int, consumers) -> dict[int, Region]:
     boundaries are exact in binary) give the same floats too, so a planner prices such sibling
     groups once (docs/costmodel.md section 3). Moving a frame already local changes nothing."""
     scope = (producer, *consumers)
-    full = [w for w in scope if not regions[w].empty]
-    if not full:
-        return {w: regions[w] for w in scope}
-    dr = min(regions[w].rows[0] for w in full)
-    dc = min(regions[w].outs[0] if w == producer else regions[w].ins[0] for w in full)
-    if dr == 0.0 and dc == 0.0:
-        return {w: regions[w] for w in scope}
+    return dict(zip(scope, framed(tuple(regions[w] for w in scope))))
 
-    def moved(w: int) -> Region:
-        r = regions[w]
+
+@functools.lru_cache(maxsize=1 << 16)
+def framed(boxes: tuple[Region, ...]) -> tuple[Region, ...]:
+    """:func:`local_frame` of the boxes of one scope, the producer's first (remembered: the DP
+    asks for every node's frame at every split, most of them repeats; equal boxes come back as
+    one object, whose hash is then computed once)."""
+    full = [r for r in boxes if not r.empty]
+    if not full:
+        return boxes
+    dr = min(r.rows[0] for r in full)
+    dc = min(r.outs[0] if j == 0 else r.ins[0] for j, r in enumerate(boxes) if not r.empty)
+    if dr == 0.0 and dc == 0.0:
+        return boxes
+
+    def moved(j: int, r: Region) -> Region:
         if r.empty:
             return r
         rows = (r.rows[0] - dr, r.rows[1] - dr)
-        if w == producer:
+        if j == 0:
             return Region(rows, r.ins, (r.outs[0] - dc, r.outs[1] - dc))
         return Region(rows, (r.ins[0] - dc, r.ins[1] - dc), r.outs)
 
-    return {w: moved(w) for w in scope}
+    return tuple(moved(j, r) for j, r in enumerate(boxes))
 
 
 def _part(lo: float, hi: float, s: float, side: int) -> tuple[float, float]:
@@ -181,4 +188,13 @@ def rect_area(r: Rect) -> float:
     return max(r[1] - r[0], 0.0) * max(r[3] - r[2], 0.0)
 
 
-__all__ = ["EMPTY", "ROOT", "Region", "child_region", "local_frame", "rect_area", "translates"]
+__all__ = [
+    "EMPTY",
+    "ROOT",
+    "Region",
+    "child_region",
+    "framed",
+    "local_frame",
+    "rect_area",
+    "translates",
+]

@@ -49,7 +49,7 @@ from parplan.costmodel.cost import (
 from parplan.costmodel.dims import _COMPUTE, LayerDims
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
-from parplan.costmodel.regions import ROOT, Region, child_region, local_frame
+from parplan.costmodel.regions import ROOT, Region, child_region, framed
 from parplan.errors import ConfigError, TableTooLarge
 
 #: Largest share grid a planner accepts (states per node grow as 3 x grid).
@@ -356,16 +356,9 @@ def _memo_key(sp: SplitProblem, tables, u: int, what) -> tuple[dict | None, tupl
     groups and repeated blocks (same tables, same relative regions) share one entry."""
     regions, leaf_pair = sp.frames
     scope, _, consumers, sent = _sent(sp, u)
-    frame = local_frame(regions, u, consumers) if regions is not None else None
-    key = (
-        what,
-        tuple(id(tables[w]) for w in scope),
-        None if frame is None else tuple(frame[w] for w in scope),
-        sent,
-        sp.side,
-        leaf_pair,
-    )
-    return frame, key
+    boxes = framed(tuple(regions[w] for w in scope)) if regions is not None else None
+    key = (what, tuple(id(tables[w]) for w in scope), boxes, sent, sp.side, leaf_pair)
+    return None if boxes is None else dict(zip(scope, boxes)), key
 
 
 def clear_memo() -> None:
