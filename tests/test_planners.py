@@ -189,6 +189,37 @@ def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
     )  # the DP's value is its split's price
 
 
+@settings(max_examples=40)
+@given(
+    small_dags(),
+    st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]),
+    st.sampled_from([1e8, 1e12]),
+    st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.COMMUNICATION, ShareMode.HALF)]),
+    st.floats(0.0, 1e-3),
+)
+def test_local_search_ends_at_a_local_optimum_it_prices_right(graph, array, bandwidth, mode, floor):
+    """The fallback's coordinate descent: its value is its split's price, no single node's
+    state lowers it (checked by pricing every such change), and it is never below the DP's
+    optimum."""
+    from parplan.solvers.dp import local_search, split_tables
+
+    p = Problem(graph, parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=32)
+    sp = SplitProblem.root(p)
+    sp = replace(sp, floor_s=(floor,) * len(sp.dims))
+    opts = PlanOptions(*mode, share_grid=2)
+    value, split = local_search(sp, opts)
+    assert math.isclose(value, price_split(sp, split, opts), rel_tol=1e-12)
+    assert value >= frontier_dp(sp, opts)[0] * (1 - 1e-12)
+    for v, t in enumerate(split_tables(sp, opts)):
+        for c, a in zip(t.choices, t.shares):
+            moved = replace(
+                split,
+                choices=split.choices[:v] + (c,) + split.choices[v + 1 :],
+                shares=split.shares[:v] + (float(a),) + split.shares[v + 1 :],
+            )
+            assert price_split(sp, moved, opts) >= value * (1 - 1e-9)
+
+
 def test_a_node_with_many_consumers_is_still_planned():
     """A fork too wide for the DP's tables (DenseNet's concatenations): accpar and the exact
     solver both return a plan, priced by the evaluator, and say they could not prove it."""

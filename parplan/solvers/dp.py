@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from parplan.costmodel.compiled import core as _pricing
-from parplan.costmodel.cost import REL_TOL, ShareMode, node_terms, node_value, share_points
+from parplan.costmodel.cost import REL_TOL, ShareMode, floored_time, node_values, share_points
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
 from parplan.costmodel.split import (
@@ -314,18 +314,24 @@ def local_search(
     scopes = [factor_scope(sp.planning, u) for u in range(n)]
     touching = [[u for u in range(n) if v in scopes[u]] for v in range(n)]
 
+    seen: dict[tuple, np.ndarray] = {}  # (u, v, the other scope states) -> factor(u, v)
+
     def factor(u: int, v: int) -> np.ndarray:
-        """Factor ``u`` for every state of node ``v`` (the others at their current state)."""
+        """Factor ``u`` for every state of node ``v`` (the others at their current state):
+        what :func:`~parplan.costmodel.split.node_factor` holds along that line (remembered:
+        a sweep that changes little asks for the same lines again)."""
+        key = (u, v, tuple(state[w] for w in scopes[u] if w != v))
+        hit = seen.get(key)
+        if hit is not None:
+            return hit
         idx = {w: np.asarray(state[w]) for w in scopes[u]}
         idx[v] = np.arange(tables[v].size)
-        terms = node_terms(tables, sp.side, sp.groups(u), u, idx, *sp.frames)
-        value = np.broadcast_to(
-            np.asarray(node_value(terms, options.objective, sp.floor(u, options)), dtype=float),
-            (tables[v].size,),
-        )
+        raw = node_values(tables, sp.side, sp.groups(u), u, idx, *sp.frames, options.objective)
+        value = np.broadcast_to(floored_time(raw, sp.floor(u, options)), (tables[v].size,))
         if options.memory_price > 0.0:  # the memory price is a term of u's own state (node_factor)
             price = memory_price(sp, tables, u, options)
             value = value + (price if u == v else price[state[u]])
+        seen[key] = value
         return value
 
     for _ in range(MAX_SWEEPS):
