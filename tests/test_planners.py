@@ -220,6 +220,26 @@ def test_local_search_ends_at_a_local_optimum_it_prices_right(graph, array, band
             assert price_split(sp, moved, opts) >= value * (1 - 1e-9)
 
 
+@settings(max_examples=60)
+@given(
+    small_dags(),
+    st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]),
+    st.sampled_from([1e8, 1e12]),
+    st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.COMMUNICATION, ShareMode.HALF)]),
+    st.floats(0.0, 1e-3),
+)
+def test_the_compiled_elimination_is_the_python_one(graph, array, bandwidth, mode, floor):
+    """dp.min_states' elimination in the core (_pricing.solve) gives the value and states of
+    its Python loop (still the min-marginals' path) to the last bit."""
+    from parplan.solvers.dp import min_states, split_tables
+
+    p = Problem(graph, parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=32)
+    sp = replace(SplitProblem.root(p), floor_s=(floor,) * len(p.planning.nodes))
+    opts = PlanOptions(*mode, share_grid=2)
+    tables = split_tables(sp, opts)
+    assert min_states(sp, opts, tables) == min_states(sp, opts, tables, marginals=[])
+
+
 def test_a_node_with_many_consumers_is_still_planned():
     """A fork too wide for the DP's tables (DenseNet's concatenations): accpar and the exact
     solver both return a plan, priced by the evaluator, and say they could not prove it."""

@@ -351,6 +351,51 @@ def test_compiled_elimination_is_numpys(data):
     assert np.array_equal(best, want_best) and np.array_equal(arg, want_arg)
 
 
+@seed(3517)
+@fast(200)
+@given(st.data())
+def test_the_compiled_elimination_finds_the_least_sum_of_the_factors(data):
+    """_pricing.solve (dp.min_states' elimination in one call) against brute force over every
+    joint state: its value is the least sum of the floored factors, and its states reach it."""
+    import itertools
+
+    from parplan.solvers.dp import elimination_order
+
+    n = data.draw(st.integers(1, 5))
+    sizes = [data.draw(st.integers(1, 4)) for _ in range(n)]
+    values = st.sampled_from([0.0, 1.0, 1.0 + 1e-13, 2.5, 3.0, 1e-9, 7.0])
+    scopes, tables, floors = [], [], []
+    for u in range(n):
+        others = [w for w in range(n) if w != u and data.draw(st.booleans())]
+        scope = (u, *data.draw(st.permutations(others)))
+        shape = tuple(sizes[w] for w in scope)
+        cells = int(np.prod(shape))
+        tables.append(
+            np.array(data.draw(st.lists(values, min_size=cells, max_size=cells))).reshape(shape)
+        )
+        scopes.append(scope)
+        floors.append(data.draw(st.sampled_from([0.0, 1.0, 2.5])))
+    order = tuple(elimination_order(scopes, n))
+    value, states = _pricing.solve(
+        tuple(scopes), tuple(tables), tuple(floors), tuple(sizes), order, 1e9
+    )
+
+    def total(state):
+        return sum(
+            float(oracle.floored_time(t[tuple(state[w] for w in sc)], f))
+            for sc, t, f in zip(scopes, tables, floors)
+        )
+
+    least = min(total(x) for x in itertools.product(*(range(k) for k in sizes)))
+    assert math.isclose(value, least, rel_tol=1e-12, abs_tol=1e-15)
+    assert math.isclose(total(states), value, rel_tol=1e-12, abs_tol=1e-15)
+    assert all(0 <= x < k for x, k in zip(states, sizes))
+    # a step over more cells than the limit names its node instead
+    if max(np.prod([sizes[w] for w in sc]) for sc in scopes) > 1:
+        got = _pricing.solve(tuple(scopes), tuple(tables), tuple(floors), tuple(sizes), order, 1.0)
+        assert got[0] is None and 0 <= got[1] < n and got[2] > 1.0
+
+
 @st.composite
 def layer_dims(draw):
     """Sizes with carried ops of every kind, experts, tables, groups, recomputation and

@@ -866,67 +866,13 @@ done:
 /* A node's time v under its sibling's floor f > 0 (cost.floored_time): max(v, f) + FLOOR_TIE_WEIGHT v. */
 static inline double floor_value(double v, double f) { return (v < f ? f : v) + FLOOR_TIE_WEIGHT * v * 1.0; }
 
-PyDoc_STRVAR(eliminate_doc,
-"eliminate(tables, strides, shape, axis, best, arg, floors=None)\n\n"
-"One step of the DP's variable elimination (docs/costmodel.md section 8): over the joint grid\n"
-"`shape` of the tables that mention the eliminated node (its axis `axis`), their sum (added in\n"
-"the order given, from 0.0), its minimum over `axis` written to best (float64, the grid\n"
-"without that axis) and the first state within REL_TOL of it to arg (int64, same shape).\n"
-"tables: contiguous float64 arrays; strides: per table one element stride per grid\n"
-"dimension (0 where the table does not vary); floors (optional): per table a floor > 0 under\n"
-"which its values are read as floored() writes them (a node's time under its sibling's),\n"
-"0 for a table read as it is.");
-
-static PyObject *eliminate(PyObject *self, PyObject *args) {
-    PyObject *tables, *strides, *shape, *floors_t = Py_None;
-    int axis;
-    Py_buffer bestv, argv;
-    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*|O", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type,
-                          &shape, &axis, &bestv, &argv, &floors_t))
-        return NULL;
-    PyObject *result = NULL;
-    int nt = (int)PyTuple_GET_SIZE(tables), nd = (int)PyTuple_GET_SIZE(shape), got = 0;
-    Py_buffer *views = PyMem_Calloc(nt ? nt : 1, sizeof(Py_buffer));
-    Py_ssize_t *str = PyMem_Calloc((size_t)(nt ? nt : 1) * (nd ? nd : 1), sizeof(Py_ssize_t));
-    double *floors = PyMem_Calloc(nt ? nt : 1, sizeof(double));
-    Py_ssize_t dims[MAXD], rest = 1, n = 0;
-    double *tot = NULL;
-    if (!views || !str || !floors) { PyErr_NoMemory(); goto done; }
-    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd ||
-        (floors_t != Py_None && (!PyTuple_Check(floors_t) || PyTuple_GET_SIZE(floors_t) != nt))) {
-        PyErr_SetString(PyExc_ValueError, "eliminate: inconsistent arguments");
-        goto done;
-    }
-    for (int t = 0; floors_t != Py_None && t < nt; ++t) {
-        floors[t] = PyFloat_AsDouble(PyTuple_GET_ITEM(floors_t, t));
-        if (floors[t] == -1.0 && PyErr_Occurred()) goto done;
-        if (!(floors[t] > 0.0)) floors[t] = 0.0; /* floored_time: no floor, no change */
-    }
-    for (int d = 0; d < nd; ++d) {
-        dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
-        if (dims[d] < 1) { PyErr_SetString(PyExc_ValueError, "eliminate: empty grid"); goto done; }
+/* The elimination step over the grid `dims` (nd axes) of nt tables (element strides str[t * nd +
+ * d], floors as eliminate's): best and arg over the grid without `axis`. -1: out of memory. */
+static int elim_core(int nt, const double *const *tabs, const Py_ssize_t *str, const double *floors, int nd,
+                     const Py_ssize_t *dims, int axis, double *best, long long *arg) {
+    Py_ssize_t rest = 1, n = dims[axis];
+    for (int d = 0; d < nd; ++d)
         if (d != axis) rest *= dims[d];
-    }
-    n = dims[axis];
-    for (int t = 0; t < nt; ++t) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables, t), &views[t], PyBUF_C_CONTIGUOUS) < 0) goto done;
-        ++got;
-        Py_ssize_t reach = 0;
-        for (int d = 0; d < nd; ++d) {
-            str[t * nd + d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, t * nd + d));
-            if (str[t * nd + d] < 0) { PyErr_SetString(PyExc_ValueError, "eliminate: negative stride"); goto done; }
-            reach += (dims[d] - 1) * str[t * nd + d];
-        }
-        if (views[t].itemsize != 8 || reach >= views[t].len / 8) {
-            PyErr_SetString(PyExc_ValueError, "eliminate: a table is smaller than its strides reach");
-            goto done;
-        }
-    }
-    if (PyErr_Occurred()) goto done;
-    if (bestv.len < rest * 8 || argv.len < rest * 8) {
-        PyErr_SetString(PyExc_ValueError, "eliminate: outputs of the wrong size");
-        goto done;
-    }
     /* blocks of the grid without the axis along its last dimension `ld` (L cells): the block's
      * sums for every state of the axis, acc[x * L + j], added table by table in the order given,
      * so each cell's sum is the one a cell-by-cell walk makes; the inner loops run along the
@@ -935,17 +881,15 @@ static PyObject *eliminate(PyObject *self, PyObject *args) {
     for (int d = nd - 1; d >= 0 && ld < 0; --d)
         if (d != axis) ld = d;
     Py_ssize_t L = ld >= 0 ? dims[ld] : 1;
-    tot = PyMem_Malloc(sizeof(double) * (size_t)(n * L + 2 * L));
-    if (!tot) { PyErr_NoMemory(); goto done; }
+    double *tot = PyMem_Malloc(sizeof(double) * (size_t)(n * L + 2 * L));
+    if (!tot) return -1;
     double *acc = tot, *lim = tot + n * L, *bb = lim + L;
-    double *best = bestv.buf;
-    long long *arg = argv.buf;
     Py_ssize_t mi[MAXD];
     memset(mi, 0, sizeof(mi));
     for (Py_ssize_t r0 = 0; r0 < rest; r0 += L) {
         for (Py_ssize_t q = 0; q < n * L; ++q) acc[q] = 0.0;
         for (int t = 0; t < nt; ++t) {
-            const double *tab = views[t].buf;
+            const double *tab = tabs[t];
             Py_ssize_t off = 0, sa = str[t * nd + axis], sl = ld >= 0 ? str[t * nd + ld] : 0;
             for (int d = 0; d < nd; ++d) off += mi[d] * str[t * nd + d];
             double f = floors[t];
@@ -989,6 +933,75 @@ static PyObject *eliminate(PyObject *self, PyObject *args) {
             mi[d] = 0;
         }
     }
+    PyMem_Free(tot);
+    return 0;
+}
+
+PyDoc_STRVAR(eliminate_doc,
+"eliminate(tables, strides, shape, axis, best, arg, floors=None)\n\n"
+"One step of the DP's variable elimination (docs/costmodel.md section 8): over the joint grid\n"
+"`shape` of the tables that mention the eliminated node (its axis `axis`), their sum (added in\n"
+"the order given, from 0.0), its minimum over `axis` written to best (float64, the grid\n"
+"without that axis) and the first state within REL_TOL of it to arg (int64, same shape).\n"
+"tables: contiguous float64 arrays; strides: per table one element stride per grid\n"
+"dimension (0 where the table does not vary); floors (optional): per table a floor > 0 under\n"
+"which its values are read as floored() writes them (a node's time under its sibling's),\n"
+"0 for a table read as it is.");
+
+static PyObject *eliminate(PyObject *self, PyObject *args) {
+    PyObject *tables, *strides, *shape, *floors_t = Py_None;
+    int axis;
+    Py_buffer bestv, argv;
+    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*|O", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type,
+                          &shape, &axis, &bestv, &argv, &floors_t))
+        return NULL;
+    PyObject *result = NULL;
+    int nt = (int)PyTuple_GET_SIZE(tables), nd = (int)PyTuple_GET_SIZE(shape), got = 0;
+    Py_buffer *views = PyMem_Calloc(nt ? nt : 1, sizeof(Py_buffer));
+    Py_ssize_t *str = PyMem_Calloc((size_t)(nt ? nt : 1) * (nd ? nd : 1), sizeof(Py_ssize_t));
+    double *floors = PyMem_Calloc(nt ? nt : 1, sizeof(double));
+    Py_ssize_t dims[MAXD], rest = 1;
+    if (!views || !str || !floors) { PyErr_NoMemory(); goto done; }
+    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd ||
+        (floors_t != Py_None && (!PyTuple_Check(floors_t) || PyTuple_GET_SIZE(floors_t) != nt))) {
+        PyErr_SetString(PyExc_ValueError, "eliminate: inconsistent arguments");
+        goto done;
+    }
+    for (int t = 0; floors_t != Py_None && t < nt; ++t) {
+        floors[t] = PyFloat_AsDouble(PyTuple_GET_ITEM(floors_t, t));
+        if (floors[t] == -1.0 && PyErr_Occurred()) goto done;
+        if (!(floors[t] > 0.0)) floors[t] = 0.0; /* floored_time: no floor, no change */
+    }
+    for (int d = 0; d < nd; ++d) {
+        dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        if (dims[d] < 1) { PyErr_SetString(PyExc_ValueError, "eliminate: empty grid"); goto done; }
+        if (d != axis) rest *= dims[d];
+    }
+    for (int t = 0; t < nt; ++t) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables, t), &views[t], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        ++got;
+        Py_ssize_t reach = 0;
+        for (int d = 0; d < nd; ++d) {
+            str[t * nd + d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, t * nd + d));
+            if (str[t * nd + d] < 0) { PyErr_SetString(PyExc_ValueError, "eliminate: negative stride"); goto done; }
+            reach += (dims[d] - 1) * str[t * nd + d];
+        }
+        if (views[t].itemsize != 8 || reach >= views[t].len / 8) {
+            PyErr_SetString(PyExc_ValueError, "eliminate: a table is smaller than its strides reach");
+            goto done;
+        }
+    }
+    if (PyErr_Occurred()) goto done;
+    if (bestv.len < rest * 8 || argv.len < rest * 8) {
+        PyErr_SetString(PyExc_ValueError, "eliminate: outputs of the wrong size");
+        goto done;
+    }
+    const double **tabs = PyMem_Calloc(nt ? nt : 1, sizeof(double *));
+    if (!tabs) { PyErr_NoMemory(); goto done; }
+    for (int t = 0; t < nt; ++t) tabs[t] = views[t].buf;
+    if (elim_core(nt, tabs, str, floors, nd, dims, axis, bestv.buf, argv.buf) < 0) PyErr_NoMemory();
+    PyMem_Free(tabs);
+    if (PyErr_Occurred()) goto done;
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -996,9 +1009,235 @@ done:
     PyMem_Free(views);
     PyMem_Free(str);
     PyMem_Free(floors);
-    PyMem_Free(tot);
     PyBuffer_Release(&bestv);
     PyBuffer_Release(&argv);
+    return result;
+}
+
+/* ---- the whole elimination of one DP (dp.min_states) ----------------------------------------- */
+
+typedef struct {
+    int k, alive;
+    int vars[MAXD];
+    const double *data;
+    double *owned; /* a message's table (freed when consumed); NULL for a factor (a buffer view) */
+    double floor;
+} Factor;
+
+typedef struct {
+    int v, k;
+    int vars[MAXD];
+    long long *arg;
+} Record;
+
+PyDoc_STRVAR(solve_doc,
+"solve(scopes, tables, floors, sizes, order, max_cells) -> (value, states) | (None, v, cells)\n\n"
+"dp.min_states' variable elimination in one call (docs/costmodel.md section 8): the factors\n"
+"(per node u its scope tuple, its table: a C-contiguous float64 array over the scope in that\n"
+"order, and its floor as eliminate's), the nodes' state counts `sizes`, the elimination\n"
+"order. Each step sums the live tables that mention the node in the order they were made\n"
+"(the factors first, then the messages), as eliminate() does, and keeps the minimum over the\n"
+"node and its first state within REL_TOL. Returns the least objective and each node's state,\n"
+"or (None, v, cells) where node v's step would need more than max_cells cells.");
+
+static PyObject *solve(PyObject *self, PyObject *args) {
+    PyObject *scopes, *tables, *floors_t, *sizes_t, *order_t;
+    double max_cells;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!d", &PyTuple_Type, &scopes, &PyTuple_Type, &tables, &PyTuple_Type,
+                          &floors_t, &PyTuple_Type, &sizes_t, &PyTuple_Type, &order_t, &max_cells))
+        return NULL;
+    Py_ssize_t nf = PyTuple_GET_SIZE(scopes), n = PyTuple_GET_SIZE(sizes_t), no = PyTuple_GET_SIZE(order_t);
+    if (PyTuple_GET_SIZE(tables) != nf || PyTuple_GET_SIZE(floors_t) != nf) {
+        PyErr_SetString(PyExc_ValueError, "solve: scopes, tables and floors differ in length");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t cap = nf + no + 1, nfac = 0, nrec = 0, got = 0;
+    Factor *fs = PyMem_Calloc((size_t)cap, sizeof(Factor));
+    Record *rs = PyMem_Calloc((size_t)(no ? no : 1), sizeof(Record));
+    Py_buffer *views = PyMem_Calloc((size_t)(nf ? nf : 1), sizeof(Py_buffer));
+    Py_ssize_t *size = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    /* per node, the ids of the factors that mention it, in the order they were made */
+    Py_ssize_t **ment = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t *));
+    Py_ssize_t *nment = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    Py_ssize_t *capm = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
+    long long *state = PyMem_Calloc((size_t)(n ? n : 1), sizeof(long long));
+    if (!fs || !rs || !views || !size || !ment || !nment || !capm || !state) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t v = 0; v < n; ++v) {
+        size[v] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes_t, v));
+        if (size[v] < 1) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "solve: a node without states");
+            goto done;
+        }
+    }
+#define MENTION(w, id)                                                                              \
+    do {                                                                                            \
+        if (nment[w] == capm[w]) {                                                                  \
+            Py_ssize_t c2_ = capm[w] ? 2 * capm[w] : 4;                                             \
+            Py_ssize_t *m2_ = PyMem_Realloc(ment[w], sizeof(Py_ssize_t) * (size_t)c2_);             \
+            if (!m2_) { PyErr_NoMemory(); goto done; }                                              \
+            ment[w] = m2_;                                                                          \
+            capm[w] = c2_;                                                                          \
+        }                                                                                           \
+        ment[w][nment[w]++] = (id);                                                                 \
+    } while (0)
+    for (Py_ssize_t u = 0; u < nf; ++u) {
+        PyObject *sc = PyTuple_GET_ITEM(scopes, u);
+        if (!PyTuple_Check(sc) || PyTuple_GET_SIZE(sc) > MAXD) {
+            PyErr_SetString(PyExc_ValueError, "solve: a scope is not a tuple of at most 32 nodes");
+            goto done;
+        }
+        Factor *f = &fs[nfac];
+        f->k = (int)PyTuple_GET_SIZE(sc);
+        Py_ssize_t cells = 1;
+        for (int j = 0; j < f->k; ++j) {
+            long w = PyLong_AsLong(PyTuple_GET_ITEM(sc, j));
+            if (w < 0 || w >= n) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "solve: a scope names no node");
+                goto done;
+            }
+            f->vars[j] = (int)w;
+            cells *= size[w];
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tables, u), &views[u], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        got = u + 1;
+        if (views[u].itemsize != 8 || views[u].len != cells * 8) {
+            PyErr_SetString(PyExc_ValueError, "solve: a table does not match its scope's sizes");
+            goto done;
+        }
+        f->data = views[u].buf;
+        f->floor = PyFloat_AsDouble(PyTuple_GET_ITEM(floors_t, u));
+        if (f->floor == -1.0 && PyErr_Occurred()) goto done;
+        if (!(f->floor > 0.0)) f->floor = 0.0;
+        f->alive = 1;
+        for (int j = 0; j < f->k; ++j) MENTION(f->vars[j], nfac);
+        ++nfac;
+    }
+    double constant = 0.0;
+    for (Py_ssize_t o = 0; o < no; ++o) {
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(order_t, o));
+        if (v < 0 || v >= n) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "solve: the order names no node");
+            goto done;
+        }
+        /* the clique: the live tables that mention v (in the order made) and their nodes, sorted */
+        Py_ssize_t *mine = ment[v], nm = 0; /* compacted in place: the live ones */
+        int in_scope[MAXD], ns = 0;
+        for (Py_ssize_t q = 0; q < nment[v]; ++q) {
+            Py_ssize_t id = ment[v][q];
+            if (!fs[id].alive) continue;
+            mine[nm++] = id;
+            for (int j = 0; j < fs[id].k; ++j) {
+                int w = fs[id].vars[j], seen = 0;
+                for (int x = 0; x < ns; ++x) seen |= in_scope[x] == w;
+                if (!seen) {
+                    if (ns == MAXD) {
+                        PyErr_SetString(PyExc_ValueError, "solve: a step spans more than 32 nodes");
+                        goto done;
+                    }
+                    in_scope[ns++] = w;
+                }
+            }
+        }
+        nment[v] = 0;
+        if (nm == 0) continue; /* a node no table mentions (none: each node has its own factor) */
+        for (int x = 1; x < ns; ++x) { /* sort the scope */
+            int w = in_scope[x], y = x - 1;
+            while (y >= 0 && in_scope[y] > w) { in_scope[y + 1] = in_scope[y]; --y; }
+            in_scope[y + 1] = w;
+        }
+        Py_ssize_t dims[MAXD];
+        double cells = 1.0;
+        int axis = 0;
+        for (int x = 0; x < ns; ++x) {
+            dims[x] = size[in_scope[x]];
+            cells *= (double)dims[x];
+            if (in_scope[x] == v) axis = x;
+        }
+        if (cells > max_cells) {
+            result = Py_BuildValue("(Old)", Py_None, v, cells);
+            goto done;
+        }
+        /* each table's element stride per axis of the clique (C order over its own scope) */
+        Py_ssize_t *str = PyMem_Calloc((size_t)nm * (size_t)ns, sizeof(Py_ssize_t));
+        const double **tabs = PyMem_Calloc((size_t)nm, sizeof(double *));
+        double *fl = PyMem_Calloc((size_t)nm, sizeof(double));
+        if (!str || !tabs || !fl) {
+            PyMem_Free(str); PyMem_Free(tabs); PyMem_Free(fl);
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t t = 0; t < nm; ++t) {
+            Factor *f = &fs[mine[t]];
+            Py_ssize_t step = 1;
+            for (int j = f->k - 1; j >= 0; --j) {
+                int w = f->vars[j], x = 0;
+                while (in_scope[x] != w) ++x;
+                str[t * ns + x] = size[w] > 1 ? step : 0;
+                step *= size[w];
+            }
+            tabs[t] = f->data;
+            fl[t] = f->floor;
+        }
+        Py_ssize_t rest = 1;
+        for (int x = 0; x < ns; ++x)
+            if (x != axis) rest *= dims[x];
+        double *best = PyMem_Malloc(sizeof(double) * (size_t)rest);
+        long long *arg = PyMem_Malloc(sizeof(long long) * (size_t)rest);
+        int bad = !best || !arg || elim_core((int)nm, tabs, str, fl, ns, dims, axis, best, arg) < 0;
+        PyMem_Free(str); PyMem_Free(tabs); PyMem_Free(fl);
+        if (bad) { PyMem_Free(best); PyMem_Free(arg); PyErr_NoMemory(); goto done; }
+        for (Py_ssize_t t = 0; t < nm; ++t) { /* the consumed tables */
+            Factor *f = &fs[mine[t]];
+            f->alive = 0;
+            PyMem_Free(f->owned);
+            f->owned = NULL;
+            f->data = NULL;
+        }
+        Record *r = &rs[nrec++];
+        r->v = (int)v;
+        r->k = 0;
+        r->arg = arg;
+        for (int x = 0; x < ns; ++x)
+            if (x != axis) r->vars[r->k++] = in_scope[x];
+        if (r->k) { /* the message: a new live table over the rest */
+            Factor *m = &fs[nfac];
+            m->k = r->k;
+            memcpy(m->vars, r->vars, sizeof(int) * (size_t)r->k);
+            m->data = m->owned = best;
+            m->floor = 0.0;
+            m->alive = 1;
+            for (int j = 0; j < m->k; ++j) MENTION(m->vars[j], nfac);
+            ++nfac;
+        } else {
+            constant += best[0];
+            PyMem_Free(best);
+        }
+    }
+#undef MENTION
+    double value = constant;
+    for (Py_ssize_t id = 0; id < nfac; ++id) /* tables over no node (none in practice) */
+        if (fs[id].alive && fs[id].k == 0) value += fs[id].data[0];
+    for (Py_ssize_t q = nrec - 1; q >= 0; --q) {
+        Record *r = &rs[q];
+        Py_ssize_t off = 0;
+        for (int j = 0; j < r->k; ++j) off = off * size[r->vars[j]] + (Py_ssize_t)state[r->vars[j]];
+        state[r->v] = r->arg[off];
+    }
+    PyObject *states = PyList_New(n);
+    if (!states) goto done;
+    for (Py_ssize_t v = 0; v < n; ++v) PyList_SET_ITEM(states, v, PyLong_FromLongLong(state[v]));
+    result = Py_BuildValue("(dN)", value, states);
+done:
+    if (fs)
+        for (Py_ssize_t id = 0; id < nfac; ++id) PyMem_Free(fs[id].owned);
+    if (rs)
+        for (Py_ssize_t q = 0; q < nrec; ++q) PyMem_Free(rs[q].arg);
+    for (Py_ssize_t u = 0; u < got; ++u) PyBuffer_Release(&views[u]);
+    if (ment)
+        for (Py_ssize_t v = 0; v < n; ++v) PyMem_Free(ment[v]);
+    PyMem_Free(fs); PyMem_Free(rs); PyMem_Free(views); PyMem_Free(size);
+    PyMem_Free(ment); PyMem_Free(nment); PyMem_Free(capm); PyMem_Free(state);
     return result;
 }
 
@@ -1868,6 +2107,7 @@ static PyMethodDef methods[] = {
     {"relayout", relayout, METH_VARARGS, relayout_doc},
     {"values", values, METH_VARARGS, values_doc},
     {"eliminate", eliminate, METH_VARARGS, eliminate_doc},
+    {"solve", solve, METH_VARARGS, solve_doc},
     {"floored", floored, METH_VARARGS, floored_doc},
     {"overlap", overlap, METH_VARARGS, overlap_doc},
     {"states", states, METH_VARARGS, states_doc},

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import replace
@@ -69,7 +70,13 @@ def continuous_bound(sp: SplitProblem, options: PlanOptions, max_cells: int = MA
 def elimination_order(scopes: list[tuple[int, ...]], n: int) -> list[int]:
     """Greedy min-degree order: repeatedly the node whose neighbourhood (in the graph joining
     every two nodes that share a table) is smallest, ties to the lowest index. A heap with
-    lazy deletion keeps it ``O(E log n)`` on the long chains of today's models."""
+    lazy deletion keeps it ``O(E log n)`` on the long chains of today's models; remembered
+    (every split of a graph has the same scopes: Llama-3-70B on 512 devices runs 2,000 DPs)."""
+    return list(_order(tuple(scopes), n))
+
+
+@functools.lru_cache(maxsize=64)
+def _order(scopes: tuple[tuple[int, ...], ...], n: int) -> tuple[int, ...]:
     adj: list[set[int]] = [set() for _ in range(n)]
     for scope in scopes:
         for a in scope:
@@ -88,7 +95,7 @@ def elimination_order(scopes: list[tuple[int, ...]], n: int) -> list[int]:
             adj[a].update(b for b in adj[v] if b != a)
             adj[a].discard(v)
             heapq.heappush(heap, (len(adj[a]), a))
-    return order
+    return tuple(order)
 
 
 def frontier_dp(
@@ -140,6 +147,18 @@ def min_states(
         for u in range(n)
     ]
     order = elimination_order([f[0] for f in factors], n)
+    if marginals is None:  # the whole elimination in the compiled core (_pricing.solve)
+        got = _pricing.solve(
+            tuple(f[0] for f in factors),
+            tuple(np.ascontiguousarray(f[1], dtype=float) for f in factors),
+            tuple(float(f[2]) for f in factors),
+            tuple(t.size for t in tables),
+            tuple(order),
+            float(max_cells),
+        )
+        if got[0] is None:
+            _too_large(sp, options, got[1], got[2], max_cells)
+        return got
     # the live tables by id (ids grow with insertion, so sorted ids keep the tables' order, which
     # fixes the order of the sums) and, per node, the ids of the live tables that mention it
     live: dict[int, tuple[tuple[int, ...], np.ndarray, float]] = dict(enumerate(factors))
@@ -159,11 +178,7 @@ def min_states(
         shape = tuple(tables[w].size for w in scope)
         cells = math.prod(shape)
         if cells > max_cells:
-            raise TableTooLarge(
-                f"graph '{sp.planning.name}': the DP needs a table of {cells:.3g} cells at node "
-                f"'{sp.planning.nodes[v].name}' (limit {max_cells:.3g}); use a coarser --share-grid "
-                f"(now {options.share_grid}) or the exact solver (parplan solve)"
-            )
+            _too_large(sp, options, v, cells, max_cells)
         axis = scope.index(v)
         rest = scope[:axis] + scope[axis + 1 :]
         best, arg = eliminate(mine, scope, shape, axis)
@@ -185,6 +200,14 @@ def min_states(
     if marginals is not None:
         marginals[:] = _min_marginals(cliques, n, len(factors), constant)
     return value, state
+
+
+def _too_large(sp: SplitProblem, options: PlanOptions, v: int, cells: float, max_cells) -> None:
+    raise TableTooLarge(
+        f"graph '{sp.planning.name}': the DP needs a table of {cells:.3g} cells at node "
+        f"'{sp.planning.nodes[v].name}' (limit {max_cells:.3g}); use a coarser --share-grid "
+        f"(now {options.share_grid}) or the exact solver (parplan solve)"
+    )
 
 
 def _spread(scope_of: tuple[int, ...], table: np.ndarray, scope: tuple[int, ...]) -> np.ndarray:
