@@ -189,14 +189,18 @@ def test_frontier_dp_equals_enumeration(graph, array, bandwidth, mode):
     )  # the DP's value is its split's price
 
 
-@settings(max_examples=40)
-@given(
+#: (graph, array, bandwidth, (objective, shares), floor) of one random split
+ONE_SPLIT = (
     small_dags(),
     st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]),
     st.sampled_from([1e8, 1e12]),
     st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.COMMUNICATION, ShareMode.HALF)]),
     st.floats(0.0, 1e-3),
 )
+
+
+@settings(max_examples=40)
+@given(*ONE_SPLIT)
 def test_local_search_ends_at_a_local_optimum_it_prices_right(graph, array, bandwidth, mode, floor):
     """The fallback's coordinate descent: its value is its split's price, no single node's
     state lowers it (checked by pricing every such change), and it is never below the DP's
@@ -221,13 +225,7 @@ def test_local_search_ends_at_a_local_optimum_it_prices_right(graph, array, band
 
 
 @settings(max_examples=60)
-@given(
-    small_dags(),
-    st.sampled_from(["tpu-v2:1,tpu-v3:1", "h100:2"]),
-    st.sampled_from([1e8, 1e12]),
-    st.sampled_from([(Objective.TIME, ShareMode.FREE), (Objective.COMMUNICATION, ShareMode.HALF)]),
-    st.floats(0.0, 1e-3),
-)
+@given(*ONE_SPLIT)
 def test_the_compiled_elimination_is_the_python_one(graph, array, bandwidth, mode, floor):
     """dp.min_states' elimination in the core (_pricing.solve) gives the value and states of
     its Python loop (still the min-marginals' path) to the last bit."""
