@@ -579,6 +579,43 @@ def test_speed_quick_reports_ratios_against_the_cpp(tmp_path):
     assert (procs.status == "ok").all()
 
 
+def test_speed_summarises_a_sweep_of_every_torchvision_model():
+    """``bench speed --vision all``: the write-up counts the models within the goal and names
+    the slower ones and the ones that did not plan."""
+    import pandas as pd
+
+    from parplan.bench.speed import _markdown
+
+    rows = [
+        ("resnet18 / h100:8", 3000.0, "ok", True, True),
+        ("googlenet / h100:8", 7000.0, "ok", True, True),
+        ("densenet201 / h100:8", 12000.0, "ok", True, False),
+        ("swin_v2_t / h100:8", float("nan"), "failed: parplan: error: no", False, False),
+    ]
+    table = pd.DataFrame(
+        [
+            {
+                "what": "torchvision model, whole process",
+                "model": m,
+                "parplan_ms": ms,
+                "cpp_ms": float("nan"),
+                "ratio": float("nan"),
+                "goal": 10000.0,
+                "peak_gib": 0.5,
+                "finished": done,
+                "status": status,
+                "meets_goal": meets,
+            }
+            for m, ms, status, done, meets in rows
+        ]
+    )
+    md = _markdown(table, "recorded")
+    assert (
+        "Torchvision: 2 of 4 classification models plan on `h100:8` within 10 s of CPU, import "
+        "included; slower: densenet201 / h100:8; not planned: swin_v2_t / h100:8." in md
+    )
+
+
 def test_geomean_leaves_out_non_positive_values():
     from parplan.bench.common import geomean
 

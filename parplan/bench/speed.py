@@ -327,11 +327,15 @@ def run(
     accpar_source: str | None = None,
     repeats: int = 5,
     timeout_s: float = 900.0,
+    vision: str = "hard",
 ) -> pd.DataFrame:
     """Time the planners and the CLI; write speed.csv / .png / .md (``executor`` is unused: timings
     run serially). Every figure is CPU time (in-process: ``time.process_time``; whole processes:
     the child's own user + system time), best of ``repeats``, on both sides of a ratio.
-    Columns: what, model, parplan_ms, cpp_ms, ratio, goal, peak_gib, finished, meets_goal."""
+    ``vision``: the torchvision models timed where torchvision is installed, "hard" (the
+    multi-branch ones of the goal table, :data:`VISION_GOAL`) or "all" (every classification
+    model torchvision lists). Columns: what, model, parplan_ms, cpp_ms, ratio, goal, peak_gib,
+    finished, meets_goal."""
     from parplan.bench.common import BENCH_FABRIC
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
@@ -433,7 +437,7 @@ def run(
             for what, model, argv, goal, _ in GOAL_PLANS:
                 whole(what, model, argv if argv is not None else _chain_argv(Path(tmp)), goal, 1)
         if _has_torchvision():
-            for name in VISION_GOAL:
+            for name in VISION_GOAL if vision == "hard" else _vision_models():
                 whole(
                     "torchvision model, whole process",
                     f"{name} / h100:8",
@@ -455,6 +459,14 @@ def run(
     ]
     write_outputs(out, NAME, table, lambda p: _plot(table, p), _markdown(table, source))
     return table
+
+
+def _vision_models() -> list[str]:
+    """Every classification model torchvision lists."""
+    from parplan.models.importers.hub import import_torchvision
+
+    tv = import_torchvision()
+    return sorted(tv.models.list_models(tv.models))
 
 
 def _has_torchvision() -> bool:
@@ -517,6 +529,18 @@ def _markdown(table: pd.DataFrame, source: str) -> str:
             "meets_goal": "meets goal",
         },
     )
+    vision = table[table.what == "torchvision model, whole process"]
+    if len(vision) > len(VISION_GOAL):
+        failed = vision[~vision.finished | (vision.status != "ok")]
+        slow = vision[(vision.status == "ok") & ~vision.meets_goal]
+        lines += [
+            "",
+            f"Torchvision: {int(vision.meets_goal.sum())} of {len(vision)} classification models plan "
+            f"on `h100:8` within {vision.goal.iloc[0] / 1e3:.3g} s of CPU, import included"
+            + (f"; slower: {', '.join(slow.model)}" if len(slow) else "")
+            + (f"; not planned: {', '.join(failed.model)}" if len(failed) else "")
+            + ".",
+        ]
     dp = table[table.what.str.startswith("DP (")]
     loop = table[table.what.str.startswith("DP loop")]
     rules = table[table.what.str.startswith("C++ rules")]
@@ -565,6 +589,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=900.0,
         help="stop a whole-process goal run after this many seconds (default 900)",
+    )
+    parser.add_argument(
+        "--vision",
+        choices=("hard", "all"),
+        default="hard",
+        help="torchvision models to time: the multi-branch ones of the goal table (default) or "
+        "every classification model",
     )
 
 
