@@ -727,6 +727,9 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
     Py_ssize_t ustep[FAST_T];
     double bconst[FAST_T][FAST_C][2];
     memset(st, 0, sizeof(st));
+    int all_pre = 1;
+    for (int t = 0; t < nt; ++t) all_pre &= cl->ts[t].pre != NULL;
+    double *rows = all_pre ? PyMem_Malloc(sizeof(double) * 2 * (size_t)(last ? last : 1)) : NULL;
     for (int t = 0; t < nt; ++t) {
         const Tensor *ts = &cl->ts[t];
         lstr[t] = 0;
@@ -769,6 +772,33 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
                 }
             }
         }
+        if (rows) { /* every tensor precomputed: a row's amounts added tensor by tensor */
+            for (int i = 0; i < 2; ++i) {
+                double *x = rows + i * last, in = i ? in1 : in0;
+                for (Py_ssize_t xl = 0; xl < last; ++xl) x[xl] = in;
+                for (int t = 0; t < nt; ++t) {
+                    const Tensor *ts = &cl->ts[t];
+                    const double *restrict p = ts->pre + i * ts->npre + base[t];
+                    double sz = ts->size;
+                    Py_ssize_t ls = lstr[t];
+                    if (ls == 1) {
+                        for (Py_ssize_t xl = 0; xl < last; ++xl) x[xl] = x[xl] + sz * p[xl];
+                    } else if (ls == 0) {
+                        double m = sz * p[0];
+                        for (Py_ssize_t xl = 0; xl < last; ++xl) x[xl] = x[xl] + m;
+                    } else {
+                        for (Py_ssize_t xl = 0; xl < last; ++xl) x[xl] = x[xl] + sz * p[xl * ls];
+                    }
+                }
+            }
+            const double *x0 = rows, *x1 = rows + last;
+            for (Py_ssize_t xl = 0; xl < last; ++xl, ++c) {
+                double cm0, cm1, wt0, wt1;
+                side_seconds(&cl->sd, 0, x0[xl], w0, ext, ow0, &cm0, &wt0);
+                side_seconds(&cl->sd, 1, x1[xl], w1, ext, ow1, &cm1, &wt1);
+                o[c] = objective == 1 ? x0[xl] + x1[xl] : pmax(overlap_time(t1, cm0, wt0), overlap_time(t2, cm1, wt1));
+            }
+        } else
         for (Py_ssize_t xl = 0; xl < last; ++xl, ++c) {
             double r[2], cm[2], wt[2];
             st[k - 1] = xl;
@@ -805,6 +835,7 @@ static void values_full(const Call *cl, const double *s1, const double *s2, int 
         }
         if (d < 0) break;
     }
+    PyMem_Free(rows);
 }
 
 static PyObject *values(PyObject *self, PyObject *args) {
