@@ -1093,7 +1093,11 @@ static PyObject *solve(PyObject *self, PyObject *args) {
     Py_ssize_t *nment = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
     Py_ssize_t *capm = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t));
     long long *state = PyMem_Calloc((size_t)(n ? n : 1), sizeof(long long));
-    if (!fs || !rs || !views || !size || !ment || !nment || !capm || !state) { PyErr_NoMemory(); goto done; }
+    Py_ssize_t *mark = PyMem_Calloc((size_t)(n ? n : 1), sizeof(Py_ssize_t)); /* step + 1 a node was seen */
+    if (!fs || !rs || !views || !size || !ment || !nment || !capm || !state || !mark) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t v = 0; v < n; ++v) {
         size[v] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes_t, v));
         if (size[v] < 1) {
@@ -1153,41 +1157,43 @@ static PyObject *solve(PyObject *self, PyObject *args) {
         }
         /* the clique: the live tables that mention v (in the order made) and their nodes, sorted */
         Py_ssize_t *mine = ment[v], nm = 0; /* compacted in place: the live ones */
-        int in_scope[MAXD], ns = 0;
+        int in_scope[MAXD], ns = 0, wide = 0;
+        double cells = 1.0;
         for (Py_ssize_t q = 0; q < nment[v]; ++q) {
             Py_ssize_t id = ment[v][q];
             if (!fs[id].alive) continue;
             mine[nm++] = id;
             for (int j = 0; j < fs[id].k; ++j) {
-                int w = fs[id].vars[j], seen = 0;
-                for (int x = 0; x < ns; ++x) seen |= in_scope[x] == w;
-                if (!seen) {
-                    if (ns == MAXD) {
-                        PyErr_SetString(PyExc_ValueError, "solve: a step spans more than 32 nodes");
-                        goto done;
-                    }
+                int w = fs[id].vars[j];
+                if (mark[w] == o + 1) continue;
+                mark[w] = o + 1; /* in this step's scope */
+                cells *= (double)size[w];
+                if (ns == MAXD)
+                    wide = 1; /* counted, not kept: the step is refused below */
+                else
                     in_scope[ns++] = w;
-                }
             }
         }
         nment[v] = 0;
         if (nm == 0) continue; /* a node no table mentions (none: each node has its own factor) */
+        if (cells > max_cells) {
+            result = Py_BuildValue("(Old)", Py_None, v, cells);
+            goto done;
+        }
+        if (wide) {
+            PyErr_SetString(PyExc_ValueError, "solve: a step spans more than 32 nodes");
+            goto done;
+        }
         for (int x = 1; x < ns; ++x) { /* sort the scope */
             int w = in_scope[x], y = x - 1;
             while (y >= 0 && in_scope[y] > w) { in_scope[y + 1] = in_scope[y]; --y; }
             in_scope[y + 1] = w;
         }
         Py_ssize_t dims[MAXD];
-        double cells = 1.0;
         int axis = 0;
         for (int x = 0; x < ns; ++x) {
             dims[x] = size[in_scope[x]];
-            cells *= (double)dims[x];
             if (in_scope[x] == v) axis = x;
-        }
-        if (cells > max_cells) {
-            result = Py_BuildValue("(Old)", Py_None, v, cells);
-            goto done;
         }
         /* each table's element stride per axis of the clique (C order over its own scope) */
         Py_ssize_t *str = PyMem_Calloc((size_t)nm * (size_t)ns, sizeof(Py_ssize_t));
@@ -1268,7 +1274,7 @@ done:
     if (ment)
         for (Py_ssize_t v = 0; v < n; ++v) PyMem_Free(ment[v]);
     PyMem_Free(fs); PyMem_Free(rs); PyMem_Free(views); PyMem_Free(size);
-    PyMem_Free(ment); PyMem_Free(nment); PyMem_Free(capm); PyMem_Free(state);
+    PyMem_Free(ment); PyMem_Free(nment); PyMem_Free(capm); PyMem_Free(state); PyMem_Free(mark);
     return result;
 }
 
