@@ -127,6 +127,28 @@ def test_torchvision_model(name):
         assert "fallback" in plan.info  # too large for the exact DP: planned anyway, and said so
 
 
+@pytest.mark.skipif(tv is None, reason="torchvision not installed")
+def test_a_torchvision_model_that_needs_values_is_built_without_drawing_its_weights():
+    """RegNet computes its widths from tensors, so it cannot be built on the meta device: it is
+    built on the CPU with torch's initialisers idle (RegNet-Y-128GF drew 644 M random weights
+    for 9 s), and imports as the model with drawn weights does; the initialisers come back."""
+    import torch.nn.init as init
+
+    from parplan.models.importers.hub import torchvision_model
+
+    normal = init.normal_
+    model = torchvision_model("regnet_y_400mf")  # meta asked, CPU used
+    assert init.normal_ is normal
+    assert next(model.parameters()).device.type == "cpu"
+    drawn = torchvision_model("regnet_y_400mf", device="cpu")
+    # the same tensors' shapes, which are all the import reads
+    assert [(k, v.shape) for k, v in model.state_dict().items()] == [
+        (k, v.shape) for k, v in drawn.state_dict().items()
+    ]
+    graph = from_torch(model, (3, 224, 224), name="regnet")
+    assert graph.parameter_count() == sum(p.numel() for p in drawn.parameters())
+
+
 #: Checked in the slow run only (each import and FLOP count takes 1-2 s; the default run keeps
 #: one model per importer feature: fused pieces with GQA (phi3), per-head norms (qwen3), ...).
 SLOW_HF = {"gpt_neox", "bloom", "clip_text_model", "bart"}
