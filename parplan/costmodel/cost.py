@@ -603,12 +603,15 @@ def node_values(
     regions=None,
     leaf_pair: bool = True,
     objective: "Objective" = None,
+    spec: tuple | None = None,
 ) -> np.ndarray:
     """``node_value(node_terms(...), objective)`` without a floor, in one pass of the compiled
     core over the grid (what the planners' factor tables hold; nothing but the values is
-    stored). Same arguments as :func:`node_terms`; the array has the index grid's shape."""
+    stored). Same arguments as :func:`node_terms`; the array has the index grid's shape.
+    ``spec``: :func:`core_spec` of these arguments, made once by a caller that prices one
+    node at many index grids (the local search)."""
     objective = Objective.TIME if objective is None else objective
-    args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair)
+    args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair, spec)
     out = np.empty(int(np.prod(shape)) if shape else 1)
     steps = tables[u].steps
     _pricing.values(
@@ -620,11 +623,9 @@ def node_values(
     return out.reshape(shape)
 
 
-def _core_args(
-    tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: bool
-) -> tuple[tuple, tuple]:
-    """(the compiled core's arguments but the output, the index grid's shape) for node ``u``'s
-    terms (see :func:`node_terms`)."""
+def core_spec(tables, side: SideSpec, groups, u: int, regions, leaf_pair: bool) -> tuple:
+    """(scope, the compiled core's arguments that do not depend on the index grid: the scope's
+    packed state tables, the tensors' spec, the side) of node ``u``'s terms."""
     consumers = tuple(dict.fromkeys(v for _, vs, _ in groups for v in vs))
     scope = (u, *consumers)
     place = {w: j for j, w in enumerate(scope)}
@@ -657,6 +658,21 @@ def _core_args(
                     *g,
                     *(x for mv in m for x in mv),
                 ]
+    return scope, (
+        tuple(tables[w].packed for w in scope),
+        np.array(spec, dtype=float),
+        _side_tuple(side, leaf_pair),
+    )
+
+
+def _core_args(
+    tables, side: SideSpec, groups, u: int, idx, regions, leaf_pair: bool, spec=None
+) -> tuple[tuple, tuple]:
+    """(the compiled core's arguments but the output, the index grid's shape) for node ``u``'s
+    terms (see :func:`node_terms`; ``spec``: :func:`core_spec`'s, made already)."""
+    scope, (packed, tensors, side_t) = (
+        spec if spec is not None else core_spec(tables, side, groups, u, regions, leaf_pair)
+    )
     ix = [idx[w] for w in scope]
     shape = np.broadcast_shapes(*(np.shape(i) for i in ix)) if any(np.ndim(i) for i in ix) else ()
     nd = len(shape)
@@ -666,14 +682,7 @@ def _core_args(
         pad = (1,) * (nd - a.ndim) + a.shape
         indices.append(a)
         strides += [0 if n == 1 else s // 8 for n, s in zip(pad, (0,) * (nd - a.ndim) + a.strides)]
-    return (
-        tuple(tables[w].packed for w in scope),
-        tuple(indices),
-        tuple(strides),
-        tuple(shape),
-        np.array(spec, dtype=float),
-        _side_tuple(side, leaf_pair),
-    ), tuple(shape)
+    return (packed, tuple(indices), tuple(strides), tuple(shape), tensors, side_t), tuple(shape)
 
 
 def _side_tuple(side: SideSpec, leaf_pair: bool) -> tuple[float, ...]:

@@ -31,7 +31,14 @@ from dataclasses import replace
 import numpy as np
 
 from parplan.costmodel.compiled import core as _pricing
-from parplan.costmodel.cost import REL_TOL, ShareMode, floored_time, node_values, share_points
+from parplan.costmodel.cost import (
+    REL_TOL,
+    ShareMode,
+    core_spec,
+    floored_time,
+    node_values,
+    share_points,
+)
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
 from parplan.costmodel.split import (
@@ -338,6 +345,7 @@ def local_search(
     touching = [[u for u in range(n) if v in scopes[u]] for v in range(n)]
 
     seen: dict[tuple, np.ndarray] = {}  # (u, v, the other scope states) -> factor(u, v)
+    specs: dict[int, tuple] = {}  # u -> cost.core_spec of its terms
 
     def factor(u: int, v: int) -> np.ndarray:
         """Factor ``u`` for every state of node ``v`` (the others at their current state):
@@ -349,7 +357,11 @@ def local_search(
             return hit
         idx = {w: np.asarray(state[w]) for w in scopes[u]}
         idx[v] = np.arange(tables[v].size)
-        raw = node_values(tables, sp.side, sp.groups(u), u, idx, *sp.frames, options.objective)
+        if u not in specs:  # what does not depend on the states, once per node
+            specs[u] = core_spec(tables, sp.side, sp.groups(u), u, *sp.frames)
+        raw = node_values(
+            tables, sp.side, sp.groups(u), u, idx, *sp.frames, options.objective, specs[u]
+        )
         value = np.broadcast_to(floored_time(raw, sp.floor(u, options)), (tables[v].size,))
         if options.memory_price > 0.0:  # the memory price is a term of u's own state (node_factor)
             price = memory_price(sp, tables, u, options)
