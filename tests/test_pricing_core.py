@@ -164,6 +164,32 @@ def test_core_equals_the_oracle_bit_for_bit(case):
         assert _same(values, node_value(want, objective), shape), objective
 
 
+@seed(3518)
+@fast(150)
+@given(terms_cases(), st.data())
+def test_a_line_of_states_prices_as_the_grid_does(case, data):
+    """The local search's calls (every member at one state but one, along its states) take the
+    core's short path for points and lines: the same bits as the general index grid and the
+    oracle."""
+    tables, side, groups, _, regs, leaf_pair = case
+    k = len(tables)
+    j = data.draw(st.integers(0, k - 1))
+    at = [data.draw(st.integers(0, t.size - 1)) for t in tables]
+    line = {w: np.asarray(at[w]) for w in range(k)}
+    line[j] = np.arange(tables[j].size)
+    grid = dict(line)
+    grid[j] = np.arange(tables[j].size).reshape(-1, 1)  # two axes: the general path
+    for objective in (Objective.TIME, Objective.COMMUNICATION):
+        got = node_values(tables, side, groups, 0, line, regs, leaf_pair, objective)
+        want = node_values(tables, side, groups, 0, grid, regs, leaf_pair, objective)
+        oracle_value = node_value(
+            oracle.node_terms(tables, side, groups, 0, line, regs, leaf_pair), objective
+        )
+        assert got.shape == (tables[j].size,)
+        assert np.array_equal(got, want.reshape(-1)), objective
+        assert _same(got, oracle_value, got.shape), objective
+
+
 def _with_oracle(monkeypatch):
     """Route the product's pricing through the oracle (and forget memoised terms)."""
     split_module.clear_memo()

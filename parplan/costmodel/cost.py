@@ -674,6 +674,13 @@ def _core_args(
         spec if spec is not None else core_spec(tables, side, groups, u, regions, leaf_pair)
     )
     ix = [idx[w] for w in scope]
+    if all(type(i) is np.ndarray and i.ndim <= 1 and i.dtype == np.int64 for i in ix):
+        # points and lines of one length (the local search's calls): the general case's strides
+        lines = {len(i) for i in ix if i.ndim}
+        if len(lines) <= 1 and all(i.flags.c_contiguous for i in ix):
+            shape = tuple(lines)  # one stride per member and grid dimension (none for a point)
+            strides = [1 if i.ndim and len(i) > 1 else 0 for i in ix] if shape else []
+            return (packed, tuple(ix), tuple(strides), shape, tensors, side_t), shape
     shape = np.broadcast_shapes(*(np.shape(i) for i in ix)) if any(np.ndim(i) for i in ix) else ()
     nd = len(shape)
     indices, strides = [], []
