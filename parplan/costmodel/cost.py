@@ -238,6 +238,11 @@ _SCALED: dict = {}
 _SCALED_MAX = 1 << 16
 
 
+def clear_scaled() -> None:
+    """Forget the remembered sides' dims (:func:`scale_for_sides`; a benchmark's cold start)."""
+    _SCALED.clear()
+
+
 def _one_side(dims: LayerDims, choice: Choice, s: float) -> LayerDims:
     """Dims a side with share ``s`` of a node split by ``choice`` keeps."""
     axes = split_axes(choice)
@@ -772,6 +777,7 @@ __all__ = [
     "node_values",
     "node_value",
     "output_groups",
+    "clear_scaled",
     "scale_for_sides",
     "share_points",
     "zero_dims",

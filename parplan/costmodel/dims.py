@@ -152,6 +152,11 @@ _OPS: dict[int, tuple[tuple, tuple[float, ...]]] = {}
 _COMPUTE: dict = {}
 
 
+def clear_compute() -> None:
+    """Forget the remembered compute times (:meth:`LayerDims.compute_seconds`)."""
+    _COMPUTE.clear()
+
+
 def device_figures(device: Device) -> tuple[float, ...]:
     """What the compiled core reads of a device (7 floats; efficiencies of None as NaN),
     remembered per device object."""
@@ -534,5 +539,6 @@ __all__ = [
     "roofline_seconds",
     "op_seconds",
     "device_figures",
+    "clear_compute",
     "KIND_CODE",
 ]

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from parplan.costmodel.cost import (
-    _SCALED,
+    clear_scaled,
     compat_rules,
     DEFAULT_SHARE_GRID,
     NodeTerms,
@@ -46,7 +46,7 @@ from parplan.costmodel.cost import (
     share_intervals,
     share_points,
 )
-from parplan.costmodel.dims import _COMPUTE, LayerDims
+from parplan.costmodel.dims import LayerDims, clear_compute
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.regions import ROOT, Region, child_region, framed
@@ -368,8 +368,8 @@ def clear_memo() -> None:
     _MEMO_CELLS[0] = 0
     _SPLIT_MEMO.clear()
     _SENT.clear()
-    _SCALED.clear()
-    _COMPUTE.clear()
+    clear_scaled()
+    clear_compute()
 
 
 def _remember(key, value, cells: int, tables) -> None:
