@@ -199,6 +199,17 @@ def test_device_memory_alone_equals_the_evaluators(case):
     assert device_memory(p, plan) == dict(evaluate(p, plan).device_memory_bytes)
 
 
+@fast(100)
+@given(plan_cases())
+def test_an_evaluation_without_rows_is_the_same_evaluation(case):
+    """``evaluate(rows=False)`` (the portfolio and the memory search compare plans by it):
+    every figure equal to the last bit, the communication summed row by row in the same order."""
+    p, plan = case
+    whole = evaluate(p, plan)
+    slim = evaluate(p, plan, rows=False)
+    assert slim.rows == () and replace(whole, rows=()) == slim
+
+
 @st.composite
 def mirrored_cases(draw):
     """Plans on a homogeneous array whose halves are split alike: every split's share is 1/2 and
@@ -253,6 +264,8 @@ def test_the_evaluator_prices_interchangeable_halves_once(case):
         assert seen[-1]  # the root's halves hold translated rows: one is priced for both
     assert shared.rows == full.rows and shared.step_time_s == full.step_time_s
     assert dict(shared.device_memory_bytes) == dict(full.device_memory_bytes)
+    # without rows, the copied half's communication is counted as its rows are
+    assert replace(shared, rows=()) == evaluate(p, plan, rows=False)
     from parplan.costmodel.evaluate import device_memory
 
     assert device_memory(p, plan) == dict(full.device_memory_bytes)

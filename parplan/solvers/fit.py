@@ -217,12 +217,12 @@ def fit_plan(
     tried: list[Fit] = []
 
     def candidate(p: Problem, plan: Plan, how: str) -> Fit:
-        ev = evaluate(p, plan)
-        fit = Fit(p, plan, ev, peak_fraction(ev, limits), how)
         # the search reads a tried plan's time and memory only: its per-split rows (245,000 on
-        # llama3-70b / h100:512, about 100 MB) are dropped here and priced again for the one
+        # llama3-70b / h100:512, about 100 MB) are not made, and are priced for the one
         # returned (:func:`_whole`)
-        tried.append(replace(fit, evaluation=replace(ev, rows=())))
+        ev = evaluate(p, plan, rows=False)
+        fit = Fit(p, plan, ev, peak_fraction(ev, limits), how)
+        tried.append(fit)
         return fit
 
     #: settings under which the planner's plan does not fit, found from its memory alone: priced
@@ -265,7 +265,7 @@ def fit_plan(
             continue
         fit = candidate(p, base, how)
         if fit.fits and t in plain and t.zero_stage <= 2:
-            return fit
+            return _whole(fit)
     # 2. the settings that make the planner's plan fit, re-planned with each (the fastest first)
     fitting = sorted((f for f in tried if f.fits), key=lambda f: f.evaluation.step_time_s)
     found = list(fitting)
