@@ -155,7 +155,11 @@ def check_plan(problem: Problem, plan: Plan) -> None:
         )
     pg = problem.planning
     n = len(pg.nodes)
+    seen: set[int] = set()  # a split shared by several groups (interchangeable halves) once
     for path, split in plan.splits.items():
+        if id(split) in seen:
+            continue
+        seen.add(id(split))
         if len(split.choices) != n:
             raise ConfigError(
                 f"plan split '{path or 'root'}' has {len(split.choices)} choices but model "
