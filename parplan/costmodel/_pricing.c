@@ -1237,15 +1237,15 @@ static PyObject *solve(PyObject *self, PyObject *args) {
         r->arg = arg;
         for (int x = 0; x < ns; ++x)
             if (x != axis) r->vars[r->k++] = in_scope[x];
-        if (r->k) { /* the message: a new live table over the rest */
-            Factor *m = &fs[nfac];
+        if (r->k) { /* the message: a new live table over the rest (counted first: freed at done) */
+            Py_ssize_t id = nfac++;
+            Factor *m = &fs[id];
             m->k = r->k;
             memcpy(m->vars, r->vars, sizeof(int) * (size_t)r->k);
             m->data = m->owned = best;
             m->floor = 0.0;
             m->alive = 1;
-            for (int j = 0; j < m->k; ++j) MENTION(m->vars[j], nfac);
-            ++nfac;
+            for (int j = 0; j < m->k; ++j) MENTION(m->vars[j], id);
         } else {
             constant += best[0];
             PyMem_Free(best);
