@@ -969,39 +969,31 @@ static int elim_core(int nt, const double *const *tabs, const Py_ssize_t *str, c
 }
 
 PyDoc_STRVAR(eliminate_doc,
-"eliminate(tables, strides, shape, axis, best, arg, floors=None)\n\n"
+"eliminate(tables, strides, shape, axis, best, arg)\n\n"
 "One step of the DP's variable elimination (docs/costmodel.md section 8): over the joint grid\n"
 "`shape` of the tables that mention the eliminated node (its axis `axis`), their sum (added in\n"
 "the order given, from 0.0), its minimum over `axis` written to best (float64, the grid\n"
 "without that axis) and the first state within REL_TOL of it to arg (int64, same shape).\n"
 "tables: contiguous float64 arrays; strides: per table one element stride per grid\n"
-"dimension (0 where the table does not vary); floors (optional): per table a floor > 0 under\n"
-"which its values are read as floored() writes them (a node's time under its sibling's),\n"
-"0 for a table read as it is.");
+"dimension (0 where the table does not vary). The DP's own steps run in solve().");
 
 static PyObject *eliminate(PyObject *self, PyObject *args) {
-    PyObject *tables, *strides, *shape, *floors_t = Py_None;
+    PyObject *tables, *strides, *shape;
     int axis;
     Py_buffer bestv, argv;
-    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*|O", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type,
-                          &shape, &axis, &bestv, &argv, &floors_t))
+    if (!PyArg_ParseTuple(args, "O!O!O!iw*w*", &PyTuple_Type, &tables, &PyTuple_Type, &strides, &PyTuple_Type,
+                          &shape, &axis, &bestv, &argv))
         return NULL;
     PyObject *result = NULL;
     int nt = (int)PyTuple_GET_SIZE(tables), nd = (int)PyTuple_GET_SIZE(shape), got = 0;
     Py_buffer *views = PyMem_Calloc(nt ? nt : 1, sizeof(Py_buffer));
     Py_ssize_t *str = PyMem_Calloc((size_t)(nt ? nt : 1) * (nd ? nd : 1), sizeof(Py_ssize_t));
-    double *floors = PyMem_Calloc(nt ? nt : 1, sizeof(double));
+    double *floors = PyMem_Calloc(nt ? nt : 1, sizeof(double)); /* none: every table as it is */
     Py_ssize_t dims[MAXD], rest = 1;
     if (!views || !str || !floors) { PyErr_NoMemory(); goto done; }
-    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd ||
-        (floors_t != Py_None && (!PyTuple_Check(floors_t) || PyTuple_GET_SIZE(floors_t) != nt))) {
+    if (nd < 1 || nd > MAXD || axis < 0 || axis >= nd || PyTuple_GET_SIZE(strides) != (Py_ssize_t)nt * nd) {
         PyErr_SetString(PyExc_ValueError, "eliminate: inconsistent arguments");
         goto done;
-    }
-    for (int t = 0; floors_t != Py_None && t < nt; ++t) {
-        floors[t] = PyFloat_AsDouble(PyTuple_GET_ITEM(floors_t, t));
-        if (floors[t] == -1.0 && PyErr_Occurred()) goto done;
-        if (!(floors[t] > 0.0)) floors[t] = 0.0; /* floored_time: no floor, no change */
     }
     for (int d = 0; d < nd; ++d) {
         dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));

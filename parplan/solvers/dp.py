@@ -257,19 +257,18 @@ def eliminate(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(min over ``scope[axis]`` of the sum of the tables ``mine``, the first state within
     :data:`~parplan.costmodel.cost.REL_TOL` of it), over the grid ``shape`` of ``scope`` less
-    that axis: one elimination step, by the compiled core. Each table ``(s, array)`` spans its
-    sorted scope ``s``, a subset of ``scope``; ``(s, array, floor)``: read as
-    ``floored_time(array, floor)``."""
-    arrays, strides, floors = [], [], []
-    for s, table, *floor in mine:
-        floors.append(float(floor[0]) if floor else 0.0)
+    that axis: one elimination step, by the compiled core (the min-marginals' pass; the DP's
+    own steps run in ``_pricing.solve``). Each table ``(s, array, ...)`` spans its sorted scope
+    ``s``, a subset of ``scope``."""
+    arrays, strides = [], []
+    for s, table, *_ in mine:
         a = np.ascontiguousarray(table, dtype=float)
         own = {w: st // 8 for w, st in zip(s, a.strides)}
         arrays.append(a)
         strides += [own[w] if w in own and a.shape[s.index(w)] > 1 else 0 for w in scope]
     rest = shape[:axis] + shape[axis + 1 :]
     best, arg = np.empty(rest), np.empty(rest, dtype=np.int64)
-    _pricing.eliminate(tuple(arrays), tuple(strides), tuple(shape), axis, best, arg, tuple(floors))
+    _pricing.eliminate(tuple(arrays), tuple(strides), tuple(shape), axis, best, arg)
     return best, arg
 
 

@@ -23,7 +23,6 @@ Example (skipped without transformers):
 from __future__ import annotations
 
 import contextlib
-
 import sys
 import warnings
 
