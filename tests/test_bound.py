@@ -21,6 +21,7 @@ from parplan.solvers.bound import (
     global_bound,
     hierarchy_bound,
     pair_bound,
+    pinned_node_bounds,
     root_continuous_bound,
     root_dp_bound,
 )
@@ -107,6 +108,40 @@ def test_planned_plans_do_not_beat_it_either(case):
     bound = global_bound(p).bound_s
     for planner in ("accpar", "data", "owt"):
         assert bound <= evaluate(p, make_plan(p, planner)).step_time_s * (1 + 1e-9)
+
+
+@fast(40)
+@given(random_plans())
+def test_pinned_bounds_lie_between_the_per_node_bounds_and_the_plan(case):
+    """Pinned to a plan's states, a node's bound is its own terms in that plan: at least its
+    per-node bound (which may choose any states) and at most its time there (which adds the
+    transfers between layers)."""
+    p, plan = case
+    free = hierarchy_bound(p).node_s
+    pinned = pinned_node_bounds(p, plan)
+    times = evaluate(p, plan).node_time_s
+    for lb, pin, t in zip(free, pinned, times):
+        assert lb <= pin * (1 + 1e-9) + 1e-18
+        assert pin <= t * (1 + 1e-9) + 1e-18
+
+
+@pytest.mark.parametrize("array", ["h100:4", "v100:2,a100:2", "asymmetric"])
+@pytest.mark.parametrize("choice", TYPE_ORDER)
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.5, 1.0])
+def test_a_lone_layer_pinned_is_its_time_in_the_plan(array, choice, share):
+    """One layer sends nothing to another, so pinned to any plan its bound is its time there
+    (point-to-point links, no overlap: every term the evaluator charges is the node's own)."""
+    from parplan.costmodel.graph import Conv2d, Graph, Shape
+
+    g = Graph(
+        "one", Shape(64, 8, 8), (Conv2d("c", ("input",), out_channels=128, kernel=3, padding=1),)
+    )
+    p = Problem(g, _array(array, 25e9, 2e-6), batch=64)
+    plan = Plan(
+        {path: Split((choice,), (share,)) for path, _ in p.array.inner_nodes()}, planner="fixed"
+    )
+    (pinned,) = pinned_node_bounds(p, plan)
+    assert pinned == pytest.approx(evaluate(p, plan).node_time_s[0], rel=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -190,7 +190,7 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     """``--bound``: the global bound and gap of the plan, in the table and the JSON, with each
     layer's own bound next to its time; ``evaluate --bound`` gives the same for a saved plan."""
     import parplan
-    from parplan.solvers.bound import global_bound
+    from parplan.solvers.bound import global_bound, pinned_node_bounds
 
     p = parplan.Problem(
         parplan.load_model("lenet"), parplan.parse_array("h100:4"), batch=512, overlap=True
@@ -225,6 +225,17 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     )
     assert data["per_layer_bound_s"] == pytest.approx(sum(bound.node_s), rel=1e-12)
     assert data["per_layer_bound_s"] <= data["global_bound_s"] <= data["step_time_s"]
+    # each layer's excess split at its bound pinned to the plan's states (bound.pinned_node_bounds)
+    pinned = pinned_node_bounds(p, parplan.plan(p, "accpar"))
+    assert [r["pinned_s"] for r in rows] == pytest.approx(list(pinned), rel=1e-12)
+    for r in rows:
+        assert r["states_excess_s"] + r["transfers_excess_s"] == pytest.approx(
+            r["excess_s"], rel=1e-9, abs=1e-18
+        )
+    assert data["states_excess_s"] + data["transfers_excess_s"] == pytest.approx(
+        data["step_time_s"] - data["per_layer_bound_s"], rel=1e-9
+    )
+    assert data["transfers_excess_s"] > 0.0  # lenet's hand-overs (a row that sends nothing: 0)
     code, out, err = run(capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound")
     assert code == 0, err
     gap_line = next(line for line in out.splitlines() if line.startswith("global bound"))
@@ -232,6 +243,7 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
     worst = max(rows, key=lambda r: r["excess_s"])
     listed = out.split("furthest above their own bound")[1].splitlines()[1]
     assert listed.split()[0] == worst["layer"]
+    assert "transfers +" in listed and "above the layers' own bounds" in out
     code, out, err = run(
         capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--format", "csv"
     )

@@ -17,6 +17,7 @@ Run: ``parplan bench bound --out results/`` or ``python -m parplan.bench.bound O
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -71,7 +72,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
-    from parplan.solvers.bound import global_bound, layer_excess
+    from parplan.solvers.bound import global_bound, layer_excess, pinned_node_bounds
     from parplan.solvers.planners import make_plan, planner_options
     from parplan.solvers.polish import auto_polish, polish
 
@@ -94,6 +95,13 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     # where the accpar plan sits furthest above the layers' own bounds (parplan plan --bound)
     excess = layer_excess(accpar_ev.node_time_s, whole)
     top = max(range(len(excess)), key=excess.__getitem__)
+    # its excess split (docs/costmodel.md section 8, "Where a gap sits"): what its states cost in
+    # each layer's own terms, and the transfers between layers
+    pinned = pinned_node_bounds(p, plan)
+    states = math.fsum(max(0.0, q - b) for q, b in zip(pinned, whole.node_s))
+    moves = math.fsum(
+        max(0.0, t - max(q, b)) for t, q, b in zip(accpar_ev.node_time_s, pinned, whole.node_s)
+    )
     root = root_bound(p)["bound"]
     best = min(x for x in (accpar, data, polished) if x is not None)
     wall = plan_wall + bound_wall + (polish_wall or 0.0)
@@ -115,6 +123,9 @@ def bound_task(model: str, array: str, batch: int) -> dict:
         "root_gap": max(0.0, best / root - 1.0),
         "top_excess_layer": p.planning.nodes[top].name,
         "top_excess_share": excess[top] / sum(excess) if sum(excess) > 0 else 0.0,
+        "per_node_bound_s": math.fsum(whole.node_s),
+        "states_excess_s": states,
+        "transfers_excess_s": moves,
         "meets_goal": best / bound - 1.0 <= GOAL_GAP and wall <= GOAL_S,
     }
 
@@ -130,7 +141,10 @@ def run(
     devices, batch, accpar_step_s, data_step_s, polished_step_s, best_step_s, accpar_wall_s,
     polish_wall_s, bound_s, bound_wall_s, root_bound_s, gap, root_gap, top_excess_layer (the layer
     whose time in the accpar plan is furthest above its own per-node bound), top_excess_share (its
-    part of the plan's whole excess over the per-node bound), meets_goal."""
+    part of the plan's whole excess over the per-node bound), per_node_bound_s (the per-node
+    bound's sum), states_excess_s and transfers_excess_s (the accpar plan's excess over the
+    per-node bounds: what its states cost in each layer's own terms, and the transfers between
+    layers; ``bound.pinned_node_bounds``), meets_goal."""
     models = tuple(models or (QUICK["models"] if quick else MODELS))
     arrays = tuple(arrays or (QUICK["arrays"] if quick else ARRAYS))
     batch = QUICK["batch"] if quick else BATCH
@@ -197,6 +211,18 @@ def _markdown(table: pd.DataFrame) -> str:
             for layer, share in zip(table.top_excess_layer, table.top_excess_share)
         ]
     )
+    whole = table.states_excess_s + table.transfers_excess_s
+    table = table.assign(
+        split=[
+            "-" if w <= 0 else f"{x / w:.0%} / {y / w:.0%} / {max(0.0, c) / w:.0%}"
+            for w, x, y, c in zip(
+                whole,
+                table.states_excess_s,
+                table.transfers_excess_s,
+                table.bound_s - table.per_node_bound_s,
+            )
+        ]
+    )
     for array, sub in table.groupby("array", sort=False):
         met = sub[sub.meets_goal]
         lines += [f"## {array} ({sub.devices.iloc[0]} devices)", ""]
@@ -215,6 +241,7 @@ def _markdown(table: pd.DataFrame) -> str:
                 "bound_wall_s": ".1f",
                 "meets_goal": lambda v: "yes" if v else "no",
                 "where": str,
+                "split": str,
             },
             headers={
                 "accpar_step_s": "accpar (ms)",
@@ -227,6 +254,7 @@ def _markdown(table: pd.DataFrame) -> str:
                 "bound_wall_s": "bound (s)",
                 "meets_goal": "goal met",
                 "where": "furthest above its own bound",
+                "split": "excess: states / transfers / charged",
             },
         )
         gained = sub[sub.polish_gain > 0]
@@ -235,6 +263,15 @@ def _markdown(table: pd.DataFrame) -> str:
             f"Geometric mean of (1 + gap): {geomean(1 + sub.gap):.3f} (root-split bound: "
             f"{geomean(1 + sub.root_gap):.3f}); goal met on {len(met)} of {len(sub)} models.",
         ]
+        states, moves = sub.states_excess_s.sum(), sub.transfers_excess_s.sum()
+        charged = (sub.bound_s - sub.per_node_bound_s).clip(lower=0).sum()
+        if states + moves > 0:
+            lines += [
+                f"Of the `accpar` plans' excess over their layers' own bounds (summed over the models), "
+                f"{states / (states + moves):.0%} is what their states cost in each layer's own terms and "
+                f"{moves / (states + moves):.0%} transfers between layers; the global bound charges "
+                f"{charged / (states + moves):.0%} of it."
+            ]
         if sub.polished_step_s.notna().any():
             lines += [
                 f"The polish improved the `accpar` plan on {len(gained)} of {len(sub)} models"
@@ -252,7 +289,13 @@ def _markdown(table: pd.DataFrame) -> str:
         "bound` names the layer of the accpar plan whose time exceeds its per-node bound the most, and its part "
         "of the plan's whole excess over that bound (`parplan plan --bound` lists more): a convolution "
         "followed by a classifier there is the hand-over of its output at the levels below the root, which "
-        "only the root-split and pair bounds charge, and only at one level.",
+        "only the root-split and pair bounds charge, and only at one level. `excess: states / transfers / "
+        "charged` splits the `accpar` plan's excess over its layers' own bounds in two (docs/costmodel.md "
+        "section 8, \"Where a gap sits\"): each layer's bound pinned to the plan's states (its choice and share "
+        "at every group) is its own terms in the plan, so `states` is what those states cost there above the "
+        "best states for the layer alone, and `transfers` what the plan pays to move data between layers (any "
+        "plan with those states pays it); `charged` is how much of the excess the global bound already charges "
+        "(its rise over the per-node bound). The gap is the rest.",
         "",
     ]
     return "\n".join(lines)

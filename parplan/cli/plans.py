@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 import time
@@ -69,7 +70,7 @@ def report_and_checks(
 
     ev = evaluation if evaluation is not None else evaluate(problem, plan)
     if bound:
-        extra_json = {**(extra_json or {}), **bound_figures(problem, ev, progress)}
+        extra_json = {**(extra_json or {}), **bound_figures(problem, ev, progress, plan)}
     baseline = evaluate(problem, make_plan(problem, "data"))
     report = plan_report(problem, plan, ev, baseline, wall_s=wall_s)
     overruns = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
@@ -119,40 +120,69 @@ def report_and_checks(
 BOUND_TOP = 5
 
 
-def bound_figures(problem, ev, progress=None) -> dict:
+def bound_figures(problem, ev, progress=None, plan=None) -> dict:
     """``--bound``: the global lower bound (docs/costmodel.md section 8), the gap of the plan
     evaluated as ``ev`` to it, and each layer's own bound (the per-node bound's terms) next to
-    its time in the plan."""
-    from parplan.solvers.bound import global_bound, layer_excess
+    its time in the plan. With ``plan``: also each layer's bound pinned to the plan's states
+    (``bound.pinned_node_bounds``), which splits its excess into what its states cost in its
+    own terms and what the plan pays to move data between layers (section 8, "Where a gap
+    sits")."""
+    from parplan.solvers.bound import global_bound, layer_excess, pinned_node_bounds
 
     if progress is not None:
         progress("global bound over the whole hierarchy")
     bound = global_bound(problem)
     names = [n.name for n in problem.planning.nodes]
-    return {
+    rows = [
+        {"layer": name, "time_s": t, "bound_s": b, "excess_s": x}
+        for name, t, b, x in zip(
+            names, ev.node_time_s, bound.node_s, layer_excess(ev.node_time_s, bound)
+        )
+    ]
+    out = {
         "global_bound_s": bound.bound_s,
         "global_gap": max(0.0, ev.step_time_s / bound.bound_s - 1.0),
         "per_layer_bound_s": sum(bound.node_s),
-        "layer_bounds": [
-            {"layer": name, "time_s": t, "bound_s": b, "excess_s": x}
-            for name, t, b, x in zip(
-                names, ev.node_time_s, bound.node_s, layer_excess(ev.node_time_s, bound)
-            )
-        ],
+        "layer_bounds": rows,
     }
+    if plan is not None:
+        pinned = pinned_node_bounds(problem, plan)
+        for row, pin in zip(rows, pinned):
+            row["pinned_s"] = pin
+            row["states_excess_s"] = max(0.0, pin - row["bound_s"])
+            row["transfers_excess_s"] = max(0.0, row["time_s"] - max(pin, row["bound_s"]))
+        out["states_excess_s"] = math.fsum(r["states_excess_s"] for r in rows)
+        out["transfers_excess_s"] = math.fsum(r["transfers_excess_s"] for r in rows)
+    return out
 
 
 def bound_text(figures: dict) -> str:
     """The ``--bound`` lines of a table report."""
     from parplan.reporting.report import format_time
 
-    return "\n".join(
-        [
-            f"global bound         {format_time(figures['global_bound_s'])}  -> gap "
-            f"{figures['global_gap']:.2%} (no plan of this array's hierarchy, with any shares, is faster)",
-            *layer_bound_lines(figures["layer_bounds"], figures["per_layer_bound_s"]),
-        ]
-    )
+    lines = [
+        f"global bound         {format_time(figures['global_bound_s'])}  -> gap "
+        f"{figures['global_gap']:.2%} (no plan of this array's hierarchy, with any shares, is faster)",
+        *layer_bound_lines(figures["layer_bounds"], figures["per_layer_bound_s"]),
+    ]
+    if "states_excess_s" in figures:
+        states, moves = figures["states_excess_s"], figures["transfers_excess_s"]
+        above = figures["global_bound_s"] - figures["per_layer_bound_s"]
+        lines.append(
+            f"  above the layers' own bounds: {_part(states, states + moves)} from the plan's states "
+            f"(each layer's own terms), {_part(moves, states + moves)} from transfers between "
+            f"layers; the global bound charges {_part(above, states + moves)} of it "
+            f"(docs/costmodel.md section 8, "
+            '"Where a gap sits")'
+        )
+    return "\n".join(lines)
+
+
+def _part(seconds: float, whole: float) -> str:
+    """A part of ``whole`` as a time, "0" where it is below rounding (1e-9 of ``whole``)."""
+    from parplan.reporting.report import format_time
+
+    return "0" if seconds <= 1e-9 * whole else format_time(seconds)
 
 
 def layer_bound_lines(layer_bounds: list[dict], per_layer_bound_s: float) -> list[str]:
@@ -170,6 +200,12 @@ def layer_bound_lines(layer_bounds: list[dict], per_layer_bound_s: float) -> lis
     ] + [
         f"    {r['layer']:<{width}}  {format_time(r['time_s'])} vs {format_time(r['bound_s'])}: "
         f"+{format_time(r['excess_s'])}"
+        + (
+            f" (states +{_part(r['states_excess_s'], r['excess_s'])}, transfers "
+            f"+{_part(r['transfers_excess_s'], r['excess_s'])})"
+            if "states_excess_s" in r
+            else ""
+        )
         for r in top
     ]
 
@@ -588,7 +624,7 @@ def _evaluate_config(args: argparse.Namespace) -> int:
             one = evaluate(problem, plan.stages[0].plan)
             assert abs(one.step_time_s - ev.step_time_s) <= 1e-9 * ev.step_time_s
             figures = bound_figures(
-                problem, one
+                problem, one, plan=plan.stages[0].plan
             )  # and where the configuration loses: each layer's own bound
             bound = figures["global_bound_s"]
             record.update(

@@ -677,6 +677,46 @@ def layer_excess(node_time_s, bound: GlobalBound) -> list[float]:
     return [max(0.0, t - b) for t, b in zip(node_time_s, bound.node_s)]
 
 
+def pinned_node_bounds(problem: Problem, plan, solver: _Bound | None = None) -> tuple[float, ...]:
+    """Per node, its per-node bound with the node pinned to ``plan``'s states (choice and share
+    at every group; docs/costmodel.md section 8, "Where a gap sits"): the recursion of ``LB``
+    with no choice left, i.e. the node's own terms in the plan (compute at the devices, its own
+    reductions and latency) without any transfer between layers. For every node
+    ``LB(v) <= pinned(v) <= t_plan(v)``: above the per-node bound is what the plan's states
+    cost in the node's own terms; above ``pinned`` what the plan pays to move data between
+    layers, which any plan with those states pays too."""
+    _check(problem)
+    solver = solver or node_bounds(problem)
+    dims = problem.root_dims()
+    out = []
+    for node, d in zip(problem.planning.nodes, dims):
+        solver.use(d, node.choices)
+        v = len(out)
+        out.append(_pinned(solver, problem.array, "", d, plan, v, node.choices))
+    return tuple(out)
+
+
+def _pinned(solver: _Bound, group: ArrayNode, path: str, d: LayerDims, plan, v: int, choices):
+    if group.is_leaf:
+        return solver.lb(group, d, choices)  # a device's compute
+    if path not in plan.splits:
+        raise ConfigError(f"plan has no split for group '{path or 'root'}'")
+    split = plan.splits[path]
+    c, a = split.choices[v], float(split.shares[v])
+    halves = scale_for_sides(d, c, a)
+    work = [a > 0.0, a < 1.0]
+    if not all(work):  # one side does it all: no reduction between them
+        i = 0 if work[0] else 1
+        return _pinned(
+            solver, (group.left, group.right)[i], path + "LR"[i], halves[i], plan, v, choices
+        )
+    comm = solver.comm(group, d, c)
+    return max(
+        _pinned(solver, half, path + key, h, plan, v, choices) + cm
+        for half, key, h, cm in zip((group.left, group.right), "LR", halves, comm)
+    )
+
+
 def global_bound(problem: Problem) -> GlobalBound:
     """The best of :func:`hierarchy_bound`, :func:`root_continuous_bound` (the root split's
     bound searched over continuous shares, at least :func:`root_dp_bound`) and :func:`pair_bound` (whole
