@@ -18,8 +18,10 @@ from parplan.costmodel.split import (
     PlanOptions,
     SplitProblem,
     node_factor,
+    floorless_factor,
     price_split,
     split_tables,
+    updated_factor,
 )
 from parplan.errors import ConfigError
 from parplan.models.zoo import get_model
@@ -140,6 +142,44 @@ def test_what_has_no_continuous_form_is_refused(options, why):
     p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
     with pytest.raises(ConfigError, match=why):
         continuous_split(SplitProblem.root(p), options)
+
+
+@fast(30)
+@given(problems(max_weighted=3), st.integers(0, 2**31))
+def test_updated_factors_equal_whole_tables_bit_for_bit(p, seed):
+    """The search's factors, priced only at the cells of new states and copied elsewhere, equal
+    the whole tables' pricing to the last bit, round after round of cut, dropped and reordered
+    states (heterogeneous and homogeneous splits, forks, joins)."""
+    from parplan.solvers.continuous import _table
+
+    rng = random.Random(seed)
+    sp, options = SplitProblem.root(p), PlanOptions()
+    n = len(sp.planning.nodes)
+    first = share_intervals((0.0, 0.25, 0.5, 1.0))
+    states = [[(c, s) for c in options.choices(node) for s in first] for node in sp.planning.nodes]
+    previous: list = [None] * n
+    for _ in range(4):
+        tables = [_table(sp, options, v, states[v]) for v in range(n)]
+        states = [flat for _, flat in tables]
+        plain = [t for t, _ in tables]
+        for u in range(n):
+            scope, values, previous[u] = updated_factor(sp, plain, u, options, states, previous[u])
+            whole = floorless_factor(sp, plain, u, options)
+            assert scope == whole[0]
+            assert values.shape == whole[1].shape
+            assert np.array_equal(values, whole[1])
+        for v in range(n):  # cut one interval, drop a state now and then
+            wide = [i for i, (_, s) in enumerate(states[v]) if s.hi > s.lo]
+            if wide:
+                i = rng.choice(wide)
+                c, s = states[v][i]
+                mid = 0.5 * (s.lo + s.hi)
+                states[v][i : i + 1] = [
+                    (c, ShareSet(s.lo, mid, s.has)),
+                    (c, ShareSet(mid, s.hi, s.has)),
+                ]
+            if len(states[v]) > 2 and rng.random() < 0.5:
+                del states[v][rng.randrange(len(states[v]))]
 
 
 @fast(40)

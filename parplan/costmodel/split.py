@@ -324,6 +324,59 @@ def floorless_factor(
     return scope, raw, floor
 
 
+def updated_factor(
+    sp: SplitProblem,
+    tables,
+    u: int,
+    options: PlanOptions,
+    keys,
+    previous=None,
+    max_cells: float = MAX_FACTOR_CELLS,
+) -> tuple[tuple[int, ...], np.ndarray, tuple]:
+    """(scope, values, what ``previous`` takes next time): :func:`floorless_factor`'s values of
+    node ``u`` where the state tables change a few states at a time (the continuous search cuts
+    intervals). ``keys[w]`` names node ``w``'s states in its table's order; ``previous``, the
+    last call's third item, holds the values of the states then, and only cells with a state
+    not named there are priced (every cell's value reads only its own states: the same numbers,
+    bit for bit, as pricing the whole table). No memory price (its factor is floored here)."""
+    if options.memory_price > 0.0:
+        raise ConfigError("updated_factor prices no memory term")
+    scope, groups = _sent(sp, u)[:2]
+    check_factor_size(sp, tables, u, options, max_cells)
+    frame = _memo_key(sp, tables, u, options.objective)[0]
+    now = tuple(tuple(keys[w]) for w in scope)
+    shape = tuple(len(k) for k in now)
+    if any(len(k) != tables[w].size for k, w in zip(now, scope)):
+        raise ValueError("keys do not match the state tables")
+    k = len(scope)
+
+    def priced(sel) -> np.ndarray:
+        idx = {
+            w: s.reshape([-1 if j == i else 1 for j in range(k)])
+            for i, (w, s) in enumerate(zip(scope, sel))
+        }
+        return node_values(tables, sp.side, groups, u, idx, frame, sp.frames[1], options.objective)
+
+    if previous is None:
+        raw = priced([np.arange(n) for n in shape])
+        return scope, raw, (now, raw)
+    before, old_raw = previous
+    at = []
+    for was, names in zip(before, now):
+        place = {name: i for i, name in enumerate(was)}
+        at.append(np.array([place.get(name, -1) for name in names], dtype=np.int64))
+    kept = [np.flatnonzero(a >= 0) for a in at]
+    fresh = [np.flatnonzero(a < 0) for a in at]
+    raw = np.empty(shape)
+    if all(len(x) for x in kept):
+        raw[np.ix_(*kept)] = old_raw[np.ix_(*[a[x] for a, x in zip(at, kept)])]
+    for j in range(k):  # the cells whose first new state is member j's: each priced once
+        sel = [kept[i] if i < j else fresh[j] if i == j else np.arange(shape[i]) for i in range(k)]
+        if all(len(x) for x in sel):
+            raw[np.ix_(*sel)] = priced(sel)
+    return scope, raw, (now, raw)
+
+
 def memory_price(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.ndarray:
     """Per state of node ``u``, the memory price ``mu (m_1 / C_1 + m_2 / C_2)`` of
     docs/costmodel.md section 6.2 (step 3). What a recomputed block holds again is a largest
@@ -486,4 +539,5 @@ __all__ = [
     "price_split",
     "split_tables",
     "split_terms",
+    "updated_factor",
 ]

@@ -57,6 +57,7 @@ from parplan.costmodel.split import (
     compat_reduction_elements,
     price_split,
     split_tables,
+    updated_factor,
 )
 from parplan.errors import ConfigError, TableTooLarge
 from parplan.solvers.dp import MAX_CELLS, frontier_dp, min_states
@@ -155,13 +156,22 @@ def continuous_split(
     first = share_intervals(share_points(sp.side, ShareMode.FREE, START_GRID))
     states = [[(c, s) for c in options.choices(node) for s in first] for node in sp.planning.nodes]
     bound, rounds, stop = 0.0, 0, "time limit"
+    # each node's factor as last priced: a round prices only the cells of its new states
+    previous: list = [None] * n
     while True:
         rounds += 1
         tables = [_table(sp, options, v, states[v], raise_table) for v in range(n)]
         states = [flat for _, flat in tables]
         marginals: list = []
         try:
-            low, arg = min_states(sp, options, [t for t, _ in tables], max_cells, marginals)
+            plain = [t for t, _ in tables]
+            factors = []
+            for u in range(n):
+                scope, values, previous[u] = updated_factor(
+                    sp, plain, u, options, states, previous[u], max_cells
+                )
+                factors.append((scope, values, sp.floor(u, options)))
+            low, arg = min_states(sp, options, plain, max_cells, marginals, factors)
         except TableTooLarge:
             stop = "table size"
             break

@@ -133,6 +133,7 @@ def min_states(
     tables,
     max_cells: int = MAX_CELLS,
     marginals: list | None = None,
+    factors: list | None = None,
 ) -> tuple[float, list[int]]:
     """(the least objective over the nodes' states ``tables``, each node's state index there):
     the elimination behind :func:`frontier_dp`, for any state tables (points, intervals, or a
@@ -141,18 +142,25 @@ def min_states(
     ``marginals``: a list that receives, per node, the least objective with the node in each of
     its states (min-marginals: a backward pass over the elimination's cliques, each clique's
     sum plus what lies outside it; the outside of a message is its consumer's clique minus the
-    message, minimised over the rest)."""
+    message, minimised over the rest). ``factors``: per node ``(scope, values, floor)`` as
+    :func:`~parplan.costmodel.split.floorless_factor` gives them, priced by the caller (the
+    continuous search updates them state by state: ``split.updated_factor``)."""
     n = len(sp.planning.nodes)
     for u in range(n):  # every size first: a split too large for the DP prices nothing
         check_factor_size(sp, tables, u, options, max_cells)
     # (scope, values, floor) per node: the elimination floors a node's values as it reads them
     # (the min-marginals' backward pass reads the tables themselves: floored here)
-    factors = [
-        floorless_factor(sp, tables, u, options, max_cells, checked=True)
-        if marginals is None
-        else (*node_factor(sp, tables, u, options, max_cells, checked=True), 0.0)
-        for u in range(n)
-    ]
+    if factors is not None:
+        factors = [
+            (s, v, f) if marginals is None else (s, floored_time(v, f), 0.0) for s, v, f in factors
+        ]
+    else:
+        factors = [
+            floorless_factor(sp, tables, u, options, max_cells, checked=True)
+            if marginals is None
+            else (*node_factor(sp, tables, u, options, max_cells, checked=True), 0.0)
+            for u in range(n)
+        ]
     order = elimination_order([f[0] for f in factors], n)
     if marginals is None:  # the whole elimination in the compiled core (_pricing.solve)
         got = _pricing.solve(
