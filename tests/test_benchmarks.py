@@ -369,7 +369,7 @@ def test_scaling_quick(tmp_path):
         ],
     )
     fits = pd.read_csv(tmp_path / "scaling_fits.csv")
-    _has_columns(fits, ["study", "series", "exponent_wall", "exponent_cpu", "linear"])
+    _has_columns(fits, ["study", "series", "exponent_wall", "exponent_cpu", "at_most_linear"])
     assert set(table.study) == {"layers", "depth", "exact"}
     assert (table.wall_s > 0).all()
 
@@ -537,11 +537,11 @@ def test_accpar_full_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_scaling_full_run_dp_is_linear(tmp_path):
+def test_scaling_full_run_dp_is_at_most_linear(tmp_path):
     scaling.run(tmp_path)
     fits = pd.read_csv(tmp_path / "scaling_fits.csv")
     dp = fits[fits.series.str.startswith("dp ")]
-    assert len(dp) == 2 and dp.exponent_wall.between(0.8, 1.2).all()
+    assert len(dp) == 2 and dp.exponent_wall.between(0.3, 1.2).all() and dp.at_most_linear.all()
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@
   (``accpar-topdown`` on one heterogeneous split, ``tpu-v2:1,tpu-v3:1``) and the ``accpar``
   portfolio on ``tpu-v2:4,tpu-v3:4``; the planning graph is built beforehand (its build time is
   reported apart, ``build_s``). A least-squares fit of log(time) on log(layers) over sizes >= 64
-  gives the exponent: 1 means linear.
+  gives the exponent: 1 means linear (the goal: at most linear, k <= 1.2).
 - Depth: the DP and the portfolio on VGG-16 and ResNet-50 for depths 1..10
   (``tpu-v2:2^(d-1),tpu-v3:2^(d-1)``, up to 1024 devices), with the number of split problems
   the recursion solves; the fit is against the number of devices.
@@ -406,7 +406,7 @@ def fit_table(table: pd.DataFrame) -> pd.DataFrame:
                 "max_x": int(pts[x].max()),
                 "exponent_wall": k,
                 "exponent_cpu": kc,
-                "linear": bool(0.8 <= k <= 1.2) if study == "layers" else None,
+                "at_most_linear": bool(k <= 1.2) if study == "layers" else None,
                 "max_wall_s": float(sub.wall_s.max()),
             }
         )
@@ -421,7 +421,7 @@ def fit_table(table: pd.DataFrame) -> pd.DataFrame:
             "max_x",
             "exponent_wall",
             "exponent_cpu",
-            "linear",
+            "at_most_linear",
             "max_wall_s",
         ],
     )
@@ -458,9 +458,10 @@ def _markdown(table: pd.DataFrame, fits: pd.DataFrame, time_limit_s: float) -> s
         f"Layer-wise DP exponent (wall time ~ layers^k, sizes >= {FIT_MIN_LAYERS}): "
         + ", ".join(f"{r.series}: k = {r.exponent_wall:.2f}" for r in dp.itertuples())
         + (
-            " -- linear (0.8 <= k <= 1.2)."
-            if len(dp) and dp.linear.all()
-            else " -- NOT within 0.8..1.2."
+            " -- at most linear (k <= 1.2; below 1 where the fixed cost of a plan and the memo "
+            "of repeated layers weigh at the small sizes)."
+            if len(dp) and dp.at_most_linear.all()
+            else " -- NOT at most linear (k > 1.2)."
         ),
         "",
         "## Planner wall time vs layers",
@@ -475,7 +476,7 @@ def _markdown(table: pd.DataFrame, fits: pd.DataFrame, time_limit_s: float) -> s
             "max_x": "d",
             "exponent_wall": ".2f",
             "exponent_cpu": ".2f",
-            "linear": str,
+            "at_most_linear": str,
             "max_wall_s": ".3f",
         },
         headers={
@@ -483,6 +484,7 @@ def _markdown(table: pd.DataFrame, fits: pd.DataFrame, time_limit_s: float) -> s
             "max_x": "max layers",
             "exponent_wall": "k (wall)",
             "exponent_cpu": "k (CPU)",
+            "at_most_linear": "at most linear",
             "max_wall_s": "max wall (s)",
         },
     )
