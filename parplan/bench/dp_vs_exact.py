@@ -17,7 +17,7 @@ On one split the DP is exact, so DP and a continuous-share backend must agree at
 (``root_match``); deeper, both follow the same recursion and agree unless ties lead them into
 different sub-problems. CP-SAT works on a share grid and can only be slower than the DP.
 
-The default scope (every zoo model, depths 1..3, every backend, 30 s per split and per run)
+The default scope (every zoo model, depths 1..3, every backend, 20 s per split and per run)
 finishes within an hour on 2 cores; deeper arrays (``--depths 1..8``) add 15-255 splits per run,
 and there every exact run larger than the small CNNs ends at its budget, measuring the budget
 rather than the solver.
@@ -61,8 +61,8 @@ from parplan.bench.common import (
 NAME = "dp-vs-exact"
 DEPTHS = (1, 2, 3)
 DEFAULT_BATCH = 512
-DEFAULT_TIME_LIMIT_S = 30.0
-DEFAULT_BUDGET_S = 30.0
+DEFAULT_TIME_LIMIT_S = 20.0
+DEFAULT_BUDGET_S = 20.0
 QUICK = {
     "models": ("lenet", "sfc"),
     "depths": (1, 2),
