@@ -21,8 +21,8 @@ Example:
 from __future__ import annotations
 
 import argparse
-import math
 import json
+import math
 import sys
 import time
 
