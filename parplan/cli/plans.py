@@ -191,7 +191,7 @@ def layer_bound_lines(layer_bounds: list[dict], per_layer_bound_s: float) -> lis
     from parplan.reporting.report import format_time
 
     top = sorted(layer_bounds, key=lambda r: -r["excess_s"])[:BOUND_TOP]
-    top = [r for r in top if r["excess_s"] > 0.0]
+    top = [r for r in top if r["excess_s"] > 1e-9 * r["time_s"]]  # a rounding is no excess
     if not top:
         return []
     width = max(len(r["layer"]) for r in top)
