@@ -705,6 +705,12 @@ def test_bound_quick(tmp_path):
     assert row["top_excess_share"] == pytest.approx(
         max(excess.values()) / sum(excess.values()), rel=1e-9
     )
+    # the excess split in two: the plan's states and the transfers between layers add up to it
+    assert (table.states_excess_s >= 0).all() and (table.transfers_excess_s >= 0).all()
+    assert (table.states_excess_s + table.transfers_excess_s).tolist() == pytest.approx(
+        (table.accpar_step_s - table.per_node_bound_s).tolist(), rel=1e-9
+    )
+    assert "excess: states / transfers / charged" in (tmp_path / "bound.md").read_text()
 
 
 def test_joint_quick(tmp_path):
