@@ -165,8 +165,8 @@ def bound_text(figures: dict) -> str:
         f"{figures['global_gap']:.2%} (no plan of this array's hierarchy, with any shares, is faster)",
         *layer_bound_lines(figures["layer_bounds"], figures["per_layer_bound_s"]),
     ]
-    if "states_excess_s" in figures:
-        states, moves = figures["states_excess_s"], figures["transfers_excess_s"]
+    states, moves = figures.get("states_excess_s", 0.0), figures.get("transfers_excess_s", 0.0)
+    if states + moves > 1e-9 * figures["per_layer_bound_s"]:  # a plan above its layers' bounds
         above = figures["global_bound_s"] - figures["per_layer_bound_s"]
         lines.append(
             f"  above the layers' own bounds: {_part(states, states + moves)} from the plan's states "
