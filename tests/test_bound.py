@@ -298,8 +298,17 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
     assert c.best_s == min(c.dp_objective, c.exact.certificate.objective)
     assert c.global_gap == pytest.approx(c.best_s / c.global_bound_s - 1) and c.global_gap >= 0
     assert not c.contradictions
+    # where the gap sits: on one split the polish starts from the DP's plan (the portfolio is the
+    # DP there); its excess over the layers' own bounds, split at its pinned bounds
+    per_node = hierarchy_bound(p).bound_s
+    assert c.per_node_bound_s == pytest.approx(per_node, rel=1e-12)
+    assert c.excess_states_s >= 0 and c.excess_transfers_s >= 0
+    assert c.excess_states_s + c.excess_transfers_s == pytest.approx(
+        c.dp_objective - per_node, rel=1e-9, abs=1e-18
+    )
     # the communication objective has no step-time bound
-    assert certify(p, "hypar", "highs").global_bound_s is None
+    hypar = certify(p, "hypar", "highs")
+    assert hypar.global_bound_s is None and hypar.excess_states_s is None
     assert (
         main(
             [
@@ -316,7 +325,11 @@ def test_certify_reports_the_global_bound_and_gap(capsys):
         )
         == 0
     )
-    assert "global gap" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "global gap" in out
+    cli = certify(Problem(get_model("lenet"), parse_array("h100:2"), batch=64, overlap=True))
+    shown = cli.excess_states_s + cli.excess_transfers_s > 1e-9 * cli.best_s  # the CLI's default
+    assert ("from transfers between layers" in out) == shown
 
 
 @st.composite

@@ -328,6 +328,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         "best_step_time_s": c.best_s,
         "global_bound_s": c.global_bound_s,
         "global_gap": c.global_gap,
+        "excess_states_s": c.excess_states_s,
+        "excess_transfers_s": c.excess_transfers_s,
+        "per_node_bound_s": c.per_node_bound_s,
         "memory_limit": args.memory_limit,
         "contradictions": bad,
         "message": cert.message,
@@ -402,6 +405,14 @@ def cmd_certify(args: argparse.Namespace) -> int:
             print(
                 f"  whole array best plan {fmt(c.best_s)}, global bound {fmt(c.global_bound_s)} (every plan of "
                 f"the hierarchy, any shares), global gap {'n/a' if c.global_gap is None else f'{c.global_gap:.2%}'}"
+            )
+        excess = (c.excess_states_s or 0.0) + (c.excess_transfers_s or 0.0)
+        if c.best_s is not None and excess > 1e-9 * c.best_s:  # a rounding is no excess
+            print(
+                f"  excess      of the better of the DP's and the portfolio's plans over its layers' own bounds: "
+                f"{fmt(c.excess_states_s)} from its states, {fmt(c.excess_transfers_s)} from transfers between "
+                f"layers; the global bound charges {fmt(max(0.0, c.global_bound_s - c.per_node_bound_s))} of it "
+                '(docs/costmodel.md section 8, "Where a gap sits")'
             )
         if cert.message:
             print(f"  message     {cert.message}")

@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -462,6 +463,14 @@ class Certification:
     #: (:func:`parplan.solvers.continuous.continuous_plan`) where it fits; free shares and the
     #: step-time objective only, else None.
     continuous_s: float | None = None
+    #: The better of the DP's and the portfolio's plans (the polish's start): its excess over its
+    #: layers' own bounds, split into what its states cost in each layer's own terms and the
+    #: transfers between layers (:func:`parplan.solvers.bound.pinned_node_bounds`; seconds,
+    #: step-time objective only, else None).
+    excess_states_s: float | None = None
+    excess_transfers_s: float | None = None
+    #: The per-node bound's sum (the layers' own bounds; the global bound is at least it).
+    per_node_bound_s: float | None = None
 
     @property
     def global_gap(self) -> float | None:
@@ -556,8 +565,9 @@ def certify(
     ):
         bad.append("the DP plan is cheaper than the 'optimal' exact plan")
     bound = best = polished = portfolio = selected = continuous = None
+    states = transfers = per_node = None
     if options.objective is Objective.TIME and problem.compat is None:
-        from parplan.solvers.bound import global_bound
+        from parplan.solvers.bound import global_bound, pinned_node_bounds
         from parplan.solvers.polish import auto_polish, polish
 
         start = dp_plan
@@ -575,7 +585,15 @@ def certify(
                 start = plan if portfolio < dp_price or not dp_fits else dp_plan
         if progress is not None:
             progress("global bound over the whole hierarchy")
-        bound = global_bound(problem).bound_s
+        whole = global_bound(problem)
+        bound, per_node = whole.bound_s, math.fsum(whole.node_s)
+        if fits(start):  # where its gap sits (docs/costmodel.md section 8)
+            times = evaluate(problem, start).node_time_s
+            pinned = pinned_node_bounds(problem, start)
+            states = math.fsum(max(0.0, q - b) for q, b in zip(pinned, whole.node_s))
+            transfers = math.fsum(
+                max(0.0, t - max(q, b)) for t, q, b in zip(times, pinned, whole.node_s)
+            )
         if fits(start) and auto_polish(problem):
             if progress is not None:
                 progress("polishing the best plan so far (multi-level moves)")
@@ -614,6 +632,9 @@ def certify(
         portfolio,
         selected,
         continuous,
+        states,
+        transfers,
+        per_node,
     )
 
 
