@@ -338,7 +338,8 @@ def updated_factor(
     intervals). ``keys[w]`` names node ``w``'s states in its table's order; ``previous``, the
     last call's third item, holds the values of the states then, and only cells with a state
     not named there are priced (every cell's value reads only its own states: the same numbers,
-    bit for bit, as pricing the whole table). No memory price (its factor is floored here)."""
+    bit for bit, as pricing the whole table). No memory price: :func:`floorless_factor` adds
+    one to floored values, and the continuous search has none."""
     if options.memory_price > 0.0:
         raise ConfigError("updated_factor prices no memory term")
     scope, groups = _sent(sp, u)[:2]
