@@ -7,6 +7,8 @@ priced by the evaluator. No plan may beat the bound. On the zoo it lies between 
 bound's neighbourhood and the planners' plans.
 """
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -117,6 +119,8 @@ def test_pinned_bounds_lie_between_the_per_node_bounds_and_the_plan(case):
     per-node bound (which may choose any states) and at most its time there (which adds the
     transfers between layers)."""
     p, plan = case
+    if p.batch >= 64:  # half the cases with the weights' traffic overlapping the backward
+        p = replace(p, overlap=True)
     free = hierarchy_bound(p).node_s
     pinned = pinned_node_bounds(p, plan)
     times = evaluate(p, plan).node_time_s
