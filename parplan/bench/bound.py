@@ -72,7 +72,7 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     from parplan.costmodel.hardware import parse_array
     from parplan.costmodel.problem import Problem
     from parplan.models.zoo import get_model
-    from parplan.solvers.bound import global_bound, layer_excess, pinned_node_bounds
+    from parplan.solvers.bound import excess_parts, global_bound, layer_excess, pinned_node_bounds
     from parplan.solvers.planners import make_plan, planner_options
     from parplan.solvers.polish import auto_polish, polish
 
@@ -97,11 +97,8 @@ def bound_task(model: str, array: str, batch: int) -> dict:
     top = max(range(len(excess)), key=excess.__getitem__)
     # its excess split (docs/costmodel.md section 8, "Where a gap sits"): what its states cost in
     # each layer's own terms, and the transfers between layers
-    pinned = pinned_node_bounds(p, plan)
-    states = math.fsum(max(0.0, q - b) for q, b in zip(pinned, whole.node_s))
-    moves = math.fsum(
-        max(0.0, t - max(q, b)) for t, q, b in zip(accpar_ev.node_time_s, pinned, whole.node_s)
-    )
+    parts = excess_parts(accpar_ev.node_time_s, whole.node_s, pinned_node_bounds(p, plan))
+    states, moves = (math.fsum(x) for x in zip(*parts))
     root = root_bound(p)["bound"]
     best = min(x for x in (accpar, data, polished) if x is not None)
     wall = plan_wall + bound_wall + (polish_wall or 0.0)

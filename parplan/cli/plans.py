@@ -127,7 +127,7 @@ def bound_figures(problem, ev, progress=None, plan=None) -> dict:
     (``bound.pinned_node_bounds``), which splits its excess into what its states cost in its
     own terms and what the plan pays to move data between layers (section 8, "Where a gap
     sits")."""
-    from parplan.solvers.bound import global_bound, layer_excess, pinned_node_bounds
+    from parplan.solvers.bound import excess_parts, global_bound, layer_excess, pinned_node_bounds
 
     if progress is not None:
         progress("global bound over the whole hierarchy")
@@ -147,10 +147,9 @@ def bound_figures(problem, ev, progress=None, plan=None) -> dict:
     }
     if plan is not None:
         pinned = pinned_node_bounds(problem, plan)
-        for row, pin in zip(rows, pinned):
-            row["pinned_s"] = pin
-            row["states_excess_s"] = max(0.0, pin - row["bound_s"])
-            row["transfers_excess_s"] = max(0.0, row["time_s"] - max(pin, row["bound_s"]))
+        parts = excess_parts(ev.node_time_s, bound.node_s, pinned)
+        for row, pin, (states, moves) in zip(rows, pinned, parts):
+            row.update(pinned_s=pin, states_excess_s=states, transfers_excess_s=moves)
         out["states_excess_s"] = math.fsum(r["states_excess_s"] for r in rows)
         out["transfers_excess_s"] = math.fsum(r["transfers_excess_s"] for r in rows)
     return out

@@ -72,6 +72,8 @@ __all__ = [
     "root_dp_bound",
     "root_continuous_bound",
     "pair_bound",
+    "pinned_node_bounds",
+    "excess_parts",
     "global_bound",
     "layer_excess",
     "raised_tables",
@@ -694,6 +696,17 @@ def pinned_node_bounds(problem: Problem, plan, solver: _Bound | None = None) -> 
         v = len(out)
         out.append(_pinned(solver, problem.array, "", d, plan, v, node.choices))
     return tuple(out)
+
+
+def excess_parts(node_time_s, node_bound_s, pinned_s) -> list[tuple[float, float]]:
+    """Per node, its time's excess over its per-node bound in two parts (docs/costmodel.md
+    section 8, "Where a gap sits"): (what the plan's states cost in its own terms, what the plan
+    pays to move data between layers), from its time in the plan (the evaluator's), its bound
+    and its bound pinned to the plan (:func:`pinned_node_bounds`)."""
+    return [
+        (max(0.0, q - b), max(0.0, t - max(q, b)))
+        for t, b, q in zip(node_time_s, node_bound_s, pinned_s)
+    ]
 
 
 def _pinned(solver: _Bound, group: ArrayNode, path: str, d: LayerDims, plan, v: int, choices):

@@ -567,7 +567,7 @@ def certify(
     bound = best = polished = portfolio = selected = continuous = None
     states = transfers = per_node = None
     if options.objective is Objective.TIME and problem.compat is None:
-        from parplan.solvers.bound import global_bound, pinned_node_bounds
+        from parplan.solvers.bound import excess_parts, global_bound, pinned_node_bounds
         from parplan.solvers.polish import auto_polish, polish
 
         start = dp_plan
@@ -588,12 +588,12 @@ def certify(
         whole = global_bound(problem)
         bound, per_node = whole.bound_s, math.fsum(whole.node_s)
         if fits(start):  # where its gap sits (docs/costmodel.md section 8)
-            times = evaluate(problem, start).node_time_s
-            pinned = pinned_node_bounds(problem, start)
-            states = math.fsum(max(0.0, q - b) for q, b in zip(pinned, whole.node_s))
-            transfers = math.fsum(
-                max(0.0, t - max(q, b)) for t, q, b in zip(times, pinned, whole.node_s)
+            parts = excess_parts(
+                evaluate(problem, start, rows=False).node_time_s,
+                whole.node_s,
+                pinned_node_bounds(problem, start),
             )
+            states, transfers = (math.fsum(x) for x in zip(*parts))
         if fits(start) and auto_polish(problem):
             if progress is not None:
                 progress("polishing the best plan so far (multi-level moves)")
