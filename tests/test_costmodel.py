@@ -375,6 +375,10 @@ def test_qk_norm_adds_its_scales_and_traffic_but_no_flops():
     f1, t1, s1 = normed.training_cost(shapes, out)
     qk = (4 + 2) * 16 * 32  # q and k elements per sample
     assert (f1, s1) == (f0, s0) and t1 - t0 == 4 * qk
+    # cosine attention (Swin V2): a logit scale per query head; q and k L2-normalised likewise
+    cosine = A("a", ("x",), heads=4, kv_heads=2, cosine=True)
+    assert cosine.weight_elements(shapes) == 4
+    assert cosine.training_cost(shapes, out) == (f0, t0 + 4 * qk, s0)
 
 
 def test_qk_norm_in_the_executor_is_a_per_head_rms_norm():
@@ -398,6 +402,24 @@ def test_qk_norm_in_the_executor_is_a_per_head_rms_norm():
     ref = torch.nn.functional.scaled_dot_product_attention(rms(q), rms(k), v)
     want = ref.permute(0, 1, 3, 2).reshape(n, -1, seq)
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_cosine_attention_in_the_executor_is_swin_v2s():
+    """torchexec.attention with cosine equals Swin V2's core written out: q and k L2-normalised
+    per head, the scores times the logit scale at its initial value (10), no 1 / sqrt(d)."""
+    torch = pytest.importorskip("torch")
+    from parplan.executor.torchexec import COSINE_SCALE, attention
+
+    gen = torch.Generator().manual_seed(4)
+    n, heads, d, seq = 2, 3, 8, 5
+    x = torch.randn(n, heads * 3 * d, seq, generator=gen, dtype=torch.float64)
+    got = attention(x, d, 1, cosine=True)
+    h = x.reshape(n, heads, 3, d, seq).permute(0, 1, 2, 4, 3)  # (n, heads, q/k/v, seq, d)
+    q, k, v = (torch.nn.functional.normalize(h[:, :, i], dim=-1) for i in range(3))
+    v = h[:, :, 2]
+    scores = (q @ k.transpose(-2, -1) * COSINE_SCALE).softmax(-1)
+    want = (scores @ v).permute(0, 1, 3, 2).reshape(n, -1, seq)
+    assert COSINE_SCALE == 10.0 and torch.allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_gpt2_training_flops_include_attention():

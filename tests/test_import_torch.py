@@ -351,6 +351,52 @@ def test_l2_normalised_features_import_as_a_norm():
     assert g.layer("fc2").inputs == (norms[0].name,)
 
 
+class CosineAttention(nn.Module):
+    """Swin V2's attention core written small: a fused qkv projection, q and k L2-normalised per
+    head, the scores times a learned logit scale per head (clamped, exponentiated), plus a
+    position bias that an MLP computes from a constant table (no input data in it).
+    ``normed``: which of q and k are normalised (Swin V2: both)."""
+
+    def __init__(self, hidden=32, heads=4, seq=16, normed=(True, True), scale=True):
+        super().__init__()
+        self.heads, self.normed = heads, normed
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1))) if scale else None
+        self.cpb = nn.Sequential(nn.Linear(2, 24), nn.ReLU(), nn.Linear(24, heads, bias=False))
+        self.register_buffer("coords", torch.linspace(-1, 1, 2 * seq).reshape(1, seq, 2))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        q = F.normalize(q, dim=-1) if self.normed[0] else q
+        k = F.normalize(k, dim=-1) if self.normed[1] else k
+        scores = q @ k.transpose(-2, -1)
+        if self.logit_scale is not None:
+            scores = scores * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        bias = self.cpb(self.coords).view(-1, self.heads)[:t].permute(1, 0)
+        scores = (scores + 16 * torch.sigmoid(bias).unsqueeze(-1)).softmax(-1)
+        return self.proj((scores @ v).transpose(1, 2).reshape(b, t, c))
+
+
+def test_cosine_attention_imports_with_its_scale_and_the_bias_mlps_parameters():
+    """Swin V2's cosine attention: one Attention(cosine=True) holding the logit scale (one per
+    head) and every parameter of the MLP that computes the position bias from a constant table
+    (counted once); FLOPs are the projections' and the core's (the bias MLP runs once per
+    step, on no sample: it is not priced). Normalising only q, or a logit scale without the
+    norms, is refused with what the importer maps."""
+    net = CosineAttention()
+    g = from_torch(net, (16, 32))
+    assert g.parameter_count() == torch_params(net)
+    (attn,) = [layer for layer in g.layers if isinstance(layer, Attention)]
+    assert (attn.heads, attn.cosine, attn.qk_norm) == (4, True, False)
+    assert attn.bias_params == 2 * 24 + 24 + 24 * 4  # the bias MLP's weights and bias
+    plain = EinsumAttention()  # the same projections and core, q, k, v apart
+    assert flops(g) == flops(from_torch(plain, (16, 32)))
+    for bad in (CosineAttention(normed=(True, False)), CosineAttention(scale=False)):
+        with pytest.raises(GraphError, match="not cosine attention"):
+            from_torch(bad, (16, 32))
+
+
 def _forward_flops(net, shape) -> float:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode

@@ -16,7 +16,7 @@ from parplan.costmodel.hardware import parse_array  # noqa: E402
 from parplan.costmodel.problem import Problem  # noqa: E402
 from parplan.errors import ConfigError  # noqa: E402
 from parplan.models.importers import from_torch  # noqa: E402
-from parplan.models.importers.hub import hf_model, import_torchvision  # noqa: E402
+from parplan.models.importers.hub import hf_model, import_torchvision, native_image  # noqa: E402
 from parplan.solvers.planners import make_plan  # noqa: E402
 
 try:
@@ -35,6 +35,8 @@ VISION = [
     pytest.param("convnext_tiny", marks=pytest.mark.slow),
     "vit_b_16",
     pytest.param("swin_t", marks=pytest.mark.slow),
+    # cosine attention, a position-bias MLP on a constant table; 8 x 8 windows at 256 pixels
+    pytest.param("swin_v2_t", marks=pytest.mark.slow),
     pytest.param("densenet121", marks=pytest.mark.slow),
     pytest.param("maxvit_t", marks=pytest.mark.slow),  # attention written with einsum
 ]
@@ -119,12 +121,24 @@ def check(graph, model, example, array: str, batch: int, **kwargs):
 def test_torchvision_model(name):
     with torch.device("meta"):
         model = tv.models.get_model(name, weights=None)
-    graph = from_torch(model, (3, 224, 224), name=name)
+    size = native_image(name)  # what tv:<name> imports at
+    graph = from_torch(model, (3, size, size), name=name)
     plan = check(
-        graph, model, torch.zeros(1, 3, 224, 224, device="meta"), "a100:1,h100:1", batch=32
+        graph, model, torch.zeros(1, 3, size, size, device="meta"), "a100:1,h100:1", batch=32
     )
     if name == "densenet121":
         assert "fallback" in plan.info  # too large for the exact DP: planned anyway, and said so
+
+
+@pytest.mark.skipif(tv is None, reason="torchvision not installed")
+def test_torchvision_specs_default_to_the_image_size_of_the_models_weights():
+    """``tv:<name>`` without ``image=`` imports at the size torchvision evaluates the model's
+    weights at (Swin V2's 8 x 8 windows do not tile 224 pixels' stages, Inception V3 takes 299);
+    a model without weights at 224."""
+    from parplan.models.importers.hub import DEFAULT_IMAGE
+
+    sizes = [native_image(n) for n in ("resnet50", "inception_v3", "swin_v2_t", "vit_h_14")]
+    assert sizes == [224, 299, 256, 518] and DEFAULT_IMAGE == 224
 
 
 @pytest.mark.skipif(tv is None, reason="torchvision not installed")

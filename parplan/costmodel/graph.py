@@ -465,6 +465,10 @@ class Attention(Layer):
     #: feature for q and one for k (2 d parameters); element-wise, statistics within a head,
     #: so a split of whole heads exchanges nothing (docs/costmodel.md section 1).
     qk_norm: bool = False
+    #: Cosine attention (Swin V2): q and k L2-normalised per head (no weights), the scores
+    #: scaled by a learned logit scale per query head (``heads`` parameters) instead of
+    #: ``1 / sqrt(d)``; element-wise inside the core, as a q/k norm is.
+    cosine: bool = False
 
     @property
     def key_heads(self) -> int:
@@ -492,7 +496,11 @@ class Attention(Layer):
 
     def weight_elements(self, in_shapes: list[Shape]) -> int:
         head = in_shapes[0].channels // (self.heads + 2 * self.key_heads)
-        return self.bias_params + (2 * head if self.qk_norm else 0)
+        return (
+            self.bias_params
+            + (2 * head if self.qk_norm else 0)
+            + (self.heads if self.cosine else 0)
+        )
 
     def attention_flops(self, in_shapes: list[Shape], batch: float) -> float:
         """FLOPs of one training step of the two attention products (QK^T and AV): per query
@@ -505,11 +513,12 @@ class Attention(Layer):
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
         """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and
         writes the output (and the reverse backward), storing its input. Rotary embeddings
-        read and write q and k once forward and once backward; so does a q/k norm."""
+        read and write q and k once forward and once backward; so does a q/k norm, and so do
+        cosine attention's L2 norms."""
         _, traffic, stored = super().training_cost(in_shapes, out_shape)
         x = in_shapes[0]
         qk = x.elements // (self.heads + 2 * self.key_heads) * (self.heads + self.key_heads)
-        traffic += 4.0 * qk * (int(self.rotary) + int(self.qk_norm))
+        traffic += 4.0 * qk * (int(self.rotary) + int(self.qk_norm) + int(self.cosine))
         return self.attention_flops(in_shapes, 1.0), traffic, stored
 
 

@@ -101,15 +101,26 @@ def norm_scale(channels: int) -> torch.Tensor:
     return torch.linspace(0.5, 1.5, channels, dtype=DTYPE)
 
 
+#: Cosine attention's logit scale in the executor: its learned value at initialisation (Swin V2's
+#: ``exp(log 10)``), fixed as a norm's affine parameters are.
+COSINE_SCALE = 10.0
+
+
 def attention(
-    x: torch.Tensor, head: int, rep: int = 1, rotary: bool = False, qk_norm: bool = False
+    x: torch.Tensor,
+    head: int,
+    rep: int = 1,
+    rotary: bool = False,
+    qk_norm: bool = False,
+    cosine: bool = False,
 ) -> torch.Tensor:
     """Attention cores of whole key/value groups: ``x`` (rows, groups * (rep + 2) * head,
     positions), each group's columns its ``rep`` query heads, then its k and v (group-major)
     -> (rows, groups * rep * head, positions). ``rep`` > 1 is grouped-query attention;
     ``qk_norm`` RMS-normalises each head of q and k (without its scales, as a norm's affine
     parameters are not trained here); ``rotary`` then rotates q and k by position (RoPE,
-    rotate-half form)."""
+    rotate-half form); ``cosine`` L2-normalises each head of q and k and scales the scores by
+    :data:`COSINE_SCALE` instead of ``1 / sqrt(head)`` (Swin V2)."""
     n, c, seq = x.shape
     h = x.reshape(n, c // ((rep + 2) * head), rep + 2, head, seq)
     q, k, v = h[:, :, :rep], h[:, :, rep], h[:, :, rep + 1]
@@ -118,7 +129,13 @@ def attention(
         k = k / torch.sqrt((k * k).mean(dim=-2, keepdim=True) + LN_EPS)
     if rotary:
         q, k = rope(q, seq), rope(k, seq)
-    a = torch.softmax(torch.einsum("ngrds,ngdt->ngrst", q, k) / head**0.5, dim=-1)
+    if cosine:  # over each head's features (dim -2), as F.normalize (eps 1e-12)
+        q = q / torch.linalg.vector_norm(q, dim=-2, keepdim=True).clamp_min(1e-12)
+        k = k / torch.linalg.vector_norm(k, dim=-2, keepdim=True).clamp_min(1e-12)
+        scores = torch.einsum("ngrds,ngdt->ngrst", q, k) * COSINE_SCALE
+    else:
+        scores = torch.einsum("ngrds,ngdt->ngrst", q, k) / head**0.5
+    a = torch.softmax(scores, dim=-1)
     return torch.einsum("ngrst,ngdt->ngrds", a, v).reshape(n, -1, seq)
 
 
@@ -163,6 +180,7 @@ def apply_op(layer, info, x: torch.Tensor, cols) -> torch.Tensor:
             layer.heads // layer.key_heads,
             layer.rotary,
             layer.qk_norm,
+            layer.cosine,
         )
     if isinstance(layer, Pool2d):
         s = info.in_shapes[layer.name][0]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Hashable, Sequence
 
 from parplan.costmodel.graph import (
@@ -67,13 +67,15 @@ class Piece:
     """Piece ``index`` of ``count`` equal pieces of activation ``act`` (e.g. q, k, v of a fused qkv),
     or with ``span`` the features ``[start, end)`` of ``act`` (Phi-3 slices q, k, v of unequal
     sizes out of its projection by index); ``rotary``: RoPE applied to it (rotary position
-    embedding on q and k pieces of the model's own fused projection: GPT-NeoX, Phi-3)."""
+    embedding on q and k pieces of the model's own fused projection: GPT-NeoX, Phi-3);
+    ``normed``: L2-normalised per head (cosine attention's q and k: Swin V2)."""
 
     act: Act
     index: int
     count: int
     rotary: bool = False
     span: tuple[int, int] | None = None
+    normed: bool = False
 
     def same_piece(self, other) -> bool:
         """Whether ``other`` is this piece, rotated or not."""
@@ -87,13 +89,15 @@ class Piece:
 
 @dataclass(frozen=True)
 class Scores:
-    """Attention scores ``q @ k^T`` (scaled, masked, softmaxed) awaiting their product with ``v``."""
+    """Attention scores ``q @ k^T`` (scaled, masked, softmaxed) awaiting their product with ``v``;
+    ``scale``: a learned logit scale they were multiplied by (cosine attention's, one per head)."""
 
     q: Act | Piece
     k: Act | Piece
     heads: int
     bias: "Param | None" = None
     window: int = 0
+    scale: "Param | None" = None
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,10 @@ class Derived:
 class RowStat:
     """A per-position statistic of activation ``base`` over its features (``mean(x ** 2, -1)``
     and functions of it): multiplying ``base`` by it is an RMS norm. ``group``: features per
-    statistic when it is taken per head (Qwen3's q/k norms), 0 for all features."""
+    statistic when it is taken per head (Qwen3's q/k norms), 0 for all features. With a
+    :class:`Piece` as ``base``: its L2 norm per head (``F.normalize``), for cosine attention."""
 
-    base: Act
+    base: "Act | Piece"
     group: int = 0
 
 
@@ -172,11 +177,28 @@ class Stacked:
 
 @dataclass(frozen=True)
 class Param:
-    """A learned tensor (a parameter, or a view of one) of full shape ``shape``; ``key`` identifies it."""
+    """A learned tensor (a parameter, or a view of one) of full shape ``shape``; ``key`` identifies it.
+    ``parts``: for a tensor computed from several learned ones without the input's data (Swin
+    V2's position-bias MLP run on a constant table), each one's key and element count."""
 
     key: Hashable
     name: str
     shape: tuple[int, ...]
+    parts: tuple[tuple[Hashable, int], ...] = ()
+
+    @property
+    def sources(self) -> tuple[tuple[Hashable, int], ...]:
+        """(key, elements) of every learned tensor this one is computed from (itself if none)."""
+        return self.parts or ((self.key, math.prod(self.shape)),)
+
+
+def combined_param(params: Sequence[Param], shape: tuple[int, ...]) -> Param:
+    """The value of an operator on learned tensors only (and constants), of shape ``shape``: one
+    :class:`Param` that counts every distinct source once."""
+    sources = tuple(dict((k, n) for p in params for k, n in p.sources).items())
+    if len(sources) == 1:
+        return params[0]
+    return Param(("computed",) + tuple(k for k, _ in sources), params[0].name, shape, sources)
 
 
 class _Const:
@@ -634,7 +656,7 @@ class GraphBuilder:
             if isinstance(
                 other, Param
             ):  # a learned attention bias (T5, Swin): its table counts once
-                return Scores(scores.q, scores.k, scores.heads, scores.bias or other, scores.window)
+                return replace(scores, bias=scores.bias or other)
             raise Unsupported("add of an activation to attention scores")
         if isinstance(a, Param) or isinstance(b, Param):
             act, param = (a, b) if isinstance(b, Param) else (b, a)
@@ -747,8 +769,18 @@ class GraphBuilder:
         if b is CONST or b is BAD or not isinstance(b, (Act, Param, RowStat, Derived)):
             if b is CONST or not is_data(b):
                 return a  # scaling by a constant (or a mask) keeps the value and its role
+        if isinstance(a, Scores) and isinstance(b, Param):
+            if a.scale is not None:
+                raise Unsupported("attention scores scaled by two learned tensors")
+            return replace(a, scale=b)  # cosine attention's logit scale (see attention())
         if isinstance(b, Param):
             return self._learned_scale(name, a, b)
+        if isinstance(a, RowStat) and isinstance(b, Piece):
+            a, b = b, a
+        if isinstance(a, Piece) and isinstance(b, RowStat) and isinstance(b.base, Piece):
+            if not a.same_piece(b.base) or a.normed:
+                raise Unsupported("a piece of a projection divided by another piece's norm")
+            return replace(a, normed=True)  # F.normalize per head (cosine attention)
         if isinstance(b, Gated):
             a, b = b, a
         if isinstance(a, Gated):
@@ -1024,7 +1056,9 @@ class GraphBuilder:
         if not (is_data(a) and is_data(b)):
             return CONST if not (is_data(a) or is_data(b)) else self._matmul_const(a, b)
         if isinstance(a, Scores):
-            return self.attention(name, a.q, a.k, b, a.heads, bias=a.bias, window=a.window)
+            return self.attention(
+                name, a.q, a.k, b, a.heads, bias=a.bias, window=a.window, scale=a.scale
+            )
         if isinstance(b, Scores):
             raise Unsupported("attention scores on the right of a product")
         ps_a = tuple(ps_a)
@@ -1046,9 +1080,12 @@ class GraphBuilder:
         heads: int,
         bias: "Param | None" = None,
         window: int = 0,
+        scale: "Param | None" = None,
     ) -> Act:
         """Scaled dot-product attention on q, k, v: pieces of one fused projection, or three
-        activations; k and v may have fewer heads (grouped-query attention, repeated or not)."""
+        activations; k and v may have fewer heads (grouped-query attention, repeated or not).
+        Cosine attention (Swin V2): q and k pieces L2-normalised per head, the scores times a
+        learned ``scale`` per head."""
         parts = (q, k, v)
         if isinstance(k, Repeated) and isinstance(v, Repeated) and k.factor == v.factor:
             parts = (q, k.act, v.act)
@@ -1106,19 +1143,35 @@ class GraphBuilder:
         attrs = {"heads": int(heads)}
         if isinstance(parts[0], Piece) and rotary:
             attrs["rotary"] = True
+        normed = [isinstance(p, Piece) and p.normed for p in parts]
+        if any(normed) or scale is not None:
+            if normed != [True, True, False] or scale is None:
+                raise Unsupported(
+                    "attention with L2-normalised q or k or learned score scales, but not "
+                    "cosine attention (q and k normalised, the scores times a learned scale)"
+                )
+            if sum(n for _, n in scale.sources) != heads:
+                raise Unsupported(
+                    f"cosine attention whose learned logit scale has "
+                    f"{sum(n for _, n in scale.sources)} values for {heads} heads"
+                )
+            attrs["cosine"] = True
         if kv_heads != heads:
             attrs["kv_heads"] = int(kv_heads)
         if window and window < fused.shape.spatial:
             attrs["window"] = int(window)
-        if isinstance(bias, Param) and bias.key not in self._owners:
-            attrs["bias_params"] = math.prod(
-                bias.shape
-            )  # a learned bias shared by layers counts once
+        # a learned bias (or the learned tensors it is computed from) shared by layers counts once
+        fresh = [(key, n) for key, n in bias.sources if key not in self._owners] if bias else []
+        if fresh:
+            attrs["bias_params"] = sum(n for _, n in fresh)
+        scales = list(scale.sources) if scale is not None else []
+        if any(key in self._owners for key, _ in scales):
+            raise Unsupported("a logit scale shared by several attention layers")
         layer = self._emit(
             Attention, name, (fused.src,), expected=hidden * fused.shape.spatial, **attrs
         )
-        if "bias_params" in attrs:
-            self._owners[bias.key] = layer
+        for key, _ in fresh + scales:
+            self._owners[key] = layer
         return Act(layer, Shape(hidden, fused.shape.height, fused.shape.width))
 
     # ------------------------------------------------------------------ result

@@ -11,8 +11,10 @@ Specs (``parplan plan --model ...``):
 - ``hf:path/to/config.json[,key=value,...]`` (or the folder holding it): a real checkpoint's
   configuration (its ``model_type`` and every setting it gives), e.g. Llama-3-8B's; a hub id
   (``meta-llama/...``) needs the network and is refused with that advice.
-- ``tv:<name>[,image=224]``: a torchvision classification model, e.g. ``tv:resnet50``,
-  ``tv:vit_b_16``; needs the ``[vision]`` extra.
+- ``tv:<name>[,image=N]``: a torchvision classification model, e.g. ``tv:resnet50``,
+  ``tv:vit_b_16``, on ``N x N`` images (default: the size torchvision evaluates the model's
+  weights at, :func:`native_image`: 224 for most, 299 for Inception V3, 256 for Swin V2);
+  needs the ``[vision]`` extra.
 
 Example (skipped without transformers):
     >>> g = load_hub("hf:gpt2,n_layer=2,seq=128")  # doctest: +SKIP
@@ -29,7 +31,15 @@ import warnings
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
 
-__all__ = ["HUB_PREFIXES", "hf_model", "import_torchvision", "load_hub", "torchvision_model"]
+__all__ = [
+    "DEFAULT_IMAGE",
+    "HUB_PREFIXES",
+    "hf_model",
+    "import_torchvision",
+    "load_hub",
+    "native_image",
+    "torchvision_model",
+]
 
 #: Spec prefixes :func:`load_hub` reads.
 HUB_PREFIXES = ("hf:", "tv:")
@@ -82,12 +92,14 @@ def load_hub(spec: str) -> Graph | None:
         graph = from_torch(model, shape, name=f"hf:{name}{encoder}", integer_input=integer)
         _check_all_parameters_used(graph, model, text)
         return graph
-    image = options.pop("image", 224)
+    image = options.pop("image", None)
     if options:
         raise ConfigError(
             f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
         )
-    return from_torch(torchvision_model(name), (3, int(image), int(image)), name=f"tv:{name}")
+    model = torchvision_model(name)
+    image = native_image(name) if image is None else image
+    return from_torch(model, (3, int(image), int(image)), name=f"tv:{name}")
 
 
 #: Positions at which a model without a position limit is imported first (:func:`_probe`).
@@ -217,6 +229,22 @@ def import_torchvision():
         finally:
             torch.library.register_fake = register
     return torchvision
+
+
+#: Image size of a torchvision model without published weights to say its own.
+DEFAULT_IMAGE = 224
+
+
+def native_image(name: str) -> int:
+    """The image size torchvision evaluates model ``name``'s default weights at (their
+    transform's crop: 299 for Inception V3, 256 for Swin V2, whose 8 x 8 windows tile it and
+    not 224), :data:`DEFAULT_IMAGE` for a model without weights."""
+    tv = import_torchvision()
+    try:
+        weights = tv.models.get_model_weights(name).DEFAULT
+        return int(weights.transforms.keywords["crop_size"])
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return DEFAULT_IMAGE
 
 
 def torchvision_model(name: str, device: str = "meta"):

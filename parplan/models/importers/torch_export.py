@@ -40,6 +40,7 @@ from parplan.models.importers.builder import (
     Dispatched,
     GraphBuilder,
     Half,
+    combined_param,
     supported_text,
     Param,
     Piece,
@@ -543,7 +544,9 @@ class _Converter:
             p = params[0]  # a transposed weight matrix (Falcon's x @ W.T): the same tensor
             return Param(p.key, p.name, out_shape)
         if params and op not in SHAPE_ONLY:
-            return params[0]  # a view, slice, masking or cast of a learned tensor is that tensor
+            # a view, slice, masking or cast of a learned tensor is that tensor; an operator on
+            # several (Swin V2's position-bias MLP on a constant table) counts each once
+            return combined_param(params, out_shape)
         if isinstance(node.meta.get("val"), (tuple, list)):
             return [CONST] * len(node.meta["val"])
         return CONST
@@ -1024,12 +1027,15 @@ class _Converter:
                 f"a vector norm of order {order} over dims {dims} (the importer maps the L2 norm "
                 "over the last dim, kept, as F.normalize takes it)"
             )
-        if isinstance(x, Piece):
-            raise Unsupported(
-                "an L2 norm of one piece of a fused projection (Swin V2's cosine attention on q "
-                "and k): the IR's attention folds per-head norms of separate q and k projections only"
-            )
         features = int(node.args[0].meta["val"].shape[-1])
+        if isinstance(x, Piece):
+            # per head on q or k of a fused projection (Swin V2's cosine attention): dividing
+            # the piece by it normalises it (attention() then wants q and k both normalised)
+            if rank != 4 or x.span is not None or x.rotary:
+                raise Unsupported(
+                    "an L2 norm of one piece of a fused projection other than per head on q or k"
+                )
+            return RowStat(x, features)
         return self.b.row_statistic(x, features if rank == 4 else None)
 
     def _cat(self, node, args, kwargs) -> Value:
