@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Graph, Shape
+from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Graph, Shape, Slice
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
@@ -34,8 +34,9 @@ def fast(examples: int):
 
 
 @st.composite
-def graphs(draw, max_weighted=6, max_joins=3, chain=False):
-    """A random DAG (or chain) of convolutions with optional adds and concats."""
+def graphs(draw, max_weighted=6, max_joins=3, chain=False, slices=False):
+    """A random DAG (or chain) of convolutions with optional adds and concats; ``slices``: a
+    convolution may read half of a tensor's channels (a :class:`Slice`)."""
     spatial = draw(st.sampled_from([1, 2, 4, 7]))
     c0 = draw(st.integers(1, 48))
     tensors: list[tuple[str, int]] = [("input", c0)]
@@ -64,6 +65,12 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False):
                 tensors.append((f"cat{i}", dict(tensors)[a] + dict(tensors)[b]))
             continue
         src = tensors[-1][0] if chain else draw(st.sampled_from([n for n, _ in tensors]))
+        c_src = dict(tensors)[src]
+        if slices and c_src >= 2 and c_src % 2 == 0 and draw(st.booleans()):
+            half = draw(st.integers(0, 1)) * c_src // 2
+            layers.append(Slice(f"slice{i}", (src,), start=half, stop=half + c_src // 2))
+            tensors.append((f"slice{i}", c_src // 2))
+            src = f"slice{i}"
         out = draw(st.one_of(st.integers(1, 64), st.sampled_from([c for _, c in tensors])))
         k = draw(st.sampled_from([1, 3])) if spatial >= 3 else 1
         layers.append(Conv2d(f"w{i}", (src,), out_channels=out, kernel=k, padding=k // 2))
@@ -77,7 +84,7 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False):
 
 @st.composite
 def problems(draw, chain=False, max_weighted=4):
-    g = draw(graphs(chain=chain, max_weighted=max_weighted, max_joins=2))
+    g = draw(graphs(chain=chain, max_weighted=max_weighted, max_joins=2, slices=True))
     left, right = draw(st.sampled_from(DEVICES)), draw(st.sampled_from(DEVICES))
     array = parse_array(
         f"{left}:1,{right}:1",

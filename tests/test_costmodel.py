@@ -153,7 +153,7 @@ def kinds_of(problem):
 
 @st.composite
 def plan_cases(draw):
-    g = draw(graphs(max_weighted=4, max_joins=2))
+    g = draw(graphs(max_weighted=4, max_joins=2, slices=True))
     kinds = [draw(st.sampled_from(DEVICES)) for _ in range(draw(st.sampled_from([2, 4])))]
     text = ",".join(f"{k}:1" for k in kinds)
     if draw(st.integers(0, 3)) == 0:  # a switched node: links of 2 ports at the root (section 4.1)
@@ -358,6 +358,57 @@ def test_attention_flops_are_priced():
     # QK^T and AV, forward and backward: 3 * 2 * 2 * B * S^2 * hidden
     assert math.isclose(d[0].op_flops, 3 * 2 * 2 * 4 * 128 * 128 * 64, rel_tol=1e-12)
     assert d[1].op_flops == 0.0
+
+
+def test_slices_are_tensors_of_their_own_size_read_in_the_producers_columns():
+    """A Slice (a chunk of channels: ShuffleNet V2's halves) is a view without cost, folded
+    into the edge it sits on; each slice is a tensor of its own size that its readers read
+    (docs/costmodel.md section 3), so a producer read as two halves by two convolutions sends
+    two tensors of half its output, and pays at the root what one reader of the whole tensor in
+    the same state would (the same boxes, half the size each)."""
+    from parplan.costmodel.cost import output_groups
+    from parplan.costmodel.graph import Concat, Conv2d
+    from parplan.costmodel.graph import Slice as S
+
+    def graph(sliced: bool):
+        inner = (
+            (S("lo", ("u",), start=0, stop=8), S("hi", ("u",), start=8, stop=16)) if sliced else ()
+        )
+        return Graph(
+            "halves",
+            Shape(4, 2, 2),
+            (
+                Conv2d("u", ("input",), out_channels=16, kernel=1),
+                *inner,
+                Conv2d("a", ("lo" if sliced else "u",), out_channels=6, kernel=1),
+                Conv2d("b", ("hi" if sliced else "u",), out_channels=6, kernel=1),
+                Concat("cat", ("a", "b")),
+            ),
+        )
+
+    halves, whole = (Problem(graph(s), parse_array("h100:2"), batch=8) for s in (True, False))
+    pg = halves.planning
+    assert [n.name for n in pg.nodes] == ["u", "a", "b", "cat"]
+    assert [n.dims.in_elements for n in pg.nodes[1:3]] == [8 * 4, 8 * 4]
+    groups = output_groups(pg, halves.root_dims(), 0)
+    assert [(size, vs) for size, vs, _ in groups] == [(8 * 4 * 8, (1,)), (8 * 4 * 8, (2,))]
+    assert S("x", ("u",), start=0, stop=8).training_cost([Shape(16, 2, 2)], Shape(8, 2, 2)) == (
+        0.0,
+        0.0,
+        0.0,
+    )
+    with pytest.raises(Exception, match=r"channels \[8, 20\) are not a part"):
+        Graph("bad", Shape(16), (S("x", ("input",), start=8, stop=20),)).analyze()
+    # u split by output columns, a and b by rows: each receives half of u's output a side,
+    # forward and backward, as two readers of the whole do (forward once, gradients pre-summed)
+    from parplan.costmodel.evaluate import _COLUMNS
+
+    t1 = _COLUMNS.index("transition_elements_1")
+    plan = Plan({"": Split((O, B, B, Layout.ROWS), (0.5, 0.5, 0.5, 0.5))})
+    moved = [
+        [r[t1 : t1 + 2] for r in evaluate(p, plan).rows if r[2] == "u"] for p in (halves, whole)
+    ]
+    assert moved[0] == moved[1] == [(256.0, 256.0)]  # 16 x 4 x 8 elements of u: 1/4 each way
 
 
 def test_qk_norm_adds_its_scales_and_traffic_but_no_flops():

@@ -397,6 +397,56 @@ def test_cosine_attention_imports_with_its_scale_and_the_bias_mlps_parameters():
             from_torch(bad, (16, 32))
 
 
+class ShuffleUnit(nn.Module):
+    """ShuffleNet V2's unit with stride 1: half the channels pass, a convolution branch reads
+    the other half (``chunk``), the halves are concatenated and their channels shuffled."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        half = channels // 2
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.branch = nn.Sequential(
+            nn.Conv2d(half, half, 1), nn.BatchNorm2d(half), nn.ReLU(), nn.Conv2d(half, half, 1)
+        )
+        self.head = nn.Conv2d(channels, 4, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for _ in range(2):  # two units, the second on the shuffled output of the first
+            x1, x2 = x.chunk(2, dim=1)
+            x = torch.cat((x1, self.branch(x2)), dim=1)
+            b, c, h, w = x.shape
+            x = x.view(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, c, h, w)
+        return self.head(x)
+
+
+def test_a_chunk_of_channels_read_by_layers_imports_as_slices():
+    """``x.chunk(2, dim=1)`` read by a convolution and a concat (ShuffleNet V2) becomes two
+    Slice layers of the chunked tensor; the channel shuffle is a view. Parameters and FLOPs
+    exact; a chunk along the positions is refused."""
+    from parplan.costmodel.graph import Slice
+
+    net = ShuffleUnit()
+    g = from_torch(net, (3, 8, 8))
+    assert g.parameter_count() == torch_params(net)
+    assert math.isclose(flops(g), 3 * _forward_flops(net, (1, 3, 8, 8)), rel_tol=1e-12)
+    slices = [(layer.start, layer.stop) for layer in g.layers if isinstance(layer, Slice)]
+    assert sorted(slices) == [(0, 8), (0, 8), (8, 16), (8, 16)]
+    Problem(g, parse_array("h100:2"), batch=4).planning  # plans: the slices fold into edges
+
+    class Positions(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            first, _ = x.chunk(2, dim=1)  # (batch, 16 positions, 8) -> 8 positions
+            return self.fc(first)
+
+    with pytest.raises(GraphError, match="a piece is a slice of the features only when"):
+        from_torch(Positions(), (16, 8))
+
+
 def _forward_flops(net, shape) -> float:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode

@@ -166,6 +166,43 @@ def test_file_round_trip(tmp_path, suffix):
     assert load_model(str(path)) == g
 
 
+def test_a_model_file_with_slices_round_trips():
+    """``type = "slice"`` (channels ``[start, stop)``): a ShuffleNet-style unit in a model file."""
+    text = """
+name = "halves"
+input = [3, 8, 8]
+[[layer]]
+name = "stem"
+type = "conv"
+out_channels = 16
+kernel = 3
+padding = 1
+[[layer]]
+name = "hi"
+type = "slice"
+start = 8
+stop = 16
+[[layer]]
+name = "branch"
+type = "conv"
+out_channels = 8
+kernel = 1
+[[layer]]
+name = "lo"
+type = "slice"
+inputs = ["stem"]
+start = 0
+stop = 8
+[[layer]]
+name = "cat"
+type = "concat"
+inputs = ["lo", "branch"]
+"""
+    g = loads_model_toml(text)
+    assert g.analyze().out_shape["cat"].channels == 16
+    assert g.layer("hi").start == 8 and loads_model_toml(dumps_model_toml(g)) == g
+
+
 def test_toml_text_round_trip():
     g = get_model("cifar-c")
     assert loads_model_toml(dumps_model_toml(g)) == g
@@ -188,12 +225,12 @@ def _one_layer(**layer):
             {"type": "convolution", "out_channels": 4},
             "m: layer 'x': unknown type 'convolution'; valid types: conv, conv2d, linear, fc, pool, "
             "maxpool, avgpool, act, "
-            "relu, dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, add, concat",
+            "relu, dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, slice, add, concat",
         ),
         (
             {"out_channels": 4},
             "m: layer 'x': missing 'type'; valid types: conv, conv2d, linear, fc, pool, maxpool, avgpool, act, relu, "
-            "dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, add, concat",
+            "dropout, tanh, gelu, sigmoid, norm, batchnorm, layernorm, flatten, slice, add, concat",
         ),
         (
             {"type": "maxpool", "mode": "avg"},

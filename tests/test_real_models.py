@@ -37,6 +37,8 @@ VISION = [
     pytest.param("swin_t", marks=pytest.mark.slow),
     # cosine attention, a position-bias MLP on a constant table; 8 x 8 windows at 256 pixels
     pytest.param("swin_v2_t", marks=pytest.mark.slow),
+    # halves of the channels (chunk) read by a convolution and a concat; channel shuffles
+    pytest.param("shufflenet_v2_x0_5", marks=pytest.mark.slow),
     pytest.param("densenet121", marks=pytest.mark.slow),
     pytest.param("maxvit_t", marks=pytest.mark.slow),  # attention written with einsum
 ]

@@ -419,6 +419,29 @@ class Flatten(Layer):
 
 
 @dataclass(frozen=True)
+class Slice(Layer):
+    """Channels ``[start, stop)`` of its input (``x.chunk(2, dim=1)``'s pieces: ShuffleNet V2's
+    halves). A view: nothing is read, written or stored. Its readers read it as a tensor of its
+    own size, laid over the producer's columns as a concat's inputs are: side 1 of a producer
+    at column share ``s`` holds ``s`` of every slice (docs/costmodel.md section 3)."""
+
+    start: int = 0
+    stop: int = 0
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        x = self._single(in_shapes)
+        if not 0 <= self.start < self.stop <= x.channels:
+            raise GraphError(
+                f"layer '{self.name}': channels [{self.start}, {self.stop}) are not a part of its "
+                f"input's {x.channels}"
+            )
+        return Shape(self.stop - self.start, x.height, x.width)
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        return 0.0, 0.0, 0.0  # a view
+
+
+@dataclass(frozen=True)
 class Embedding(Layer):
     """Token (or position) embedding: token ids (1, S, 1) -> (dim, S, 1); ``num`` x ``dim`` weights.
 

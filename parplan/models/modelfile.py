@@ -105,6 +105,7 @@ from parplan.costmodel.graph import (
     Concat,
     Conv2d,
     Flatten,
+    Slice,
     Graph,
     Layer,
     Linear,
@@ -152,6 +153,7 @@ LAYER_TYPES: dict[str, tuple[type[Layer], dict[str, str]]] = {
     "batchnorm": (Norm, {"kind": "batch"}),
     "layernorm": (Norm, {"kind": "layer"}),
     "flatten": (Flatten, {}),
+    "slice": (Slice, {}),
     "add": (Add, {}),
     "concat": (Concat, {}),
 }
@@ -164,12 +166,13 @@ _CANONICAL_TYPE: dict[type[Layer], str] = {
     Activation: "act",
     Norm: "norm",
     Flatten: "flatten",
+    Slice: "slice",
     Add: "add",
     Concat: "concat",
 }
 
 _PAIR_ATTRS = {"kernel", "stride", "padding", "output_size"}
-_INT_ATTRS = {"out_channels", "out_features", "groups"}
+_INT_ATTRS = {"out_channels", "out_features", "groups", "start", "stop"}
 _BOOL_ATTRS = {"bias", "ceil_mode", "affine"}
 _STR_ATTRS = {"mode", "function", "kind"}
 _LAYER_KEYS = ("name", "type", "inputs")

@@ -35,6 +35,7 @@ from parplan.costmodel.graph import (
     Norm,
     PatchMerge,
     Pool2d,
+    Slice,
     Scale,
     Shape,
     TiedGraph,
@@ -68,7 +69,9 @@ class Piece:
     or with ``span`` the features ``[start, end)`` of ``act`` (Phi-3 slices q, k, v of unequal
     sizes out of its projection by index); ``rotary``: RoPE applied to it (rotary position
     embedding on q and k pieces of the model's own fused projection: GPT-NeoX, Phi-3);
-    ``normed``: L2-normalised per head (cosine attention's q and k: Swin V2)."""
+    ``normed``: L2-normalised per head (cosine attention's q and k: Swin V2); ``features``: the
+    pieces divide the features (IR channels), not another dim. Read by anything but attention
+    (or a gated unit), a piece of the features is a :class:`Slice` of ``act``."""
 
     act: Act
     index: int
@@ -76,6 +79,15 @@ class Piece:
     rotary: bool = False
     span: tuple[int, int] | None = None
     normed: bool = False
+    features: bool = True
+
+    @property
+    def channels(self) -> tuple[int, int]:
+        """The features ``[start, stop)`` of ``act`` this piece is."""
+        if self.span is not None:
+            return self.span
+        width = self.act.shape.channels // self.count
+        return self.index * width, (self.index + 1) * width
 
     def same_piece(self, other) -> bool:
         """Whether ``other`` is this piece, rotated or not."""
@@ -305,6 +317,7 @@ class GraphBuilder:
         self._tied: list[tuple[str, str]] = []
         self._expected: dict[str, int] = {}
         self._flattened: dict[str, Act] = {}
+        self._slices: dict[tuple[str, int, int], Act] = {}
         self._problems: Counter[tuple[str, str]] = Counter()
         self._where: dict[tuple[str, str], list[str]] = {}
 
@@ -353,17 +366,25 @@ class GraphBuilder:
         else:
             self._owners[key] = layer
 
-    @staticmethod
-    def _act(value: Value, what: str) -> Act:
+    def _act(self, value: Value, what: str) -> Act:
         if isinstance(value, Act):
             return value
+        if (
+            isinstance(value, Piece)
+            and value.features
+            and not (value.rotary or value.normed)
+            and value.act.shape.channels % value.count == 0
+        ):
+            return self._slice(value)
         if isinstance(value, Repeated):
             raise Unsupported(
                 f"{what} on repeated heads (only attention may read repeat_kv's output)"
             )
         if isinstance(value, (Piece, Stacked)):
             raise Unsupported(
-                f"{what} on one piece of a split tensor (only q, k, v of attention may be pieces)"
+                f"{what} on one piece of a split tensor: a piece is a slice of the features "
+                "only when the split divides (batch, C, H, W)'s channels or the last dim of "
+                "(batch, S, E); rotated or normalised q and k only attention may read"
             )
         if isinstance(value, Scores):
             raise Unsupported(
@@ -380,6 +401,23 @@ class GraphBuilder:
                 "statistic or half of the head dim) that matches no known pattern (GELU, RMS norm, RoPE)"
             )
         raise Unsupported(f"{what} on a constant or learned tensor instead of an activation")
+
+    def _slice(self, piece: Piece) -> Act:
+        """The :class:`Slice` layer of ``piece`` (one per part of an activation)."""
+        start, stop = piece.channels
+        key = (piece.act.src, start, stop)
+        if key not in self._slices:
+            shape = piece.act.shape
+            layer = self._emit(
+                Slice,
+                f"{piece.act.src}.slice{piece.index}",
+                (piece.act.src,),
+                expected=(stop - start) * shape.spatial,
+                start=start,
+                stop=stop,
+            )
+            self._slices[key] = Act(layer, Shape(stop - start, shape.height, shape.width))
+        return self._slices[key]
 
     # ------------------------------------------------------------------ graph input
 
@@ -1032,12 +1070,13 @@ class GraphBuilder:
             return self._flattened[x.src]
         return x
 
-    def split(self, x: Value, count: int) -> list[Value]:
-        """Split into ``count`` equal pieces (e.g. q, k, v of a fused projection)."""
+    def split(self, x: Value, count: int, features: bool = True) -> list[Value]:
+        """Split into ``count`` equal pieces (e.g. q, k, v of a fused projection, or the halves
+        of ShuffleNet V2's channels); ``features``: along the features (IR channels)."""
         if not is_data(x):
             return [x] * count
         act = self._act(x, "a split")
-        return [Piece(act, i, count) for i in range(count)]
+        return [Piece(act, i, count, features=features) for i in range(count)]
 
     # ------------------------------------------------------------------ products and attention
 

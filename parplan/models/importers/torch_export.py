@@ -1059,6 +1059,12 @@ class _Converter:
         # the feature axis: where each input's size is its IR channel count
         feature = True
         for value, arg in zip(tensors, node.args[0]):
+            if isinstance(value, Piece) and value.features:  # a part of a tensor's features
+                start, stop = value.channels
+                if int(arg.meta["val"].shape[dim]) != stop - start:
+                    feature = False
+                    break
+                continue
             base = value if isinstance(value, Act) else getattr(value, "base", None)
             if not isinstance(base, Act) or int(arg.meta["val"].shape[dim]) != base.shape.channels:
                 feature = isinstance(value, Half)
@@ -1148,7 +1154,19 @@ class _Converter:
             raise Unsupported("a split whose result is not a list of tensors")
         if len({tuple(v.shape) for v in vals}) != 1:
             raise Unsupported("a split into unequal pieces")
-        return self.b.split(args[0], len(vals))
+        x, shape = args[0], node.args[0].meta["val"].shape
+        if _packet(node.target) == "aten.unbind":
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        else:
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+        dim %= len(shape)
+        # the features: (batch, C, H, W)'s channels, or (batch, S, E)'s and (batch, E)'s last dim
+        features = (
+            isinstance(x, Act)
+            and int(shape[dim]) == x.shape.channels
+            and (dim == 1 if len(shape) in (2, 4) else dim == len(shape) - 1)
+        )
+        return self.b.split(x, len(vals), features=features)
 
     def _unbind(self, node, args, kwargs) -> Value:
         x = args[0]
