@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Graph, Shape, Slice
+from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Graph, Mul, Shape, Slice
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
@@ -36,7 +36,8 @@ def fast(examples: int):
 @st.composite
 def graphs(draw, max_weighted=6, max_joins=3, chain=False, slices=False):
     """A random DAG (or chain) of convolutions with optional adds and concats; ``slices``: a
-    convolution may read half of a tensor's channels (a :class:`Slice`)."""
+    convolution may read half of a tensor's channels (a :class:`Slice`), and a join may be a
+    product with a per-position gate (a one-channel convolution: its layouts ROWS and WHOLE)."""
     spatial = draw(st.sampled_from([1, 2, 4, 7]))
     c0 = draw(st.integers(1, 48))
     tensors: list[tuple[str, int]] = [("input", c0)]
@@ -45,6 +46,14 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False, slices=False):
     n_joins = 0 if chain else draw(st.integers(0, max_joins))
     ops = ["w"] + draw(st.permutations(["w"] * (n_weighted - 1) + ["j"] * n_joins))
     for i, op in enumerate(ops):
+        if op == "j" and slices and draw(st.integers(0, 2)) == 0:
+            a = draw(st.sampled_from([n for n, _ in tensors]))
+            layers.append(
+                Conv2d(f"gate{i}", (draw(st.sampled_from(tensors))[0],), out_channels=1, kernel=1)
+            )
+            layers.append(Mul(f"mul{i}", (a, f"gate{i}")))
+            tensors.append((f"mul{i}", dict(tensors)[a]))
+            continue
         if op == "j":
             same = {}
             for name, c in tensors:

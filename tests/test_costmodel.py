@@ -14,7 +14,7 @@ from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.graph import Attention, Graph, Linear, Shape
 from parplan.costmodel.hardware import load_devices, parse_array
-from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Layout, PartitionType
+from parplan.costmodel.layout import Layout, PartitionType
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.split import PlanOptions, SplitProblem, price_split
@@ -116,10 +116,7 @@ def test_data_parallel_closed_form_on_a_homogeneous_hierarchy():
 def plans(draw, problem):
     splits = {}
     for path, _ in problem.array.inner_nodes():
-        choices = tuple(
-            draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER))
-            for n in problem.planning.nodes
-        )
+        choices = tuple(draw(st.sampled_from(n.choices)) for n in problem.planning.nodes)
         shares = tuple(draw(st.sampled_from(SHARES)) for _ in problem.planning.nodes)
         splits[path] = Split(choices, shares)
     return Plan(splits)
@@ -231,10 +228,7 @@ def mirrored_cases(draw):
     for path, _ in array.inner_nodes():
         if "R" in path:
             continue
-        choices = tuple(
-            draw(st.sampled_from(JOIN_LAYOUTS if n.is_join else TYPE_ORDER))
-            for n in p.planning.nodes
-        )
+        choices = tuple(draw(st.sampled_from(n.choices)) for n in p.planning.nodes)
         drawn[path] = Split(choices, (0.5,) * len(choices))
     splits = {path: drawn[path.replace("R", "L")] for path, _ in array.inner_nodes()}
     return p, Plan(splits)
@@ -409,6 +403,46 @@ def test_slices_are_tensors_of_their_own_size_read_in_the_producers_columns():
         [r[t1 : t1 + 2] for r in evaluate(p, plan).rows if r[2] == "u"] for p in (halves, whole)
     ]
     assert moved[0] == moved[1] == [(256.0, 256.0)]  # 16 x 4 x 8 elements of u: 1/4 each way
+
+
+def test_a_per_position_gate_keeps_the_products_columns_together():
+    """A product with one value per position broadcast over the channels (Qwen2-MoE's shared
+    expert gate) is a join whose layouts are ROWS and WHOLE only: split by columns, both sides
+    would need the whole gate and sum its gradient, which no layout prices. A plan that splits
+    it by columns is refused; the planners never choose it; the executor refuses it by name."""
+    from parplan.costmodel.graph import Mul
+    from parplan.executor.schedule import build_schedule
+    from parplan.errors import ConfigError
+    from parplan.solvers.planners import make_plan
+
+    g = Graph(
+        "gated",
+        Shape(16, 8),  # 8 positions of 16 features
+        (
+            Linear("x", ("input",), out_features=32, per_position=True),
+            Linear("gate", ("input",), out_features=1, per_position=True),
+            Mul("mul", ("x", "gate")),
+            Linear("out", ("mul",), out_features=16, per_position=True),
+        ),
+    )
+    p = Problem(g, parse_array("h100:2"), batch=4)
+    node = p.planning.nodes[p.planning.index("mul")]
+    assert node.is_join and node.choices == (Layout.ROWS, Layout.WHOLE)
+    assert node.fractions == (1.0, 1.0 / 32)  # the gate is 1/32 of the product's tensor
+    with pytest.raises(ConfigError, match="cannot take choice 'cols'"):
+        evaluate(p, Plan({"": Split((B, B, Layout.COLS, B), (0.5,) * 4)}))
+    for planner in ("accpar", "hypar", "owt", "data"):
+        plan = make_plan(p, planner)
+        assert plan.splits[""].choices[node_index(p, "mul")] in node.choices
+    with pytest.raises(ConfigError, match="product 'mul' has a per-position gate"):
+        build_schedule(p, Plan({"": Split((B, B, Layout.ROWS, B), (0.5,) * 4)}))
+    two = Linear("g", ("input",), out_features=2, per_position=True)  # 2 x 8: neither gate
+    with pytest.raises(Exception, match="or a per-position gate"):
+        Graph("bad", Shape(16, 8), (two, Mul("m", ("input", "g")))).analyze()
+
+
+def node_index(p, name):
+    return p.planning.index(name)
 
 
 def test_qk_norm_adds_its_scales_and_traffic_but_no_flops():

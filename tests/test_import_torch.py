@@ -446,6 +446,23 @@ def test_a_chunk_of_channels_read_by_layers_imports_as_slices():
     with pytest.raises(GraphError, match="a piece is a slice of the features only when"):
         from_torch(Positions(), (16, 8))
 
+    class ChannelsFirst(nn.Module):  # Mamba's mixer: a projection's halves as (batch, E, L)
+        def __init__(self):
+            super().__init__()
+            self.proj, self.conv = nn.Linear(8, 16), nn.Conv1d(8, 8, 1)
+            self.out = nn.Linear(16, 8)
+
+        def forward(self, x):
+            a, b = self.proj(x).transpose(1, 2).chunk(2, dim=1)
+            return self.out(torch.cat((a, self.conv(b)), dim=1).transpose(1, 2))
+
+    for positions in (12, 16):  # 16: as many positions as projected features: the strides tell
+        net = ChannelsFirst()
+        g = from_torch(net, (positions, 8))
+        assert g.parameter_count() == torch_params(net)
+        assert math.isclose(flops(g), 3 * _forward_flops(net, (1, positions, 8)), rel_tol=1e-12)
+        assert sum(isinstance(layer, Slice) for layer in g.layers) == 2
+
 
 def _forward_flops(net, shape) -> float:
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -13,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from parplan.costmodel.dims import layer_profiles  # noqa: E402
 from parplan.costmodel.evaluate import evaluate  # noqa: E402
 from parplan.costmodel.hardware import parse_array  # noqa: E402
+from parplan.costmodel.layout import Layout  # noqa: E402
 from parplan.costmodel.problem import Problem  # noqa: E402
 from parplan.errors import ConfigError  # noqa: E402
 from parplan.models.importers import from_torch  # noqa: E402
@@ -62,6 +63,15 @@ HF = {
     "phi3": dict(SMALL, num_key_value_heads=2, pad_token_id=0),
     # q, k, v selected per head from a stacked view of one projection; ALiBi scores (baddbmm)
     "bloom": dict(n_layer=2, hidden_size=64, n_head=4, vocab_size=1000),
+    # routed experts and a shared expert scaled per token by a sigmoid gate (a per-position Mul)
+    "qwen2_moe": dict(
+        SMALL,
+        num_key_value_heads=2,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=64,
+    ),
     # an RMS norm per head on q and k before RoPE: folded into the attention (qk_norm)
     "qwen3": dict(SMALL, num_key_value_heads=2, head_dim=16),
     # pooled at the end-of-text token: one position per sample picked by the token ids
@@ -139,8 +149,13 @@ def test_torchvision_specs_default_to_the_image_size_of_the_models_weights():
     a model without weights at 224."""
     from parplan.models.importers.hub import DEFAULT_IMAGE
 
+    from parplan.models.importers.hub import torchvision_model
+
     sizes = [native_image(n) for n in ("resnet50", "inception_v3", "swin_v2_t", "vit_h_14")]
     assert sizes == [224, 299, 256, 518] and DEFAULT_IMAGE == 224
+    # a builder that fixes its image size (a vision transformer's position table) gets it
+    tables = [torchvision_model("vit_h_14", image=i).encoder.pos_embedding for i in (518, None)]
+    assert [t.shape[1] for t in tables] == [(518 // 14) ** 2 + 1, (224 // 14) ** 2 + 1]
 
 
 @pytest.mark.skipif(tv is None, reason="torchvision not installed")
@@ -199,8 +214,14 @@ def test_hugging_face_model(kind):
         "clip_text_model": {"Attention", "Pool2d"},
         "bart": {"Attention", "Embedding"},
         "falcon": {"Attention", "Embedding"},
+        "qwen2_moe": {"Glu", "Mul"},
     }[kind]
     assert expect <= kinds
+    if kind == "qwen2_moe":  # the shared expert's per-token gate: a product kept by rows
+        gates = [
+            n for n in Problem(graph, parse_array("h100:2"), batch=1).planning.nodes if n.layouts
+        ]
+        assert len(gates) == 2 and all(n.choices == (Layout.ROWS, Layout.WHOLE) for n in gates)
     if kind in ("mistral", "gpt_neox", "phi3", "qwen3", "falcon"):
         attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"][0]
         kv = {"gpt_neox": 4, "falcon": 1}.get(kind, 2)

@@ -39,7 +39,6 @@ from parplan.costmodel.cost import (
 )
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
-from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem
 from parplan.costmodel.regions import translates
 from parplan.costmodel.split import PlanOptions, SplitProblem, split_terms
@@ -166,7 +165,7 @@ def check_plan(problem: Problem, plan: Plan) -> None:
                 f"'{pg.name}' has {n} planning nodes"
             )
         for v, c in enumerate(split.choices):
-            valid = JOIN_LAYOUTS if pg.nodes[v].is_join else TYPE_ORDER
+            valid = pg.nodes[v].choices
             if c not in valid:
                 raise ConfigError(
                     f"plan split '{path or 'root'}': node '{pg.nodes[v].name}' cannot take choice "

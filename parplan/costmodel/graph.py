@@ -572,7 +572,9 @@ class Add(Layer):
 class Mul(Layer):
     """Element-wise product of two inputs (a gate: SwiGLU's ``act(gate) * up``, SE's channel
     gate): equal shapes, or one a per-channel vector (C, 1, 1) broadcast over the other's
-    positions. A join: its inputs meet in one layout; its backward reads both inputs."""
+    positions, or a per-position gate (1, H, W) broadcast over the other's channels (Qwen2-MoE's
+    shared-expert gate). A join: its inputs meet in one layout; its backward reads both inputs.
+    With a per-position gate it is never split by columns (:meth:`per_position_gate`)."""
 
     join: ClassVar[bool] = True
 
@@ -589,12 +591,23 @@ class Mul(Layer):
             )
         a, b = in_shapes
         big, small = (a, b) if a.elements >= b.elements else (b, a)
-        if small != big and small != Shape(big.channels):
+        if small != big and small not in (Shape(big.channels), Shape(1, big.height, big.width)):
             raise GraphError(
-                f"layer '{self.name}': Mul inputs must have equal shapes or one must be a per-channel gate "
-                f"({big.channels}x1x1); '{self.inputs[0]}' is {_fmt(a)} and '{self.inputs[1]}' is {_fmt(b)}"
+                f"layer '{self.name}': Mul inputs must have equal shapes or one must be a per-channel "
+                f"gate ({big.channels}x1x1) or a per-position gate (1x{big.height}x{big.width}); "
+                f"'{self.inputs[0]}' is {_fmt(a)} and '{self.inputs[1]}' is {_fmt(b)}"
             )
         return big
+
+    @staticmethod
+    def per_position_gate(in_shapes: list[Shape]) -> bool:
+        """Whether one input is one value per position broadcast over the other's channels: the
+        join then keeps every column together (its layouts are ROWS and WHOLE): a split of the
+        columns would need the gate whole on both sides and its gradient summed over them,
+        which no layout of section 3 prices (docs/costmodel.md section 1)."""
+        a, b = in_shapes
+        big, small = (a, b) if a.elements >= b.elements else (b, a)
+        return small != big and small.channels == 1 and small == Shape(1, big.height, big.width)
 
 
 @dataclass(frozen=True)

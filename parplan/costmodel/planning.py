@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from parplan.costmodel.dims import ElementOp, LayerDims, element_op, layer_dims
-from parplan.costmodel.graph import INPUT, Graph, Linear
-from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Choice
+from parplan.costmodel.graph import INPUT, Graph, Linear, Mul
+from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Choice, Layout
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,14 @@ class PlanNode:
     #: The share of this node's input that is the graph's input (not from an earlier node): 1 for
     #: a first layer, 1 per input of an add that reads it.
     graph_input: float = 0.0
+    #: A join's layouts when not all three: ROWS and WHOLE for a product with a per-position
+    #: gate (:meth:`parplan.costmodel.graph.Mul.per_position_gate`).
+    layouts: tuple[Choice, ...] | None = None
 
     @property
     def choices(self) -> tuple[Choice, ...]:
+        if self.layouts is not None:
+            return self.layouts
         return JOIN_LAYOUTS if self.is_join else TYPE_ORDER
 
 
@@ -247,6 +252,12 @@ def _build(graph: Graph) -> PlanningGraph:
                     absorbed=tuple(dict.fromkeys(absorbed)),
                     sources=tuple(first_source[u] for u in merged),
                     graph_input=from_input,
+                    layouts=(
+                        (Layout.ROWS, Layout.WHOLE)
+                        if isinstance(layer, Mul)
+                        and Mul.per_position_gate(list(info.in_shapes[name]))
+                        else None
+                    ),
                 )
             )
             source[name] = ((index[name], 1.0),)

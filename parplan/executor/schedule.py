@@ -382,6 +382,11 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                 )
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
         elif isinstance(layer, (Add, Mul)):
+            if isinstance(layer, Mul) and Mul.per_position_gate(list(info.in_shapes[name])):
+                raise ConfigError(
+                    f"run: product '{name}' has a per-position gate; the executor runs products "
+                    "of equal shapes and per-channel gates"
+                )
             if any(f.segments != srcs[0].segments for f in srcs[1:]):
                 raise ConfigError(
                     f"run: join '{name}' joins tensors with different concatenation structure; "

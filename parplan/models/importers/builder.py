@@ -867,11 +867,12 @@ class GraphBuilder:
             attrs["function"] = _GATED.get(attrs["function"], attrs["function"])
             return Act(gate.src, gate.shape, base=gate.base)
         big, small = (x, y) if x.shape.elements >= y.shape.elements else (y, x)
-        if small.shape != big.shape and small.shape != Shape(big.shape.channels):
+        b = big.shape
+        if small.shape not in (b, Shape(b.channels), Shape(1, b.height, b.width)):
             raise Unsupported(
-                f"element-wise product of {big.shape.channels}x{big.shape.height}x{big.shape.width} and "
-                f"{small.shape.channels}x{small.shape.height}x{small.shape.width} (equal shapes, or a "
-                "per-channel gate)"
+                f"element-wise product of {b.channels}x{b.height}x{b.width} and "
+                f"{small.shape.channels}x{small.shape.height}x{small.shape.width} (equal shapes, a "
+                "per-channel gate or a per-position gate)"
             )
         layer = self._emit(Mul, name, (x.src, y.src), expected=big.shape.elements)
         return Act(layer, big.shape)

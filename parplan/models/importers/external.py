@@ -89,7 +89,13 @@ def module_of(spec: str):
     torch's random state; a :class:`ConfigError` for a spec without one (built-in models and
     ``.onnx`` files are graphs). For the training scripts of :mod:`parplan.executor.script`."""
     from parplan.models.importers.api import _takes_ids
-    from parplan.models.importers.hub import HUB_PREFIXES, hf_model, parse_spec, torchvision_model
+    from parplan.models.importers.hub import (
+        HUB_PREFIXES,
+        hf_model,
+        native_image,
+        parse_spec,
+        torchvision_model,
+    )
 
     text = str(spec).strip()
     if text[:3].lower() in HUB_PREFIXES:
@@ -98,8 +104,8 @@ def module_of(spec: str):
             seq = options.pop("seq", None)
             model, seq = hf_model(name, options, seq, device="cpu")
             return model, (seq,), _takes_ids(model, (seq,))
-        image = int(options.get("image", 224))
-        return torchvision_model(name, device="cpu"), (3, image, image), False
+        image = int(options.get("image") or native_image(name))
+        return torchvision_model(name, device="cpu", image=image), (3, image, image), False
     made = _factory_result(text)
     if made is None or isinstance(made[0], Graph):
         raise ConfigError(

@@ -97,9 +97,9 @@ def load_hub(spec: str) -> Graph | None:
         raise ConfigError(
             f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
         )
-    model = torchvision_model(name)
-    image = native_image(name) if image is None else image
-    return from_torch(model, (3, int(image), int(image)), name=f"tv:{name}")
+    image = native_image(name) if image is None else int(image)
+    model = torchvision_model(name, image=image)
+    return from_torch(model, (3, image, image), name=f"tv:{name}")
 
 
 #: Positions at which a model without a position limit is imported first (:func:`_probe`).
@@ -247,8 +247,10 @@ def native_image(name: str) -> int:
         return DEFAULT_IMAGE
 
 
-def torchvision_model(name: str, device: str = "meta"):
-    """A torchvision model by name, random weights on ``device`` (``meta``: nothing allocated)."""
+def torchvision_model(name: str, device: str = "meta", image: int | None = None):
+    """A torchvision model by name, random weights on ``device`` (``meta``: nothing allocated).
+    ``image``: the image size it will read, where its builder fixes one (a vision transformer's
+    position table: ViT-H/14's weights are for 518 pixels, its builder without them for 224)."""
     import torch
 
     tv = import_torchvision()
@@ -257,17 +259,34 @@ def torchvision_model(name: str, device: str = "meta"):
     except ValueError:
         names = ", ".join(sorted(tv.models.list_models(tv.models))[:12])
         raise ConfigError(f"torchvision has no model '{name}' (e.g. {names}, ...)") from None
+    sized = {}
+    if image is not None and "image_size" in _builder_options(builder):
+        sized = {"image_size": int(image)}
     try:
         with torch.device(device):
-            return builder(weights=None)
+            return builder(weights=None, **sized)
     except (NotImplementedError, RuntimeError):
         # a few builders compute sizes from tensors' values (regnet): build those on the CPU,
         # and where the caller asked for no values (meta) without drawing the initial weights
         # (RegNet-Y-128GF: 9.2 s of random numbers for 644 M parameters the importer never reads)
         if device != "meta":
-            return builder(weights=None)
+            return builder(weights=None, **sized)
         with _weights_not_drawn():
-            return builder(weights=None)
+            return builder(weights=None, **sized)
+
+
+def _builder_options(builder) -> set[str]:
+    """The keyword options a torchvision builder passes on to its model class (``**kwargs``:
+    the class's own parameters)."""
+    import inspect
+
+    model_class = inspect.signature(builder).return_annotation
+    if isinstance(model_class, str):  # a postponed annotation
+        model_class = getattr(inspect.getmodule(builder), model_class, None)
+    try:
+        return set(inspect.signature(model_class).parameters)
+    except (TypeError, ValueError):
+        return set()
 
 
 @contextlib.contextmanager

@@ -1160,13 +1160,7 @@ class _Converter:
         else:
             dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
         dim %= len(shape)
-        # the features: (batch, C, H, W)'s channels, or (batch, S, E)'s and (batch, E)'s last dim
-        features = (
-            isinstance(x, Act)
-            and int(shape[dim]) == x.shape.channels
-            and (dim == 1 if len(shape) in (2, 4) else dim == len(shape) - 1)
-        )
-        return self.b.split(x, len(vals), features=features)
+        return self.b.split(x, len(vals), features=dim == _feature_dim(node.args[0], x))
 
     def _unbind(self, node, args, kwargs) -> Value:
         x = args[0]
@@ -1363,6 +1357,25 @@ class _Converter:
             mode,
             adaptive=True,
         )
+
+
+def _feature_dim(node, x) -> int | None:
+    """The dim of ``node``'s tensor that holds activation ``x``'s features (IR channels), or
+    None: dim 1 of (batch, C) and (batch, C, H, W); of (batch, S, E) and (batch, E, L) (a
+    sequence's features transposed before a 1-D convolution: Mamba) the one of the feature
+    count's size, and where both are, the contiguous one (a projection's features are)."""
+    if not isinstance(x, Act):
+        return None
+    val = node.meta["val"]
+    shape = tuple(int(d) for d in val.shape)
+    if len(shape) in (2, 4):
+        return 1 if shape[1] == x.shape.channels else None
+    if len(shape) != 3:
+        return None
+    sized = [d for d in (1, 2) if shape[d] == x.shape.channels]
+    if len(sized) == 2:
+        sized = [d for d in sized if val.stride()[d] == 1]
+    return sized[0] if len(sized) == 1 else None
 
 
 def _undispatch(value):
