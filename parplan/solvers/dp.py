@@ -155,8 +155,9 @@ def min_states(
             (s, v, f) if marginals is None else (s, floored_time(v, f), 0.0) for s, v, f in factors
         ]
     else:
+        seen: dict = {}  # values found for this split's tables (split._seen_key)
         factors = [
-            floorless_factor(sp, tables, u, options, max_cells, checked=True)
+            floorless_factor(sp, tables, u, options, max_cells, checked=True, seen=seen)
             if marginals is None
             else (*node_factor(sp, tables, u, options, max_cells, checked=True), 0.0)
             for u in range(n)
