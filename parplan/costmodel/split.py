@@ -193,18 +193,29 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
     shares = share_points(sp.side, options.shares, options.share_grid)
     if relaxed:
         shares = share_intervals(shares)
-    return [
-        StateTable.build(
-            sp.dims[v],
-            sp.is_covered(v),
-            options.choices(node),
-            shares,
-            sp.side,
-            compat_reduction_elements(sp, v),
-            sp.cuts(v),
-        )
-        for v, node in enumerate(sp.planning.nodes)
-    ]
+    return _tables(
+        sp, [options.choices(node) for node in sp.planning.nodes], [shares] * len(sp.dims)
+    )
+
+
+def _tables(sp: SplitProblem, choices, shares, nodes=None) -> list:
+    """Each node's :meth:`StateTable.build` (of ``nodes``; None for the others) at this split:
+    nodes with the same dims object and the same states (repeated blocks, below the root) get
+    the table found for the first without rebuilding the memo's key."""
+    hypar = "hypar" in compat_rules(sp.side.compat)
+    seen: dict = {}
+    out: list = [None] * len(sp.dims)
+    for v in range(len(sp.dims)) if nodes is None else nodes:
+        covered, cuts = sp.is_covered(v), sp.cuts(v)
+        reduction = compat_reduction_elements(sp, v) if hypar else None
+        key = (id(sp.dims[v]), covered, id(choices[v]), id(shares[v]), reduction, cuts)
+        table = seen.get(key)
+        if table is None:
+            table = seen[key] = StateTable.build(
+                sp.dims[v], covered, choices[v], shares[v], sp.side, reduction, cuts
+            )
+        out[v] = table
+    return out
 
 
 def compat_reduction_elements(sp: SplitProblem, v: int) -> float | None:
@@ -232,16 +243,20 @@ _SENT_MAX = 16
 
 def _sent(sp: SplitProblem, u: int):
     """(``u``'s factor scope, the tensors it sends (:func:`output_groups`), its consumers, the
-    memo key's part of them), computed once per graph and dims."""
-    own = sp.root_dims is None or "accpar-code" in compat_rules(sp.side.compat)
-    dims = sp.dims if own else sp.root_dims
-    key = (id(sp.planning), id(dims))
-    entry = _SENT.get(key)
+    memo key's part of them), computed once per graph and dims (and the list of them kept on
+    ``sp`` too: the DP asks for every node of a split several times)."""
+    entry = sp.__dict__.get("_sent")
     if entry is None:
-        entry = _SENT[key] = (sp.planning, dims, [None] * len(sp.planning.nodes))
-        if len(_SENT) > _SENT_MAX:
-            _SENT.popitem(last=False)
-    per_node = entry[2]
+        own = sp.root_dims is None or "accpar-code" in compat_rules(sp.side.compat)
+        dims = sp.dims if own else sp.root_dims
+        key = (id(sp.planning), id(dims))
+        entry = _SENT.get(key)
+        if entry is None:
+            entry = _SENT[key] = (sp.planning, dims, [None] * len(sp.planning.nodes))
+            if len(_SENT) > _SENT_MAX:
+                _SENT.popitem(last=False)
+        object.__setattr__(sp, "_sent", entry)  # not a field: equality and hash ignore it
+    dims, per_node = entry[1], entry[2]
     if per_node[u] is None:
         scope = factor_scope(sp.planning, u)
         groups = output_groups(sp.planning, dims, u)
@@ -510,17 +525,13 @@ def _split_terms(sp: SplitProblem, choices, shares, nodes) -> list[NodeTerms | N
         if nodes is not None
         else range(n)
     )
-    tables: list[StateTable | None] = [None] * n
-    for v in needed:
-        tables[v] = StateTable.build(
-            sp.dims[v],
-            sp.is_covered(v),
-            (choices[v],),
-            (shares[v],),
-            sp.side,
-            compat_reduction_elements(sp, v),
-            sp.cuts(v),
-        )
+    one_choice: dict = {}  # one tuple object per choice and per share: _tables' keys read ids
+    tables = _tables(
+        sp,
+        [one_choice.setdefault(c, (c,)) for c in choices],
+        [one_choice.setdefault(("share", a), (a,)) for a in shares],
+        needed,
+    )
     zero = {v: _ZERO for v in range(n)}
     out: list[NodeTerms | None] = [None] * n
     seen: dict = {}  # the terms found in this call (_seen_key: repeated blocks' nodes share them)
