@@ -1071,9 +1071,10 @@ class GraphBuilder:
             return self._flattened[x.src]
         return x
 
-    def split(self, x: Value, count: int, features: bool = True) -> list[Value]:
+    def split(self, x: Value, count: int, features: bool = False) -> list[Value]:
         """Split into ``count`` equal pieces (e.g. q, k, v of a fused projection, or the halves
-        of ShuffleNet V2's channels); ``features``: along the features (IR channels)."""
+        of ShuffleNet V2's channels); ``features``: the frontend found the split to be along the
+        features (IR channels), so a piece read by anything but attention is a :class:`Slice`."""
         if not is_data(x):
             return [x] * count
         act = self._act(x, "a split")
