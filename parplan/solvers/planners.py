@@ -372,7 +372,8 @@ def _with_root(root: Split, solver: Callable) -> Callable:
 def _fallback_note(notes: list[str]) -> str:
     return (
         f"{len(notes)} split(s) too large for the exact DP, planned without an optimality claim "
-        f"(first: {notes[0].split(': ', 1)[-1]})"
+        f"(first: {notes[0].split(': ', 1)[-1]}); a global lower bound (plan --bound, "
+        "bound.global_bound) says how far from optimal the plan can be"
     )
 
 
