@@ -1340,7 +1340,9 @@ class _Converter:
         pads = args[1]
         if any(int(p) for p in pads):
             raise Unsupported(
-                f"padding by {tuple(pads)} (only a zero pad, e.g. to a window multiple already met)"
+                f"padding by {tuple(pads)} (only a zero pad, e.g. to a window multiple already met: "
+                "give a windowed model an image size its windows tile, as the size of its weights "
+                "does, tv:'s default)"
             )
         return args[0]
 
