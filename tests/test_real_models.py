@@ -295,6 +295,8 @@ def test_hub_specs_and_their_mistakes():
         ("hf:gpt2,n_layer", "options are key=value"),
         ("hf:", "name a model after the prefix"),
         ("tv:resnet", "torchvision has no model 'resnet'"),
+        ("tv:resnet18,image=abc", "image must be a whole number of pixels > 0"),
+        ("tv:resnet18,image=0", "image must be a whole number of pixels > 0"),
         ("hf:phi3,vocab_size=1000", "transformers cannot build it with these options"),
     ):
         if spec.startswith("tv:") and tv is None:

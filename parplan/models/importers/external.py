@@ -92,6 +92,7 @@ def module_of(spec: str):
     from parplan.models.importers.hub import (
         HUB_PREFIXES,
         hf_model,
+        image_size,
         native_image,
         parse_spec,
         torchvision_model,
@@ -104,7 +105,7 @@ def module_of(spec: str):
             seq = options.pop("seq", None)
             model, seq = hf_model(name, options, seq, device="cpu")
             return model, (seq,), _takes_ids(model, (seq,))
-        image = int(options.get("image") or native_image(name))
+        image = image_size(text, options["image"]) if "image" in options else native_image(name)
         return torchvision_model(name, device="cpu", image=image), (3, image, image), False
     made = _factory_result(text)
     if made is None or isinstance(made[0], Graph):

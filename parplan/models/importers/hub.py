@@ -37,6 +37,7 @@ __all__ = [
     "hf_model",
     "import_torchvision",
     "load_hub",
+    "image_size",
     "native_image",
     "torchvision_model",
 ]
@@ -97,7 +98,7 @@ def load_hub(spec: str) -> Graph | None:
         raise ConfigError(
             f"model '{text}': torchvision models take only image=<size> (got {', '.join(options)})"
         )
-    image = native_image(name) if image is None else int(image)
+    image = native_image(name) if image is None else image_size(text, image)
     model = torchvision_model(name, image=image)
     return from_torch(model, (3, image, image), name=f"tv:{name}")
 
@@ -229,6 +230,19 @@ def import_torchvision():
         finally:
             torch.library.register_fake = register
     return torchvision
+
+
+def image_size(text: str, value) -> int:
+    """``image=`` of spec ``text`` as a number of pixels (a clear error for anything else)."""
+    try:
+        size = int(str(value))
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise ConfigError(
+            f"model '{text}': image must be a whole number of pixels > 0 (got {value!r})"
+        )
+    return size
 
 
 #: Image size of a torchvision model without published weights to say its own.
