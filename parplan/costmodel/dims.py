@@ -346,6 +346,19 @@ class LayerDims:
                 _COMPUTE.clear()
         return hit
 
+    @staticmethod
+    def compute_times(dims, device: Device, bytes_per_element: float) -> list[float]:
+        """:meth:`compute_seconds` of every dims in ``dims`` (a split's nodes): the same dims
+        object (repeated blocks' below the root) is looked up once."""
+        seen: dict[int, float] = {}
+        out = []
+        for d in dims:
+            t = seen.get(id(d))
+            if t is None:
+                t = seen[id(d)] = d.compute_seconds(device, bytes_per_element)
+            out.append(t)
+        return out
+
     def memory_bytes(
         self, bytes_per_element: float, optimizer_bytes_per_param: float, zero: int = 0
     ) -> float:

@@ -106,7 +106,7 @@ def plan_top_down(
         """Plan ``group``; return its per-node times and its splits keyed relative to it."""
         if group.is_leaf:
             device = group.device.as_device()
-            return np.array([d.compute_seconds(device, bpe) for d in dims]), {}
+            return np.array(LayerDims.compute_times(dims, device, bpe)), {}
         side = problem.side_spec(group)
         floor_arg = tuple(floor) if use_floors and floor.any() else None
         sp = SplitProblem(
@@ -135,7 +135,7 @@ def plan_top_down(
             len(dims), 2
         )
         est = [
-            np.array([d.compute_seconds(h.as_device, bpe) for d in ds])
+            np.array(LayerDims.compute_times(ds, h.as_device, bpe))
             for h, ds in ((group.left, left), (group.right, right))
         ]
         halves = [(group.left, left, "L", reg_left), (group.right, right, "R", reg_right)]
