@@ -432,7 +432,10 @@ def test_a_chunk_of_channels_read_by_layers_imports_as_slices():
     assert math.isclose(flops(g), 3 * _forward_flops(net, (1, 3, 8, 8)), rel_tol=1e-12)
     slices = [(layer.start, layer.stop) for layer in g.layers if isinstance(layer, Slice)]
     assert sorted(slices) == [(0, 8), (0, 8), (8, 16), (8, 16)]
-    Problem(g, parse_array("h100:2"), batch=4).planning  # plans: the slices fold into edges
+    pg = Problem(g, parse_array("h100:2"), batch=4).planning  # the slices fold into edges
+    assert not any(isinstance(g.layer(n.name), Slice) for n in pg.nodes)
+    first = pg.nodes[pg.index("branch.0")]  # the branch's first convolution reads a half
+    assert first.dims.in_elements == 8 * 8 * 8 and first.sources[0].endswith(".slice1")
 
     class Positions(nn.Module):
         def __init__(self):

@@ -587,14 +587,15 @@ def certify(
             progress("global bound over the whole hierarchy")
         whole = global_bound(problem)
         bound, per_node = whole.bound_s, math.fsum(whole.node_s)
-        if fits(start):  # where its gap sits (docs/costmodel.md section 8)
+        start_fits = fits(start)
+        if start_fits:  # where its gap sits (docs/costmodel.md section 8)
             parts = excess_parts(
                 evaluate(problem, start, rows=False).node_time_s,
                 whole.node_s,
                 pinned_node_bounds(problem, start),
             )
             states, transfers = (math.fsum(x) for x in zip(*parts))
-        if fits(start) and auto_polish(problem):
+        if start_fits and auto_polish(problem):
             if progress is not None:
                 progress("polishing the best plan so far (multi-level moves)")
             moved = polish(problem, start, options)[0]
