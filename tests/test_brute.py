@@ -13,7 +13,17 @@ from hypothesis import strategies as st
 
 from parplan.costmodel.cost import Objective, ShareMode
 from parplan.costmodel.evaluate import evaluate
-from parplan.costmodel.graph import Activation, Add, Concat, Conv2d, Graph, Mul, Shape, Slice
+from parplan.costmodel.graph import (
+    Activation,
+    Add,
+    Concat,
+    Conv2d,
+    Graph,
+    Mul,
+    Scan,
+    Shape,
+    Slice,
+)
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.problem import Plan, Problem
 from parplan.errors import ConfigError
@@ -37,7 +47,9 @@ def fast(examples: int):
 def graphs(draw, max_weighted=6, max_joins=3, chain=False, slices=False):
     """A random DAG (or chain) of convolutions with optional adds and concats; ``slices``: a
     convolution may read half of a tensor's channels (a :class:`Slice`), and a join may be a
-    product with a per-position gate (a one-channel convolution: its layouts ROWS and WHOLE)."""
+    product with a per-position gate (a one-channel convolution: its layouts ROWS and WHOLE)
+    or a selective scan (Mamba's: its B and C two slices of one convolution's output, its gate
+    optional; ROWS and WHOLE too); a convolution may be causal."""
     spatial = draw(st.sampled_from([1, 2, 4, 7]))
     c0 = draw(st.integers(1, 48))
     tensors: list[tuple[str, int]] = [("input", c0)]
@@ -46,6 +58,37 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False, slices=False):
     n_joins = 0 if chain else draw(st.integers(0, max_joins))
     ops = ["w"] + draw(st.permutations(["w"] * (n_weighted - 1) + ["j"] * n_joins))
     for i, op in enumerate(ops):
+        if op == "j" and slices and draw(st.integers(0, 3)) == 0:
+            a = draw(st.sampled_from([n for n, _ in tensors]))
+            c = dict(tensors)[a]
+            same = [n for n, ch in tensors if ch == c and n != a]
+            if same:  # dt: another tensor of x's size, or a new 1 x 1 convolution
+                dt = draw(st.sampled_from(same))
+            else:
+                dt = f"dt{i}"
+                src = draw(st.sampled_from(tensors))[0]
+                layers.append(Conv2d(dt, (src,), out_channels=c, kernel=1))
+                tensors.append((dt, c))
+            even = [n for n, ch in tensors if ch % 2 == 0]
+            if even:  # B and C: the two halves of one tensor
+                bc = draw(st.sampled_from(even))
+                state = dict(tensors)[bc] // 2
+            else:
+                bc, state = a, 1
+                layers.append(Conv2d(f"bc{i}", (a,), out_channels=2, kernel=1))
+                bc = f"bc{i}"
+            layers += [
+                Slice(f"b{i}", (bc,), start=0, stop=state),
+                Slice(f"c{i}", (bc,), start=state, stop=2 * state),
+            ]
+            ins = (a, dt, f"b{i}", f"c{i}")
+            gates = [n for n, ch in tensors if ch == c and n not in (a, dt)]
+            if gates and draw(st.booleans()):
+                ins += (draw(st.sampled_from(gates)),)
+            skip, bias = draw(st.booleans()), draw(st.booleans())
+            layers.append(Scan(f"scan{i}", ins, state=state, skip=skip, dt_bias=bias))
+            tensors.append((f"scan{i}", c))
+            continue
         if op == "j" and slices and draw(st.integers(0, 2)) == 0:
             a = draw(st.sampled_from([n for n, _ in tensors]))
             layers.append(
@@ -82,7 +125,13 @@ def graphs(draw, max_weighted=6, max_joins=3, chain=False, slices=False):
             src = f"slice{i}"
         out = draw(st.one_of(st.integers(1, 64), st.sampled_from([c for _, c in tensors])))
         k = draw(st.sampled_from([1, 3])) if spatial >= 3 else 1
-        layers.append(Conv2d(f"w{i}", (src,), out_channels=out, kernel=k, padding=k // 2))
+        if slices and k == 3 and draw(st.integers(0, 3)) == 0:  # causal over the rows
+            conv = Conv2d(
+                f"w{i}", (src,), out_channels=out, kernel=(3, 1), padding=(2, 0), causal=True
+            )
+        else:
+            conv = Conv2d(f"w{i}", (src,), out_channels=out, kernel=k, padding=k // 2)
+        layers.append(conv)
         name = f"w{i}"
         if draw(st.booleans()):
             layers.append(Activation(f"relu{i}", (name,)))

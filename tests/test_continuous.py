@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import assume, given, strategies as st
 
 from parplan.costmodel.cost import ShareSet, StateTable, share_intervals
 from parplan.costmodel.hardware import parse_array
@@ -23,7 +23,7 @@ from parplan.costmodel.split import (
     split_tables,
     updated_factor,
 )
-from parplan.errors import ConfigError
+from parplan.errors import ConfigError, TableTooLarge
 from parplan.models.zoo import get_model
 import parplan.solvers.bound as bound
 import parplan.solvers.exact as exact
@@ -62,7 +62,10 @@ def test_on_dags_the_bound_holds_for_every_share(p, seed):
     """Forks and joins (a fork's union of needs, a join's layouts); the search may stop at its
     limits here (tables grow as states ^ (consumers + 1)), and what it reports must hold."""
     sp, options = SplitProblem.root(p), PlanOptions(share_grid=4)
-    r = continuous_split(sp, options, time_limit_s=2, max_cells=200_000)
+    try:
+        r = continuous_split(sp, options, time_limit_s=2, max_cells=200_000)
+    except TableTooLarge:  # a fork of many consumers: even the grid of 4 is over the limit
+        assume(False)
     _check(p, sp, options, r, seed, grids=(8,))
 
 
@@ -72,7 +75,10 @@ def _check(p, sp, options, r, seed, grids):
     assert r.value_s == pytest.approx(reference_split_time(p, r.split), rel=1e-9, abs=1e-15)
     assert r.value_s <= price_split(sp, frontier_dp(sp, options)[1], options) * (1 + 1e-12)
     for grid in grids:  # every grid plan is a continuous plan
-        finer = frontier_dp(sp, PlanOptions(share_grid=grid))[0]
+        try:
+            finer = frontier_dp(sp, PlanOptions(share_grid=grid))[0]
+        except TableTooLarge:  # a fork of many consumers: the finer grid's DP cannot run
+            continue
         assert r.bound_s <= finer * (1 + 1e-9)
         if r.proven:
             assert r.value_s <= finer * (1 + 2e-6)

@@ -441,6 +441,90 @@ def test_a_per_position_gate_keeps_the_products_columns_together():
         Graph("bad", Shape(16, 8), (two, Mul("m", ("input", "g")))).analyze()
 
 
+def test_a_selective_scan_is_a_join_kept_by_rows_with_its_own_parameters_and_cost():
+    """Mamba's selective scan (docs/costmodel.md section 1): x, dt, B, C and the gate z in, A
+    (I x N), D and the time step's bias as parameters; 7 N + 3 FLOPs per channel and position
+    forward, a product's traffic; B and C are shared by every channel, so its layouts are ROWS
+    and WHOLE. A causal convolution keeps its input's length."""
+    from parplan.costmodel.graph import Conv2d, Scan, Slice
+    from parplan.errors import ConfigError, GraphError
+    from parplan.executor.schedule import build_schedule
+    from parplan.solvers.planners import make_plan
+
+    B = PartitionType.BATCH
+
+    inner, state, seq = 8, 2, 6
+    g = Graph(
+        "mamba-like",
+        Shape(4, seq),  # 6 positions of 4 features
+        (
+            Linear("in_proj", ("input",), out_features=2 * inner, per_position=True),
+            Slice("x", ("in_proj",), start=0, stop=inner),
+            Slice("z", ("in_proj",), start=inner, stop=2 * inner),
+            Conv2d(
+                "conv",
+                ("x",),
+                out_channels=inner,
+                kernel=(4, 1),
+                padding=(3, 0),
+                groups=inner,
+                causal=True,
+            ),
+            Linear("x_proj", ("conv",), out_features=1 + 2 * state, per_position=True),
+            Slice("t", ("x_proj",), start=0, stop=1),
+            Slice("b", ("x_proj",), start=1, stop=1 + state),
+            Slice("c", ("x_proj",), start=1 + state, stop=1 + 2 * state),
+            Linear("dt_proj", ("t",), out_features=inner, bias=False, per_position=True),
+            Scan("scan", ("conv", "dt_proj", "b", "c", "z"), state=state),
+            Linear("out_proj", ("scan",), out_features=4, per_position=True),
+        ),
+    )
+    info = g.analyze()
+    assert info.out_shape["conv"] == Shape(inner, seq, 1)  # padded before only
+    scan = g.layer("scan")
+    ins = list(info.in_shapes["scan"])
+    assert scan.weight_elements(ins) == inner * state + 2 * inner  # A, D, the dt bias
+    flops, traffic, stored = scan.training_cost(ins, info.out_shape["scan"])
+    elements = 3 * inner * seq + 2 * state * seq  # x, dt, z; B, C
+    assert flops == 3 * (7 * state + 3) * inner * seq
+    assert (traffic, stored) == (3 * elements + 2 * inner * seq, elements)
+    ungated = Scan("s", ("conv", "dt_proj", "b", "c"), state=state, skip=False, dt_bias=False)
+    assert ungated.weight_elements(ins[:4]) == inner * state
+    assert ungated.training_cost(ins[:4], Shape(inner, seq))[0] == 3 * 7 * state * inner * seq
+
+    p = Problem(g, parse_array("h100:2"), batch=4)
+    node = p.planning.nodes[p.planning.index("scan")]
+    assert node.is_join and node.choices == (Layout.ROWS, Layout.WHOLE)
+    preds = dict(zip((p.planning.nodes[u].name for u in node.preds), node.fractions))
+    # B and C both come from x_proj: 2 N / I of the scan's tensor; z is half of in_proj's
+    assert preds == {"conv": 1.0, "dt_proj": 1.0, "x_proj": 2 * state / inner, "in_proj": 1.0}
+    choices = [B] * len(p.planning.nodes)
+    choices[p.planning.index("scan")] = Layout.COLS
+    with pytest.raises(ConfigError, match="cannot take choice 'cols'"):
+        evaluate(p, Plan({"": Split(tuple(choices), (0.5,) * len(choices))}))
+    choices[p.planning.index("scan")] = Layout.ROWS
+    rows = Plan({"": Split(tuple(choices), (0.5,) * len(choices))})
+    for plan in (rows, make_plan(p, "accpar")):  # the independent evaluator agrees
+        assert reference_evaluate(p, plan)[0] == pytest.approx(
+            evaluate(p, plan).step_time_s, rel=1e-9
+        )
+    causal = Graph(
+        "causal",
+        Shape(4, seq),
+        (Conv2d("conv", ("input",), out_channels=4, kernel=(4, 1), padding=(3, 0), causal=True),),
+    )
+    one = Problem(causal, parse_array("h100:2"), batch=4)
+    with pytest.raises(ConfigError, match="'conv' is a causal convolution"):
+        build_schedule(one, Plan({"": Split((B,), (0.5,))}))
+    for bad, match in (
+        (Scan("s", ("conv", "dt_proj", "b"), state=state), "takes x, dt, B, C"),
+        (Scan("s", ("conv", "dt_proj", "b", "c"), state=3), "must be 3x6x1"),
+        (Scan("s", ("conv", "b", "b", "c"), state=state), "dt is 2x6x1"),
+    ):
+        with pytest.raises(GraphError, match=match):
+            Graph("bad", Shape(4, seq), (*g.layers[:-2], bad)).analyze()
+
+
 def node_index(p, name):
     return p.planning.index(name)
 

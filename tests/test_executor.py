@@ -118,7 +118,7 @@ def test_every_layer_kind_is_run_or_refused_by_name():
     import inspect
 
     import parplan.costmodel.graph as graph_module
-    from parplan.costmodel.graph import Layer, PatchMerge, Resize, Slice
+    from parplan.costmodel.graph import Layer, PatchMerge, Resize, Scan, Slice
     from parplan.executor.schedule import RUNS, SUPPORTED
 
     kinds = {
@@ -128,12 +128,26 @@ def test_every_layer_kind_is_run_or_refused_by_name():
     }
     # a slice is priced laid over its producer's columns as a concat's input (section 3): the
     # executor does not lay tensors out so
-    refused = {Resize, PatchMerge, Slice}
+    # (and Mamba's selective scan: the executor has no scan kernel)
+    refused = {Resize, PatchMerge, Slice, Scan}
     assert kinds == set(RUNS) | refused  # a new kind must be run (RUNS) or refused on purpose
     assert all(text in SUPPORTED for text in RUNS.values())
     g = Graph("up", Shape(4, 4, 4), (Resize("r", ("input",), channels=8, height=2, width=2),))
     with pytest.raises(ConfigError, match=r"is a Resize; the executor runs conv, linear"):
         build_schedule(Problem(g, parse_array("cpu:2"), batch=4), Plan({"": Split((), ())}))
+    one = (("x", 4), ("dt", 4), ("b", 2), ("c", 2))
+    g = Graph(
+        "scan",
+        Shape(4, 6),
+        (
+            *(Linear(n, ("input",), out_features=k, per_position=True) for n, k in one),
+            Scan("s", tuple(n for n, _ in one), state=2),
+        ),
+    )
+    p = Problem(g, parse_array("cpu:2"), batch=4)
+    rows = Split((PartitionType.BATCH,) * 4 + (Layout.ROWS,), (0.5,) * 5)
+    with pytest.raises(ConfigError, match=r"'s' is a Scan; the executor runs conv, linear"):
+        build_schedule(p, Plan({"": rows}))
 
 
 def test_unsupported_layers_and_arrays_are_clear_errors():

@@ -219,7 +219,7 @@ def _one_layer(**layer):
             {"type": "conv", "out_channels": 4, "kernal": 3},
             "m: layer 'x': unknown key 'kernal' for type 'conv' (did you mean 'kernel'?); "
             "valid keys: name, type, inputs, "
-            "out_channels, kernel, stride, padding, groups, bias",
+            "out_channels, kernel, stride, padding, groups, bias, causal",
         ),
         (
             {"type": "convolution", "out_channels": 4},

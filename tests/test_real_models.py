@@ -280,6 +280,74 @@ def test_whisper_encoder_imports_its_1d_convolutions():
     check(graph, model, torch.zeros(1, 16, 64, device="meta"), "a100:1,h100:1", batch=8)
 
 
+#: Mamba-style models: their mixer's inner size, state size and convolution kernel are 128, 8
+#: and 4 in each (Jamba: one Mamba layer, then one attention layer with 4 experts).
+MAMBAS = {
+    "mamba": dict(time_step_rank=4, intermediate_size=128, state_size=8),
+    "falcon_mamba": dict(time_step_rank=4, intermediate_size=128, state_size=8),
+    "jamba": dict(
+        mamba_dt_rank=4,
+        mamba_expand=2,
+        mamba_d_state=8,
+        intermediate_size=128,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+}
+
+
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
+@pytest.mark.parametrize(
+    "kind", ["mamba", *(pytest.param(k, marks=pytest.mark.slow) for k in MAMBAS if k != "mamba")]
+)
+def test_mamba_imports_its_selective_scan_and_causal_convolution(kind):
+    """Mamba's mixer: the selective scan (a Python loop per position without its CUDA kernel)
+    is traced as one operator and becomes a Scan join, kept by rows; the depthwise 1-D
+    convolution cropped back to the sequence is a causal convolution; the time step's
+    projection is ``dt_proj.weight @ x`` (FalconMamba and Jamba also RMS-normalise dt, B and C,
+    slices of one projection). Parameters exact. FLOPs: torch's counter sees the convolution
+    at ``L + k - 1`` positions and, of the scan, only its output products (``2 I N`` per
+    position forward); the model counts the convolution at ``L`` positions and the scan's
+    ``7 N + 3`` per channel and position (docs/costmodel.md section 1), so the two differ by
+    exactly that per Mamba layer."""
+    from parplan.costmodel.graph import Conv2d, Scan
+
+    hidden, inner, state, kernel, seq = 64, 128, 8, 4, 32
+    cfg = dict(MAMBAS[kind], num_hidden_layers=2, hidden_size=hidden, vocab_size=1000)
+    model, _ = hf_model(kind, cfg, seq=seq, device="cpu")
+    graph = from_torch(model, (seq,), name=kind, kwargs={"use_cache": False})
+    assert graph.parameter_count() == sum(p.numel() for p in model.parameters())
+    scans = [layer for layer in graph.layers if isinstance(layer, Scan)]
+    convs = [layer for layer in graph.layers if isinstance(layer, Conv2d)]
+    mixers = 1 if kind == "jamba" else 2
+    assert len(scans) == len(convs) == mixers
+    assert all((s.state, s.skip, s.dt_bias, len(s.inputs)) == (state, True, True, 5) for s in scans)
+    assert all(c.causal and c.groups == inner and c.kernel == (kernel, 1) for c in convs)
+    assert graph.analyze().out_shape[convs[0].name].height == seq
+    names = {layer.name for layer in graph.layers}
+    assert any(n.endswith(".conv1d") for n in names) and any(n.endswith(".dt_proj") for n in names)
+
+    ours = sum(p.flops for p in layer_profiles(graph, 1))
+    counted = 3 * forward_flops(model, torch.zeros(1, seq, dtype=torch.long), use_cache=False)
+    scan_extra = 3 * (7 * state + 3 - 2 * state) * inner * seq
+    conv_extra = -6 * inner * kernel * (kernel - 1)
+    assert math.isclose(ours, counted + mixers * (scan_extra + conv_extra), rel_tol=1e-12)
+
+    problem = Problem(graph, parse_array("h100:2"), batch=8)
+    kept = [n for n in problem.planning.nodes if n.layouts]
+    assert [n.name for n in kept] == [s.name for s in scans]
+    assert all(n.choices == (Layout.ROWS, Layout.WHOLE) for n in kept)
+    plan = make_plan(problem, "accpar")
+    assert evaluate(problem, plan).step_time_s <= evaluate(
+        problem, make_plan(problem, "data")
+    ).step_time_s * (1 + 1e-9)
+
+
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_hub_specs_and_their_mistakes():
     from parplan.models.importers import load_external
@@ -307,11 +375,13 @@ def test_hub_specs_and_their_mistakes():
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_a_model_without_a_position_limit_fails_fast(monkeypatch):
-    """Mamba names no position limit and steps through positions in Python: at the default
-    2,048 positions its trace ran for more than 5 minutes before the importer's error. It is
-    imported at 16 positions first, and what the importer cannot map fails from there."""
+    """Mamba names no position limit, and without its selective scan traced as one operator it
+    steps through positions in Python: at the default 2,048 positions that trace ran for more
+    than 5 minutes before the importer's error. Such a model is imported at 16 positions
+    first, and what the importer cannot map fails from there; with the scan as an operator,
+    the same spec imports at 2,048 positions."""
     from parplan.errors import GraphError
-    from parplan.models.importers import api, load_external
+    from parplan.models.importers import api, kernels, load_external
 
     seen = []
     real = api.from_torch
@@ -319,9 +389,13 @@ def test_a_model_without_a_position_limit_fails_fast(monkeypatch):
         api, "from_torch", lambda m, shape, **k: seen.append(shape) or real(m, shape, **k)
     )
     spec = "hf:mamba,num_hidden_layers=1,hidden_size=16,state_size=4,vocab_size=100"
-    with pytest.raises(GraphError, match="found in a first import at seq=16.*2048 positions"):
-        load_external(spec)
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "SCANS", ())  # the scan as the library's Python loop
+        with pytest.raises(GraphError, match="found in a first import at seq=16.*2048 positions"):
+            load_external(spec)
     assert seen == [(16,)]  # the long trace never started
+    assert load_external(spec).input_shape.height == 2048
+    assert seen == [(16,), (16,), (2048,)]
 
 
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")

@@ -104,6 +104,11 @@ class Layer:
         ins = sum(s.elements for s in in_shapes)
         return 0.0, 2.0 * (ins + out_shape.elements), float(ins)
 
+    def keeps_columns(self, in_shapes: list[Shape]) -> bool:
+        """Whether a join never divides its columns: its layouts are ROWS and WHOLE only
+        (``PlanNode.layouts``; docs/costmodel.md section 1)."""
+        return False
+
     def _single(self, in_shapes: list[Shape]) -> Shape:
         if len(in_shapes) != 1:
             raise GraphError(
@@ -114,7 +119,12 @@ class Layer:
 
 @dataclass(frozen=True)
 class Conv2d(Layer):
-    """2-D convolution. ``kernel``, ``stride``, ``padding`` are (h, w) pairs or ints."""
+    """2-D convolution. ``kernel``, ``stride``, ``padding`` are (h, w) pairs or ints.
+
+    ``causal``: the height axis is padded before its first row only (``padding[0]`` rows) and
+    not after its last: a causal 1-D convolution over positions, whose output at position ``t``
+    reads positions ``t - k + 1 .. t`` (Mamba's, written in PyTorch as a convolution padded on
+    both sides whose output is cropped back to the input's length)."""
 
     out_channels: int = 0
     kernel: tuple[int, int] | int = (3, 3)
@@ -122,6 +132,7 @@ class Conv2d(Layer):
     padding: tuple[int, int] | int = (0, 0)
     groups: int = 1
     bias: bool = True
+    causal: bool = False
     weighted: ClassVar[bool] = True
 
     def infer(self, in_shapes: list[Shape]) -> Shape:
@@ -140,7 +151,7 @@ class Conv2d(Layer):
                 f"layer '{self.name}': in_channels ({x.channels}) and out_channels ({self.out_channels}) "
                 f"must be divisible by groups ({self.groups})"
             )
-        h = (x.height + 2 * ph - kh) // sh + 1
+        h = (x.height + (1 if self.causal else 2) * ph - kh) // sh + 1
         w = (x.width + 2 * pw - kw) // sw + 1
         if h <= 0 or w <= 0:
             raise GraphError(
@@ -599,6 +610,9 @@ class Mul(Layer):
             )
         return big
 
+    def keeps_columns(self, in_shapes: list[Shape]) -> bool:
+        return self.per_position_gate(in_shapes)
+
     @staticmethod
     def per_position_gate(in_shapes: list[Shape]) -> bool:
         """Whether one input is one value per position broadcast over the other's channels: the
@@ -608,6 +622,67 @@ class Mul(Layer):
         a, b = in_shapes
         big, small = (a, b) if a.elements >= b.elements else (b, a)
         return small != big and small.channels == 1 and small == Shape(1, big.height, big.width)
+
+
+@dataclass(frozen=True)
+class Scan(Layer):
+    """Mamba's selective scan (S6) with its skip and gate, as one fused kernel runs it:
+    inputs ``x``, ``dt`` (I, L), ``B``, ``C`` (N, L) and optionally the gate ``z`` (I, L);
+    output (I, L). Per channel ``i`` and position ``t`` a state of ``N = state`` values runs
+    ``h = exp(dt A) h + dt B x`` and the output is ``C . h + D x``, times ``silu(z)``.
+
+    Parameters: ``A`` (I x N), with ``skip`` the skip ``D`` (I), with ``dt_bias`` the time
+    step's bias (I; ``dt``'s projection adds it inside the kernel). ``B`` and ``C`` are shared
+    by every channel, so the join keeps every column together (:meth:`keeps_columns`: ROWS
+    and WHOLE only), as a product with a per-position gate does (docs/costmodel.md section 1).
+    """
+
+    state: int = 16
+    skip: bool = True
+    dt_bias: bool = True
+    join: ClassVar[bool] = True
+
+    def infer(self, in_shapes: list[Shape]) -> Shape:
+        if len(in_shapes) not in (4, 5):
+            raise GraphError(
+                f"layer '{self.name}': Scan takes x, dt, B, C and optionally the gate z "
+                f"(got {len(in_shapes)} inputs)"
+            )
+        _positive(self.name, "state", self.state)
+        x, dt, b, c = in_shapes[:4]
+        wide = [("x", x), ("dt", dt)] + ([("z", in_shapes[4])] if len(in_shapes) == 5 else [])
+        for what, s in wide:
+            if s != x:
+                raise GraphError(
+                    f"layer '{self.name}': Scan's {what} is {_fmt(s)} but x is {_fmt(x)}"
+                )
+        want = Shape(self.state, x.height, x.width)
+        for what, s in (("B", b), ("C", c)):
+            if s != want:
+                raise GraphError(
+                    f"layer '{self.name}': Scan's {what} is {_fmt(s)}; with state {self.state} "
+                    f"and x {_fmt(x)} it must be {_fmt(want)}"
+                )
+        return x
+
+    def weight_elements(self, in_shapes: list[Shape]) -> int:
+        channels = in_shapes[0].channels
+        return channels * self.state + channels * (int(self.skip) + int(self.dt_bias))
+
+    def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
+        """Per channel, position and state value, forward: the discretisation (``dt A``,
+        ``dt B x``: 3 products), the state update (2) and the output ``C . h`` (2); per channel
+        and position the skip (2) and the gate (1); backward twice that. The fused kernel reads
+        its inputs and writes the output, and backward reads the inputs again with the output
+        gradient and writes their gradients (a product's traffic); it stores its inputs and
+        recomputes the states (docs/costmodel.md section 1)."""
+        x = in_shapes[0]
+        per_position = 7.0 * self.state + 2.0 * int(self.skip) + float(len(in_shapes) == 5)
+        ins = sum(s.elements for s in in_shapes)
+        return 3.0 * per_position * x.elements, 3.0 * ins + 2.0 * out_shape.elements, float(ins)
+
+    def keeps_columns(self, in_shapes: list[Shape]) -> bool:
+        return True
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from parplan.costmodel.dims import ElementOp, LayerDims, element_op, layer_dims
-from parplan.costmodel.graph import INPUT, Graph, Linear, Mul
+from parplan.costmodel.graph import INPUT, Graph, Linear
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER, Choice, Layout
 
 
@@ -55,8 +55,9 @@ class PlanNode:
     #: The share of this node's input that is the graph's input (not from an earlier node): 1 for
     #: a first layer, 1 per input of an add that reads it.
     graph_input: float = 0.0
-    #: A join's layouts when not all three: ROWS and WHOLE for a product with a per-position
-    #: gate (:meth:`parplan.costmodel.graph.Mul.per_position_gate`).
+    #: A join's layouts when not all three: ROWS and WHOLE for a join that keeps its columns
+    #: together (:meth:`parplan.costmodel.graph.Layer.keeps_columns`: a product with a
+    #: per-position gate, Mamba's selective scan).
     layouts: tuple[Choice, ...] | None = None
 
     @property
@@ -254,8 +255,7 @@ def _build(graph: Graph) -> PlanningGraph:
                     graph_input=from_input,
                     layouts=(
                         (Layout.ROWS, Layout.WHOLE)
-                        if isinstance(layer, Mul)
-                        and Mul.per_position_gate(list(info.in_shapes[name]))
+                        if layer.join and layer.keeps_columns(list(info.in_shapes[name]))
                         else None
                     ),
                 )

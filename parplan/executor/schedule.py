@@ -368,6 +368,11 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                     f"run: layer '{name}' is a grouped convolution (groups={layer.groups}); "
                     "the executor runs groups=1 only"
                 )
+            if getattr(layer, "causal", False):
+                raise ConfigError(
+                    f"run: layer '{name}' is a causal convolution; the executor runs convolutions "
+                    "padded on both sides"
+                )
             frames[name] = Frame(out.channels, out.spatial, ((0, out.channels),))
         elif isinstance(layer, Embedding):
             through = [

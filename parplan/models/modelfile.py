@@ -173,7 +173,7 @@ _CANONICAL_TYPE: dict[type[Layer], str] = {
 
 _PAIR_ATTRS = {"kernel", "stride", "padding", "output_size"}
 _INT_ATTRS = {"out_channels", "out_features", "groups", "start", "stop"}
-_BOOL_ATTRS = {"bias", "ceil_mode", "affine"}
+_BOOL_ATTRS = {"bias", "ceil_mode", "affine", "causal"}
 _STR_ATTRS = {"mode", "function", "kind"}
 _LAYER_KEYS = ("name", "type", "inputs")
 _TOP_KEYS = ("name", "input", "layer", "layers", "description")

@@ -35,6 +35,7 @@ from parplan.costmodel.graph import (
     Norm,
     PatchMerge,
     Pool2d,
+    Scan,
     Slice,
     Scale,
     Shape,
@@ -373,7 +374,7 @@ class GraphBuilder:
             isinstance(value, Piece)
             and value.features
             and not (value.rotary or value.normed)
-            and value.act.shape.channels % value.count == 0
+            and (value.span is not None or value.act.shape.channels % value.count == 0)
         ):
             return self._slice(value)
         if isinstance(value, Repeated):
@@ -497,8 +498,10 @@ class GraphBuilder:
         bias: bool,
         dilation: tuple[int, int] = (1, 1),
         key: Hashable | None = None,
+        causal: bool = False,
     ) -> Act:
-        """A 2-D convolution on a (C, H, W) activation."""
+        """A 2-D convolution on a (C, H, W) activation (``causal``: padded before the first row
+        only, :class:`~parplan.costmodel.graph.Conv2d`'s ``causal``)."""
         act = self._act(x, "a convolution")
         if tuple(dilation) != (1, 1):
             raise Unsupported(f"dilation {tuple(dilation)}; the IR has undilated convolutions only")
@@ -514,6 +517,7 @@ class GraphBuilder:
             padding=_pair(padding),
             groups=int(groups),
             bias=bool(bias),
+            **({"causal": True} if causal else {}),
         )
         self._own(layer, key)
         return Act(layer, ir_shape(ps_out))
@@ -532,6 +536,7 @@ class GraphBuilder:
         bias: bool,
         dilation: int = 1,
         key: Hashable | None = None,
+        causal: bool = False,
     ) -> Act:
         """A 1-D convolution on a (C, L) activation: the IR's 2-D convolution over (C, L, 1)
         with a (k, 1) kernel. A sequence of L positions with C features is (C, L, 1) in the IR
@@ -560,6 +565,7 @@ class GraphBuilder:
             bias,
             (int(dilation), 1),
             key,
+            causal,
         )
 
     def _check_chw(self, act: Act, ps_in: Sequence[int], what: str) -> None:
@@ -832,8 +838,10 @@ class GraphBuilder:
             return Act(
                 layer, Shape(a.act.shape.channels // 2, a.act.shape.height, a.act.shape.width)
             )
-        if isinstance(a, RowStat) and isinstance(b, Act):
+        if isinstance(a, RowStat) and isinstance(b, (Act, Piece)):
             a, b = b, a
+        if isinstance(a, Piece) and a.span is not None and isinstance(b, RowStat):
+            a = self._act(a, "a norm")  # a slice normalised by its own statistic (above)
         if isinstance(a, Act) and isinstance(b, RowStat):
             if b.base.src != a.src:
                 raise Unsupported(
@@ -914,6 +922,8 @@ class GraphBuilder:
         """A mean over the features of ``x ** 2`` (or of ``x``): a per-position statistic;
         ``features``: how many it averages (fewer than the activation's: one per head)."""
         base = x.base if isinstance(x, Derived) else x
+        if isinstance(base, Piece) and base.span is not None and not (base.rotary or base.normed):
+            base = self._act(base, "a norm")  # of a slice (FalconMamba's norms of dt, B and C)
         if isinstance(base, Act):
             group = features if features and features < base.shape.channels else 0
             if group and base.shape.channels % group:
@@ -1079,6 +1089,58 @@ class GraphBuilder:
             return [x] * count
         act = self._act(x, "a split")
         return [Piece(act, i, count, features=features) for i in range(count)]
+
+    def split_sizes(self, x: Value, sizes: Sequence[int]) -> list[Value]:
+        """The features of ``x`` split into consecutive pieces of ``sizes`` (Mamba's projection
+        into its time step, B and C): each a :class:`Slice` where read."""
+        act = self._act(x, "a split")
+        if sum(sizes) != act.shape.channels:
+            raise Unsupported(
+                f"a split into {list(sizes)} features of a value with {act.shape.channels}"
+            )
+        bounds = [0]
+        for n in sizes:
+            bounds.append(bounds[-1] + int(n))
+        return [
+            Piece(act, i, len(sizes), span=(bounds[i], bounds[i + 1])) for i in range(len(sizes))
+        ]
+
+    def scan(
+        self,
+        name: str,
+        x: Value,
+        dt: Value,
+        b: Value,
+        c: Value,
+        z: Value | None,
+        a: Value,
+        d: Value | None,
+        dt_bias: Value | None,
+    ) -> Act:
+        """Mamba's selective scan (:class:`Scan`): ``x``, ``dt`` (I, L), ``b``, ``c`` (N, L),
+        the gate ``z`` (I, L) or None; ``a`` the learned (I, N) matrix (``-exp(A_log)``),
+        ``d`` the learned skip and ``dt_bias`` the time step's learned bias (or None)."""
+        if not isinstance(a, Param) or len(a.shape) != 2:
+            raise Unsupported("a selective scan whose A is not a learned (channels, state) matrix")
+        for what, p in (("D", d), ("the time step's bias", dt_bias)):
+            if p is not None and not (isinstance(p, Param) and len(p.shape) == 1):
+                raise Unsupported(f"a selective scan whose {what} is not a learned vector")
+        ins = [x, dt, b, c] + ([z] if z is not None else [])
+        acts = [self._act(v, "a selective scan") for v in ins]
+        layer = self._emit(
+            Scan,
+            name,
+            tuple(v.src for v in acts),
+            expected=acts[0].shape.elements,
+            state=int(a.shape[1]),
+            skip=d is not None,
+            dt_bias=dt_bias is not None,
+        )
+        for p in (a, d, dt_bias):
+            if p is not None:
+                for key, _ in p.sources:
+                    self._own(layer, key)
+        return Act(layer, acts[0].shape)
 
     # ------------------------------------------------------------------ products and attention
 

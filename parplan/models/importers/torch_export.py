@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from parplan.costmodel.graph import Graph
 from parplan.errors import ConfigError, GraphError
+from parplan.models.importers.kernels import SCAN_OP, as_operators
 from parplan.models.importers.builder import (
     BAD,
     CONST,
@@ -317,7 +318,8 @@ def capture(
     flags = {m: m.training for m in module.modules()}
     try:
         module.eval()  # dropout and stochastic depth are identities in the planned step's cost
-        return torch.export.export(module, (example,), dict(kwargs or {}), strict=False)
+        with as_operators():  # a library's Python-loop kernels as one operator each
+            return torch.export.export(module, (example,), dict(kwargs or {}), strict=False)
     except Exception as exc:  # torch.export raises many types; all mean "cannot capture"
         raise GraphError(
             f"model '{name}': torch.export cannot capture it: {_where(exc)}"
@@ -411,6 +413,7 @@ class _Converter:
         self.handlers = self._table()
         self.constants: dict = {}  # an ExportedProgram's lifted tensors (index constants)
         self._claimed: dict = {}  # per-head view -> heads a leading slice took
+        self._crops: set = set()  # slices that crop a causal convolution (see _causal_crop)
         # the message lists what the tables below dispatch, so it cannot drift from them
         self.b.supported = supported_text(
             {
@@ -605,6 +608,14 @@ class _Converter:
         op = _packet(node.target).rsplit(".", 1)[-1].strip("_")
         return f"{path}.{op}" if path else op
 
+    def _weight_label(self, node, weight) -> str:
+        """:meth:`_label` of a weighted op, or the path of the submodule that holds ``weight``
+        where a module applies a submodule's weight itself (Mamba's mixer calls ``F.conv1d`` on
+        ``self.conv1d.weight`` and multiplies by ``self.dt_proj.weight``)."""
+        path = self._label(node, own=True)
+        owner = str(weight.name).rsplit(".", 1)[0]
+        return owner if path and owner.startswith(path + ".") else path
+
     def _place(self, node) -> str:
         path = self._path(node)
         return path or "top level"
@@ -733,6 +744,7 @@ class _Converter:
             "aten._grouped_mm": self._grouped_mm,
             "aten.bernoulli": lambda n, a, k: CONST,
             "aten.bernoulli_": lambda n, a, k: a[0],  # a dropout mask drawn in place
+            SCAN_OP: self._scan,
         }
 
     def _activation(self, node, args, kwargs) -> Value:
@@ -791,6 +803,36 @@ class _Converter:
                     todo.append(user)
         return False
 
+    def _scan(self, node, args, kwargs) -> Value:
+        """Mamba's selective scan (:mod:`parplan.models.importers.kernels`'s operator)."""
+        x, dt, a, b, c, d, z, dt_bias = (list(args) + [None] * 8)[:8]
+        softplus = args[8] if len(args) > 8 else kwargs.get("delta_softplus", False)
+        if not softplus:
+            raise Unsupported("a selective scan without the softplus of its time step")
+        return self.b.scan(self._label(node), x, dt, b, c, z, a, d, dt_bias)
+
+    def _causal_crop(self, node, padding: int, kernel: int, stride: int, dilation: int):
+        """The slice that crops a 1-D convolution's output back to its input's length, when the
+        convolution pads ``kernel - 1`` positions on both sides and only that slice reads it (a
+        causal convolution: PyTorch's way to write Mamba's), else None."""
+        users = list(node.users)
+        if (
+            len(users) != 1
+            or stride != 1
+            or dilation != 1
+            or kernel < 2
+            or padding != kernel - 1
+            or _packet(users[0].target) != "aten.slice"
+        ):
+            return None
+        crop = users[0]
+        length = int(node.args[0].meta["val"].shape[-1])
+        rank = len(node.meta["val"].shape)
+        dim, start, end, step = (list(crop.args[1:]) + [0, None, None, 1][len(crop.args) - 1 :])[:4]
+        if dim % rank != rank - 1 or (start or 0) != 0 or end != length or step != 1:
+            return None
+        return crop
+
     def _conv(self, node, args, kwargs) -> Value:
         x, weight = args[0], args[1]
         bias = args[2] if len(args) > 2 else None
@@ -807,11 +849,14 @@ class _Converter:
             raise Unsupported("string padding")
         if len(weight.shape) == 3:  # (out, in / groups, k): over (channels, length)
             one = [int(_first(v)) for v in (stride, padding, dilation)]
+            crop = self._causal_crop(node, one[1], int(weight.shape[2]), one[0], one[2])
+            if crop is not None:
+                self._crops.add(crop)
             return self.b.conv1d(
-                self._label(node, own=True),
+                self._weight_label(node, weight),
                 x,
                 self.ps(node.args[0]),
-                self.out_ps(node),
+                self.ps(crop) if crop is not None else self.out_ps(node),
                 weight.shape[0],
                 weight.shape[2],
                 *one[:2],
@@ -819,6 +864,7 @@ class _Converter:
                 bias is not None,
                 one[2],
                 key=weight.key,
+                causal=crop is not None,
             )
         if len(weight.shape) != 4:
             raise Unsupported(
@@ -872,6 +918,14 @@ class _Converter:
             return self.b.linear(
                 self._label(node), a, self.ps(node.args[0]), w.shape[1], False, key=w.key
             )
+        if isinstance(a, Param) and len(a.shape) == 2 and isinstance(w, (Act, Piece)):
+            ps = self.ps(node.args[1])
+            if len(ps) == 2 and ps[0] == a.shape[1] and ps[1] != a.shape[1]:
+                # W @ x of a (batch, features, positions) x: a linear layer of W (out, in)
+                # whose output is (batch, out, positions) (Mamba's time-step projection)
+                return self.b.linear(
+                    self._weight_label(node, a), w, (ps[1], ps[0]), a.shape[0], False, key=a.key
+                )
         ps = self.ps(node.args[0]) if is_data(a) else ()
         return self.b.matmul(self._label(node), a, w, ps)
 
@@ -1088,6 +1142,8 @@ class _Converter:
 
     def _slice(self, node, args, kwargs) -> Value:
         x = args[0]
+        if node in self._crops:
+            return x  # a causal convolution's crop: its output is already the input's length
         dim = args[1] if len(args) > 1 else 0
         start = args[2] if len(args) > 2 else None
         end = args[3] if len(args) > 3 else None
@@ -1152,9 +1208,13 @@ class _Converter:
         vals = node.meta.get("val")
         if not isinstance(vals, (tuple, list)):
             raise Unsupported("a split whose result is not a list of tensors")
-        if len({tuple(v.shape) for v in vals}) != 1:
-            raise Unsupported("a split into unequal pieces")
         x, shape = args[0], node.args[0].meta["val"].shape
+        if len({tuple(v.shape) for v in vals}) != 1:
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+            if _feature_dim(node.args[0], x) != dim % len(shape):
+                raise Unsupported("a split into unequal pieces along a dim other than the features")
+            sizes = [int(v.shape[dim % len(shape)]) for v in vals]
+            return self.b.split_sizes(x, sizes)  # Mamba's time step, B and C
         if _packet(node.target) == "aten.unbind":
             dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
         else:
