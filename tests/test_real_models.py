@@ -280,6 +280,49 @@ def test_whisper_encoder_imports_its_1d_convolutions():
     check(graph, model, torch.zeros(1, 16, 64, device="meta"), "a100:1,h100:1", batch=8)
 
 
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_deberta_v3_imports_its_disentangled_attention():
+    """DeBERTa-v3's relative attention: q against learned position keys and k against position
+    queries (the relative embeddings, layer-normed, through the q and k projections), each
+    gathered per query and key and added to the scores, becomes ``Attention(relative=R,
+    relative_terms=2)``. Parameters exact (the relative embeddings and their norm counted once,
+    at the first layer). FLOPs: the two products with the position keys and queries per
+    sample (docs/costmodel.md section 1); the projections of the position embeddings run once
+    per step on no sample and are not priced, so torch's counter at batch 1 is above the
+    model's by exactly them."""
+    from parplan.costmodel.graph import Attention
+
+    layers, hidden, buckets, seq = 2, 64, 16, 32
+    cfg = transformers.DebertaV2Config(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=1000,
+        relative_attention=True,
+        pos_att_type=["p2c", "c2p"],
+        position_buckets=buckets,
+        max_relative_positions=-1,
+        share_att_key=True,
+        norm_rel_ebd="layer_norm",
+    )
+    model = transformers.DebertaV2Model(cfg)
+    graph = from_torch(model, (seq,), name="deberta-v3")
+    assert graph.parameter_count() == sum(p.numel() for p in model.parameters())
+    attn = [layer for layer in graph.layers if isinstance(layer, Attention)]
+    span = 2 * buckets
+    assert [(a.relative, a.relative_terms) for a in attn] == [(span, 2)] * layers
+    assert [a.bias_params for a in attn] == [span * hidden + 2 * hidden, 0]
+    ours = sum(p.flops for p in layer_profiles(graph, 1))
+    counted = 3 * forward_flops(model, torch.zeros(1, seq, dtype=torch.long))
+    positions = 3 * 2 * (2 * span * hidden * hidden)  # q and k projections of the embeddings
+    assert math.isclose(ours, counted - layers * positions, rel_tol=1e-12)
+    problem = Problem(graph, parse_array("a100:1,h100:1"), batch=8)
+    assert evaluate(problem, make_plan(problem, "accpar")).step_time_s <= evaluate(
+        problem, make_plan(problem, "data")
+    ).step_time_s * (1 + 1e-9)
+
+
 #: Mamba-style models: their mixer's inner size, state size and convolution kernel are 128, 8
 #: and 4 in each (Jamba: one Mamba layer, then one attention layer with 4 experts).
 MAMBAS = {

@@ -503,6 +503,13 @@ class Attention(Layer):
     #: scaled by a learned logit scale per query head (``heads`` parameters) instead of
     #: ``1 / sqrt(d)``; element-wise inside the core, as a q/k norm is.
     cosine: bool = False
+    #: Relative position scores added to the scores (DeBERTa's disentangled attention): each
+    #: of ``relative_terms`` terms (content-to-position: q against learned position keys;
+    #: position-to-content: k against position queries) scores every position against
+    #: ``relative`` relative positions, then gathers one per key. Learned position embeddings
+    #: (``bias_params``, projected by the q and k weights once per step) are parameters only.
+    relative: int = 0
+    relative_terms: int = 0
 
     @property
     def key_heads(self) -> int:
@@ -538,11 +545,13 @@ class Attention(Layer):
 
     def attention_flops(self, in_shapes: list[Shape], batch: float) -> float:
         """FLOPs of one training step of the two attention products (QK^T and AV): per query
-        head, 2 S^2 d each forward and twice that backward."""
+        head, 2 S^2 d each forward and twice that backward; with relative position scores, each
+        term's product with the position keys (or queries), 2 S R d forward per head."""
         x = in_shapes[0]
         hidden = x.channels // (self.heads + 2 * self.key_heads) * self.heads
         keys = min(self.window, x.spatial) if self.window else x.spatial
-        return 3 * 2 * 2 * batch * x.spatial * keys * hidden
+        relative = self.relative * self.relative_terms  # position scores per query
+        return 3 * 2 * batch * x.spatial * hidden * (2 * keys + relative)
 
     def training_cost(self, in_shapes: list[Shape], out_shape: Shape) -> tuple[float, float, float]:
         """QK^T and AV (forward, and twice that backward); a fused kernel reads Q, K, V and

@@ -410,10 +410,10 @@ def graph_frames(problem: Problem) -> dict[str, Frame]:
                 off += f.cols
             frames[name] = Frame(out.channels, out.spatial, tuple(segs))
         elif isinstance(layer, Attention):
-            if layer.bias_params or layer.window:
+            if layer.bias_params or layer.window or layer.relative:
                 raise ConfigError(
-                    f"run: attention '{name}' has a learned bias or windows; the executor runs "
-                    "full multi-head and grouped-query attention"
+                    f"run: attention '{name}' has a learned bias, windows or relative position "
+                    "scores; the executor runs full multi-head and grouped-query attention"
                 )
             src = srcs[0]
             head = out.channels // layer.heads

@@ -111,6 +111,20 @@ class Scores:
     bias: "Param | None" = None
     window: int = 0
     scale: "Param | None" = None
+    relative: "Relative | None" = None
+
+
+@dataclass(frozen=True)
+class Relative:
+    """Relative position scores awaiting their sum with the content scores (DeBERTa's
+    disentangled attention): per term, q or k (``sides``) against learned position keys or
+    queries of ``span`` relative positions (content-to-position, position-to-content), then
+    gathered per query and key; ``param``: the learned tensors the position keys and queries
+    are computed from (the relative embeddings, their norm and the q/k projections)."""
+
+    sides: tuple
+    span: int
+    param: "Param"
 
 
 @dataclass(frozen=True)
@@ -251,7 +265,20 @@ def is_data(value: Value) -> bool:
     """True for values that carry the input's data (activations and the partial forms above)."""
     return isinstance(
         value,
-        (Act, Piece, Scores, Derived, RowStat, Half, Gated, Dispatched, Strided, Repeated, Stacked),
+        (
+            Act,
+            Piece,
+            Scores,
+            Relative,
+            Derived,
+            RowStat,
+            Half,
+            Gated,
+            Dispatched,
+            Strided,
+            Repeated,
+            Stacked,
+        ),
     )
 
 
@@ -439,8 +466,11 @@ class GraphBuilder:
         out_features: int,
         bias: bool,
         key: Hashable | None = None,
+        bias_key: Hashable | None = None,
     ) -> Act:
-        """A matrix product over the last dimension of ``x`` (per-sample shape ``ps_in``)."""
+        """A matrix product over the last dimension of ``x`` (per-sample shape ``ps_in``);
+        ``bias_key``: the learned bias's identity (counted here, also where a computation on
+        learned tensors only reads it again: DeBERTa's position keys)."""
         act = self._act(x, "a linear layer")
         ps_in = tuple(ps_in)
         di = ps_in[-1] if ps_in else 1
@@ -465,6 +495,8 @@ class GraphBuilder:
             per_position=per_position,
         )
         self._own(layer, key)
+        if bias_key is not None:
+            self._owners.setdefault(bias_key, layer)
         out = (
             Shape(int(out_features), act.shape.height, act.shape.width)
             if per_position
@@ -695,12 +727,18 @@ class GraphBuilder:
         if a is CONST or b is CONST or not (is_data(a) or is_data(b)):
             data = b if a is CONST else a
             return data if is_data(data) or data is CONST or isinstance(data, Param) else CONST
+        if isinstance(a, Relative) and isinstance(b, Relative):
+            if a.span != b.span:
+                raise Unsupported("relative position scores over different spans added")
+            return Relative(a.sides + b.sides, a.span, combined_param([a.param, b.param], ()))
         if isinstance(a, Scores) or isinstance(b, Scores):
             scores, other = (a, b) if isinstance(a, Scores) else (b, a)
             if isinstance(
                 other, Param
             ):  # a learned attention bias (T5, Swin): its table counts once
                 return replace(scores, bias=scores.bias or other)
+            if isinstance(other, Relative) and scores.relative is None:
+                return replace(scores, relative=other)  # DeBERTa's disentangled attention
             raise Unsupported("add of an activation to attention scores")
         if isinstance(a, Param) or isinstance(b, Param):
             act, param = (a, b) if isinstance(b, Param) else (b, a)
@@ -708,6 +746,7 @@ class GraphBuilder:
             size = math.prod(param.shape)
             if act.linear is not None and size == act.shape.channels:
                 self._layers[act.linear][2]["bias"] = True
+                self._owners.setdefault(param.key, act.linear)  # read again, it counts once
                 return Act(act.src, act.shape)
             if (
                 self.token_input
@@ -1148,6 +1187,10 @@ class GraphBuilder:
         self, name: str, a: Value, b: Value, ps_a: Sequence[int], bias: bool = False
     ) -> Value:
         """``a @ b``: a Linear (``b`` learned, shape (Di, Do)), ``q @ k^T`` or ``scores @ v``."""
+        if isinstance(b, Param) and len(b.shape) == 3 and isinstance(a, (Act, Piece)):
+            # q (or k) per head against learned position keys (or queries) of the relative
+            # positions, (batch x heads, d, 2 k): DeBERTa's content-to-position scores
+            return Relative((a,), int(b.shape[-1]), b)
         if isinstance(b, Param):
             if len(b.shape) != 2:
                 raise Unsupported(
@@ -1160,7 +1203,15 @@ class GraphBuilder:
             return CONST if not (is_data(a) or is_data(b)) else self._matmul_const(a, b)
         if isinstance(a, Scores):
             return self.attention(
-                name, a.q, a.k, b, a.heads, bias=a.bias, window=a.window, scale=a.scale
+                name,
+                a.q,
+                a.k,
+                b,
+                a.heads,
+                bias=a.bias,
+                window=a.window,
+                scale=a.scale,
+                relative=a.relative,
             )
         if isinstance(b, Scores):
             raise Unsupported("attention scores on the right of a product")
@@ -1184,11 +1235,13 @@ class GraphBuilder:
         bias: "Param | None" = None,
         window: int = 0,
         scale: "Param | None" = None,
+        relative: Relative | None = None,
     ) -> Act:
         """Scaled dot-product attention on q, k, v: pieces of one fused projection, or three
         activations; k and v may have fewer heads (grouped-query attention, repeated or not).
         Cosine attention (Swin V2): q and k pieces L2-normalised per head, the scores times a
-        learned ``scale`` per head."""
+        learned ``scale`` per head. ``relative``: relative position scores of q and k added
+        to the scores (DeBERTa)."""
         parts = (q, k, v)
         if isinstance(k, Repeated) and isinstance(v, Repeated) and k.factor == v.factor:
             parts = (q, k.act, v.act)
@@ -1263,6 +1316,12 @@ class GraphBuilder:
             attrs["kv_heads"] = int(kv_heads)
         if window and window < fused.shape.spatial:
             attrs["window"] = int(window)
+        if relative is not None:
+            if any(side not in (q, k) for side in relative.sides):
+                raise Unsupported("relative position scores of a tensor that is neither q nor k")
+            attrs["relative"] = int(relative.span)
+            attrs["relative_terms"] = len(relative.sides)
+            bias = combined_param([bias, relative.param], ()) if bias else relative.param
         # a learned bias (or the learned tensors it is computed from) shared by layers counts once
         fresh = [(key, n) for key, n in bias.sources if key not in self._owners] if bias else []
         if fresh:

@@ -45,6 +45,7 @@ from parplan.models.importers.builder import (
     supported_text,
     Param,
     Piece,
+    Relative,
     RowStat,
     Scores,
     Stacked,
@@ -745,6 +746,7 @@ class _Converter:
             "aten.bernoulli": lambda n, a, k: CONST,
             "aten.bernoulli_": lambda n, a, k: a[0],  # a dropout mask drawn in place
             SCAN_OP: self._scan,
+            "aten.gather": self._gather,
         }
 
     def _activation(self, node, args, kwargs) -> Value:
@@ -802,6 +804,13 @@ class _Converter:
                 if op in VIEWS:
                     todo.append(user)
         return False
+
+    def _gather(self, node, args, kwargs) -> Value:
+        """Relative position scores gathered per query and key by a constant index (DeBERTa);
+        other gathers are refused."""
+        if isinstance(args[0], Relative) and not is_data(args[2] if len(args) > 2 else None):
+            return args[0]
+        raise Unsupported("a gather (the importer maps relative position scores' only)")
 
     def _scan(self, node, args, kwargs) -> Value:
         """Mamba's selective scan (:mod:`parplan.models.importers.kernels`'s operator)."""
@@ -897,6 +906,7 @@ class _Converter:
             weight.shape[0],
             bias is not None,
             key=weight.key,
+            bias_key=bias.key if isinstance(bias, Param) else None,
         )
 
     def _addmm(self, node, args, kwargs) -> Value:
@@ -910,6 +920,7 @@ class _Converter:
             weight.shape[1],
             isinstance(bias, Param),
             key=weight.key,
+            bias_key=bias.key if isinstance(bias, Param) else None,
         )
 
     def _matmul(self, node, args, kwargs) -> Value:
