@@ -330,3 +330,11 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built(monkeypatch):
         sp, "highs", PlanOptions(), memory=MemoryLimit((need / 2, need / 2))
     )
     assert cert.status.value == "error" and "parplan plan --memory-limit" in cert.message
+    # a limit the DP's plan (planned without memory) fits: that plan, not the local search's
+    fits, cert = solve_split_exact(
+        sp, "highs", PlanOptions(), memory=MemoryLimit((2 * need, 2 * need))
+    )
+    assert fits == split and "the exact DP on the share grid of 1/16" in cert.message
+    # the whole problem's certificate says how its split was planned (`certify` prints it)
+    whole = solve_exact(p, "highs", PlanOptions()).certificate
+    assert whole.status == "feasible" and whole.message == cert.message

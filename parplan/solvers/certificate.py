@@ -225,6 +225,11 @@ def aggregate(
     ):
         notes.append(f"split price {root.objective!r} differs from the evaluator's {objective!r}")
     notes.extend(n for c in certs.values() for n in c.notes if n not in notes)
+    # what a split's solver said (a split too large for the exact model: how it was planned)
+    said = list(dict.fromkeys((p, c.message) for p, c in certs.items() if c.message))
+    message = (
+        said[0][1] if len(said) == 1 else "; ".join(f"split '{p or 'root'}': {m}" for p, m in said)
+    )
     return Certificate(
         status=status,
         termination=first.termination
@@ -247,6 +252,7 @@ def aggregate(
         scope=scope if not one_level else "split",
         path="",
         notes=tuple(notes),
+        message=message,
         model_size=first.model_size if len(certs) == 1 else f"{len(certs)} split models",
         splits=certs,
         continuous_bound=root.continuous_bound if (root is not None and one_level) else None,

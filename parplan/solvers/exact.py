@@ -217,12 +217,13 @@ def _fallback(
     sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None, reason: str
 ) -> tuple[Split | None, Certificate]:
     """A split too large for the exact model (a node read by many consumers: DenseNet; a large
-    transformer's cells) still gets a plan: without a memory limit the exact DP's where its
-    tables fit, else :func:`~parplan.solvers.dp.fallback_split`'s; re-priced and memory
-    re-checked, certified as feasible only (no solver bound)."""
+    transformer's cells) still gets a plan: the exact DP's where its tables fit (and, under a
+    memory limit, its plan fits: the DP plans without memory), else
+    :func:`~parplan.solvers.dp.fallback_split`'s; re-priced and memory re-checked, certified as
+    feasible only (no solver bound)."""
     t0 = time.perf_counter()
     split = None
-    if memory is None and options.memory_price == 0:
+    if options.memory_price == 0:
         try:  # the exact DP where its tables fit: optimal for the grid (no solver bound)
             _, split = frontier_dp(sp, options)
             how = (
@@ -231,6 +232,10 @@ def _fallback(
             )
         except TableTooLarge:
             split = None
+        if split is not None and memory is not None:
+            used = plan_memory_bytes(sp, split)  # planned without memory: kept where it fits
+            if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
+                split = None
     if split is None:
         _, split, how = fallback_split(sp, options)
     price = price_split(sp, split, options)
