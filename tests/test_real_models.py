@@ -280,6 +280,20 @@ def test_whisper_encoder_imports_its_1d_convolutions():
     check(graph, model, torch.zeros(1, 16, 64, device="meta"), "a100:1,h100:1", batch=8)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(transformers is None, reason="transformers not installed")
+def test_phi3_without_grouped_query_attention_imports():
+    """Phi-3 with as many key/value heads as query heads (its default configuration's form):
+    q, k, v sliced by index out of one projection, rotary, plain multi-head attention."""
+    cfg = dict(SMALL, num_key_value_heads=4, pad_token_id=0)
+    model, _ = hf_model("phi3", cfg, seq=32, device="cpu")
+    graph = from_torch(model, (32,), name="phi3")
+    attn = [layer for layer in graph.layers if type(layer).__name__ == "Attention"]
+    assert [(a.heads, a.key_heads, a.rotary) for a in attn] == [(4, 4, True)] * 2
+    example = torch.zeros(1, 32, dtype=torch.long)
+    check(graph, model, example, "a100:1,h100:1", batch=8, use_cache=False)
+
+
 @pytest.mark.skipif(transformers is None, reason="transformers not installed")
 def test_deberta_v3_imports_its_disentangled_attention():
     """DeBERTa-v3's relative attention: q against learned position keys and k against position
