@@ -713,6 +713,31 @@ def test_bound_quick(tmp_path):
     assert "excess: states / transfers / charged" in (tmp_path / "bound.md").read_text()
 
 
+def test_bound_priced_as_the_cli(tmp_path, capsys):
+    """``--pricing cli``: the bound benchmark priced as ``parplan plan --bound`` is by default
+    (the devices' own fabric, overlap), written beside the papers' setting as bound_cli.*; its
+    plan is the CLI's plan and its bound is ``plan --bound``'s."""
+    from parplan.bench import bound
+    from parplan.cli import main
+
+    table = bound.run(
+        tmp_path, quick=True, executor=SERIAL, models=("lenet",), arrays=("h100:4",), pricing="cli"
+    )
+    _outputs(tmp_path, "bound_cli")
+    assert not (tmp_path / "bound.csv").exists()
+    assert "Priced as `parplan plan --bound`" in (tmp_path / "bound_cli.md").read_text()
+    capsys.readouterr()
+    argv = ["plan", "--model", "lenet", "--array", "h100:4", "--batch", "64", "--bound"]
+    assert main([*argv, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    row = table.iloc[0]
+    assert row["accpar_step_s"] == pytest.approx(shown["step_time_s"], rel=1e-12)
+    assert row["bound_s"] == pytest.approx(shown["global_bound_s"], rel=1e-12)
+    assert row["bound_s"] <= row["best_step_s"] * (1 + 1e-9)
+    with pytest.raises(ValueError, match="pricing must be one of papers, cli"):
+        bound.run(tmp_path, quick=True, executor=SERIAL, pricing="paper")
+
+
 def test_joint_quick(tmp_path):
     from parplan.bench import joint
 

@@ -792,6 +792,10 @@ def standalone_main(doc: str, name: str, run, add_arguments, argv: list[str] | N
     parser.add_argument("--quick", action="store_true")
     add_arguments(parser)
     args = parser.parse_args(argv)
-    run(args.out_dir, quick=args.quick, **run_kwargs(run, args))
+    kwargs = run_kwargs(run, args)
+    run(args.out_dir, quick=args.quick, **kwargs)
+    module = sys.modules.get(run.__module__)
+    if hasattr(module, "output_name"):  # named by its options (bound_cli)
+        name = module.output_name(**kwargs)
     print((Path(args.out_dir) / f"{name}.md").read_text())
     return 0

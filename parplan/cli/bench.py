@@ -130,7 +130,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         module.run(out, quick=args.quick)
-    name = getattr(module, "NAME", args.bench)
+    name = (
+        module.output_name(**run_kwargs(module.run, args))  # named by its options (bound_cli)
+        if hasattr(module, "output_name")
+        else getattr(module, "NAME", args.bench)
+    )
     md = out / f"{name}.md"
     if md.is_file():
         print(md.read_text())
