@@ -200,11 +200,15 @@ def test_device_memory_alone_equals_the_evaluators(case):
 @given(plan_cases())
 def test_an_evaluation_without_rows_is_the_same_evaluation(case):
     """``evaluate(rows=False)`` (the portfolio and the memory search compare plans by it):
-    every figure equal to the last bit, the communication summed row by row in the same order."""
+    every figure equal to the last bit, the communication summed row by row in the same order;
+    ``memory=False`` (the portfolio's): the same, without the devices' memory."""
     p, plan = case
     whole = evaluate(p, plan)
     slim = evaluate(p, plan, rows=False)
     assert slim.rows == () and replace(whole, rows=()) == slim
+    timed = evaluate(p, plan, rows=False, memory=False)
+    assert timed.device_memory_bytes == {} and whole.device_memory_bytes
+    assert replace(slim, device_memory_bytes=timed.device_memory_bytes) == timed
 
 
 @st.composite

@@ -174,19 +174,27 @@ def check_plan(problem: Problem, plan: Plan) -> None:
 
 
 def evaluate(
-    problem: Problem, plan: Plan, node_memory: bool = False, rows: bool = True
+    problem: Problem,
+    plan: Plan,
+    node_memory: bool = False,
+    rows: bool = True,
+    memory: bool = True,
 ) -> Evaluation:
     """Price ``plan`` on ``problem``. Raises :class:`ConfigError` if the plan does not fit it.
     ``node_memory``: also split each device's memory by node into state and activations
     (``Evaluation.node_memory``; the pipeline model reads it, docs/costmodel.md section 11).
     ``rows=False``: without the per-split rows (``Evaluation.rows`` empty; every other figure
     the same, to the last bit): what a search that compares plans by their times and memory
-    needs (on llama3-70b / ``h100:512`` the rows are 245,000 tuples per plan)."""
+    needs (on llama3-70b / ``h100:512`` the rows are 245,000 tuples per plan). ``memory=False``:
+    without the devices' memory (``Evaluation.device_memory_bytes`` empty; the times the same):
+    what a search that compares plans by their times alone needs (the ``accpar`` portfolio)."""
     check_plan(problem, plan)
+    if node_memory and not memory:
+        raise ValueError("node_memory needs memory")
     n = len(problem.planning.nodes)
     table: list = [] if rows else _CommOnly()
     leaf_compute = np.zeros(n)
-    memory: dict[str, float] = {}
+    used: dict[str, float] | None = {} if memory else None
     detail: dict | None = {} if node_memory else None
     times = _eval(
         problem,
@@ -197,7 +205,7 @@ def evaluate(
         plan,
         table,
         leaf_compute,
-        memory,
+        used,
         (False,) * n,
         None,
         None,
@@ -211,7 +219,7 @@ def evaluate(
         communication_bytes=comm * problem.bytes_per_element,
         rows=tuple(table) if rows else (),
         leaf_compute_s=tuple(float(t) for t in leaf_compute),
-        device_memory_bytes=MappingProxyType(memory),
+        device_memory_bytes=MappingProxyType(used or {}),
         node_memory=None if detail is None else MappingProxyType(detail),
     )
 
@@ -288,7 +296,7 @@ def _eval(
     plan: Plan,
     rows: list,
     leaf_compute: np.ndarray,
-    memory: dict,
+    memory: dict | None,
     covered: tuple[bool, ...],
     regions,
     above,
@@ -309,7 +317,7 @@ def _eval(
             ]
         )
         np.maximum(leaf_compute, t, out=leaf_compute)
-        if nodes is None:
+        if nodes is None and memory is not None:
             each = _leaf_memory(problem, dims)
             again = transient_bytes(problem, dims)
             memory[path] = sum(each) + again
@@ -346,7 +354,7 @@ def _eval(
     left, right = sp.child_regions(split, needed)
     cuts = sp.child_cuts(split)
     dims_left, dims_right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-    rows_from, memory_from = len(rows), len(memory)
+    rows_from, memory_from = len(rows), len(memory or ())
     t_left = _eval(
         problem,
         group.left,
@@ -506,7 +514,12 @@ class _CommOnly(list):
 
 
 def _copy_half(
-    path: str, rows: list, rows_from: int, memory: dict, memory_from: int, detail: dict | None
+    path: str,
+    rows: list,
+    rows_from: int,
+    memory: dict | None,
+    memory_from: int,
+    detail: dict | None,
 ) -> None:
     """Repeat what the left half of ``path``'s split added (``rows[rows_from:]``, the memory
     entries after the first ``memory_from``) for the right half, under its paths."""
@@ -516,7 +529,7 @@ def _copy_half(
         rows.extend(rows[rows_from:])
     else:
         rows.extend((right + r[0][n:], *r[1:]) for r in rows[rows_from:])
-    for key in list(memory)[memory_from:]:
+    for key in list(memory or ())[memory_from:]:
         memory[right + key[n:]] = memory[key]
         if detail is not None:
             detail[right + key[n:]] = detail[key]

@@ -457,7 +457,7 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
                 continue
         plan = plan_top_down(problem, solver, "accpar", progress)
         first = first or plan
-        t = evaluate(problem, plan, rows=False).step_time_s
+        t = evaluate(problem, plan, rows=False, memory=False).step_time_s
         if best is None or t < best[0] * (1.0 - 1e-12):
             best = (t, label, plan)
     levels = spread_levels(problem) if problem.compat is None else []
@@ -479,7 +479,7 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
             "accpar",
             progress,
         )
-        t = evaluate(problem, plan, rows=False).step_time_s
+        t = evaluate(problem, plan, rows=False, memory=False).step_time_s
         if t < best[0] * (1.0 - 1e-12):
             best = (t, f"spread-{k}", plan)
         if t > previous * (1.0 + 1e-12):
