@@ -243,6 +243,7 @@ Value = (
     Act
     | Piece
     | Scores
+    | Relative
     | Derived
     | RowStat
     | Half

@@ -810,7 +810,7 @@ class _Converter:
         other gathers are refused."""
         if isinstance(args[0], Relative) and not is_data(args[2] if len(args) > 2 else None):
             return args[0]
-        raise Unsupported("a gather (the importer maps relative position scores' only)")
+        raise Unsupported("a gather (the importer maps relative position scores only)")
 
     def _scan(self, node, args, kwargs) -> Value:
         """Mamba's selective scan (:mod:`parplan.models.importers.kernels`'s operator)."""
