@@ -478,8 +478,14 @@ def test_zero_3_shards_gathers_and_updates_as_priced(clusters, devices):
     prop()
 
 
-@pytest.mark.parametrize("devices", [2, 4])
-@pytest.mark.parametrize("zero, micro", [(3, 1), (2, 2), (3, 2), (1, 4)])
+@pytest.mark.parametrize(
+    "devices, zero, micro",
+    # every stage and micro-batch count on two devices; four devices run ZeRO-3 in the default
+    # run and the other two in the slow set (the default suite's budget)
+    [(2, z, m) for z, m in ((3, 1), (2, 2), (3, 2), (1, 4))]
+    + [(4, 3, 1), (4, 3, 2)]
+    + [pytest.param(4, z, m, marks=pytest.mark.slow) for z, m in ((2, 2), (1, 4))],
+)
 def test_sharded_and_micro_batched_counts_equal_the_model_where_shards_are_whole(
     clusters, devices, zero, micro
 ):
