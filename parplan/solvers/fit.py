@@ -379,7 +379,7 @@ def _exact_search(
     largest sum), so a root split infeasible at every setting proves that no plan fits.
     Returns (the fastest fitting plan found, proven that none fits)."""
     from parplan.costmodel.split import SplitProblem
-    from parplan.formulation.mip import MAX_MODEL_CELLS, model_cells, split_tables
+    from parplan.formulation.mip import split_tables, too_large
     from parplan.solvers.backends.base import SolveOptions
     from parplan.solvers.dp import frontier_dp
     from parplan.solvers.exact import memory_for_split, solve_split_exact
@@ -387,12 +387,12 @@ def _exact_search(
 
     limit = "device" if limit_bytes is None else limit_bytes
     root = SplitProblem.root(problem)
-    if model_cells(root, split_tables(root, options)) > MAX_MODEL_CELLS:
+    if too_large(root, split_tables(root, options), options):
         return None, False  # the splits below have about the root's states: too large too
 
     def plan_split(p: Problem):
         def solve(sp: SplitProblem):
-            if model_cells(sp, split_tables(sp, options)) > MAX_MODEL_CELLS:
+            if too_large(sp, split_tables(sp, options), options):
                 raise _NoSplit()
             split, cert = solve_split_exact(
                 sp,
