@@ -307,7 +307,7 @@ def test_deberta_v3_imports_its_disentangled_attention():
     from parplan.costmodel.graph import Attention
 
     layers, hidden, buckets, seq = 2, 64, 16, 32
-    cfg = transformers.DebertaV2Config(
+    cfg = dict(
         num_hidden_layers=layers,
         hidden_size=hidden,
         num_attention_heads=4,
@@ -315,12 +315,16 @@ def test_deberta_v3_imports_its_disentangled_attention():
         vocab_size=1000,
         relative_attention=True,
         pos_att_type=["p2c", "c2p"],
+        # not a field of the configuration class, but read by the model: accepted as an override
         position_buckets=buckets,
         max_relative_positions=-1,
         share_att_key=True,
         norm_rel_ebd="layer_norm",
     )
-    model = transformers.DebertaV2Model(cfg)
+    model, _ = hf_model("deberta-v2", cfg, seq=seq, device="cpu")
+    assert type(model).__name__ == "DebertaV2Model" and model.config.position_buckets == buckets
+    with pytest.raises(ConfigError, match="its configuration has no 'position_bukets'"):
+        hf_model("deberta-v2", {"position_bukets": buckets})  # a typo stays refused
     graph = from_torch(model, (seq,), name="deberta-v3")
     assert graph.parameter_count() == sum(p.numel() for p in model.parameters())
     attn = [layer for layer in graph.layers if isinstance(layer, Attention)]

@@ -348,6 +348,22 @@ def _local_config(spec: str) -> tuple[str, dict] | None:
     return model_type, settings
 
 
+def _read_by_model(config, key: str) -> bool:
+    """Whether the library's modeling code of ``config``'s model reads ``key`` from its
+    configuration though the configuration class does not declare it (DeBERTa's
+    ``position_buckets``: ``getattr(config, "position_buckets", -1)``); a key it does not read
+    is a typo and stays refused."""
+    import importlib
+    import inspect
+
+    name = type(config).__module__.replace(".configuration_", ".modeling_")
+    try:
+        source = inspect.getsource(importlib.import_module(name))
+    except (ImportError, OSError, TypeError):
+        return False
+    return f'config, "{key}"' in source or f"config.{key}" in source
+
+
 def hf_model(
     model_type: str, overrides: dict | None = None, seq: int | None = None, device: str = "meta"
 ):
@@ -389,7 +405,7 @@ def hf_model(
             "mixtral, t5, qwen2)"
         ) from None
     for key, value in (overrides or {}).items():
-        if not hasattr(config, key):
+        if not hasattr(config, key) and not _read_by_model(config, key):
             raise ConfigError(f"model 'hf:{model_type}': its configuration has no '{key}'")
         setattr(config, key, value)
     limit = _position_limit(config)
