@@ -325,6 +325,8 @@ def test_deberta_v3_imports_its_disentangled_attention():
     assert type(model).__name__ == "DebertaV2Model" and model.config.position_buckets == buckets
     with pytest.raises(ConfigError, match="its configuration has no 'position_bukets'"):
         hf_model("deberta-v2", {"position_bukets": buckets})  # a typo stays refused
+    with pytest.raises(ConfigError, match="its configuration has no 'hidden'"):
+        hf_model("deberta-v2", {"hidden": 64})  # the model reads hidden_size, not hidden
     graph = from_torch(model, (seq,), name="deberta-v3")
     assert graph.parameter_count() == sum(p.numel() for p in model.parameters())
     attn = [layer for layer in graph.layers if isinstance(layer, Attention)]

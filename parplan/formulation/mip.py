@@ -320,9 +320,10 @@ MAX_RAW_CELLS = 4_000_000
 def model_cells(sp, tables, options: PlanOptions | None = None) -> float:
     """Cell columns the model of split ``sp`` would have (every factor of two or more nodes): with
     ``options``, after merging the states that price alike (:func:`merge_alike`; the factors are
-    priced), else the factors' whole size (an upper bound, without pricing)."""
+    priced, unless there are more than :data:`MAX_RAW_CELLS` joint states), else the factors'
+    whole size (an upper bound, without pricing)."""
     if options is not None:
-        return float(sum(m.size for _, m, _ in _merged_factors(sp, tables, options) if m.ndim > 1))
+        return _sized(sp, tables, options)[0]
     total = 0.0
     for u in range(len(sp.planning.nodes)):
         scope = factor_scope(sp.planning, u)
@@ -334,10 +335,18 @@ def model_cells(sp, tables, options: PlanOptions | None = None) -> float:
 def too_large(sp, tables, options: PlanOptions) -> bool:
     """Whether :func:`build_mip` refuses split ``sp``'s model for its size (above
     :data:`MAX_RAW_CELLS` joint states unpriced, or :data:`MAX_MODEL_CELLS` merged columns)."""
+    return _sized(sp, tables, options)[0] > MAX_MODEL_CELLS
+
+
+def _sized(sp, tables, options: PlanOptions):
+    """(the model's cell columns, its merged factors): above :data:`MAX_RAW_CELLS` joint states
+    the factors are not priced (None, and the joint states counted); the one size rule of
+    :func:`build_mip` and :func:`too_large`."""
     raw = model_cells(sp, tables)
-    return raw > MAX_RAW_CELLS or (
-        raw > MAX_MODEL_CELLS and model_cells(sp, tables, options) > MAX_MODEL_CELLS
-    )
+    if raw > MAX_RAW_CELLS:
+        return raw, None
+    factors = _merged_factors(sp, tables, options)
+    return float(sum(c.size for scope, c, _ in factors if len(scope) > 1)), factors
 
 
 def merge_alike(costs: np.ndarray) -> tuple[np.ndarray, list[list[tuple[int, ...]]]]:
@@ -397,9 +406,7 @@ def build_mip(
         scale *= INTEGER_UNITS / TIME_UNITS
     pg = sp.planning
     tables = split_tables(sp, options)
-    raw = model_cells(sp, tables)
-    factors = _merged_factors(sp, tables, options) if raw <= MAX_RAW_CELLS else None
-    cells = raw if factors is None else sum(c.size for _, c, _ in factors if c.ndim > 1)
+    cells, factors = _sized(sp, tables, options)
     if cells > MAX_MODEL_CELLS:
         raise TableTooLarge(
             f"graph '{pg.name}': the exact model of split '{sp.path or 'root'}' would have "

@@ -226,7 +226,7 @@ def aggregate(
         notes.append(f"split price {root.objective!r} differs from the evaluator's {objective!r}")
     notes.extend(n for c in certs.values() for n in c.notes if n not in notes)
     # what a split's solver said (a split too large for the exact model: how it was planned)
-    said = list(dict.fromkeys((p, c.message) for p, c in certs.items() if c.message))
+    said = [(p, c.message) for p, c in certs.items() if c.message]
     message = (
         said[0][1] if len(said) == 1 else "; ".join(f"split '{p or 'root'}': {m}" for p, m in said)
     )

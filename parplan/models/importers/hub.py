@@ -355,13 +355,15 @@ def _read_by_model(config, key: str) -> bool:
     is a typo and stays refused."""
     import importlib
     import inspect
+    import re
 
     name = type(config).__module__.replace(".configuration_", ".modeling_")
     try:
         source = inspect.getsource(importlib.import_module(name))
     except (ImportError, OSError, TypeError):
         return False
-    return f'config, "{key}"' in source or f"config.{key}" in source
+    word = re.escape(key)  # a whole name: "hidden" is not read by reading "hidden_size"
+    return re.search(rf"""config, ["']{word}["']|config\.{word}\b""", source) is not None
 
 
 def hf_model(
