@@ -746,10 +746,16 @@ def cuts_below(above, split) -> tuple[tuple[bool, bool], ...]:
 
 
 def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tuple[bool, ...]:
-    """Which nodes the children of a split see as covered by an enclosing BATCH all-reduce."""
+    """Which nodes the children of a split see as covered by an enclosing BATCH all-reduce: one
+    priced at this split, where BATCH (or a join's ROWS) gives both sides work (docs/costmodel.md
+    section 2). A share of 0 or 1 runs the node on one side and prices no all-reduce here, so
+    it covers nothing below."""
     if not has_collective:
         return covered
-    return tuple(cv or "rows" in split_axes(c) for cv, c in zip(covered, split.choices))
+    return tuple(
+        cv or (0.0 < a < 1.0 and "rows" in split_axes(c))
+        for cv, c, a in zip(covered, split.choices, split.shares)
+    )
 
 
 __all__ = [
