@@ -376,6 +376,44 @@ class StateTable:
         """The share of each (point) state."""
         return self.lo
 
+    def take(self, states) -> "StateTable":
+        """The table of ``states`` (indices, in the order given)."""
+        idx = np.asarray(states, dtype=np.int64)
+        fields = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "choices":
+                fields[f.name] = tuple(value[i] for i in idx)
+            else:
+                fields[f.name] = np.ascontiguousarray(
+                    np.take(value, idx, axis=1 if value.ndim > 1 else 0)
+                )
+                fields[f.name].setflags(write=False)
+        return type(self)(**fields)
+
+    @functools.cached_property
+    def distinct(self) -> "StateTable":
+        """The table without the states that are another's exact equivalent (the first of each
+        kind is kept, so ties resolve as on the whole table; docs/costmodel.md section 8,
+        "Equivalent states"): a state that runs the node on one side (share 0 or 1, or an
+        is not split), and a join kept WHOLE at a share point with work on both sides holds and
+        computes all of it on each, whatever the share (an interval from 0 or to 1 prices a
+        side's compute at that end: not merged)."""
+        keep, kinds = [], set()
+        for s, c in enumerate(self.choices):
+            h0, h1 = bool(self.has[0][s]), bool(self.has[1][s])
+            if h0 != h1:
+                kind = ("one side", h0)
+            elif c is Layout.WHOLE and h0 and self.lo[s] == self.hi[s]:
+                kind = ("whole",)
+            else:
+                keep.append(s)
+                continue
+            if kind not in kinds:
+                kinds.add(kind)
+                keep.append(s)
+        return self if len(keep) == self.size else self.take(keep)
+
     @classmethod
     def merged(cls, tables: "Sequence[StateTable]") -> "StateTable":
         """One node's tables side by side: their states in order (say one table per choice, each

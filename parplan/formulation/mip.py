@@ -48,7 +48,8 @@ Example:
     >>> model, decode = build_mip(sp, PlanOptions(share_grid=2))
     >>> sorted(model.families())
     ['edge_link', 'one_hot']
-    >>> model.n_integer == sum(3 * 4 for _ in sp.planning.nodes)  # 3 types x {0, 1/2, 1, proportional}
+    >>> # 3 types x {1/2, proportional} and one state each for shares 0 and 1 (any type: not split)
+    >>> model.n_integer == sum(3 * 2 + 2 for _ in sp.planning.nodes)
     True
 """
 

@@ -48,7 +48,7 @@ from parplan.costmodel.split import (
     check_factor_size,
     factor_scope,
     memory_price,
-    floorless_factor,
+    split_factors,
     node_factor,
     split_tables,
 )
@@ -146,21 +146,21 @@ def min_states(
     :func:`~parplan.costmodel.split.floorless_factor` gives them, priced by the caller (the
     continuous search updates them state by state: ``split.updated_factor``)."""
     n = len(sp.planning.nodes)
-    for u in range(n):  # every size first: a split too large for the DP prices nothing
-        check_factor_size(sp, tables, u, options, max_cells)
     # (scope, values, floor) per node: the elimination floors a node's values as it reads them
     # (the min-marginals' backward pass reads the tables themselves: floored here)
     if factors is not None:
+        for u in range(n):  # every size first: a split too large for the DP prices nothing
+            check_factor_size(sp, tables, u, options, max_cells)
         factors = [
             (s, v, f) if marginals is None else (s, floored_time(v, f), 0.0) for s, v, f in factors
         ]
+    elif marginals is None:  # sizes checked first, each class of alike nodes priced once
+        factors = split_factors(sp, tables, options, max_cells)
     else:
-        seen: dict = {}  # values found for this split's tables (split._seen_key)
+        for u in range(n):
+            check_factor_size(sp, tables, u, options, max_cells)
         factors = [
-            floorless_factor(sp, tables, u, options, max_cells, checked=True, seen=seen)
-            if marginals is None
-            else (*node_factor(sp, tables, u, options, max_cells, checked=True), 0.0)
-            for u in range(n)
+            (*node_factor(sp, tables, u, options, max_cells, checked=True), 0.0) for u in range(n)
         ]
     order = elimination_order([f[0] for f in factors], n)
     if marginals is None:  # the whole elimination in the compiled core (_pricing.solve)
