@@ -194,9 +194,9 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
     shares = share_points(sp.side, options.shares, options.share_grid)
     if relaxed:
         shares = share_intervals(shares)
-    tables = _tables(
-        sp, [options.choices(node) for node in sp.planning.nodes], [shares] * len(sp.dims)
-    )
+    one: dict = {}  # one tuple object per set of choices: _tables' classes read ids
+    choices = [one.setdefault(c, c) for c in map(options.choices, sp.planning.nodes)]
+    tables = _tables(sp, choices, [shares] * len(sp.dims))
     if compat_rules(sp.side.compat):  # the papers' rules price a split at its own terms
         return tables
     return [t.distinct for t in tables]
@@ -205,11 +205,30 @@ def split_tables(sp: SplitProblem, options: PlanOptions, relaxed: bool = False) 
 def _tables(sp: SplitProblem, choices, shares, nodes=None) -> list:
     """Each node's :meth:`StateTable.build` (of ``nodes``; None for the others) at this split:
     nodes with the same dims object and the same states (repeated blocks, below the root) get
-    the table found for the first without rebuilding the memo's key."""
+    the table found for the first without rebuilding the memo's key (for a whole split, the
+    classes are found in one numpy pass over those objects' identities)."""
     hypar = "hypar" in compat_rules(sp.side.compat)
+    n = len(sp.dims)
+    if nodes is None and not hypar and n:  # the classes of a whole split in one numpy pass
+        ids = lambda xs: np.fromiter(map(id, xs), dtype=np.int64, count=n)  # noqa: E731
+        cols = [ids(sp.dims), ids(choices), ids(shares)]
+        if sp.covered is not None:
+            cols.append(np.asarray(sp.covered, dtype=np.int64))
+        if sp.above is not None:
+            cols.append(np.array([2 * a + b for a, b in sp.above], dtype=np.int64))
+        _, first, inverse = np.unique(
+            np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True
+        )
+        built = [
+            StateTable.build(
+                sp.dims[v], sp.is_covered(v), choices[v], shares[v], sp.side, None, sp.cuts(v)
+            )
+            for v in first.tolist()
+        ]
+        return [built[c] for c in inverse.reshape(-1).tolist()]
     seen: dict = {}
-    out: list = [None] * len(sp.dims)
-    for v in range(len(sp.dims)) if nodes is None else nodes:
+    out: list = [None] * n
+    for v in range(n) if nodes is None else nodes:
         covered, cuts = sp.is_covered(v), sp.cuts(v)
         reduction = compat_reduction_elements(sp, v) if hypar else None
         key = (id(sp.dims[v]), covered, id(choices[v]), id(shares[v]), reduction, cuts)
@@ -591,7 +610,7 @@ def _split_terms(sp: SplitProblem, choices, shares, nodes) -> list[NodeTerms | N
         sp,
         [one_choice.setdefault(c, (c,)) for c in choices],
         [one_choice.setdefault(("share", a), (a,)) for a in shares],
-        needed,
+        None if nodes is None else needed,
     )
     zero = {v: _ZERO for v in range(n)}
     out: list[NodeTerms | None] = [None] * n
