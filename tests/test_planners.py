@@ -331,3 +331,27 @@ def test_a_cached_fallback_split_repeats_its_note(monkeypatch):
         == notes[1]
         == "graph 'g': the DP needs a table of 1e9 cells; planned by local search"
     )
+
+
+@settings(max_examples=40)
+@given(*ONE_SPLIT, st.randoms(use_true_random=False))
+def test_a_line_of_values_is_the_factor_tables_line(graph, array, bandwidth, mode, floor, rng):
+    """cost.line_values (the local search's pricing of one member's states, the others fixed)
+    equals that line of the node's whole factor table, bit for bit."""
+    import numpy as np
+
+    from parplan.costmodel.cost import core_spec, line_values
+    from parplan.costmodel.split import floorless_factor, split_tables
+
+    p = Problem(graph, parse_array(array, bandwidth_bytes_per_s=bandwidth), batch=32)
+    sp = SplitProblem.root(p)
+    opts = PlanOptions(*mode, share_grid=4)
+    tables = split_tables(sp, opts)
+    for u in range(len(tables)):
+        scope, raw, _ = floorless_factor(sp, tables, u, opts)
+        spec = core_spec(tables, sp.side, sp.groups(u), u, *sp.frames)
+        states = [rng.randrange(tables[w].size) for w in scope]
+        for axis, w in enumerate(scope):
+            line = line_values(spec, tables[u].steps, states, axis, tables[w].size, opts.objective)
+            at = tuple(slice(None) if j == axis else s for j, s in enumerate(states))
+            assert np.array_equal(line, raw[at])

@@ -666,6 +666,45 @@ def node_values(
     return out.reshape(shape)
 
 
+def line_values(spec: tuple, steps: np.ndarray, states, axis: int, n: int, objective) -> np.ndarray:
+    """:func:`node_values` along one line: the scope's member ``axis`` in each of its ``n``
+    states, every other member ``j`` in state ``states[j]`` (the local search's question, asked
+    tens of thousands of times; ``spec``: :func:`core_spec`'s, ``steps`` the node's table's)."""
+    _, (packed, tensors, side_t) = spec
+    line = _line(n)
+    ix = tuple(line if j == axis else _point(s) for j, s in enumerate(states))
+    strides = tuple(1 if j == axis and n > 1 else 0 for j in range(len(states)))
+    out = np.empty(n)
+    _pricing.values(
+        packed,
+        ix,
+        strides,
+        (n,),
+        tensors,
+        side_t,
+        steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
+        0 if objective is None or objective is Objective.TIME else 1,
+        out,
+    )
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _line(n: int) -> np.ndarray:
+    """The states 0 .. n-1 (read-only: shared)."""
+    a = np.arange(n, dtype=np.int64)
+    a.setflags(write=False)
+    return a
+
+
+@functools.lru_cache(maxsize=4096)
+def _point(s: int) -> np.ndarray:
+    """State ``s`` as a 0-d index array (read-only: shared)."""
+    a = np.array(s, dtype=np.int64)
+    a.setflags(write=False)
+    return a
+
+
 def core_spec(tables, side: SideSpec, groups, u: int, regions, leaf_pair: bool) -> tuple:
     """(scope, the compiled core's arguments that do not depend on the index grid: the scope's
     packed state tables, the tensors' spec, the side) of node ``u``'s terms."""
@@ -819,6 +858,7 @@ __all__ = [
     "share_intervals",
     "node_terms",
     "node_values",
+    "line_values",
     "node_value",
     "output_groups",
     "clear_scaled",

@@ -36,7 +36,7 @@ from parplan.costmodel.cost import (
     ShareMode,
     core_spec,
     floored_time,
-    node_values,
+    line_values,
     share_points,
 )
 from parplan.costmodel.layout import PartitionType
@@ -352,25 +352,26 @@ def local_search(
     scopes = [factor_scope(sp.planning, u) for u in range(n)]
     touching = [[u for u in range(n) if v in scopes[u]] for v in range(n)]
 
-    seen: dict[tuple, np.ndarray] = {}  # (u, v, the other scope states) -> factor(u, v)
+    seen: dict[tuple, np.ndarray] = {}  # (u, v, the scope's states) -> factor(u, v)
     specs: dict[int, tuple] = {}  # u -> cost.core_spec of its terms
 
     def factor(u: int, v: int) -> np.ndarray:
         """Factor ``u`` for every state of node ``v`` (the others at their current state):
         what :func:`~parplan.costmodel.split.node_factor` holds along that line (remembered:
         a sweep that changes little asks for the same lines again)."""
-        key = (u, v, tuple(state[w] for w in scopes[u] if w != v))
+        states = [state[w] for w in scopes[u]]
+        axis = scopes[u].index(v)
+        states[axis] = -1  # the line's own state is not part of the key
+        key = (u, v, tuple(states))
         hit = seen.get(key)
         if hit is not None:
             return hit
-        idx = {w: np.asarray(state[w]) for w in scopes[u]}
-        idx[v] = np.arange(tables[v].size)
         if u not in specs:  # what does not depend on the states, once per node
             specs[u] = core_spec(tables, sp.side, sp.groups(u), u, *sp.frames)
-        raw = node_values(
-            tables, sp.side, sp.groups(u), u, idx, *sp.frames, options.objective, specs[u]
+        raw = line_values(
+            specs[u], tables[u].steps, states, axis, tables[v].size, options.objective
         )
-        value = np.broadcast_to(floored_time(raw, sp.floor(u, options)), (tables[v].size,))
+        value = floored_time(raw, sp.floor(u, options))
         if options.memory_price > 0.0:  # the memory price is a term of u's own state (node_factor)
             price = memory_price(sp, tables, u, options)
             value = value + (price if u == v else price[state[u]])
