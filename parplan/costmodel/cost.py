@@ -395,10 +395,11 @@ class StateTable:
     def distinct(self) -> "StateTable":
         """The table without the states that are another's exact equivalent (the first of each
         kind is kept, so ties resolve as on the whole table; docs/costmodel.md section 8,
-        "Equivalent states"): a state that runs the node on one side (share 0 or 1, or an
-        is not split), and a join kept WHOLE at a share point with work on both sides holds and
-        computes all of it on each, whatever the share (an interval from 0 or to 1 prices a
-        side's compute at that end: not merged)."""
+        "Equivalent states"): a state that runs the node on one side (a share of 0 or 1) is
+        the same plan under every choice (section 2: the node is not split), and a join kept
+        WHOLE at a share point with work on both sides holds and computes all of it on each,
+        whatever the share (an interval from 0 or to 1 prices a side's compute at that end: not
+        merged)."""
         keep, kinds = [], set()
         for s, c in enumerate(self.choices):
             h0, h1 = bool(self.has[0][s]), bool(self.has[1][s])

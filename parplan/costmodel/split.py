@@ -521,11 +521,11 @@ def split_factors(
     limit = min(max_cells, MAX_FACTOR_CELLS)
     if (sizes > limit).any():
         check_factor_size(sp, tables, int(np.flatnonzero(sizes > limit)[0]), options, max_cells)
-    first, inverse = node_classes(sp, tables)
     if options.memory_price > 0.0:  # floored and priced per node (floorless_factor)
         return [
             floorless_factor(sp, tables, u, options, max_cells, True) for u in range(len(tables))
         ]
+    first, inverse = node_classes(sp, tables)
     raw = [floorless_factor(sp, tables, int(u), options, max_cells, True)[1] for u in first]
     floors = (
         [0.0] * len(tables)
