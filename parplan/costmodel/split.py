@@ -209,7 +209,7 @@ def _tables(sp: SplitProblem, choices, shares, nodes=None) -> list:
     classes are found in one numpy pass over those objects' identities)."""
     hypar = "hypar" in compat_rules(sp.side.compat)
     n = len(sp.dims)
-    if nodes is None and not hypar and n:  # the classes of a whole split in one numpy pass
+    if nodes is None and not hypar and n >= NUMPY_CLASSES:  # a whole split's classes at once
         ids = lambda xs: np.fromiter(map(id, xs), dtype=np.int64, count=n)  # noqa: E731
         cols = [ids(sp.dims), ids(choices), ids(shares)]
         if sp.covered is not None:
@@ -471,6 +471,12 @@ def _seen_key(sp: SplitProblem, tables, u: int) -> tuple:
     )
 
 
+#: Nodes from which a split's classes (:func:`node_classes`, the state tables') are found by
+#: one numpy pass over identities rather than a key per node (VGG-11's 20-node splits: the
+#: keys are cheaper; Llama-3-70B's 481: numpy is).
+NUMPY_CLASSES = 64
+
+
 def _layout(sp: SplitProblem) -> tuple[np.ndarray, np.ndarray, tuple]:
     """(every node's factor scope as a row of node indices padded with -1, a code per node for
     the tensors it sends (equal codes: equal :func:`_sent` memo parts), each node's scope as a
@@ -500,8 +506,17 @@ def node_classes(sp: SplitProblem, tables) -> tuple[np.ndarray, np.ndarray]:
     their scopes by identity, and the tensors they send), so they have the same terms. A
     transformer's layers below the root are a few classes of hundreds of nodes (Llama-3-70B on
     ``h100:512``: 2,000 DPs of 481 nodes each)."""
-    scopes, sent = _layout(sp)[:2]
     n = len(tables)
+    if n < NUMPY_CLASSES:  # a key per node costs less than numpy's calls here
+        seen: dict = {}
+        first, inverse = [], []
+        for u in range(n):
+            c = seen.setdefault(_seen_key(sp, tables, u), len(seen))
+            if c == len(first):  # a new class: u is its first node
+                first.append(u)
+            inverse.append(c)
+        return np.array(first, dtype=np.int64), np.array(inverse, dtype=np.int64)
+    scopes, sent = _layout(sp)[:2]
     ids = [np.append(np.fromiter(map(id, tables), dtype=np.int64, count=n), 0)[scopes]]
     regions = sp.frames[0]
     if regions is not None:
