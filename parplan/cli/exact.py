@@ -298,6 +298,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     )
     result, cert = c.exact, c.exact.certificate
     unit = cert.unit
+    solver = f"{cert.solver} {cert.version}".strip()  # a fallback has no solver
     dp_price, exact_price, rel, gap_dp = (
         c.dp_objective,
         cert.objective,
@@ -320,7 +321,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         "dp_gap_to_bound": gap_dp,
         "dp_s": dp_s,
         "exact_s": exact_s,
-        "solver": f"{cert.solver} {cert.version}".strip(),
+        "solver": solver,
         "polished_step_time_s": c.polished_s,
         "portfolio_step_time_s": c.portfolio_s,
         "portfolio_selected": c.portfolio_selected,
@@ -378,9 +379,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
             f"objective {options.objective.value}"
         )
         print(f"  DP          {fmt(dp_price)}   ({dp_s:.3f} s)")
-        print(
-            f"  exact       {fmt(exact_price)}   ({exact_s:.3f} s, {f'{cert.solver} {cert.version}'.strip()})"
-        )
+        print(f"  exact       {fmt(exact_price)}   ({exact_s:.3f} s, {solver})")
         print(f"  status      {cert.status}")
         print(f"  bound       {fmt(cert.bound)}")
         print(f"  DP - exact  {'n/a' if rel is None else f'{rel:.3e}'} (relative)")

@@ -614,21 +614,16 @@ def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms
 
 def _split_terms(sp: SplitProblem, choices, shares, nodes) -> list[NodeTerms | None]:
     n = len(choices)
-    wanted = range(n) if nodes is None else sorted(nodes)
-    needed = (
-        set(wanted).union(*(sp.planning.succs[u] for u in wanted))
-        if nodes is not None
-        else range(n)
-    )
+    wanted = None if nodes is None else sorted(nodes)
+    needed = None if nodes is None else set(wanted).union(*(sp.planning.succs[u] for u in wanted))
     one_choice: dict = {}  # one tuple object per choice and per share: _tables' keys read ids
     tables = _tables(
         sp,
         [one_choice.setdefault(c, (c,)) for c in choices],
         [one_choice.setdefault(("share", a), (a,)) for a in shares],
-        None if nodes is None else needed,
+        needed,
     )
     zero = {v: _ZERO for v in range(n)}
-    out: list[NodeTerms | None] = [None] * n
 
     def terms(u: int) -> NodeTerms:
         scope, groups = _sent(sp, u)[:2]
@@ -644,6 +639,7 @@ def _split_terms(sp: SplitProblem, choices, shares, nodes) -> list[NodeTerms | N
         first, inverse = node_classes(sp, tables)
         found = [terms(int(u)) for u in first]
         return [found[c] for c in inverse.tolist()]
+    out: list[NodeTerms | None] = [None] * n
     seen: dict = {}  # the terms found in this call (_seen_key: repeated blocks' nodes share them)
     for u in wanted:
         fast = _seen_key(sp, tables, u)

@@ -21,8 +21,9 @@ Formulation (node ``v``, state ``s`` = choice and grid share):
 - A member's states whose slices of the table are equal (a consumer split by output columns
   needs the whole tensor at every share) are merged first (:func:`merge_alike`): one cell per
   merged state, linked to the sum of its states' ``y``. The same costs, exactly; ResNet-18's
-  root split has 1.32e6 cells and 4.4e5 merged (the columns' limit is
-  :data:`MAX_MODEL_CELLS`).
+  root split on ``tpu-v2:1,tpu-v3:1`` has 636,000 cells and 396,000 merged (the columns' limit
+  is :data:`MAX_MODEL_CELLS`; the tables already hold each state that is the same plan once,
+  ``StateTable.distinct``).
 - Memory (family ``memory``, optional): per side ``sum_{v,s} memory_i[v,s] y[v,s] / capacity_i
   <= 1`` (rows scaled to the side's capacity, so coefficients are O(1) whatever the model).
   A side's capacity is the sum of its devices' memory: exact when the side is one device, a
@@ -309,9 +310,10 @@ def _elements_scale(sp) -> float:
 MEMORY_RESOLUTION = 1e-6
 
 #: Most cell columns (joint states of a node and its consumers) a split's model may have. Each
-#: costs several KiB while it is built and solved (ResNet-18's root split, 1.32e6 columns, took
-#: 10.9 GB and 487 s before it was refused); a larger split is planned by the DP instead and
-#: certified as feasible only (:func:`parplan.solvers.exact.solve_split_exact`).
+#: costs several KiB while it is built and solved (ResNet-18's root split unmerged, 1.32e6
+#: columns, took 10.9 GB and 487 s before it was refused; merged, 396,000: 4.1 GB and 170 s);
+#: a larger split is planned by the DP instead and certified as feasible only
+#: (:func:`parplan.solvers.exact.solve_split_exact`).
 MAX_MODEL_CELLS = 400_000
 #: Most cells a split's factors may have before merging (:func:`merge_alike`): above it the
 #: model is refused without pricing them.
@@ -354,8 +356,8 @@ def merge_alike(costs: np.ndarray) -> tuple[np.ndarray, list[list[tuple[int, ...
     """(``costs`` with, along each axis, the states whose slices are equal merged into one, and
     per axis the original states of each merged one). A node's factor reads a consumer only
     through the part of the tensor it needs (docs/costmodel.md section 3), so every share of a
-    consumer split by output columns, say, prices alike: ResNet-18's root split has 1.32e6
-    cells and 4.4e5 merged states (3x fewer columns). The model stays exact: a merged cell's
+    consumer split by output columns, say, prices alike: ResNet-18's root split on
+    ``tpu-v2:1,tpu-v3:1`` has 636,000 cells and 396,000 merged. The model stays exact: a merged cell's
     column links to the sum of its states' choice variables."""
     classes = [[(s,) for s in range(n)] for n in costs.shape]
     for axis in range(costs.ndim):
