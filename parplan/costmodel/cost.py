@@ -672,13 +672,20 @@ def line_values(spec: tuple, steps: np.ndarray, states, axis: int, n: int, objec
     states, every other member ``j`` in state ``states[j]`` (the local search's question, asked
     tens of thousands of times; ``spec``: :func:`core_spec`'s, ``steps`` the node's table's)."""
     _, (packed, tensors, side_t) = spec
-    line = _line(n)
-    ix = tuple(line if j == axis else _point(s) for j, s in enumerate(states))
-    strides = tuple(1 if j == axis and n > 1 else 0 for j in range(len(states)))
+    try:
+        ix = [_POINTS[s] for s in states]
+    except IndexError:
+        _grow_points(max(max(states), 0))
+        ix = [_POINTS[s] for s in states]
+    ix[axis] = _line(n)
+    key = (len(states), axis, n > 1)
+    strides = _STRIDES.get(key)
+    if strides is None:
+        strides = _STRIDES[key] = tuple(1 if j == axis and n > 1 else 0 for j in range(len(states)))
     out = np.empty(n)
     _pricing.values(
         packed,
-        ix,
+        tuple(ix),
         strides,
         (n,),
         tensors,
@@ -698,12 +705,20 @@ def _line(n: int) -> np.ndarray:
     return a
 
 
-@functools.lru_cache(maxsize=4096)
-def _point(s: int) -> np.ndarray:
-    """State ``s`` as a 0-d index array (read-only: shared)."""
-    a = np.array(s, dtype=np.int64)
-    a.setflags(write=False)
-    return a
+#: State ``s`` as a 0-d index array, at ``_POINTS[s]`` (read-only: shared by every line; a
+#: list, read by index, because a line of a scope of dozens of members reads one per member).
+_POINTS: list[np.ndarray] = []
+#: (members, axis, whether the line has more than one state) -> the line's strides.
+_STRIDES: dict[tuple[int, int, bool], tuple[int, ...]] = {}
+
+
+def _grow_points(s: int) -> None:
+    """Make ``_POINTS`` hold states ``0 .. s`` (a state index of -1 reads the last one: the
+    caller replaces it)."""
+    for x in range(len(_POINTS), s + 1):
+        a = np.array(x, dtype=np.int64)
+        a.setflags(write=False)
+        _POINTS.append(a)
 
 
 def core_spec(tables, side: SideSpec, groups, u: int, regions, leaf_pair: bool) -> tuple:

@@ -350,9 +350,13 @@ def local_search(
         same = [i for i in range(t.size) if t.choices[i] == choice] or list(range(t.size))
         state.append(min(same, key=lambda i: abs(float(t.shares[i]) - share)))
     scopes = [factor_scope(sp.planning, u) for u in range(n)]
-    touching = [[u for u in range(n) if v in scopes[u]] for v in range(n)]
+    touching: list[list[int]] = [[] for _ in range(n)]  # v -> the factors mentioning it, in order
+    for u, scope in enumerate(scopes):
+        for w in scope:
+            touching[w].append(u)
+    axes = [{w: j for j, w in enumerate(scope)} for scope in scopes]  # u -> member -> its axis
 
-    seen: dict[tuple, np.ndarray] = {}  # (u, v, the scope's states) -> factor(u, v)
+    seen: dict[tuple, np.ndarray] = {}  # (u, v, *the scope's states) -> factor(u, v)
     specs: dict[int, tuple] = {}  # u -> cost.core_spec of its terms
 
     def factor(u: int, v: int) -> np.ndarray:
@@ -360,9 +364,9 @@ def local_search(
         what :func:`~parplan.costmodel.split.node_factor` holds along that line (remembered:
         a sweep that changes little asks for the same lines again)."""
         states = [state[w] for w in scopes[u]]
-        axis = scopes[u].index(v)
+        axis = axes[u][v]
         states[axis] = -1  # the line's own state is not part of the key
-        key = (u, v, tuple(states))
+        key = (u, v, *states)
         hit = seen.get(key)
         if hit is not None:
             return hit
