@@ -51,6 +51,24 @@ FORWARD_OP_TRAFFIC = 0.5
 ROW_STATISTICS = {"layer": 4.0, "rms": 2.0}
 
 
+def cached_hash(self) -> int:
+    """A frozen dataclass's hash of its fields, computed once: the memos of the cost model key
+    on :class:`LayerDims` and :class:`~parplan.costmodel.cost.SideSpec`, hashed millions of
+    times in a planning run. Equal objects hash equal, as the generated hash would."""
+    h = self.__dict__.get("_hash")
+    if h is None:
+        h = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))  # as __eq__
+        object.__setattr__(self, "_hash", h)
+    return h
+
+
+def state_without_hash(self) -> dict:
+    """Pickled state without the cached hash (str hashes differ between processes)."""
+    state = dict(self.__dict__)
+    state.pop("_hash", None)
+    return state
+
+
 @dataclass(frozen=True)
 class ElementOp:
     """An op without a partition choice, per element of the tensor it is attached to:
@@ -59,6 +77,11 @@ class ElementOp:
     ``name`` says which op it is (reports, the exported script) and takes no part in equality
     or hashing: the same op in two blocks prices the same, so repeated blocks share their state
     tables and memoised terms (a transformer's blocks are priced once, not once per block)."""
+
+    # hashed once: every new LayerDims (a split scales dims hundreds of thousands of times on a
+    # long chain) hashes its ops' tuples when it first keys a memo
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str = field(compare=False)
     flops: float = 0.0
@@ -201,24 +224,6 @@ def _ops_figures(ops: tuple) -> tuple[float, ...]:
         _OPS.clear()
     _OPS[id(ops)] = (ops, figures)
     return figures
-
-
-def cached_hash(self) -> int:
-    """A frozen dataclass's hash of its fields, computed once: the memos of the cost model key
-    on :class:`LayerDims` and :class:`~parplan.costmodel.cost.SideSpec`, hashed millions of
-    times in a planning run. Equal objects hash equal, as the generated hash would."""
-    h = self.__dict__.get("_hash")
-    if h is None:
-        h = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))  # as __eq__
-        object.__setattr__(self, "_hash", h)
-    return h
-
-
-def state_without_hash(self) -> dict:
-    """Pickled state without the cached hash (str hashes differ between processes)."""
-    state = dict(self.__dict__)
-    state.pop("_hash", None)
-    return state
 
 
 @dataclass(frozen=True)

@@ -175,12 +175,21 @@ def child_region(region: Region, choice, share: float, side: int) -> Region:
         return EMPTY
     if not axes:
         return region
-    return Region(
+    box = Region(
         *(
             _part(*getattr(region, ax), s, side) if ax in axes else getattr(region, ax)
             for ax in ("rows", "ins", "outs")
         )
     )
+    if len(_INTERNED) >= 1 << 18:
+        _INTERNED.clear()
+    return _INTERNED.setdefault(box, box)
+
+
+#: One object per distinct box :func:`child_region` returns: equal boxes cut by different
+#: splits are then one object, and tuples of them (the memos' keys, ``translates``) compare by
+#: identity instead of by their fields.
+_INTERNED: dict = {}
 
 
 def rect_area(r: Rect) -> float:
