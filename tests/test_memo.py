@@ -211,3 +211,24 @@ def test_scaled_dims_hash_as_equal_dims_do():
     fresh = LayerDims(**{f.name: getattr(s, f.name) for f in fields(LayerDims)})
     assert s == fresh and hash(s) == hash(fresh) and s != d
     assert {fresh: 1}[s] == 1
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_row_classes_are_the_classes_of_equal_rows(collide, monkeypatch):
+    """The alike-node classes (``split._row_classes``: rows hashed, then checked) are those of
+    ``np.unique`` over the rows, each represented by its first row; with every hash forced equal
+    (a collision) the check sends it to ``np.unique`` and the answer stays exact."""
+    import numpy as np
+
+    if collide:
+        monkeypatch.setattr(split, "_ROW_WEIGHTS", np.zeros(64, dtype=np.uint64))
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n, m = int(rng.integers(1, 200)), int(rng.integers(1, 9))
+        keys = rng.integers(0, 3, size=(n, m)).astype(np.int64) * (2**41 + 1 if trial % 2 else 1)
+        first, inverse = split._row_classes(keys)
+        _, want, _ = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        assert sorted(first.tolist()) == sorted(want.tolist())  # the first row of each class
+        assert np.array_equal(keys[first][inverse], keys)
+        for c, row in enumerate(first.tolist()):
+            assert not (inverse[:row] == c).any()
