@@ -105,6 +105,19 @@ class PlanOptions:
         return allowed
 
 
+class HashedKey(tuple):
+    """A memo key that hashes its items once: a split's key holds tuples of hundreds of dims and
+    regions, and a lookup, a move to the end and an insert would hash them three times."""
+
+    def __new__(cls, items):
+        key = super().__new__(cls, items)
+        key.hash_ = tuple.__hash__(key)
+        return key
+
+    def __hash__(self) -> int:
+        return self.hash_
+
+
 @dataclass(frozen=True)
 class SplitProblem:
     """One split to plan: the planning graph, every node's dims at this level, the cost view."""
@@ -621,17 +634,19 @@ def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms
     consumers' states. Whole splits are remembered (:data:`SPLIT_MEMO_MAX`): the terms read
     only what the key holds (``floor_s`` and ``path`` do not enter them)."""
     if nodes is None and SPLIT_MEMO_MAX > 0:
-        key = (
-            id(sp.planning),
-            sp.dims,
-            sp.side,
-            sp.covered,
-            sp.regions,
-            sp.root_dims,
-            sp.leaf_pair,
-            sp.above,
-            tuple(choices),
-            tuple(shares),
+        key = HashedKey(
+            (
+                id(sp.planning),
+                sp.dims,
+                sp.side,
+                sp.covered,
+                sp.regions,
+                sp.root_dims,
+                sp.leaf_pair,
+                sp.above,
+                tuple(choices),
+                tuple(shares),
+            )
         )
         hit = _SPLIT_MEMO.get(key)
         if hit is not None and hit[0] is sp.planning:
@@ -697,6 +712,7 @@ def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
 
 
 __all__ = [
+    "HashedKey",
     "MAX_SHARE_GRID",
     "MEMO_MAX_CELLS",
     "SPLIT_MEMO_MAX",

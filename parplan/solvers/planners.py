@@ -43,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -51,7 +52,7 @@ from parplan.costmodel.layout import Choice, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode
 from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.errors import ConfigError, TableTooLarge
-from parplan.costmodel.split import PlanOptions, all_choices
+from parplan.costmodel.split import HashedKey, PlanOptions, SplitProblem, all_choices
 from parplan.solvers.accpar_code import cpp_view, solve_split_cpp
 from parplan.solvers.dp import fallback_split, solve_split
 from parplan.solvers.hierarchy import plan_top_down
@@ -215,6 +216,13 @@ def make_plan(
     return plan
 
 
+#: What a split's plan depends on: its problem's fields less its path (read by the wrappers
+#: only) and its planning graph (one per problem: a cache lives for one portfolio, keyed by id).
+_KEYED = tuple(
+    f.name for f in dataclasses.fields(SplitProblem) if f.name not in ("path", "planning")
+)
+
+
 def _solver(opts: PlanOptions, notes: list[str], cache: dict | None = None) -> Callable:
     """The exact DP per split; where its tables are too large, the local search (noted). Under
     ``compat="accpar-code"`` with the communication objective, a graph the C++ can describe (a
@@ -226,9 +234,15 @@ def _solver(opts: PlanOptions, notes: list[str], cache: dict | None = None) -> C
     (on resnet50 / ``h100:8``, 19 of 49 DPs)."""
 
     def solve(sp):
-        key = (opts, replace(sp, path="")) if cache is not None else None
-        if key is not None and key in cache:
-            split, note = cache[key]
+        # the split's problem less its path, hashed once (HashedKey)
+        key = (
+            HashedKey((opts, id(sp.planning), *(getattr(sp, f) for f in _KEYED)))
+            if cache is not None
+            else None
+        )
+        hit = cache.get(key) if key is not None else None
+        if hit is not None:
+            split, note = hit
         else:
             split, note = _solve(sp)
             if key is not None:
@@ -303,7 +317,16 @@ def _lookahead_levels(
         group = problem.array.at(sp.path)
         if group.left.is_leaf and group.right.is_leaf:
             return solver(sp)
-        key = ("lookahead", opts, sp, sp.path in spread)
+        key = HashedKey(
+            (
+                "lookahead",
+                opts,
+                id(sp.planning),
+                sp.path,
+                *(getattr(sp, f) for f in _KEYED),
+                sp.path in spread,
+            )
+        )
         if cache is not None and key in cache:
             split = cache[key]
         else:
