@@ -90,7 +90,25 @@ def translates(succs, a, b) -> bool:
     is the same: equal sizes, one offset for the rows of every node, and for every edge
     ``u -> v`` (``succs[u]`` holds ``v``) the same offset for ``u``'s output columns and ``v``'s
     input columns (they are one tensor's columns). Every box of a tensor then moves by one
-    vector, and so do the boxes any split below cuts from them (docs/costmodel.md section 8)."""
+    vector, and so do the boxes any split below cuts from them (docs/costmodel.md section 8).
+    Remembered by the arguments' identities (a plan's evaluator asks of the tuples its planner
+    asked of: ``SplitProblem.child_regions`` gives it the same ones)."""
+    key = (id(succs), id(a), id(b))
+    hit = _TRANSLATES.get(key)
+    if hit is not None and hit[0] is succs and hit[1] is a and hit[2] is b:
+        return hit[3]
+    out = _translates(succs, a, b)
+    if len(_TRANSLATES) >= 4096:
+        _TRANSLATES.clear()
+    _TRANSLATES[key] = (succs, a, b, out)  # holding the objects keeps their ids theirs
+    return out
+
+
+#: (ids of translates' arguments) -> (the arguments, the answer).
+_TRANSLATES: dict = {}
+
+
+def _translates(succs, a, b) -> bool:
     rows = None
     full = []
     for x, y in zip(a, b):

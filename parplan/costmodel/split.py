@@ -105,6 +105,11 @@ class PlanOptions:
         return allowed
 
 
+#: (ids of a split's regions, choices and shares, nodes) -> (those objects, both sides' regions).
+_CHILD_REGIONS: dict = {}
+_CHILD_REGIONS_MAX = 4096
+
+
 class HashedKey(tuple):
     """A memo key that hashes its items once: a split's key holds tuples of hundreds of dims and
     regions, and a lookup, a move to the end and an insert would hash them three times."""
@@ -163,15 +168,33 @@ class SplitProblem:
 
     def child_regions(self, split, only=None) -> tuple[tuple[Region, ...], tuple[Region, ...]]:
         """Every node's region on each side of ``split`` (with ``only``: those nodes'; the
-        others keep their region here, unused)."""
+        others keep their region here, unused). Remembered for whole splits by the identity of
+        the regions and the split's tuples, so the evaluator, re-pricing a plan, gets the very
+        tuples its planner got (and the memos keyed on them hit by identity)."""
+        if only is None:
+            key = (id(self.regions), id(split.choices), id(split.shares), len(self.dims))
+            hit = _CHILD_REGIONS.get(key)
+            if (
+                hit is not None
+                and hit[0] is self.regions
+                and hit[1] is split.choices
+                and hit[2] is split.shares
+            ):
+                return hit[3]
         regs = self.regions if self.regions is not None else (ROOT,) * len(self.dims)
-        return tuple(
+        out = tuple(
             tuple(
                 child_region(r, c, a, side) if only is None or v in only else r
                 for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares))
             )
             for side in (0, 1)
         )
+        if only is None:
+            if len(_CHILD_REGIONS) >= _CHILD_REGIONS_MAX:
+                _CHILD_REGIONS.clear()
+            # the entry holds the objects whose ids key it, so the ids stay theirs
+            _CHILD_REGIONS[key] = (self.regions, split.choices, split.shares, out)
+        return out
 
     def is_covered(self, v: int) -> bool:
         return bool(self.covered[v]) if self.covered is not None else False
@@ -603,6 +626,7 @@ def clear_memo() -> None:
     _MEMO_CELLS[0] = 0
     _SPLIT_MEMO.clear()
     _SENT.clear()
+    _CHILD_REGIONS.clear()
     clear_scaled()
     clear_compute()
 
