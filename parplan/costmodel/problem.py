@@ -41,6 +41,12 @@ CHECKPOINTS = ("block", "layer")
 MAX_BATCH = 2**40
 
 
+#: (id of a planning graph, batch, micro-batches, recompute, checkpoint) -> (the graph, its
+#: nodes' root dims): what :meth:`Problem.root_dims` reads, shared by problems that differ in
+#: nothing else.
+_ROOT_DIMS: dict = {}
+
+
 @dataclass(frozen=True)
 class Problem:
     """A graph on an array at a batch size; ``bytes_per_element`` defaults to 2 (bf16);
@@ -190,6 +196,12 @@ class Problem:
         dims = self.__dict__.get("_root_dims")
         if dims is None:
             pg = self.planning
+            # problems that differ in other settings (a memory search's ZeRO stages) share them
+            key = (id(pg), self.batch, self.micro_batches, self.recompute, self.checkpoint)
+            hit = _ROOT_DIMS.get(key)
+            if hit is not None and hit[0] is pg:
+                self.__dict__["_root_dims"] = hit[1]
+                return hit[1]
             kept = pg.checkpoints if self.blocks_recomputed else (-1.0,) * len(pg.nodes)
             again = self.recomputed_nodes
             dims = tuple(
@@ -206,6 +218,9 @@ class Problem:
             self.__dict__["_root_dims"] = (
                 dims  # a cache, not a field: equality and hashing ignore it
             )
+            if len(_ROOT_DIMS) >= 64:
+                _ROOT_DIMS.clear()
+            _ROOT_DIMS[key] = (pg, dims)  # the entry holds the graph whose id keys it
         return dims
 
     def side_spec(self, group: ArrayNode) -> SideSpec:
