@@ -584,8 +584,8 @@ def _row_classes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _weights(m: int) -> np.ndarray:
-    """``m`` odd 64-bit weights, independent draws of a fixed seed (weights in a progression
-    would make rows of small ids collide: 1A + 3A = 8A - 7A ...)."""
+    """``m`` odd 64-bit weights, independent draws of a fixed seed (weights 1, 3, 5, 7 times
+    one constant would make rows (1, 0, 0, 1) and (0, 1, 1, 0) collide)."""
     return np.random.default_rng(0x5EED).integers(0, 2**63, size=m, dtype=np.uint64) * np.uint64(
         2
     ) + np.uint64(1)
