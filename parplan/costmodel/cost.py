@@ -573,6 +573,24 @@ class NodeTerms:
         )
 
 
+def terms_matrix(terms) -> np.ndarray:
+    """Each node's figures as one row: (comm_1, comm_2, intra_1, intra_2, received_1,
+    received_2, weight_1, weight_2), an (n, 8) float array. Nodes that share one
+    :class:`NodeTerms` object (a class of alike nodes, ``split.node_classes``) are read once."""
+    index: dict[int, int] = {}
+    rows = [index.setdefault(id(t), len(index)) for t in terms]
+    once = list({id(t): t for t in terms}.values())  # in the order of ``index``
+    table = np.array(
+        [
+            (t.comm[0], t.comm[1], t.intra[0], t.intra[1])
+            + (t.received[0], t.received[1], t.weight[0], t.weight[1])
+            for t in once
+        ],
+        dtype=float,
+    ).reshape(len(once), 8)
+    return table[rows]
+
+
 #: The part of a node's work its weight traffic can hide behind (docs/costmodel.md section
 #: 4.2): the backward, whose backward and gradient products are 4 of a training step's 6 FLOP
 #: units; gradients exist only once it has started.
@@ -878,6 +896,7 @@ __all__ = [
     "intra_elements",
     "receive_seconds",
     "overlap_time",
+    "terms_matrix",
     "OVERLAP_WINDOW",
     "ShareSet",
     "side_dims",

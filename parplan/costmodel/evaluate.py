@@ -34,6 +34,7 @@ from parplan.costmodel.cost import (
     Objective,
     covered_below,
     overlap_time,
+    terms_matrix,
     scale_for_sides,
     compat_rules,
 )
@@ -399,14 +400,7 @@ def _eval(
     if not keep:
         return out
     # every node's figures at once: (comm, intra, received, weight) per side
-    s1, s2, i1, i2, r1, r2, w1, w2 = np.array(
-        [
-            (tm.comm[0], tm.comm[1], tm.intra[0], tm.intra[1])
-            + (tm.received[0], tm.received[1], tm.weight[0], tm.weight[1])
-            for tm in (terms[v] for v in keep)
-        ],
-        dtype=float,
-    ).T
+    s1, s2, i1, i2, r1, r2, w1, w2 = terms_matrix([terms[v] for v in keep]).T
     tl, tr = t_left[keep], t_right[keep]
     times = np.maximum(overlap_time(tl, s1, w1), overlap_time(tr, s2, w2))
     out[keep] = times

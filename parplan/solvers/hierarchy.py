@@ -32,6 +32,7 @@ from parplan.costmodel.cost import (
     OVERLAP_WINDOW,
     covered_below,
     overlap_time,
+    terms_matrix,
     scale_for_sides,
     compat_rules,
 )
@@ -138,10 +139,8 @@ def plan_top_down(
         reg_left, reg_right = sp.child_regions(split)
         cuts = sp.child_cuts(split)
         terms = split_terms(sp, split.choices, split.shares)
-        comm = np.array([[float(t.comm[0]), float(t.comm[1])] for t in terms]).reshape(len(dims), 2)
-        weight = np.array([[float(t.weight[0]), float(t.weight[1])] for t in terms]).reshape(
-            len(dims), 2
-        )
+        figures = terms_matrix(terms)
+        comm, weight = figures[:, 0:2], figures[:, 6:8]
         est = [
             np.array(LayerDims.compute_times(ds, h.as_device, bpe))
             for h, ds in ((group.left, left), (group.right, right))
