@@ -42,7 +42,7 @@ from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem
 from parplan.costmodel.regions import translates
-from parplan.costmodel.split import PlanOptions, SplitProblem, split_terms
+from parplan.costmodel.split import PlanOptions, SplitProblem, child_dims, split_terms
 from parplan.errors import ConfigError
 
 if TYPE_CHECKING:  # pandas is imported on demand (breakdown): pricing a plan does not need it
@@ -347,14 +347,17 @@ def _eval(
         above,
     )
     terms = split_terms(sp, split.choices, split.shares, nodes)
-    pairs = [
-        scale_for_sides(d, c, a) if needed is None or v in needed else (d, d)
-        for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares))
-    ]
+    if needed is None:
+        dims_left, dims_right = child_dims(dims, split)
+    else:
+        pairs = [
+            scale_for_sides(d, c, a) if v in needed else (d, d)
+            for v, (d, c, a) in enumerate(zip(dims, split.choices, split.shares))
+        ]
+        dims_left, dims_right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
     below = covered_below(covered, split, has_collective)
     left, right = sp.child_regions(split, needed)
     cuts = sp.child_cuts(split)
-    dims_left, dims_right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
     rows_from, memory_from = len(rows), len(memory or ())
     t_left = _eval(
         problem,

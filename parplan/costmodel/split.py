@@ -44,6 +44,7 @@ from parplan.costmodel.cost import (
     node_values,
     output_groups,
     share_intervals,
+    scale_for_sides,
     share_points,
 )
 from parplan.costmodel.dims import LayerDims, clear_compute
@@ -108,6 +109,34 @@ class PlanOptions:
 #: (ids of a split's regions, choices and shares, nodes) -> (those objects, both sides' regions).
 _CHILD_REGIONS: dict = {}
 _CHILD_REGIONS_MAX = 4096
+
+
+def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...], ...]:
+    """The dims left to each side by ``split`` (each dims object, choice and share looked up
+    once: a transformer's repeated blocks below the root are the same objects). Remembered by
+    the identities of ``dims`` and the split's tuples, as :meth:`SplitProblem.child_regions`
+    is: the evaluator re-pricing a planned split gets the planner's very tuples."""
+    key = (id(dims), id(split.choices), id(split.shares))
+    hit = _CHILD_DIMS.get(key)
+    if hit is not None and hit[0] is dims and hit[1] is split.choices and hit[2] is split.shares:
+        return hit[3]
+    seen: dict = {}
+    pairs = []
+    for d, c, a in zip(dims, split.choices, split.shares):
+        pkey = (id(d), c, a)
+        pair = seen.get(pkey)
+        if pair is None:
+            pair = seen[pkey] = scale_for_sides(d, c, a)
+        pairs.append(pair)
+    out = (tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+    if len(_CHILD_DIMS) >= _CHILD_REGIONS_MAX:
+        _CHILD_DIMS.clear()
+    _CHILD_DIMS[key] = (dims, split.choices, split.shares, out)  # holds what its ids name
+    return out
+
+
+#: (ids of dims, choices and shares) -> (those objects, both sides' dims): :func:`child_dims`.
+_CHILD_DIMS: dict = {}
 
 
 class HashedKey(tuple):
@@ -627,6 +656,7 @@ def clear_memo() -> None:
     _SPLIT_MEMO.clear()
     _SENT.clear()
     _CHILD_REGIONS.clear()
+    _CHILD_DIMS.clear()
     clear_scaled()
     clear_compute()
 
@@ -737,6 +767,7 @@ def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
 
 __all__ = [
     "HashedKey",
+    "child_dims",
     "MAX_SHARE_GRID",
     "MEMO_MAX_CELLS",
     "SPLIT_MEMO_MAX",

@@ -33,30 +33,13 @@ from parplan.costmodel.cost import (
     covered_below,
     overlap_time,
     terms_matrix,
-    scale_for_sides,
     compat_rules,
 )
 from parplan.costmodel.dims import LayerDims
 from parplan.costmodel.hardware import ArrayNode, signature
 from parplan.costmodel.problem import Plan, Problem, Split
 from parplan.costmodel.regions import translates
-from parplan.costmodel.split import SplitProblem, split_terms
-
-
-def child_dims(
-    dims: tuple[LayerDims, ...], split: Split
-) -> tuple[tuple[LayerDims, ...], tuple[LayerDims, ...]]:
-    """The dims left to each side by a split (each dims object, choice and share looked up once:
-    a transformer's repeated blocks below the root are the same objects)."""
-    seen: dict = {}
-    pairs = []
-    for d, c, a in zip(dims, split.choices, split.shares):
-        key = (id(d), c, a)
-        pair = seen.get(key)
-        if pair is None:
-            pair = seen[key] = scale_for_sides(d, c, a)
-        pairs.append(pair)
-    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+from parplan.costmodel.split import SplitProblem, child_dims, split_terms
 
 
 def _child_floor(floor, comm, weight):
