@@ -681,7 +681,8 @@ def node_values(
     core over the grid (what the planners' factor tables hold; nothing but the values is
     stored). Same arguments as :func:`node_terms`; the array has the index grid's shape.
     ``spec``: :func:`core_spec` of these arguments, made once by a caller that prices one
-    node at many index grids (the local search)."""
+    node at many index grids (the local search). ``idx=None``: the whole grid of the scope's
+    states, member ``j`` on axis ``j`` (a factor table)."""
     objective = Objective.TIME if objective is None else objective
     args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair, spec)
     out = np.empty(int(np.prod(shape)) if shape else 1)
@@ -799,6 +800,9 @@ def _core_args(
     scope, (packed, tensors, side_t) = (
         spec if spec is not None else core_spec(tables, side, groups, u, regions, leaf_pair)
     )
+    if idx is None:  # the whole grid, member j on axis j: a factor table
+        sizes = tuple(tables[w].size for w in scope)
+        return (packed, *_full_grid(sizes), sizes, tensors, side_t), sizes
     ix = [idx[w] for w in scope]
     if all(type(i) is np.ndarray and i.ndim <= 1 and i.dtype == np.int64 for i in ix):
         # points and lines of one length (the local search's calls): the general case's strides
@@ -816,6 +820,16 @@ def _core_args(
         indices.append(a)
         strides += [0 if n == 1 else s // 8 for n, s in zip(pad, (0,) * (nd - a.ndim) + a.strides)]
     return (packed, tuple(indices), tuple(strides), tuple(shape), tensors, side_t), tuple(shape)
+
+
+@functools.lru_cache(maxsize=4096)
+def _full_grid(sizes: tuple[int, ...]) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+    """The core's indices and strides of the whole grid over members of ``sizes`` states, member
+    ``j`` on axis ``j`` (what :func:`_core_args` derives from ``arange`` index arrays, made once
+    per sizes)."""
+    k = len(sizes)
+    strides = tuple(1 if d == j and sizes[j] > 1 else 0 for j in range(k) for d in range(k))
+    return tuple(_line(n) for n in sizes), strides
 
 
 def _side_tuple(side: SideSpec, leaf_pair: bool) -> tuple[float, ...]:

@@ -411,11 +411,7 @@ def floorless_factor(
     frame, key = _memo_key(sp, tables, u, options.objective)
     raw = _MEMO.get(key)
     if raw is None:
-        idx = {
-            w: np.arange(tables[w].size).reshape([-1 if j == i else 1 for j in range(k)])
-            for i, w in enumerate(scope)
-        }
-        raw = node_values(tables, sp.side, groups, u, idx, frame, sp.frames[1], options.objective)
+        raw = node_values(tables, sp.side, groups, u, None, frame, sp.frames[1], options.objective)
         raw.setflags(write=False)  # shared through the memo
         _remember(key, raw, raw.size, [tables[w] for w in scope])
     else:
