@@ -125,6 +125,7 @@ class _Bound:
         self.memo = None  # the core's memo of the node kind in use
         self.codes: tuple[int, ...] = ()
         self.memos: dict[tuple, object] = {}
+        self.used: dict[tuple, tuple] = {}  # (dims, choices) -> (its kind's memo, codes)
         self.ids: dict[tuple, int] = {}
         self.sig: dict[int, int] = {}
         self.sides: dict[int, object] = {}
@@ -198,14 +199,21 @@ class _Bound:
         the sizes a split scales (B, Di and Do), so one memo serves every node whose other sizes
         and choices are these (repeated blocks: ResNet-152's 36 identical bottlenecks of a
         stage share theirs), at every split that asks."""
-        kind = (
-            tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED),
-            tuple(choices),
-        )
-        if kind not in self.memos:
-            self.memos[kind] = core.memo()
-        self.memo = self.memos[kind]
-        self.codes = tuple(CHOICE_CODE[c] for c in choices)
+        hit = self.used.get((dims, choices))  # the same dims and choices asked again
+        if hit is None:
+            kind = (
+                tuple(_unnamed(v) for k, v in vars(dims).items() if k not in _SCALED),
+                tuple(choices),
+            )
+            if kind not in self.memos:
+                self.memos[kind] = core.memo()
+            if len(self.used) >= 1 << 16:
+                self.used.clear()
+            hit = self.used[(dims, choices)] = (
+                self.memos[kind],
+                tuple(CHOICE_CODE[c] for c in choices),
+            )
+        self.memo, self.codes = hit
 
     def comm(self, group: ArrayNode, dims: LayerDims, choice) -> tuple[float, float]:
         """Each side's seconds for the node's own reduction when both sides have work (0 for a
