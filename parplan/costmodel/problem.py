@@ -224,7 +224,17 @@ class Problem:
         return dims
 
     def side_spec(self, group: ArrayNode) -> SideSpec:
-        """The cost-model view of splitting ``group``: its halves as two devices."""
+        """The cost-model view of splitting ``group``: its halves as two devices (one object per
+        group and problem: the memos keyed on it then compare it by identity)."""
+        sides = self.__dict__.setdefault("_sides", {})  # a cache, not a field
+        hit = sides.get(id(group))
+        if hit is not None and hit[0] is group:
+            return hit[1]
+        spec = self._side_spec(group)
+        sides[id(group)] = (group, spec)  # the entry holds the group whose id keys it
+        return spec
+
+    def _side_spec(self, group: ArrayNode) -> SideSpec:
         return SideSpec(
             devices=(group.left.as_device, group.right.as_device),
             bytes_per_s=group.link.side_bytes_per_s,
