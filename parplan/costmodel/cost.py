@@ -869,15 +869,20 @@ def cuts_below(above, split) -> tuple[tuple[bool, bool], ...]:
     """Per node, for the children of ``split``: whether this split or one above divided its rows
     / its output columns with work on both sides (see :meth:`StateTable.build`)."""
     out = []
-    for (rows, cols), c, a in zip(above, split.choices, split.shares):
-        both = 0.0 < a < 1.0
-        out.append(
-            (
-                rows or (both and "rows" in split_axes(c)),
-                cols or (both and ports(c).give_out is Layout.COLS),
-            )
-        )
+    for cut, c, a in zip(above, split.choices, split.shares):
+        if 0.0 < a < 1.0:
+            flags = _CUTS.get(c)
+            if flags is None:
+                flags = _CUTS[c] = ("rows" in split_axes(c), ports(c).give_out is Layout.COLS)
+            cut = _CUT_PAIRS[(cut[0] or flags[0], cut[1] or flags[1])]
+        out.append(cut)
     return tuple(out)
+
+
+#: Per choice: (whether it divides rows, whether it gives out columns), :func:`cuts_below`'s.
+_CUTS: dict = {}
+#: The four (rows, cols) pairs as one object each (tuples of them compare by identity).
+_CUT_PAIRS = {(r, c): (r, c) for r in (False, True) for c in (False, True)}
 
 
 def covered_below(covered: tuple[bool, ...], split, has_collective: bool) -> tuple[bool, ...]:

@@ -137,6 +137,8 @@ def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...
 
 #: (ids of dims, choices and shares) -> (those objects, both sides' dims): :func:`child_dims`.
 _CHILD_DIMS: dict = {}
+#: The same for :meth:`SplitProblem.child_cuts`.
+_CHILD_CUTS: dict = {}
 
 
 class HashedKey(tuple):
@@ -179,10 +181,19 @@ class SplitProblem:
         return self.above[v] if self.above is not None else (False, False)
 
     def child_cuts(self, split) -> tuple[tuple[bool, bool], ...]:
-        """``above`` for the children of ``split``."""
-        return cuts_below(
+        """``above`` for the children of ``split`` (remembered as :meth:`child_regions` is)."""
+        key = (id(self.above), id(split.choices), id(split.shares), len(self.dims))
+        hit = _CHILD_CUTS.get(key)
+        if hit is not None and hit[0] is self.above and hit[1] is split.choices:
+            if hit[2] is split.shares:
+                return hit[3]
+        out = cuts_below(
             self.above if self.above is not None else ((False, False),) * len(self.dims), split
         )
+        if len(_CHILD_CUTS) >= _CHILD_REGIONS_MAX:
+            _CHILD_CUTS.clear()
+        _CHILD_CUTS[key] = (self.above, split.choices, split.shares, out)
+        return out
 
     @classmethod
     def root(cls, problem) -> "SplitProblem":
@@ -653,6 +664,7 @@ def clear_memo() -> None:
     _SENT.clear()
     _CHILD_REGIONS.clear()
     _CHILD_DIMS.clear()
+    _CHILD_CUTS.clear()
     clear_scaled()
     clear_compute()
 
