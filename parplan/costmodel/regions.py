@@ -108,6 +108,13 @@ def translates(succs, a, b) -> bool:
 _TRANSLATES: dict = {}
 
 
+def clear_regions() -> None:
+    """Forget the remembered translation tests and interned boxes (a benchmark's cold start)."""
+    _TRANSLATES.clear()
+    _INTERNED.clear()
+    child_region.cache_clear()
+
+
 def _translates(succs, a, b) -> bool:
     rows = None
     full = []
@@ -217,6 +224,7 @@ def rect_area(r: Rect) -> float:
 
 __all__ = [
     "EMPTY",
+    "clear_regions",
     "ROOT",
     "Region",
     "child_region",

@@ -50,7 +50,7 @@ from parplan.costmodel.cost import (
 from parplan.costmodel.dims import LayerDims, clear_compute
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
-from parplan.costmodel.regions import ROOT, Region, child_region, framed
+from parplan.costmodel.regions import ROOT, Region, child_region, clear_regions, framed
 from parplan.errors import ConfigError, TableTooLarge
 
 #: Largest share grid a planner accepts (states per node grow as 3 x grid).
@@ -656,8 +656,8 @@ def split_factors(
 
 
 def clear_memo() -> None:
-    """Forget every memoised node term, scaled dims and compute time (a benchmark's cold start;
-    plans do not depend on it)."""
+    """Forget every memoised node term, scaled dims, child dims, regions and cuts, translation
+    test and compute time (a benchmark's cold start; plans do not depend on it)."""
     _MEMO.clear()
     _MEMO_CELLS[0] = 0
     _SPLIT_MEMO.clear()
@@ -665,6 +665,7 @@ def clear_memo() -> None:
     _CHILD_REGIONS.clear()
     _CHILD_DIMS.clear()
     _CHILD_CUTS.clear()
+    clear_regions()
     clear_scaled()
     clear_compute()
 
