@@ -62,6 +62,23 @@ def cached_hash(self) -> int:
     return h
 
 
+class HashedTuple(tuple):
+    """A tuple that hashes its items once, the first time it is hashed: a split's dims, regions
+    and cuts (hundreds of items each) and the memo keys holding them are hashed again and again.
+    Equal to the plain tuple and hashing as it does; pickled as a plain tuple's items (a hash
+    can hold str hashes, which differ between processes)."""
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = h = tuple.__hash__(self)
+            return h
+
+    def __reduce__(self):
+        return (type(self), (tuple(self),))
+
+
 def state_without_hash(self) -> dict:
     """Pickled state without the cached hash (str hashes differ between processes)."""
     state = dict(self.__dict__)
@@ -544,6 +561,7 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
 
 
 __all__ = [
+    "HashedTuple",
     "Device",
     "ElementOp",
     "INPUT",

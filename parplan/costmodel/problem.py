@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from parplan.costmodel.cost import DEFAULT_OPTIMIZER_BYTES, SideSpec, compat_rules
-from parplan.costmodel.dims import LayerDims
+from parplan.costmodel.dims import HashedTuple, LayerDims
 from parplan.costmodel.graph import Graph
 from parplan.costmodel.hardware import ArrayNode
 from parplan.costmodel.layout import Choice
@@ -204,7 +204,7 @@ class Problem:
                 return hit[1]
             kept = pg.checkpoints if self.blocks_recomputed else (-1.0,) * len(pg.nodes)
             again = self.recomputed_nodes
-            dims = tuple(
+            dims = HashedTuple(
                 dataclasses.replace(
                     n.dims,
                     batch=n.dims.batch * self.batch,

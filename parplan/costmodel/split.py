@@ -47,7 +47,7 @@ from parplan.costmodel.cost import (
     scale_for_sides,
     share_points,
 )
-from parplan.costmodel.dims import LayerDims, clear_compute
+from parplan.costmodel.dims import HashedTuple, LayerDims, clear_compute
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.regions import ROOT, Region, child_region, clear_regions, framed
@@ -128,7 +128,7 @@ def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...
         if pair is None:
             pair = seen[pkey] = scale_for_sides(d, c, a)
         pairs.append(pair)
-    out = (tuple(p[0] for p in pairs), tuple(p[1] for p in pairs))
+    out = (HashedTuple(p[0] for p in pairs), HashedTuple(p[1] for p in pairs))
     if len(_CHILD_DIMS) >= _CHILD_REGIONS_MAX:
         _CHILD_DIMS.clear()
     _CHILD_DIMS[key] = (dims, split.choices, split.shares, out)  # holds what its ids name
@@ -139,19 +139,6 @@ def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...
 _CHILD_DIMS: dict = {}
 #: The same for :meth:`SplitProblem.child_cuts`.
 _CHILD_CUTS: dict = {}
-
-
-class HashedKey(tuple):
-    """A memo key that hashes its items once: a split's key holds tuples of hundreds of dims and
-    regions, and a lookup, a move to the end and an insert would hash them three times."""
-
-    def __new__(cls, items):
-        key = super().__new__(cls, items)
-        key.hash_ = tuple.__hash__(key)
-        return key
-
-    def __hash__(self) -> int:
-        return self.hash_
 
 
 @dataclass(frozen=True)
@@ -187,8 +174,11 @@ class SplitProblem:
         if hit is not None and hit[0] is self.above and hit[1] is split.choices:
             if hit[2] is split.shares:
                 return hit[3]
-        out = cuts_below(
-            self.above if self.above is not None else ((False, False),) * len(self.dims), split
+        out = HashedTuple(
+            cuts_below(
+                self.above if self.above is not None else ((False, False),) * len(self.dims),
+                split,
+            )
         )
         if len(_CHILD_CUTS) >= _CHILD_REGIONS_MAX:
             _CHILD_CUTS.clear()
@@ -223,7 +213,7 @@ class SplitProblem:
                 return hit[3]
         regs = self.regions if self.regions is not None else (ROOT,) * len(self.dims)
         out = tuple(
-            tuple(
+            HashedTuple(
                 child_region(r, c, a, side) if only is None or v in only else r
                 for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares))
             )
@@ -697,7 +687,7 @@ def split_terms(sp: SplitProblem, choices, shares, nodes=None) -> list[NodeTerms
     consumers' states. Whole splits are remembered (:data:`SPLIT_MEMO_MAX`): the terms read
     only what the key holds (``floor_s`` and ``path`` do not enter them)."""
     if nodes is None and SPLIT_MEMO_MAX > 0:
-        key = HashedKey(
+        key = HashedTuple(
             (
                 id(sp.planning),
                 sp.dims,
@@ -775,7 +765,6 @@ def price_split(sp: SplitProblem, split, options: PlanOptions) -> float:
 
 
 __all__ = [
-    "HashedKey",
     "child_dims",
     "MAX_SHARE_GRID",
     "MEMO_MAX_CELLS",

@@ -52,7 +52,8 @@ from parplan.costmodel.layout import Choice, Layout, PartitionType
 from parplan.costmodel.planning import PlanNode
 from parplan.costmodel.problem import Plan, Problem, Split, has_work
 from parplan.errors import ConfigError, TableTooLarge
-from parplan.costmodel.split import HashedKey, PlanOptions, SplitProblem, all_choices
+from parplan.costmodel.dims import HashedTuple
+from parplan.costmodel.split import PlanOptions, SplitProblem, all_choices
 from parplan.solvers.accpar_code import cpp_view, solve_split_cpp
 from parplan.solvers.dp import fallback_split, solve_split
 from parplan.solvers.hierarchy import plan_top_down
@@ -234,9 +235,9 @@ def _solver(opts: PlanOptions, notes: list[str], cache: dict | None = None) -> C
     (on resnet50 / ``h100:8``, 19 of 49 DPs)."""
 
     def solve(sp):
-        # the split's problem less its path, hashed once (HashedKey)
+        # the split's problem less its path, hashed once (HashedTuple)
         key = (
-            HashedKey((opts, id(sp.planning), *(getattr(sp, f) for f in _KEYED)))
+            HashedTuple((opts, id(sp.planning), *(getattr(sp, f) for f in _KEYED)))
             if cache is not None
             else None
         )
@@ -317,7 +318,7 @@ def _lookahead_levels(
         group = problem.array.at(sp.path)
         if group.left.is_leaf and group.right.is_leaf:
             return solver(sp)
-        key = HashedKey(
+        key = HashedTuple(
             (
                 "lookahead",
                 opts,
