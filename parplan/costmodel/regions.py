@@ -98,7 +98,7 @@ def translates(succs, a, b) -> bool:
     if hit is not None and hit[0] is succs and hit[1] is a and hit[2] is b:
         return hit[3]
     out = _translates(succs, a, b)
-    if len(_TRANSLATES) >= 4096:
+    if (len(_TRANSLATES) + 1) * max(len(a), 1) > 16_000_000:  # entries x nodes held
         _TRANSLATES.clear()
     _TRANSLATES[key] = (succs, a, b, out)  # holding the objects keeps their ids theirs
     return out

@@ -108,7 +108,14 @@ class PlanOptions:
 
 #: (ids of a split's regions, choices and shares, nodes) -> (those objects, both sides' regions).
 _CHILD_REGIONS: dict = {}
-_CHILD_REGIONS_MAX = 4096
+#: The most node entries (splits x nodes) each of the identity memos below keeps (it is
+#: cleared past it): on a 4,096-layer chain (8,192 nodes) about 1,950 splits.
+_CHILD_MAX_ITEMS = 16_000_000
+
+
+def _full(memo: dict, n: int) -> bool:
+    """Whether ``memo`` (entries of ``n`` nodes each) is at :data:`_CHILD_MAX_ITEMS`."""
+    return (len(memo) + 1) * max(n, 1) > _CHILD_MAX_ITEMS
 
 
 def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...], ...]:
@@ -129,7 +136,7 @@ def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...
             pair = seen[pkey] = scale_for_sides(d, c, a)
         pairs.append(pair)
     out = (HashedTuple(p[0] for p in pairs), HashedTuple(p[1] for p in pairs))
-    if len(_CHILD_DIMS) >= _CHILD_REGIONS_MAX:
+    if _full(_CHILD_DIMS, len(dims)):
         _CHILD_DIMS.clear()
     _CHILD_DIMS[key] = (dims, split.choices, split.shares, out)  # holds what its ids name
     return out
@@ -180,7 +187,7 @@ class SplitProblem:
                 split,
             )
         )
-        if len(_CHILD_CUTS) >= _CHILD_REGIONS_MAX:
+        if _full(_CHILD_CUTS, len(self.dims)):
             _CHILD_CUTS.clear()
         _CHILD_CUTS[key] = (self.above, split.choices, split.shares, out)
         return out
@@ -220,7 +227,7 @@ class SplitProblem:
             for side in (0, 1)
         )
         if only is None:
-            if len(_CHILD_REGIONS) >= _CHILD_REGIONS_MAX:
+            if _full(_CHILD_REGIONS, len(self.dims)):
                 _CHILD_REGIONS.clear()
             # the entry holds the objects whose ids key it, so the ids stay theirs
             _CHILD_REGIONS[key] = (self.regions, split.choices, split.shares, out)
