@@ -232,3 +232,21 @@ def test_row_classes_are_the_classes_of_equal_rows(collide, monkeypatch):
         assert np.array_equal(keys[first][inverse], keys)
         for c, row in enumerate(first.tolist()):
             assert not (inverse[:row] == c).any()
+
+
+def test_by_identity_reuses_only_the_very_same_arguments():
+    """``dims.by_identity`` answers again only for the same objects: an equal tuple that is
+    another object is computed anew, and the memo is cleared past its size in node entries."""
+    from parplan.costmodel import dims
+
+    memo: dict = {}
+    calls = []
+    a = tuple(range(300))
+    b = tuple(range(300))  # equal, another object
+    for args in ((a,), (a,), (b,)):
+        dims.by_identity(memo, args, len(args[0]), lambda: calls.append(1) or len(calls))
+    assert len(calls) == 2
+    assert dims.by_identity(memo, (a,), 300, lambda: -1) == 1
+    c = tuple(range(300))  # a third object, of too many nodes: the memo starts again
+    dims.by_identity(memo, (c,), dims.IDENTITY_MAX_ITEMS, lambda: 0)
+    assert len(memo) == 1

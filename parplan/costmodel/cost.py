@@ -683,14 +683,18 @@ def node_values(
     ``spec``: :func:`core_spec` of these arguments, made once by a caller that prices one
     node at many index grids (the local search). ``idx=None``: the whole grid of the scope's
     states, member ``j`` on axis ``j`` (a factor table)."""
-    objective = Objective.TIME if objective is None else objective
     args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair, spec)
+    return _values(args, shape, tables[u].steps, objective)
+
+
+def _values(args: tuple, shape: tuple, steps: np.ndarray, objective) -> np.ndarray:
+    """``_pricing.values`` over the grid ``shape`` (``args``: :func:`_core_args`' arguments;
+    ``steps``: the producer's table's; ``objective`` None is the time)."""
     out = np.empty(int(np.prod(shape)) if shape else 1)
-    steps = tables[u].steps
     _pricing.values(
         *args,
         steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
-        0 if objective is Objective.TIME else 1,
+        0 if objective is None or objective is Objective.TIME else 1,
         out,
     )
     return out.reshape(shape)
@@ -711,19 +715,7 @@ def line_values(spec: tuple, steps: np.ndarray, states, axis: int, n: int, objec
     strides = _STRIDES.get(key)
     if strides is None:
         strides = _STRIDES[key] = tuple(1 if j == axis and n > 1 else 0 for j in range(len(states)))
-    out = np.empty(n)
-    _pricing.values(
-        packed,
-        tuple(ix),
-        strides,
-        (n,),
-        tensors,
-        side_t,
-        steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
-        0 if objective is None or objective is Objective.TIME else 1,
-        out,
-    )
-    return out
+    return _values((packed, tuple(ix), strides, (n,), tensors, side_t), (n,), steps, objective)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Callable
 
 from parplan.costmodel.compiled import core
 from parplan.costmodel.graph import INPUT, Attention, Embedding, Graph, Norm
@@ -77,6 +78,27 @@ class HashedTuple(tuple):
 
     def __reduce__(self):
         return (type(self), (tuple(self),))
+
+
+#: The most node entries (calls x nodes) one :func:`by_identity` memo keeps; it is cleared past
+#: it (a 4,096-layer chain's splits hold 8,192 nodes each: about 1,950 of them).
+IDENTITY_MAX_ITEMS = 16_000_000
+
+
+def by_identity(memo: dict, args: tuple, nodes: int, make: Callable[[], object]) -> object:
+    """``make()``, remembered in ``memo`` by the identities of ``args``: a split's child dims,
+    regions and cuts and the halves' translation test, asked again of the very tuples the
+    planner made (the evaluator re-pricing a planned split), are found without a pass over
+    their ``nodes`` items. The entry holds ``args``, so their ids stay theirs."""
+    key = tuple(map(id, args))
+    hit = memo.get(key)
+    if hit is not None and all(x is y for x, y in zip(hit[0], args)):
+        return hit[1]
+    out = make()
+    if (len(memo) + 1) * max(nodes, 1) > IDENTITY_MAX_ITEMS:
+        memo.clear()
+    memo[key] = (args, out)
+    return out
 
 
 def state_without_hash(self) -> dict:
@@ -562,6 +584,8 @@ def layer_profiles(graph: Graph, batch: float) -> list[LayerProfile]:
 
 __all__ = [
     "HashedTuple",
+    "IDENTITY_MAX_ITEMS",
+    "by_identity",
     "Device",
     "ElementOp",
     "INPUT",

@@ -46,6 +46,8 @@ import functools
 
 from dataclasses import dataclass
 
+from parplan.costmodel.dims import by_identity
+
 Rect = tuple  # (x0, x1, y0, y1): arrays or floats, rows x columns
 
 
@@ -93,18 +95,10 @@ def translates(succs, a, b) -> bool:
     vector, and so do the boxes any split below cuts from them (docs/costmodel.md section 8).
     Remembered by the arguments' identities (a plan's evaluator asks of the tuples its planner
     asked of: ``SplitProblem.child_regions`` gives it the same ones)."""
-    key = (id(succs), id(a), id(b))
-    hit = _TRANSLATES.get(key)
-    if hit is not None and hit[0] is succs and hit[1] is a and hit[2] is b:
-        return hit[3]
-    out = _translates(succs, a, b)
-    if (len(_TRANSLATES) + 1) * max(len(a), 1) > 16_000_000:  # entries x nodes held
-        _TRANSLATES.clear()
-    _TRANSLATES[key] = (succs, a, b, out)  # holding the objects keeps their ids theirs
-    return out
+    return by_identity(_TRANSLATES, (succs, a, b), len(a), lambda: _translates(succs, a, b))
 
 
-#: (ids of translates' arguments) -> (the arguments, the answer).
+#: translates' answers by its arguments' identities (:func:`~parplan.costmodel.dims.by_identity`).
 _TRANSLATES: dict = {}
 
 

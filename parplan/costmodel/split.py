@@ -47,7 +47,7 @@ from parplan.costmodel.cost import (
     scale_for_sides,
     share_points,
 )
-from parplan.costmodel.dims import HashedTuple, LayerDims, clear_compute
+from parplan.costmodel.dims import HashedTuple, LayerDims, by_identity, clear_compute
 from parplan.costmodel.layout import Choice
 from parplan.costmodel.planning import PlanNode, PlanningGraph
 from parplan.costmodel.regions import ROOT, Region, child_region, clear_regions, framed
@@ -106,46 +106,31 @@ class PlanOptions:
         return allowed
 
 
-#: (ids of a split's regions, choices and shares, nodes) -> (those objects, both sides' regions).
-_CHILD_REGIONS: dict = {}
-#: The most node entries (splits x nodes) each of the identity memos below keeps (it is
-#: cleared past it): on a 4,096-layer chain (8,192 nodes) about 1,950 splits.
-_CHILD_MAX_ITEMS = 16_000_000
-
-
-def _full(memo: dict, n: int) -> bool:
-    """Whether ``memo`` (entries of ``n`` nodes each) is at :data:`_CHILD_MAX_ITEMS`."""
-    return (len(memo) + 1) * max(n, 1) > _CHILD_MAX_ITEMS
-
-
 def child_dims(dims: tuple[LayerDims, ...], split) -> tuple[tuple[LayerDims, ...], ...]:
     """The dims left to each side by ``split`` (each dims object, choice and share looked up
     once: a transformer's repeated blocks below the root are the same objects). Remembered by
-    the identities of ``dims`` and the split's tuples, as :meth:`SplitProblem.child_regions`
-    is: the evaluator re-pricing a planned split gets the planner's very tuples."""
-    key = (id(dims), id(split.choices), id(split.shares))
-    hit = _CHILD_DIMS.get(key)
-    if hit is not None and hit[0] is dims and hit[1] is split.choices and hit[2] is split.shares:
-        return hit[3]
-    seen: dict = {}
-    pairs = []
-    for d, c, a in zip(dims, split.choices, split.shares):
-        pkey = (id(d), c, a)
-        pair = seen.get(pkey)
-        if pair is None:
-            pair = seen[pkey] = scale_for_sides(d, c, a)
-        pairs.append(pair)
-    out = (HashedTuple(p[0] for p in pairs), HashedTuple(p[1] for p in pairs))
-    if _full(_CHILD_DIMS, len(dims)):
-        _CHILD_DIMS.clear()
-    _CHILD_DIMS[key] = (dims, split.choices, split.shares, out)  # holds what its ids name
-    return out
+    the identities of ``dims`` and the split's tuples (:func:`~parplan.costmodel.dims.
+    by_identity`): the evaluator re-pricing a planned split gets the planner's very tuples."""
+
+    def make():
+        seen: dict = {}
+        pairs = []
+        for d, c, a in zip(dims, split.choices, split.shares):
+            key = (id(d), c, a)
+            pair = seen.get(key)
+            if pair is None:
+                pair = seen[key] = scale_for_sides(d, c, a)
+            pairs.append(pair)
+        return HashedTuple(p[0] for p in pairs), HashedTuple(p[1] for p in pairs)
+
+    return by_identity(_CHILD_DIMS, (dims, split.choices, split.shares), len(dims), make)
 
 
-#: (ids of dims, choices and shares) -> (those objects, both sides' dims): :func:`child_dims`.
+#: The identity memos (:func:`~parplan.costmodel.dims.by_identity`) of :func:`child_dims`,
+#: :meth:`SplitProblem.child_cuts` and :meth:`SplitProblem.child_regions`.
 _CHILD_DIMS: dict = {}
-#: The same for :meth:`SplitProblem.child_cuts`.
 _CHILD_CUTS: dict = {}
+_CHILD_REGIONS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -176,21 +161,14 @@ class SplitProblem:
 
     def child_cuts(self, split) -> tuple[tuple[bool, bool], ...]:
         """``above`` for the children of ``split`` (remembered as :meth:`child_regions` is)."""
-        key = (id(self.above), id(split.choices), id(split.shares), len(self.dims))
-        hit = _CHILD_CUTS.get(key)
-        if hit is not None and hit[0] is self.above and hit[1] is split.choices:
-            if hit[2] is split.shares:
-                return hit[3]
-        out = HashedTuple(
-            cuts_below(
-                self.above if self.above is not None else ((False, False),) * len(self.dims),
-                split,
-            )
+        n = len(self.dims)
+        above = self.above if self.above is not None else ((False, False),) * n
+        return by_identity(
+            _CHILD_CUTS,
+            (self.above, split.choices, split.shares),  # the choices' identity fixes n
+            n,
+            lambda: HashedTuple(cuts_below(above, split)),
         )
-        if _full(_CHILD_CUTS, len(self.dims)):
-            _CHILD_CUTS.clear()
-        _CHILD_CUTS[key] = (self.above, split.choices, split.shares, out)
-        return out
 
     @classmethod
     def root(cls, problem) -> "SplitProblem":
@@ -208,30 +186,22 @@ class SplitProblem:
         others keep their region here, unused). Remembered for whole splits by the identity of
         the regions and the split's tuples, so the evaluator, re-pricing a plan, gets the very
         tuples its planner got (and the memos keyed on them hit by identity)."""
-        if only is None:
-            key = (id(self.regions), id(split.choices), id(split.shares), len(self.dims))
-            hit = _CHILD_REGIONS.get(key)
-            if (
-                hit is not None
-                and hit[0] is self.regions
-                and hit[1] is split.choices
-                and hit[2] is split.shares
-            ):
-                return hit[3]
-        regs = self.regions if self.regions is not None else (ROOT,) * len(self.dims)
-        out = tuple(
-            HashedTuple(
-                child_region(r, c, a, side) if only is None or v in only else r
-                for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares))
+        n = len(self.dims)
+        regs = self.regions if self.regions is not None else (ROOT,) * n
+
+        def make():
+            return tuple(
+                HashedTuple(
+                    child_region(r, c, a, side) if only is None or v in only else r
+                    for v, (r, c, a) in enumerate(zip(regs, split.choices, split.shares))
+                )
+                for side in (0, 1)
             )
-            for side in (0, 1)
-        )
-        if only is None:
-            if _full(_CHILD_REGIONS, len(self.dims)):
-                _CHILD_REGIONS.clear()
-            # the entry holds the objects whose ids key it, so the ids stay theirs
-            _CHILD_REGIONS[key] = (self.regions, split.choices, split.shares, out)
-        return out
+
+        if only is not None:
+            return make()
+        args = (self.regions, split.choices, split.shares)  # the choices' identity fixes n
+        return by_identity(_CHILD_REGIONS, args, n, make)
 
     def is_covered(self, v: int) -> bool:
         return bool(self.covered[v]) if self.covered is not None else False
