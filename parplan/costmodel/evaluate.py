@@ -241,8 +241,7 @@ def device_memory(problem: Problem, plan: Plan) -> dict[str, float]:
                 f"plan has no split for group '{path or 'root'}' of array {problem.array.describe()}"
             )
         split = plan.splits[path]
-        pairs = [scale_for_sides(d, c, a) for d, c, a in zip(dims, split.choices, split.shares)]
-        left, right = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+        left, right = child_dims(dims, split)
         start = len(out)
         walk(group.left, path + "L", left)
         if (
