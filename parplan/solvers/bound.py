@@ -539,11 +539,20 @@ def raised_tables(
     tables = split_tables(sp, options, relaxed)
     solver = solver or _Bound(problem, DEFAULT_BOUND_GRID)
     raised = []
+    # alike nodes (the same table, dims and choices objects: a transformer's repeated blocks, a
+    # chain's equal layers) get one raised table object, so the DP prices their factors once per
+    # class (split.node_classes reads the tables' identities) as it does on the plain tables
+    seen: dict = {}
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
+        d = sp.dims[v]
         if per_node is not None:
-            solver.use(sp.dims[v], node.choices)
-            per_node.append(solver.lb(array, sp.dims[v], node.choices))
-        raised.append(_raised(solver, array, sp.dims[v], node.choices, t))
+            solver.use(d, node.choices)
+            per_node.append(solver.lb(array, d, node.choices))
+        key = (id(t), id(d), id(node.choices))
+        r = seen.get(key)
+        if r is None:
+            r = seen[key] = _raised(solver, array, d, node.choices, t)
+        raised.append(r)
     return raised
 
 

@@ -350,16 +350,19 @@ def _both_sides(tables) -> list:
     DP never picks one; each node keeps at least one state with both sides working)."""
     import numpy as np
 
-    out = []
+    out, seen = [], {}  # one new table per table object: alike nodes stay one class
     for t in tables:
         one = ~(t.has[0] & t.has[1])
         if one.all():  # nothing to choose from (a fixed share of 0 or 1): leave it
             out.append(t)
             continue
-        compute, steps = t.compute.copy(), t.steps.copy()
-        compute[:, one] = np.inf
-        steps[:, one] = np.inf
-        out.append(replace(t, compute=compute, steps=steps))
+        both = seen.get(id(t))
+        if both is None:
+            compute, steps = t.compute.copy(), t.steps.copy()
+            compute[:, one] = np.inf
+            steps[:, one] = np.inf
+            both = seen[id(t)] = replace(t, compute=compute, steps=steps)
+        out.append(both)
     return out
 
 
