@@ -17,15 +17,18 @@ from parplan.costmodel.evaluate import evaluate
 from parplan.costmodel.hardware import parse_array
 from parplan.costmodel.layout import JOIN_LAYOUTS, TYPE_ORDER
 from parplan.costmodel.problem import Plan, Problem, Split
+from parplan.costmodel.split import SplitProblem
 from parplan.errors import ConfigError
 from parplan.models.zoo import get_model
 from parplan.solvers.bound import (
     global_bound,
     hierarchy_bound,
+    node_bounds,
     pair_bound,
     pinned_node_bounds,
     root_continuous_bound,
     root_dp_bound,
+    root_split_bound,
 )
 from parplan.solvers.planners import make_plan
 from test_brute import fast, graphs
@@ -101,6 +104,22 @@ def test_no_plan_beats_the_global_bound(case):
     assert pair_bound(p) <= step * (1 + 1e-9)
     if not p.array.is_leaf:
         assert root_continuous_bound(p, time_limit_s=1.0) <= step * (1 + 1e-9)
+
+
+@fast(40)
+@given(random_plans())
+def test_no_plan_beats_the_bound_of_its_root_split(case):
+    """What the portfolio stops a criterion on (planners._unless_slower): every plan costs at least
+    its root split's bound, and that bound is at least the root relaxation's (its minimum over
+    every root split's share intervals)."""
+    p, plan = case
+    step = evaluate(p, plan).step_time_s
+    sp, split = SplitProblem.root(p), plan.splits[""]
+    summed = root_split_bound(p, sp, split)  # each half one device of its summed throughput
+    raised = root_split_bound(p, sp, split, node_bounds(p))
+    assert 0.0 < summed <= raised * (1 + 1e-12)
+    assert raised <= step * (1 + 1e-9)
+    assert root_dp_bound(p, share_grid=4) <= raised * (1 + 1e-9)
 
 
 @fast(6)

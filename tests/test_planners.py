@@ -303,6 +303,46 @@ def test_the_portfolio_plans_each_split_once_and_as_without_its_cache(monkeypatc
     assert 0 < with_cache < calls[0]
 
 
+def test_the_portfolio_skips_only_criteria_that_cannot_win(monkeypatch):
+    """A criterion whose root split's bound (bound.root_split_bound) exceeds the best plan so far
+    is stopped there (planners._unless_slower): the plan, its selected member and every split are
+    those of the portfolio that plans every criterion to the end, and some criteria were stopped."""
+    import parplan.solvers.planners as planners
+
+    stopped = [0]
+    unless_slower = planners._unless_slower
+
+    def counted(*args):
+        solve = unless_slower(*args)
+
+        def wrapped(sp):
+            try:
+                return solve(sp)
+            except planners._CannotWin:
+                stopped[0] += 1
+                raise
+
+        return wrapped
+
+    monkeypatch.setattr(planners, "_unless_slower", counted)
+    for model, array, batch in CANNOT_WIN_CASES:
+        p = Problem(get_model(model), parse_array(array), batch=batch)
+        pruned = make_plan(p, "accpar")
+        with monkeypatch.context() as m:
+            m.setattr(planners, "CANNOT_WIN_MARGIN", math.inf)
+            full = make_plan(p, "accpar")
+        assert pruned.splits == full.splits and pruned.info == full.info, model
+    assert stopped[0] > 0
+
+
+#: Problems on which the portfolio stops some criteria at their root split.
+CANNOT_WIN_CASES = [
+    ("gpt2", "h100:16", 64),
+    ("vgg11", "h100:16", 64),
+    ("resnet-2block", "h100:8", 64),
+]
+
+
 def test_a_cached_fallback_split_repeats_its_note(monkeypatch):
     """A split planned by the local search is noted every time a member meets it, though it is
     searched once."""

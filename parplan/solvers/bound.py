@@ -77,6 +77,7 @@ __all__ = [
     "global_bound",
     "layer_excess",
     "raised_tables",
+    "root_split_bound",
     "DEFAULT_BOUND_GRID",
     "PAIR_MAX_DEVICES",
     "PAIR_BUDGET",
@@ -130,6 +131,9 @@ class _Bound:
         self.sig: dict[int, int] = {}
         self.sides: dict[int, object] = {}
         self.trees: dict[int, tuple[object, dict[int, int]]] = {}
+        #: root_split_bound's raises: (table, dims, choices) ids -> (table, dims, the raise); the
+        #: portfolio's criteria mostly share their root splits' states
+        self.root_raises: dict[tuple, tuple] = {}
         self.problem = problem
         self.tree, self.index = self._tree(problem.array)
 
@@ -554,6 +558,42 @@ def raised_tables(
             r = seen[key] = _raised(solver, array, d, node.choices, t)
         raised.append(r)
     return raised
+
+
+def root_split_bound(problem: Problem, sp, split, solver: _Bound | None = None) -> float:
+    """A lower bound on the step time of every plan whose root split is ``split`` (``sp``: the
+    root's :class:`~parplan.costmodel.split.SplitProblem`): the root split's time, summed over
+    the nodes, with each half's compute for a node taken on one device of the half's summed
+    throughput (the published recursion's view), or, with ``solver``, raised as in
+    :func:`raised_tables` to the half's per-node bound. Both are lower bounds on the half's time
+    for the node, and a side's time grows with its work. The ``accpar`` portfolio stops a level
+    criterion whose root split cannot beat the best plan so far (docs/costmodel.md section 7);
+    the split's terms are those the hierarchy prices next (:func:`split_terms`' memo)."""
+    from parplan.costmodel.cost import overlap_time, terms_matrix
+    from parplan.costmodel.split import _tables, split_terms
+
+    terms = split_terms(sp, split.choices, split.shares)
+    figures = terms_matrix(terms)
+    comm, weight = figures[:, 0:2], figures[:, 6:8]
+    work = np.array([(float(t.compute[0]), float(t.compute[1])) for t in terms]).reshape(-1, 2)
+    if solver is not None:
+        one: dict = {}  # one tuple object per state: _tables' classes read ids
+        tables = _tables(
+            sp,
+            [one.setdefault((c,), (c,)) for c in split.choices],
+            [one.setdefault((float(a),), (float(a),)) for a in split.shares],
+        )
+        seen, raises = solver.root_raises, []  # alike nodes: one bound
+        for t, d, node in zip(tables, sp.dims, problem.planning.nodes):
+            hit = seen.get((id(t), id(d), id(node.choices)))
+            if hit is None:  # the table and dims are kept with the raise: their ids stay theirs
+                solver.use(d, node.choices)
+                hit = (t, d, solver.states(problem.array, d, t)[:, 0])
+                seen[(id(t), id(d), id(node.choices))] = hit
+            raises.append(hit[2])
+        work = np.maximum(work, np.array(raises).reshape(-1, 2))
+    times = overlap_time(work, comm, weight)
+    return math.fsum(np.maximum(times[:, 0], times[:, 1]).tolist())
 
 
 def _raised(solver: _Bound, array: ArrayNode, d: LayerDims, choices, table):
