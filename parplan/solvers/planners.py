@@ -542,12 +542,17 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
     for k in range(1, min(SPREAD_MAX_LEVELS, len(levels)) + 1):
         spread = frozenset(path for level in levels[:k] for path in level)
         bounds = bounds or node_bounds(problem)
-        plan = plan_top_down(
-            problem,
-            _lookahead_levels(problem, opts, _solver(opts, notes, cache), bounds, spread, cache),
-            "accpar",
-            progress,
+        solver = _lookahead_levels(
+            problem, opts, _solver(opts, notes, cache), bounds, spread, cache
         )
+        try:
+            # a root split bounded above the last spread's plan (never below the best) is slower
+            # than it: the loop would stop there, and select nothing
+            plan = plan_top_down(
+                problem, _unless_slower(problem, solver, bounds, previous), "accpar", progress
+            )
+        except _CannotWin:
+            break
         t = evaluate(problem, plan, rows=False, memory=False).step_time_s
         if t < best[0] * (1.0 - 1e-12):
             best = (t, f"spread-{k}", plan)
