@@ -912,9 +912,9 @@ static int elim_core(int nt, const double *const *tabs, const Py_ssize_t *str, c
     for (int d = nd - 1; d >= 0 && ld < 0; --d)
         if (d != axis) ld = d;
     Py_ssize_t L = ld >= 0 ? dims[ld] : 1;
-    double *tot = PyMem_Malloc(sizeof(double) * (size_t)(n * L + 2 * L));
+    double *tot = PyMem_Malloc(sizeof(double) * (size_t)(n * L + L));
     if (!tot) return -1;
-    double *acc = tot, *lim = tot + n * L, *bb = lim + L;
+    double *acc = tot, *bb = tot + n * L;
     Py_ssize_t mi[MAXD];
     memset(mi, 0, sizeof(mi));
     for (Py_ssize_t r0 = 0; r0 < rest; r0 += L) {
@@ -944,20 +944,19 @@ static int elim_core(int nt, const double *const *tabs, const Py_ssize_t *str, c
             const double *row = acc + x * L;
             for (Py_ssize_t j = 0; j < L; ++j) bb[j] = row[j] < bb[j] ? row[j] : bb[j];
         }
+        /* numpy's argmax of the tie mask: the first state within it, else 0 (each cell's scan
+         * stops at its first state within the tie, most often the first few) */
         for (Py_ssize_t j = 0; j < L; ++j) {
-            double b = bb[j];
-            lim[j] = b + REL_TOL * (b < 0 ? -b : b);
+            double b = bb[j], l = b + REL_TOL * (b < 0 ? -b : b);
+            long long a = 0;
+            for (Py_ssize_t x = 0; x < n; ++x)
+                if (acc[x * L + j] <= l) {
+                    a = x;
+                    break;
+                }
             best[r0 + j] = b;
-            arg[r0 + j] = -1;
+            arg[r0 + j] = a;
         }
-        /* numpy's argmax of the tie mask: the first state within it, else 0 */
-        for (Py_ssize_t x = 0; x < n; ++x) {
-            const double *row = acc + x * L;
-            for (Py_ssize_t j = 0; j < L; ++j)
-                if (arg[r0 + j] < 0 && row[j] <= lim[j]) arg[r0 + j] = x;
-        }
-        for (Py_ssize_t j = 0; j < L; ++j)
-            if (arg[r0 + j] < 0) arg[r0 + j] = 0;
         for (int d = nd - 1; d >= 0; --d) { /* the next block */
             if (d == axis || d == ld) continue;
             if (++mi[d] < dims[d]) break;
