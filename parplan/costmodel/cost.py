@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -654,7 +655,7 @@ def node_terms(
     smallest (section 8), so interval states give lower bounds."""
     t = tables[u]
     args, shape = _core_args(tables, side, groups, u, idx, regions, leaf_pair)
-    out = np.empty((6, int(np.prod(shape)) if shape else 1))
+    out = np.empty((6, math.prod(shape)))
     _pricing.relayout(*args, out)
     out = out.reshape((6, *shape))
     iu = idx[u]
@@ -690,7 +691,7 @@ def node_values(
 def _values(args: tuple, shape: tuple, steps: np.ndarray, objective) -> np.ndarray:
     """``_pricing.values`` over the grid ``shape`` (``args``: :func:`_core_args`' arguments;
     ``steps``: the producer's table's; ``objective`` None is the time)."""
-    out = np.empty(int(np.prod(shape)) if shape else 1)
+    out = np.empty(math.prod(shape))
     _pricing.values(
         *args,
         steps if steps.flags.c_contiguous else np.ascontiguousarray(steps),
