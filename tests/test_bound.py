@@ -266,6 +266,17 @@ def test_large_arrays_get_the_pair_bound_within_its_budget(monkeypatch):
     assert got <= evaluate(small, make_plan(small, "accpar")).step_time_s * (1 + 1e-9)
 
 
+def test_micro_batched_problems_are_refused():
+    """The per-node bound overstates a node's time with micro-batches (VGG-11 / h100:4, 4
+    micro-batches: the bound above the data-parallel plan): no global bound is claimed there."""
+    p = replace(Problem(get_model("vgg11"), parse_array("h100:4"), batch=128), micro_batches=4)
+    step = evaluate(p, make_plan(p, "data")).step_time_s
+    assert hierarchy_bound(replace(p, micro_batches=1)).bound_s <= step
+    for bound in (global_bound, hierarchy_bound, root_dp_bound, pair_bound):
+        with pytest.raises(ConfigError, match="micro-batches"):
+            bound(p)
+
+
 def test_compat_problems_are_refused():
     p = Problem(get_model("lenet"), parse_array("h100:2"), batch=8, compat="hypar")
     with pytest.raises(ConfigError, match="parplan's own cost model"):

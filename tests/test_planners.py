@@ -325,8 +325,8 @@ def test_the_portfolio_skips_only_criteria_that_cannot_win(monkeypatch):
         return wrapped
 
     monkeypatch.setattr(planners, "_unless_slower", counted)
-    for model, array, batch in CANNOT_WIN_CASES:
-        p = Problem(get_model(model), parse_array(array), batch=batch)
+    for model, array, batch, micro_batches in CANNOT_WIN_CASES:
+        p = Problem(get_model(model), parse_array(array), batch=batch, micro_batches=micro_batches)
         pruned = make_plan(p, "accpar")
         with monkeypatch.context() as m:
             m.setattr(planners, "CANNOT_WIN_MARGIN", math.inf)
@@ -337,10 +337,13 @@ def test_the_portfolio_skips_only_criteria_that_cannot_win(monkeypatch):
 
 #: Problems on which the portfolio stops some criteria at their root split.
 CANNOT_WIN_CASES = [
-    ("gpt2", "h100:16", 64),
-    ("vgg11", "h100:16", 64),
-    ("resnet-2block", "h100:8", 64),
-    ("alexnet", "h100:128", 64),  # its spread criterion too
+    ("gpt2", "h100:16", 64, 1),
+    ("vgg11", "h100:16", 64, 1),
+    ("resnet-2block", "h100:8", 64, 1),
+    ("alexnet", "h100:128", 64, 1),  # its spread criterion too
+    # micro-batches: the raised bound overstates the plans here (bound.py's _check); the
+    # summed-device bound alone decides, and must leave the plan as it is
+    ("vgg11", "h100:4", 128, 4),
 ]
 
 
