@@ -181,6 +181,16 @@ def problem_from_args(args: argparse.Namespace):
     )
 
 
+def data_parallel_baseline(problem):
+    """The data-parallel plan's evaluation as reports read it (its step time, for the speedup):
+    without per-split rows or device memory (on Llama-3-70B / ``h100:512`` the rows alone are
+    245,000 tuples)."""
+    from parplan.costmodel.evaluate import evaluate
+    from parplan.solvers.planners import make_plan
+
+    return evaluate(problem, make_plan(problem, "data"), rows=False, memory=False)
+
+
 def overlap_of(args: argparse.Namespace) -> bool:
     """``--overlap``, or its default: on, except under ``--compat`` (the papers price traffic
     after compute)."""

@@ -25,6 +25,7 @@ import sys
 from parplan.cli.common import (
     PLANNER_NAMES,
     add_problem_arguments,
+    data_parallel_baseline,
     memory_limit,
     plans_against_memory,
     problem_from_args,
@@ -140,13 +141,11 @@ def _setup(args):
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from parplan.costmodel.evaluate import evaluate
     from parplan.formulation.mip import build_mip
     from parplan.reporting.report import plan_report
     from parplan.solvers.backends.registry import backend_spec
     from parplan.costmodel.split import SplitProblem
     from parplan.solvers.exact import memory_limit_for, solve_exact
-    from parplan.solvers.planners import make_plan
 
     outputs = {
         name: output_path(value, option)
@@ -195,7 +194,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         _save(outputs["save"], problem, result, args)
     if args.format == "csv":
         if result.plan is not None:
-            baseline = evaluate(problem, make_plan(problem, "data"))
+            baseline = data_parallel_baseline(problem)
             report = plan_report(problem, result.plan, result.evaluation, baseline)
             frame = report.layer_frame()
             meta = {**report.metadata(), "backend": args.backend}
@@ -233,12 +232,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
             "certificate": cert.to_dict(),
         }
         if result.plan is not None:
-            baseline = evaluate(problem, make_plan(problem, "data"))
+            baseline = data_parallel_baseline(problem)
             out["plan"] = plan_report(problem, result.plan, result.evaluation, baseline).to_dict()
         print(json.dumps(out, indent=2, default=str))
     else:
         if result.plan is not None:
-            baseline = evaluate(problem, make_plan(problem, "data"))
+            baseline = data_parallel_baseline(problem)
             print(plan_report(problem, result.plan, result.evaluation, baseline).text())
             print()
         else:

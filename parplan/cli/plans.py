@@ -30,6 +30,7 @@ from parplan.cli.common import (
     COMPAT_CHOICES,
     PLANNER_NAMES,
     add_memory_arguments,
+    data_parallel_baseline,
     add_problem_arguments,
     memory_limit,
     plans_against_memory,
@@ -66,12 +67,11 @@ def report_and_checks(
     prices every plan it returns)."""
     from parplan.costmodel.evaluate import evaluate, memory_overruns
     from parplan.reporting.report import format_bytes, plan_report
-    from parplan.solvers.planners import make_plan
 
     ev = evaluation if evaluation is not None else evaluate(problem, plan)
     if bound:
         extra_json = {**(extra_json or {}), **bound_figures(problem, ev, progress, plan)}
-    baseline = evaluate(problem, make_plan(problem, "data"))
+    baseline = data_parallel_baseline(problem)
     report = plan_report(problem, plan, ev, baseline, wall_s=wall_s)
     overruns = memory_overruns(problem, ev, None if limit in (None, "device") else limit)
     if fmt == "json":
@@ -859,7 +859,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     plot_path = output_path(args.plot, "--plot") if args.plot else None
     problem = problem_from_args(args)
     progress = progress_printer(args.verbose)
-    base = evaluate(problem, make_plan(problem, "data")).step_time_s
+    base = data_parallel_baseline(problem).step_time_s
     rows = []
     limit = memory_limit(args.memory_limit)
     fitting = plans_against_memory(args)
