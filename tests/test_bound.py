@@ -266,15 +266,19 @@ def test_large_arrays_get_the_pair_bound_within_its_budget(monkeypatch):
     assert got <= evaluate(small, make_plan(small, "accpar")).step_time_s * (1 + 1e-9)
 
 
-def test_micro_batched_problems_are_refused():
-    """The per-node bound overstates a node's time with micro-batches (VGG-11 / h100:4, 4
-    micro-batches: the bound above the data-parallel plan): no global bound is claimed there."""
+def test_the_bounds_hold_with_micro_batches():
+    """With micro-batches a node's own reduction may be one message per step (a weight-gradient
+    exchange): the per-node recursion charged a latency per micro-batch and lay above real plans
+    (VGG-11 / h100:4, 4 micro-batches: 2.964 ms against a 2.885 ms plan); it now charges the
+    fewest messages the evaluator can."""
     p = replace(Problem(get_model("vgg11"), parse_array("h100:4"), batch=128), micro_batches=4)
-    step = evaluate(p, make_plan(p, "data")).step_time_s
-    assert hierarchy_bound(replace(p, micro_batches=1)).bound_s <= step
-    for bound in (global_bound, hierarchy_bound, root_dp_bound, pair_bound):
-        with pytest.raises(ConfigError, match="micro-batches"):
-            bound(p)
+    bound = global_bound(p).bound_s
+    sp = SplitProblem.root(p)
+    for planner in ("data", "hypar", "owt", "accpar-topdown", "accpar"):
+        plan = make_plan(p, planner)
+        step = evaluate(p, plan).step_time_s
+        assert bound <= step * (1 + 1e-9), planner
+        assert root_split_bound(p, sp, plan.splits[""], node_bounds(p)) <= step * (1 + 1e-9)
 
 
 def test_compat_problems_are_refused():

@@ -267,10 +267,6 @@ def test_plan_and_evaluate_report_the_global_bound(capsys, tmp_path):
         and "global bound is for parplan's own cost model" in err
         and "Traceback" not in err
     )
-    code, _, err = run(
-        capsys, "plan", "--model", "lenet", "--array", "h100:4", "--bound", "--micro-batches", "4"
-    )
-    assert code != 0 and "does not yet hold with micro-batches" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("backend", ["scip", "cbc"])

@@ -175,10 +175,10 @@ def test_the_returned_fit_carries_its_whole_evaluation():
     """The search keeps only the time and memory of the plans it tries; the plan it returns,
     from whichever step (the planner's own plan, a re-planned setting, a setting found by the
     search), carries the evaluator's every row."""
-    p = Problem(get_model("vgg11"), parse_array("h100:4"), batch=128)
+    p = Problem(get_model("vgg11"), parse_array("h100:8"), batch=128)
     need = fit_plan(p).evaluation.peak_memory_bytes
     hows = []
-    for fraction in (1.0, 0.6, 0.35):
+    for fraction in (1.0, 0.8, 0.6):
         fit = fit_plan(p, limit_bytes=need * fraction)
         whole = evaluate(fit.problem, fit.plan)
         assert fit.evaluation.rows and fit.evaluation.rows == whole.rows

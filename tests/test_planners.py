@@ -341,8 +341,8 @@ CANNOT_WIN_CASES = [
     ("vgg11", "h100:16", 64, 1),
     ("resnet-2block", "h100:8", 64, 1),
     ("alexnet", "h100:128", 64, 1),  # its spread criterion too
-    # micro-batches: the raised bound overstates the plans here (bound.py's _check); the
-    # summed-device bound alone decides, and must leave the plan as it is
+    # micro-batches: the per-node bound here once lay above real plans, and a criterion that won
+    # was stopped (tests/test_bound.py::test_the_bounds_hold_with_micro_batches)
     ("vgg11", "h100:4", 128, 4),
 ]
 

@@ -1843,12 +1843,15 @@ typedef struct {
 
 static double lb(Bound *B, int gi, const Dims *d);
 
-/* Each side's seconds for the node's own reduction at group g when both sides have work. */
+/* Each side's seconds for the node's own reduction at group g when both sides have work. With
+ * micro-batches the reduction is counted as a per-step exchange (one latency per step, or per
+ * micro-batch at ZeRO >= 2), the fewest messages the evaluator can charge it (receive_seconds):
+ * a weight-gradient exchange is sent once per step, the rest once per micro-batch. */
 static void bound_comm(const Group *g, const Dims *d, int c, double *c1, double *c2) {
     double size = intra_elements(d, c);
     if (g->free_batch && (c == C_BATCH || c == C_ROWS)) size = 0.0;
-    *c1 = receive_seconds(&g->sd, 0, size, 0.0);
-    *c2 = g->sd.bw[0] == g->sd.bw[1] ? *c1 : receive_seconds(&g->sd, 1, size, 0.0);
+    *c1 = receive_seconds(&g->sd, 0, size, size);
+    *c2 = g->sd.bw[0] == g->sd.bw[1] ? *c1 : receive_seconds(&g->sd, 1, size, size);
 }
 
 static inline double bis_a(Bound *B, const Group *g, const Dims *d, int c, double c1, long k) {

@@ -415,9 +415,7 @@ def _unless_slower(problem: Problem, solver: Callable, bounds, best_s: float) ->
         # raised one where that does not decide
         if not sp.path and (
             root_split_bound(problem, sp, split) > limit
-            # the per-node bounds overstate a node's time with micro-batches (docs/costmodel.md
-            # section 7): only the summed-device bound is used there
-            or (problem.micro_batches == 1 and root_split_bound(problem, sp, split, bounds) > limit)
+            or root_split_bound(problem, sp, split, bounds) > limit
         ):
             raise _CannotWin
         return split
