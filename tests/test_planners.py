@@ -335,6 +335,28 @@ def test_the_portfolio_skips_only_criteria_that_cannot_win(monkeypatch):
     assert stopped[0] > 0
 
 
+def test_a_spent_bound_budget_leaves_criteria_planned(monkeypatch, tmp_path):
+    """On an unbalanced array whose per-node bounds exceed their budget (bound.BOUND_BUDGET), the
+    root-split bound raises TableTooLarge: the portfolio then plans the criterion (undecided) as
+    its look-ahead criteria go on without the bound, and returns a plan."""
+    import json
+
+    import parplan.solvers.bound as bound
+
+    def chain(depth):
+        return (
+            {"device": "h100"}
+            if depth == 0
+            else {"left": {"device": "h100"}, "right": chain(depth - 1), "gb_per_s": 100}
+        )
+
+    monkeypatch.setattr(bound, "BOUND_BUDGET", 2_000)
+    (tmp_path / "deep.json").write_text(json.dumps(chain(12)))
+    p = Problem(get_model("vgg11"), parse_array(str(tmp_path / "deep.json")), batch=8)
+    plan = make_plan(p, "accpar")
+    assert len(plan.splits) == 12 and evaluate(p, plan).step_time_s > 0
+
+
 #: Problems on which the portfolio stops some criteria at their root split.
 CANNOT_WIN_CASES = [
     ("gpt2", "h100:16", 64, 1),

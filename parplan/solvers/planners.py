@@ -409,14 +409,19 @@ def _unless_slower(problem: Problem, solver: Callable, bounds, best_s: float) ->
 
     limit = best_s * (1.0 + CANNOT_WIN_MARGIN)
 
-    def solve(sp):
-        split = solver(sp)
+    def cannot_win(sp, split) -> bool:
         # the summed-device bound first (its terms are the ones the hierarchy prices next), the
         # raised one where that does not decide
-        if not sp.path and (
-            root_split_bound(problem, sp, split) > limit
-            or root_split_bound(problem, sp, split, bounds) > limit
-        ):
+        if root_split_bound(problem, sp, split) > limit:
+            return True
+        try:
+            return root_split_bound(problem, sp, split, bounds) > limit
+        except TableTooLarge:  # the per-node bounds' budget is spent: undecided, plan it
+            return False
+
+    def solve(sp):
+        split = solver(sp)
+        if not sp.path and cannot_win(sp, split):
             raise _CannotWin
         return split
 
