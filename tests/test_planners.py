@@ -342,16 +342,10 @@ def test_a_spent_bound_budget_leaves_criteria_planned(monkeypatch, tmp_path):
     import json
 
     import parplan.solvers.bound as bound
-
-    def chain(depth):
-        return (
-            {"device": "h100"}
-            if depth == 0
-            else {"left": {"device": "h100"}, "right": chain(depth - 1), "gb_per_s": 100}
-        )
+    from test_pricing_core import deep_chain
 
     monkeypatch.setattr(bound, "BOUND_BUDGET", 2_000)
-    (tmp_path / "deep.json").write_text(json.dumps(chain(12)))
+    (tmp_path / "deep.json").write_text(json.dumps(deep_chain(12)))
     p = Problem(get_model("vgg11"), parse_array(str(tmp_path / "deep.json")), batch=8)
     plan = make_plan(p, "accpar")
     assert len(plan.splits) == 12 and evaluate(p, plan).step_time_s > 0

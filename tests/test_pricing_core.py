@@ -607,6 +607,15 @@ def test_a_node_read_by_many_consumers_prices_without_overflow():
             assert _same(g, w, (tables[7].size,))
 
 
+def deep_chain(depth: int) -> dict:
+    """An array file's tree: one H100 and, on the other side, the same again ``depth`` deep."""
+    return (
+        {"device": "h100"}
+        if depth == 0
+        else {"left": {"device": "h100"}, "right": deep_chain(depth - 1), "gb_per_s": 100}
+    )
+
+
 def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
     """An unbalanced tree many levels deep makes the per-node bound exponential in its depth
     (issue 36: a 40-level array file hung); past its budget it raises TableTooLarge, which the
@@ -615,13 +624,6 @@ def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
     import parplan.solvers.bound as bound
     from parplan.errors import TableTooLarge
 
-    def chain(depth):
-        return (
-            {"device": "h100"}
-            if depth == 0
-            else {"left": {"device": "h100"}, "right": chain(depth - 1), "gb_per_s": 100}
-        )
-
     monkeypatch.setattr(bound, "BOUND_BUDGET", 2_000)
     import json
     import tempfile
@@ -629,7 +631,7 @@ def test_the_bound_recursion_stops_at_its_budget(monkeypatch):
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "deep.json"
-        path.write_text(json.dumps(chain(12)))
+        path.write_text(json.dumps(deep_chain(12)))
         array = parplan.parse_array(str(path))
     p = parplan.Problem(parplan.load_model("vgg11"), array, batch=8)
     b = bound._Bound(p, 1024)
