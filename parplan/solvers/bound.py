@@ -78,6 +78,7 @@ __all__ = [
     "layer_excess",
     "raised_tables",
     "root_split_bound",
+    "fixed_splits_bound",
     "DEFAULT_BOUND_GRID",
     "PAIR_MAX_DEVICES",
     "PAIR_BUDGET",
@@ -131,9 +132,6 @@ class _Bound:
         self.sig: dict[int, int] = {}
         self.sides: dict[int, object] = {}
         self.trees: dict[int, tuple[object, dict[int, int]]] = {}
-        #: root_split_bound's raises: (table, dims, choices) ids -> (table, dims, the raise); the
-        #: portfolio's criteria mostly share their root splits' states
-        self.root_raises: dict[tuple, tuple] = {}
         self.problem = problem
         self.tree, self.index = self._tree(problem.array)
 
@@ -564,36 +562,96 @@ def root_split_bound(problem: Problem, sp, split, solver: _Bound | None = None) 
     """A lower bound on the step time of every plan whose root split is ``split`` (``sp``: the
     root's :class:`~parplan.costmodel.split.SplitProblem`): the root split's time, summed over
     the nodes, with each half's compute for a node taken on one device of the half's summed
-    throughput (the published recursion's view), or, with ``solver``, raised as in
-    :func:`raised_tables` to the half's per-node bound. Both are lower bounds on the half's time
-    for the node, and a side's time grows with its work. The ``accpar`` portfolio stops a level
-    criterion whose root split cannot beat the best plan so far (docs/costmodel.md section 7);
-    the split's terms are those the hierarchy prices next (:func:`split_terms`' memo)."""
+    throughput (the published recursion's view), or, with ``solver``, raised to the half's
+    per-node bound (:func:`fixed_splits_bound` with the root alone planned). Both are lower
+    bounds on the half's time for the node, and a side's time grows with its work. The split's
+    terms are those the hierarchy prices next (:func:`split_terms`' memo)."""
     from parplan.costmodel.cost import overlap_time, terms_matrix
-    from parplan.costmodel.split import _tables, split_terms
+    from parplan.costmodel.split import split_terms
 
+    if solver is not None:
+        return fixed_splits_bound(problem, {"": (sp, split)}, solver, {})
     terms = split_terms(sp, split.choices, split.shares)
     figures = terms_matrix(terms)
     comm, weight = figures[:, 0:2], figures[:, 6:8]
     work = np.array([(float(t.compute[0]), float(t.compute[1])) for t in terms]).reshape(-1, 2)
-    if solver is not None:
-        one: dict = {}  # one tuple object per state: _tables' classes read ids
-        tables = _tables(
-            sp,
-            [one.setdefault((c,), (c,)) for c in split.choices],
-            [one.setdefault((float(a),), (float(a),)) for a in split.shares],
-        )
-        seen, raises = solver.root_raises, []  # alike nodes: one bound
-        for t, d, node in zip(tables, sp.dims, problem.planning.nodes):
-            hit = seen.get((id(t), id(d), id(node.choices)))
-            if hit is None:  # the table and dims are kept with the raise: their ids stay theirs
-                solver.use(d, node.choices)
-                hit = (t, d, solver.states(problem.array, d, t)[:, 0])
-                seen[(id(t), id(d), id(node.choices))] = hit
-            raises.append(hit[2])
-        work = np.maximum(work, np.array(raises).reshape(-1, 2))
     times = overlap_time(work, comm, weight)
     return math.fsum(np.maximum(times[:, 0], times[:, 1]).tolist())
+
+
+def fixed_splits_bound(problem: Problem, planned: dict, solver: _Bound, memo: dict) -> float:
+    """A lower bound on the step time of every plan whose splits at the paths of ``planned``
+    are these (``planned``: path -> (the group's :class:`~parplan.costmodel.split.SplitProblem`,
+    its split); the root's among them, and each group's parent's): the evaluator's recursion of
+    node times (docs/costmodel.md section 7) through the planned splits, with each group below
+    them at its per-node bound (:meth:`_Bound.lb`) and at least its compute on one device of
+    its summed throughput (the split's own terms). Every group's time for a node grows with
+    its work, so each is a lower bound on that group's time in any such plan, and so is the
+    sum at the root. With the root alone planned this is :func:`root_split_bound`'s raised
+    bound; a criterion's splits below the root raise it to what they pay (the ``accpar``
+    portfolio stops a criterion once it exceeds the best plan so far, docs/costmodel.md
+    section 7). ``memo``: kept across calls while ``planned`` only grows (the planned splits'
+    terms, the bounds of the groups below them, and each group's times until a split below it
+    is planned)."""
+    from parplan.costmodel.cost import overlap_time, terms_matrix
+    from parplan.costmodel.split import child_dims, split_terms
+
+    nodes = problem.planning.nodes
+    figures, frontier, times_of = (memo.setdefault(k, {}) for k in ("split", "frontier", "times"))
+    paths = list(planned)
+    for path in paths[memo.get("seen", 0) :]:  # planned since the last call: its groups' times
+        for k in range(len(path) + 1):  # and every group's above it change
+            times_of.pop(path[:k], None)
+    memo["seen"] = len(paths)
+
+    def split_figures(path: str):
+        hit = figures.get(path)
+        if hit is None:
+            sp, split = planned[path]
+            terms = split_terms(sp, split.choices, split.shares)
+            table = terms_matrix(terms)
+            work = np.array([(float(t.compute[0]), float(t.compute[1])) for t in terms])
+            hit = figures[path] = (
+                table[:, 0:2],
+                table[:, 6:8],
+                work.reshape(-1, 2),
+                child_dims(sp.dims, split),
+            )
+        return hit
+
+    def below(group: ArrayNode, path: str, dims) -> np.ndarray:
+        """Per node, the group's per-node bound at ``dims`` (alike nodes: one bound)."""
+        hit = frontier.get(path)
+        if hit is None or hit[0] is not dims:
+            seen: dict = {}
+            out = []
+            for d, node in zip(dims, nodes):
+                key = (id(d), id(node.choices))
+                lb = seen.get(key)
+                if lb is None:
+                    solver.use(d, node.choices)
+                    lb = seen[key] = solver.lb(group, d, node.choices)
+                out.append(lb)
+            hit = frontier[path] = (dims, np.array(out))
+        return hit[1]
+
+    def times(group: ArrayNode, path: str) -> np.ndarray:
+        hit = times_of.get(path)
+        if hit is not None:
+            return hit
+        comm, weight, work, halves = split_figures(path)
+        work = work.copy()
+        for i, (half, side) in enumerate(((group.left, "L"), (group.right, "R"))):
+            if half.is_leaf:
+                continue  # a device: its compute is the split's own term
+            sub = path + side
+            t = times(half, sub) if sub in planned else below(half, sub, halves[i])
+            work[:, i] = np.maximum(work[:, i], t)
+        t = overlap_time(work, comm, weight)
+        out = times_of[path] = np.maximum(t[:, 0], t[:, 1])
+        return out
+
+    return math.fsum(times(problem.array, "").tolist())
 
 
 def _raised(solver: _Bound, array: ArrayNode, d: LayerDims, choices, table):

@@ -390,38 +390,44 @@ def spread_levels(problem: Problem) -> list[list[str]]:
 
 
 class _CannotWin(Exception):
-    """A level criterion's root split cannot beat the best plan so far (:func:`_unless_slower`)."""
+    """A level criterion's splits so far cannot beat the best plan so far (:func:`_unless_slower`)."""
 
 
-#: Margin of :func:`_unless_slower`: a criterion stops only when its root split's bound exceeds the
+#: Margin of :func:`_unless_slower`: a criterion stops only when its splits' bound exceeds the
 #: best plan so far by more than float rounding could (the portfolio keeps a plan only if it is
 #: faster by 1e-12).
 CANNOT_WIN_MARGIN = 1e-9
 
 
 def _unless_slower(problem: Problem, solver: Callable, bounds, best_s: float) -> Callable:
-    """``solver``, except that it raises :class:`_CannotWin` when the root split it returns has a
-    lower bound (:func:`parplan.solvers.bound.root_split_bound`: every plan below that root split
-    takes at least that long) above ``best_s``: the portfolio then skips the criterion, whose
-    plan could not have been selected, without planning the splits below (OWT on Llama-3-70B /
-    ``h100:512``: 511 splits, a third of each planning run)."""
-    from parplan.solvers.bound import root_split_bound
+    """``solver``, except that it raises :class:`_CannotWin` as soon as the splits it has
+    returned bound the step time above ``best_s`` (:func:`parplan.solvers.bound.
+    fixed_splits_bound`: every plan with those splits takes at least that long; checked after
+    every split): the portfolio then skips the criterion, whose plan could not have been
+    selected, without planning the rest. OWT on Llama-3-70B / ``h100:512`` stops at its root
+    split (its 511 splits were a third of each planning run); on a 4,096-layer chain HyPar,
+    OWT and data parallelism stop after two splits, and on VGG-11 / ``h100:128`` HyPar, OWT
+    and the communication criterion (10-14% slower) a few levels down."""
+    from parplan.solvers.bound import fixed_splits_bound, root_split_bound
 
     limit = best_s * (1.0 + CANNOT_WIN_MARGIN)
+    planned: dict = {}  # path -> (split problem, split) returned so far
+    memo: dict = {}
 
     def cannot_win(sp, split) -> bool:
-        # the summed-device bound first (its terms are the ones the hierarchy prices next), the
-        # raised one where that does not decide
-        if root_split_bound(problem, sp, split) > limit:
+        # at the root the summed-device bound first (its terms are the ones the hierarchy
+        # prices next), the raised one where that does not decide
+        if not sp.path and root_split_bound(problem, sp, split) > limit:
             return True
+        planned[sp.path] = (sp, split)
         try:
-            return root_split_bound(problem, sp, split, bounds) > limit
+            return fixed_splits_bound(problem, planned, bounds, memo) > limit
         except TableTooLarge:  # the per-node bounds' budget is spent: undecided, plan it
             return False
 
     def solve(sp):
         split = solver(sp)
-        if not sp.path and cannot_win(sp, split):
+        if cannot_win(sp, split):
             raise _CannotWin
         return split
 
@@ -529,7 +535,7 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
         try:
             plan = plan_top_down(problem, solver, "accpar", progress)
         except _CannotWin:
-            continue  # its root split alone is slower than the best plan so far
+            continue  # its splits so far are slower than the best plan so far
         first = first or plan
         t = evaluate(problem, plan, rows=False, memory=False).step_time_s
         if best is None or t < best[0] * (1.0 - 1e-12):
@@ -551,8 +557,8 @@ def _portfolio(problem: Problem, opts: PlanOptions, progress, notes: list[str]) 
             problem, opts, _solver(opts, notes, cache), bounds, spread, cache
         )
         try:
-            # a root split bounded above the last spread's plan (never below the best) is slower
-            # than it: the loop would stop there, and select nothing
+            # splits bounded above the last spread's plan (never below the best) are slower than
+            # it: the loop would stop there, and select nothing
             plan = plan_top_down(
                 problem, _unless_slower(problem, solver, bounds, previous), "accpar", progress
             )
