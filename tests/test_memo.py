@@ -198,6 +198,21 @@ def test_repeated_blocks_share_state_tables_and_terms():
     assert [op.name for op in pg.nodes[b].dims.out_ops] == ["layers.2.add1", "layers.2.norm2"]
 
 
+def test_alike_nodes_share_one_root_dims_object():
+    """Equal dims at the root are one object (the memos keyed on identities meet them once):
+    llama3-70b's 481 nodes have 8 distinct dims, and every node's root dims equal its own dims
+    scaled to the batch, whose ops keep their names."""
+    from dataclasses import replace
+
+    p = Problem(get_model("llama3-70b"), parse_array("h100:8"), batch=8)
+    dims, nodes = p.root_dims(), p.planning.nodes
+    assert len({id(d) for d in dims}) == len(set(dims)) == 8
+    for node, d in zip(nodes, dims):
+        assert d == replace(node.dims, batch=node.dims.batch * 8, replica=1.0)
+    a, b = (next(v for v, n in enumerate(nodes) if n.name == f"layers.{k}.add1") for k in (1, 2))
+    assert dims[a] is dims[b] and nodes[a].dims is not nodes[b].dims
+
+
 def test_scaled_dims_hash_as_equal_dims_do():
     """A scaled copy of hashed dims hashes by its own fields (it carried its source's cached
     hash: equal dims then hashed apart, so the memos keyed on them missed)."""

@@ -204,16 +204,12 @@ class Problem:
                 return hit[1]
             kept = pg.checkpoints if self.blocks_recomputed else (-1.0,) * len(pg.nodes)
             again = self.recomputed_nodes
+            # alike nodes (equal dims: a transformer's blocks, a chain's repeated layers) get one
+            # object, so every memo below that keys on a dims object's identity meets them once
+            made: dict = {}
             dims = HashedTuple(
-                dataclasses.replace(
-                    n.dims,
-                    batch=n.dims.batch * self.batch,
-                    replica=1.0,
-                    recompute=r,
-                    checkpoint=k,
-                    micro_batches=self.micro_batches,
-                )
-                for n, k, r in zip(pg.nodes, kept, again)
+                made[key] if key in made else made.setdefault(key, self._scaled_root(*key))
+                for key in zip((n.dims for n in pg.nodes), kept, again)
             )
             self.__dict__["_root_dims"] = (
                 dims  # a cache, not a field: equality and hashing ignore it
@@ -222,6 +218,17 @@ class Problem:
                 _ROOT_DIMS.clear()
             _ROOT_DIMS[key] = (pg, dims)  # the entry holds the graph whose id keys it
         return dims
+
+    def _scaled_root(self, dims: LayerDims, checkpoint: float, recompute: float) -> LayerDims:
+        """A node's dims at the full batch under this problem's settings."""
+        return dataclasses.replace(
+            dims,
+            batch=dims.batch * self.batch,
+            replica=1.0,
+            recompute=recompute,
+            checkpoint=checkpoint,
+            micro_batches=self.micro_batches,
+        )
 
     def side_spec(self, group: ArrayNode) -> SideSpec:
         """The cost-model view of splitting ``group``: its halves as two devices (one object per
