@@ -560,3 +560,18 @@ def test_model_files_that_fail_and_hub_specs_without_torch_are_one_line(
         assert f'is built with torch, which is not installed: pip install -e ".[{extra}]"' in err, (
             err
         )
+
+
+def test_bound_under_compat_rules_is_refused_before_planning(capsys, monkeypatch):
+    """``plan --bound --compat accpar-code`` is refused with a clear message before any planning
+    (it used to plan, then fail without printing the plan)."""
+    import parplan.solvers.fit as fit
+    import parplan.solvers.planners as planners
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("planned before refusing --bound")
+
+    monkeypatch.setattr(planners, "make_plan", no_planning)
+    monkeypatch.setattr(fit, "fit_plan", no_planning)
+    argv = ["plan", "--model", "alexnet", "--array", "h100:8", "--compat", "accpar-code"]
+    _check(capsys, argv + ["--bound"], message="--bound: the global bound is for parplan's own")

@@ -245,6 +245,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plot = output_path(args.plot, "--plot") if args.plot else None
     limit = memory_limit(args.memory_limit)
     problem = problem_from_args(args)
+    _bound_applies(args, problem)
     if problem.array.count > LARGE_ARRAY:
         print(
             f"parplan: note: {problem.array.count:,} devices; pricing a plan visits every device, so planning "
@@ -317,6 +318,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
         print(f"wrote {save}", file=sys.stderr)
     return 0
+
+
+def _bound_applies(args: argparse.Namespace, problem) -> None:
+    """``--bound`` bounds parplan's own cost model: under compat rules it is refused before any
+    planning (it used to fail after planning, without the plan)."""
+    if args.bound and problem.compat is not None:
+        raise ConfigError(
+            f"--bound: the global bound is for parplan's own cost model, not the compat rules "
+            f"'{problem.compat}'; drop --bound, or --compat to bound parplan's model"
+        )
 
 
 def _plan_pipeline(args: argparse.Namespace, problem, limit, save) -> int:
@@ -468,6 +479,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigError("--save goes with --config (the plan file is already saved)")
     saved = read_plan_file(args.plan)
     problem = _problem_for(args, dict(saved.problem))
+    _bound_applies(args, problem)
     where = f"plan file '{args.plan}'"
     if saved.pipeline is not None:
         return _evaluate_pipeline(args, saved, problem, where)
