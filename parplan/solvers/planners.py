@@ -405,9 +405,10 @@ def _unless_slower(problem: Problem, solver: Callable, bounds, best_s: float) ->
     fixed_splits_bound`: every plan with those splits takes at least that long; checked after
     every split): the portfolio then skips the criterion, whose plan could not have been
     selected, without planning the rest. OWT on Llama-3-70B / ``h100:512`` stops at its root
-    split (its 511 splits were a third of each planning run); on a 4,096-layer chain HyPar,
-    OWT and data parallelism stop after two splits, and on VGG-11 / ``h100:128`` HyPar, OWT
-    and the communication criterion (10-14% slower) a few levels down."""
+    split (its 511 splits were a third of each planning run); on a 4,096-layer chain the
+    communication criterion, HyPar, OWT and data parallelism stop after two splits (they had
+    planned 33, 33, 127 and 7), and on VGG-11 / ``h100:128`` the first three (10-14% slower) a
+    few levels down (docs/costmodel.md section 7)."""
     from parplan.solvers.bound import fixed_splits_bound, root_split_bound
 
     limit = best_s * (1.0 + CANNOT_WIN_MARGIN)
