@@ -572,6 +572,15 @@ def test_raised_tables_at_a_group_bound_that_groups_halves():
         assert (b.compute >= a.compute).all()
         lifted += int((b.compute > a.compute * (1 + 1e-9)).sum())
     assert lifted > 0
+    # kept across splits: asked again (the portfolio's criteria, other floors), the same objects,
+    # equal to a fresh solver's; at a group of other devices (the TPU-v3 half), other tables
+    again = raised_tables(p, sp, options, solver=bounds, group=group)
+    assert all(x is y for x, y in zip(raised, again))
+    fresh = raised_tables(p, sp, options, solver=node_bounds(p), group=group)
+    for a, b in zip(raised, fresh):
+        assert (a.compute == b.compute).all() and (a.steps == b.steps).all()
+    other = raised_tables(p, sp, options, solver=bounds, group=p.array.at("R"))
+    assert any((a.compute != b.compute).any() for a, b in zip(raised, other))
 
 
 def test_repeated_layers_share_their_bounds_exactly():

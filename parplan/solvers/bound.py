@@ -132,6 +132,9 @@ class _Bound:
         self.sig: dict[int, int] = {}
         self.sides: dict[int, object] = {}
         self.trees: dict[int, tuple[object, dict[int, int]]] = {}
+        #: raised_tables' tables: (table, dims, choices ids, group signature) -> (table, dims,
+        #: choices, the raised table)
+        self.raised: dict[tuple, tuple] = {}
         self.problem = problem
         self.tree, self.index = self._tree(problem.array)
 
@@ -543,19 +546,29 @@ def raised_tables(
     raised = []
     # alike nodes (the same table, dims and choices objects: a transformer's repeated blocks, a
     # chain's equal layers) get one raised table object, so the DP prices their factors once per
-    # class (split.node_classes reads the tables' identities) as it does on the plain tables
-    seen: dict = {}
+    # class (split.node_classes reads the tables' identities) as it does on the plain tables;
+    # the objects are kept across splits (the solver's memo), so a split met again with other
+    # floors, or at an interchangeable group, finds its factors priced (split's memo of terms)
+    seen = solver.raised
+    sig = solver.signature(array)
     for v, (node, t) in enumerate(zip(problem.planning.nodes, tables)):
         d = sp.dims[v]
         if per_node is not None:
             solver.use(d, node.choices)
             per_node.append(solver.lb(array, d, node.choices))
-        key = (id(t), id(d), id(node.choices))
-        r = seen.get(key)
-        if r is None:
-            r = seen[key] = _raised(solver, array, d, node.choices, t)
-        raised.append(r)
+        key = (id(t), id(d), id(node.choices), sig)
+        hit = seen.get(key)
+        if hit is None:
+            if len(seen) >= RAISED_MEMO_MAX:
+                seen.clear()
+            # the entry holds the table, dims and choices whose ids key it
+            hit = seen[key] = (t, d, node.choices, _raised(solver, array, d, node.choices, t))
+        raised.append(hit[3])
     return raised
+
+
+#: Raised state tables a :class:`_Bound` keeps (:func:`raised_tables`); cleared past it.
+RAISED_MEMO_MAX = 1 << 15
 
 
 def root_split_bound(problem: Problem, sp, split, solver: _Bound | None = None) -> float:

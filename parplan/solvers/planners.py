@@ -352,20 +352,28 @@ def _both_sides(tables) -> list:
     DP never picks one; each node keeps at least one state with both sides working)."""
     import numpy as np
 
-    out, seen = [], {}  # one new table per table object: alike nodes stay one class
+    # one new table per table object, kept across splits as the raised tables are: alike nodes
+    # stay one class, and a split met again finds its factors priced
+    out = []
     for t in tables:
         one = ~(t.has[0] & t.has[1])
         if one.all():  # nothing to choose from (a fixed share of 0 or 1): leave it
             out.append(t)
             continue
-        both = seen.get(id(t))
-        if both is None:
+        hit = _BOTH.get(id(t))
+        if hit is None or hit[0] is not t:
             compute, steps = t.compute.copy(), t.steps.copy()
             compute[:, one] = np.inf
             steps[:, one] = np.inf
-            both = seen[id(t)] = replace(t, compute=compute, steps=steps)
-        out.append(both)
+            if len(_BOTH) >= 1 << 15:
+                _BOTH.clear()
+            hit = _BOTH[id(t)] = (t, replace(t, compute=compute, steps=steps))  # holds t: its id
+        out.append(hit[1])
     return out
+
+
+#: :func:`_both_sides`' tables: id of a table -> (the table, its copy with both sides working).
+_BOTH: dict[int, tuple] = {}
 
 
 def _one_sided(plan: Plan, paths: list[str], n: int) -> bool:
