@@ -123,9 +123,13 @@ def test_no_plan_beats_the_bound_of_its_root_split(case):
     assert root_dp_bound(p, share_grid=4) <= raised * (1 + 1e-9)
 
 
+#: Memory settings of the fixed-splits test: (ZeRO stage, micro-batches, recomputation).
+SETTINGS = [(0, 1, False), (1, 1, False), (2, 2, False), (3, 1, True), (3, 4, True)]
+
+
 @fast(40)
-@given(random_plans())
-def test_the_bound_of_fixed_splits_rises_to_the_plan(case):
+@given(random_plans(), st.sampled_from(SETTINGS))
+def test_the_bound_of_fixed_splits_rises_to_the_plan(case, setting):
     """What the portfolio stops a criterion on below the root (planners._unless_slower): with the
     splits fixed one by one in the hierarchy's order, the bound never falls, starts at the root
     split's raised bound, never exceeds the plan's step and, once every split is fixed, is the
@@ -138,6 +142,9 @@ def test_the_bound_of_fixed_splits_rises_to_the_plan(case):
         return
     if p.batch >= 64:  # half the cases with the weights' traffic overlapping the backward
         p = replace(p, overlap=True)
+    zero, micro, recompute = setting
+    if p.batch % micro == 0:
+        p = replace(p, zero_stage=zero, micro_batches=micro, recompute=recompute)
     solver, planned, memo, seen = node_bounds(p), {}, {}, []
 
     def fixed(sp):  # the random plan's split, recorded with the problem the hierarchy gives it
