@@ -15,9 +15,10 @@ devices) prices each half of the root split by the half's own global bound, whic
 reductions the half would pay inside (docs/costmodel.md section 8); ``lookahead-levels`` does
 so at every split whose halves are groups (docs/costmodel.md section 7); ``spread-k`` does
 that too but keeps every layer on both halves at the top ``k`` levels of interchangeable
-splits, where the look-ahead still funnels a classifier into one half. A criterion whose root
-split alone cannot beat the best plan so far (:func:`parplan.solvers.bound.root_split_bound`)
-is stopped there, unplanned below: the portfolio's plan is the same. ``accpar-topdown``
+splits, where the look-ahead still funnels a classifier into one half. A criterion whose
+splits so far cannot beat the best plan so far (:func:`parplan.solvers.bound.
+fixed_splits_bound`, checked after every split) is stopped there, unplanned below: the
+portfolio's plan is the same. ``accpar-topdown``
 is the published recursion alone (used in ablations).
 
 ============  ======================  ============  ==============  =========================
