@@ -479,7 +479,9 @@ def _fallback_note(notes: list[str]) -> str:
 #: :data:`SPREAD_MAX_LEVELS` such levels, and when (planning nodes x splits) is at most
 #: :data:`SPREAD_MAX_WORK`: each is a whole recursion, and on networks with many layers and a
 #: small classifier they found nothing (on 128 devices: VGG-19 is 2,413, ResNet-18 3,683 and
-#: took 3 s more for nothing, ResNet-50 20 s more for 0.06%).
+#: took 3 s more for nothing, ResNet-50 20 s more for 0.06%; now that losing criteria stop
+#: early, lifting the limit costs ResNet-18 / ResNet-34 on ``h100:128`` 0.15-0.2 s for
+#: 0.001-0.002%, docs/costmodel.md section 7).
 LOOKAHEAD_MAX_DEVICES = 32
 SPREAD_MAX_LEVELS = 3
 SPREAD_MAX_WORK = 3_000
