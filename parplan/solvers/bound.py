@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 
@@ -579,17 +580,26 @@ def root_split_bound(problem: Problem, sp, split, solver: _Bound | None = None) 
     per-node bound (:func:`fixed_splits_bound` with the root alone planned). Both are lower
     bounds on the half's time for the node, and a side's time grows with its work. The split's
     terms are those the hierarchy prices next (:func:`split_terms`' memo)."""
-    from parplan.costmodel.cost import overlap_time, terms_matrix
-    from parplan.costmodel.split import split_terms
+    from parplan.costmodel.cost import overlap_time
 
     if solver is not None:
         return fixed_splits_bound(problem, {"": (sp, split)}, solver, {})
-    terms = split_terms(sp, split.choices, split.shares)
-    figures = terms_matrix(terms)
-    comm, weight = figures[:, 0:2], figures[:, 6:8]
-    work = np.array([(float(t.compute[0]), float(t.compute[1])) for t in terms]).reshape(-1, 2)
+    comm, weight, work = _split_figures(sp, split)
     times = overlap_time(work, comm, weight)
     return math.fsum(np.maximum(times[:, 0], times[:, 1]).tolist())
+
+
+def _split_figures(sp, split) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(comm, weight, work): each node's seconds received, weight traffic and compute on one
+    device of each half's summed throughput at ``split``, (n, 2) each: the evaluator's terms
+    (:func:`split_terms`, whose memo the hierarchy then meets)."""
+    from parplan.costmodel.cost import terms_matrix
+    from parplan.costmodel.split import split_terms
+
+    terms = split_terms(sp, split.choices, split.shares)
+    figures = terms_matrix(terms)
+    work = np.array([(float(t.compute[0]), float(t.compute[1])) for t in terms]).reshape(-1, 2)
+    return figures[:, 0:2], figures[:, 6:8], work
 
 
 def fixed_splits_bound(problem: Problem, planned: dict, solver: _Bound, memo: dict) -> float:
@@ -606,30 +616,23 @@ def fixed_splits_bound(problem: Problem, planned: dict, solver: _Bound, memo: di
     section 7). ``memo``: kept across calls while ``planned`` only grows (the planned splits'
     terms, the bounds of the groups below them, and each group's times until a split below it
     is planned)."""
-    from parplan.costmodel.cost import overlap_time, terms_matrix
-    from parplan.costmodel.split import child_dims, split_terms
+    from parplan.costmodel.cost import overlap_time
+    from parplan.costmodel.split import child_dims
 
     nodes = problem.planning.nodes
     figures, frontier, times_of = (memo.setdefault(k, {}) for k in ("split", "frontier", "times"))
-    paths = list(planned)
-    for path in paths[memo.get("seen", 0) :]:  # planned since the last call: its groups' times
-        for k in range(len(path) + 1):  # and every group's above it change
+    # the splits planned since the last call (``planned`` only grows): their groups' times and
+    # every group's above them change
+    for path in itertools.islice(planned, memo.get("seen", 0), None):
+        for k in range(len(path) + 1):
             times_of.pop(path[:k], None)
-    memo["seen"] = len(paths)
+    memo["seen"] = len(planned)
 
     def split_figures(path: str):
         hit = figures.get(path)
         if hit is None:
             sp, split = planned[path]
-            terms = split_terms(sp, split.choices, split.shares)
-            table = terms_matrix(terms)
-            work = np.array([(float(t.compute[0]), float(t.compute[1])) for t in terms])
-            hit = figures[path] = (
-                table[:, 0:2],
-                table[:, 6:8],
-                work.reshape(-1, 2),
-                child_dims(sp.dims, split),
-            )
+            hit = figures[path] = (*_split_figures(sp, split), child_dims(sp.dims, split))
         return hit
 
     def below(group: ArrayNode, path: str, dims) -> np.ndarray:

@@ -104,25 +104,11 @@ def memory_lower_bound(problem: Problem) -> float:
     sections 6.2 and 6.3)."""
     bpe, opt = problem.bytes_per_element, problem.optimizer_bytes_per_param
     dims = problem.root_dims()
-    # settings that differ in their ZeRO stage alone share their root dims (and this sum); alike
-    # nodes share one dims object
-    key = (id(dims), float(bpe), float(opt))
-    hit = _HELD.get(key)
-    if hit is None or hit[0] is not dims:
-        each: dict[int, float] = {}
-        total = sum(
-            each[id(d)] if id(d) in each else each.setdefault(id(d), d.memory_bytes(bpe, opt, 3))
-            for d in dims
-        )
-        if len(_HELD) >= 64:
-            _HELD.clear()
-        hit = _HELD[key] = (dims, total)
-    return hit[1] + recomputed_block_bytes(problem, dims)
-
-
-#: :func:`memory_lower_bound`'s sums over root dims (id of the dims, bytes per element and per
-#: parameter) -> (the dims, the sum): held with the dims, so their id stays theirs.
-_HELD: dict[tuple, tuple] = {}
+    each: dict[int, float] = {}  # alike nodes share one root dims object: priced once
+    for d in dims:
+        if id(d) not in each:
+            each[id(d)] = d.memory_bytes(bpe, opt, 3)
+    return sum(each[id(d)] for d in dims) + recomputed_block_bytes(problem, dims)
 
 
 @dataclass(frozen=True, order=True)

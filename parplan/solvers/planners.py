@@ -316,6 +316,7 @@ def _lookahead_levels(
     from parplan.solvers.dp import frontier_dp
 
     bounds = bounds if bounds is not None else node_bounds(problem)
+    both = cache if cache is not None else {}  # _both_sides' tables, shared as the splits are
 
     def solve(sp):
         group = problem.array.at(sp.path)
@@ -337,7 +338,7 @@ def _lookahead_levels(
             try:
                 tables = raised_tables(problem, sp, opts, solver=bounds, group=group)
                 split = frontier_dp(
-                    sp, opts, tables=_both_sides(tables) if sp.path in spread else tables
+                    sp, opts, tables=_both_sides(tables, both) if sp.path in spread else tables
                 )[1]
             except TableTooLarge:
                 split = None
@@ -348,33 +349,28 @@ def _lookahead_levels(
     return solve
 
 
-def _both_sides(tables) -> list:
+def _both_sides(tables, memo: dict) -> list:
     """The state tables with every state that leaves a side without work priced at infinity (the
-    DP never picks one; each node keeps at least one state with both sides working)."""
+    DP never picks one; each node keeps at least one state with both sides working). One new
+    table per table object, kept in ``memo`` (the portfolio's cache) as the raised tables are
+    kept: alike nodes stay one class, and a split met again finds its factors priced."""
     import numpy as np
 
-    # one new table per table object, kept across splits as the raised tables are: alike nodes
-    # stay one class, and a split met again finds its factors priced
     out = []
     for t in tables:
         one = ~(t.has[0] & t.has[1])
         if one.all():  # nothing to choose from (a fixed share of 0 or 1): leave it
             out.append(t)
             continue
-        hit = _BOTH.get(id(t))
+        hit = memo.get(("both sides", id(t)))
         if hit is None or hit[0] is not t:
             compute, steps = t.compute.copy(), t.steps.copy()
             compute[:, one] = np.inf
             steps[:, one] = np.inf
-            if len(_BOTH) >= 1 << 15:
-                _BOTH.clear()
-            hit = _BOTH[id(t)] = (t, replace(t, compute=compute, steps=steps))  # holds t: its id
+            # the entry holds the table whose id keys it
+            hit = memo[("both sides", id(t))] = (t, replace(t, compute=compute, steps=steps))
         out.append(hit[1])
     return out
-
-
-#: :func:`_both_sides`' tables: id of a table -> (the table, its copy with both sides working).
-_BOTH: dict[int, tuple] = {}
 
 
 def _one_sided(plan: Plan, paths: list[str], n: int) -> bool:
