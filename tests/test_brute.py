@@ -255,14 +255,11 @@ def test_generator_makes_joins():
     assert {"Add", "Concat", "Conv2d", "Activation"} <= seen
 
 
-@fast(40)
-@given(problems(), OPTIONS, st.data())
-def test_states_dropped_as_equivalent_price_as_the_state_kept(p, options, data):
-    """``StateTable.distinct`` drops a state only where an earlier state of the same node has,
-    bit for bit, the same slice of every factor and the same per-state figures, at the root and
-    below it (regions cut by a random split above): so the DP over the whole tables and over
-    the distinct ones find the same optimum and the same states."""
-    from parplan.costmodel.split import _tables, floorless_factor, split_tables
+def _split_problems(p, data):
+    """The root's split problem and, below a random split, its left child's (regions cut, a
+    floor per node from the sibling): the places the DP prunes states."""
+    from dataclasses import replace
+
     from parplan.solvers.hierarchy import child_dims
 
     top = SplitProblem.root(p)
@@ -273,13 +270,36 @@ def test_states_dropped_as_equivalent_price_as_the_state_kept(p, options, data):
         split = Split(choices, shares)
         left, _ = child_dims(top.dims, split)
         regions, _ = top.child_regions(split)
-        cuts = top.child_cuts(split)
+        floors = tuple(data.draw(st.sampled_from([0.0, 1e-6, 1e-4])) for _ in choices)
         sps.append(
             SplitProblem(
-                top.planning, left, top.side, "L", None, None, regions, top.dims, False, cuts
+                top.planning,
+                left,
+                top.side,
+                "L",
+                floors,
+                None,
+                regions,
+                top.dims,
+                False,
+                top.child_cuts(split),
             )
         )
-    shares = share_points(top.side, options.shares, options.share_grid)
+    sps.append(replace(top, floor_s=tuple(1e-5 * (v % 3) for v in range(len(top.dims)))))
+    return sps
+
+
+@fast(40)
+@given(problems(), OPTIONS, st.data())
+def test_states_dropped_as_equivalent_price_as_the_state_kept(p, options, data):
+    """``StateTable.distinct`` drops a state only where an earlier state of the same node has,
+    bit for bit, the same slice of every factor and the same per-state figures, at the root and
+    below it (regions cut by a random split above): so the DP over the whole tables and over
+    the distinct ones find the same optimum and the same states."""
+    from parplan.costmodel.split import _tables, floorless_factor, split_tables
+
+    sps = _split_problems(p, data)
+    shares = share_points(sps[0].side, options.shares, options.share_grid)
     for sp in sps:
         full = _tables(sp, [options.choices(n) for n in sp.planning.nodes], [shares] * len(sp.dims))
         kept = split_tables(sp, options)
@@ -321,3 +341,73 @@ def test_states_dropped_as_equivalent_price_as_the_state_kept(p, options, data):
         assert [(full[v].choices[i], full[v].lo[i]) for v, i in enumerate(a[1])] == [
             (kept[v].choices[i], kept[v].lo[i]) for v, i in enumerate(b[1])
         ]
+
+
+@fast(40)
+@given(problems(), OPTIONS, st.data())
+def test_own_values_bound_every_cell_of_the_factors(p, options, data):
+    """The premise of the DP's pruning (docs/costmodel.md section 8, "States no optimum has"):
+    a node's factor, floored and memory-priced, is at least its ``own_values`` at its state in
+    every cell, on point and interval tables, at the root and below it. Bit for bit: nothing
+    received can lower a node's value."""
+    from dataclasses import replace
+
+    from parplan.costmodel.cost import floored_time
+    from parplan.costmodel.split import floorless_factor, own_values, split_tables
+
+    if options.objective is Objective.TIME and data.draw(st.booleans()):
+        options = replace(options, memory_price=data.draw(st.sampled_from([1e-6, 1e-3])))
+    relaxed = options.shares is ShareMode.FREE and data.draw(st.booleans())
+    for sp in _split_problems(p, data):
+        tables = split_tables(sp, options, relaxed)
+        own = own_values(sp, tables, options)
+        for u, t in enumerate(tables):
+            scope, raw, floor = floorless_factor(sp, tables, u, options)
+            values = floored_time(raw, floor)
+            assert own[u].shape == (t.size,)
+            assert (values >= own[u].reshape((-1,) + (1,) * (len(scope) - 1))).all()
+
+
+@fast(40)
+@given(problems(), OPTIONS, st.data())
+def test_dropping_states_keeps_the_dp_optimum_and_its_states(p, options, data):
+    """The DP with the states no optimum has dropped (forced on every split here, however
+    small) returns the same value, bit for bit, and the same state of every node as the DP over
+    the whole tables: with floors, memory prices and interval tables."""
+    from dataclasses import replace
+    from unittest import mock
+
+    from parplan.costmodel.split import split_tables
+    from parplan.solvers import dp
+
+    if options.objective is Objective.TIME and data.draw(st.booleans()):
+        options = replace(options, memory_price=data.draw(st.sampled_from([1e-6, 1e-3])))
+    relaxed = options.shares is ShareMode.FREE and data.draw(st.booleans())
+    for sp in _split_problems(p, data):
+        tables = split_tables(sp, options, relaxed)
+        whole = min_states(sp, options, tables, prune=False)
+        with mock.patch.object(dp, "PRUNE_MIN_CELLS", 0), mock.patch.object(dp, "PRUNE_KEEP", 1.0):
+            kept = dp.live_states(sp, options, tables)
+            pruned = min_states(sp, options, tables)
+        assert pruned[0] == whole[0]
+        assert pruned[1] == whole[1]
+        if kept is not None:  # the optimum's states are among those kept
+            assert all(k is None or s in k for s, k in zip(whole[1], kept))
+
+
+def test_the_dp_drops_most_states_of_resnet50():
+    """On ResNet-50's root split of ``h100:8`` (its forks' factors are 47^3 cells) the DP keeps
+    about a third of the states and an eighth of the cells, and finds the whole tables'
+    optimum."""
+    from parplan.costmodel.split import factor_cells, split_tables
+    from parplan.solvers.dp import live_states
+
+    sp = SplitProblem.root(Problem(get_model("resnet50"), parse_array("h100:8"), batch=64))
+    options = PlanOptions()
+    tables = split_tables(sp, options)
+    kept = live_states(sp, options, tables)
+    assert kept is not None
+    sizes = [t.size if k is None else len(k) for t, k in zip(tables, kept)]
+    assert sum(sizes) < 0.4 * sum(t.size for t in tables)
+    assert factor_cells(sp, sizes).sum() < 0.15 * factor_cells(sp, tables).sum()
+    assert min_states(sp, options, tables) == min_states(sp, options, tables, prune=False)

@@ -324,6 +324,11 @@ def share_intervals(points: tuple[float, ...]) -> tuple[ShareSet, ...]:
     return tuple(out)
 
 
+#: Subsets of one state table kept by :meth:`StateTable.subset` (each is a few states; the
+#: oldest set is dropped whole past it).
+SUBSETS_MAX = 64
+
+
 @dataclass(frozen=True)
 class StateTable:
     """Per state of one node at one split (arrays over states): choice, share range, work
@@ -401,6 +406,28 @@ class StateTable:
                 )
                 fields[f.name].setflags(write=False)
         return type(self)(**fields)
+
+    @functools.cached_property
+    def _subsets(self) -> dict:
+        return {}
+
+    @functools.cached_property
+    def own_values(self) -> dict:
+        """(sides, leaf pair, objective) -> the node's values over these states with nothing
+        sent (:func:`parplan.costmodel.split.own_values`' memo, kept with the table)."""
+        return {}
+
+    def subset(self, states: np.ndarray) -> "StateTable":
+        """:meth:`take` of ``states`` (increasing indices), one object per table and states (the
+        memos of node terms key tables by identity: the same states of the same table, asked
+        again for another split or planner, find their terms priced)."""
+        key = np.asarray(states, dtype=np.int64).tobytes()
+        hit = self._subsets.get(key)
+        if hit is None:
+            if len(self._subsets) >= SUBSETS_MAX:
+                self._subsets.clear()
+            hit = self._subsets[key] = self.take(states)
+        return hit
 
     @functools.cached_property
     def distinct(self) -> "StateTable":

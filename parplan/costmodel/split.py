@@ -401,6 +401,29 @@ def floorless_factor(
     return scope, raw, floor
 
 
+def own_values(sp: SplitProblem, tables, options: PlanOptions) -> list[np.ndarray]:
+    """Per node, per state of its table: its factor's value (:func:`floorless_factor`, floored,
+    memory price included) with nothing sent to its consumers, i.e. its compute and its own
+    reductions at this split. Every received amount is >= 0 and a node's value grows with what
+    it receives (docs/costmodel.md section 4), so this is at most its factor's value in every
+    cell where it has that state: the lower bound the DP prunes states with
+    (:func:`parplan.solvers.dp.min_states`). Nodes with the same table share one pricing."""
+    key = (sp.side, sp.frames[1], options.objective)
+    out = []
+    for u, t in enumerate(tables):
+        own = t.own_values.get(key)
+        if own is None:  # what it reads: the table, the sides, leaf_pair, the objective
+            own = t.own_values[key] = node_values(
+                tables, sp.side, (), u, {u: np.arange(t.size)}, None, key[1], key[2]
+            )
+            own.setflags(write=False)
+        value = floored_time(own, sp.floor(u, options))
+        if options.memory_price > 0.0:
+            value = value + memory_price(sp, tables, u, options)
+        out.append(np.asarray(value, dtype=float).reshape(-1))
+    return out
+
+
 def updated_factor(
     sp: SplitProblem,
     tables,
@@ -598,13 +621,20 @@ def _weights(m: int) -> np.ndarray:
 _ROW_WEIGHTS = _weights(64)
 
 
+def factor_cells(sp: SplitProblem, tables) -> np.ndarray:
+    """Per node, the cells of its factor (:func:`node_factor`) over ``tables``' states (or
+    over as many states per node as ``tables`` holds numbers)."""
+    scopes = _layout(sp)[0]
+    sizes = [t if isinstance(t, (int, np.integer)) else t.size for t in tables]
+    return np.append(np.array(sizes, dtype=float), 1.0)[scopes].prod(axis=1)
+
+
 def split_factors(
     sp: SplitProblem, tables, options: PlanOptions, max_cells: float = MAX_FACTOR_CELLS
 ) -> list[tuple[tuple[int, ...], np.ndarray, float]]:
     """:func:`floorless_factor` of every node (sizes checked first: a split too large prices
     nothing), each class of :func:`node_classes` priced once."""
-    scopes = _layout(sp)[0]
-    sizes = np.append(np.array([t.size for t in tables], dtype=float), 1.0)[scopes].prod(axis=1)
+    sizes = factor_cells(sp, tables)
     limit = min(max_cells, MAX_FACTOR_CELLS)
     if (sizes > limit).any():
         check_factor_size(sp, tables, int(np.flatnonzero(sizes > limit)[0]), options, max_cells)
@@ -751,12 +781,14 @@ __all__ = [
     "SplitProblem",
     "all_choices",
     "check_factor_size",
+    "factor_cells",
     "factor_scope",
     "memory_price",
     "floorless_factor",
     "node_classes",
     "split_factors",
     "node_factor",
+    "own_values",
     "price_split",
     "split_tables",
     "split_terms",
