@@ -395,17 +395,16 @@ class StateTable:
     def take(self, states) -> "StateTable":
         """The table of ``states`` (indices, in the order given)."""
         idx = np.asarray(states, dtype=np.int64)
-        fields = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name == "choices":
-                fields[f.name] = tuple(value[i] for i in idx)
-            else:
-                fields[f.name] = np.ascontiguousarray(
-                    np.take(value, idx, axis=1 if value.ndim > 1 else 0)
-                )
-                fields[f.name].setflags(write=False)
-        return type(self)(**fields)
+        fields = {"choices": tuple(self.choices[i] for i in idx.tolist())}
+        for name in _STATE_ARRAYS:
+            value = getattr(self, name)
+            # states on axis 1 of (side, state[, sub-share]) arrays; fancy indexing copies
+            part = fields[name] = value[:, idx] if value.ndim > 1 else value[idx]
+            part.setflags(write=False)
+        out = type(self)(**fields)
+        if "packed" in self.__dict__:  # the core's columns are per state too
+            out.__dict__["packed"] = np.ascontiguousarray(self.packed[:, idx])
+        return out
 
     @functools.cached_property
     def _subsets(self) -> dict:
@@ -559,6 +558,10 @@ class StateTable:
             pair(11, 12),
             pair(13, 14),
         )
+
+
+#: The :class:`StateTable` fields that are arrays over its states.
+_STATE_ARRAYS = tuple(f.name for f in dataclasses.fields(StateTable) if f.name != "choices")
 
 
 @functools.lru_cache(maxsize=1 << 14)
