@@ -42,6 +42,7 @@ from parplan.costmodel.cost import (
 from parplan.costmodel.layout import PartitionType
 from parplan.costmodel.problem import Split
 from parplan.costmodel.split import (
+    MAX_FACTOR_CELLS,
     PlanOptions,
     SplitProblem,
     all_choices,
@@ -264,6 +265,9 @@ def live_states(
     if not len(per_node) or per_node.max() < PRUNE_MIN_CELLS:
         return None
     cells = per_node.sum()
+    limit = min(max_cells, MAX_FACTOR_CELLS)
+    if factor_cells(sp, [min(t.size, PRUNE_CANDIDATES) for t in tables]).max() > limit:
+        return None  # even the small DP is too large (DenseNet's concats): the DP raises
     own = own_values(sp, tables, options)
     low = [float(x.min()) if x.size else 0.0 for x in own]
     if not all(math.isfinite(x) for x in low):
