@@ -339,18 +339,21 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built(monkeypatch):
     its plan fails it, and the message points to the memory search (issue 30: `solve
     --memory-limit` on an 8 B model ran out of memory building the model)."""
     import parplan.formulation.mip as mip
+    from parplan.solvers.exact import _live_tables
 
     p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
     sp = SplitProblem.root(p)
     tables = mip.split_tables(sp, PlanOptions())
     cells = mip.model_cells(sp, tables, PlanOptions())  # its states that price alike merged
     assert 1000 < cells < mip.model_cells(sp, tables)
-    monkeypatch.setattr(mip, "MAX_MODEL_CELLS", 1000)
+    # without a memory limit only the states an optimum may have are modelled
+    live = mip.model_cells(sp, _live_tables(sp, PlanOptions(), None)[0], PlanOptions())
+    assert 10 < live < cells / 2
+    monkeypatch.setattr(mip, "MAX_MODEL_CELLS", live - 1)
     split, cert = solve_split_exact(sp, "highs", PlanOptions())
     assert split is not None and cert.status.value == "feasible" and cert.bound is None
-    assert f"{cells:.3g} cell columns (its states that price alike merged; limit 1e+03)" in (
-        cert.message
-    )
+    limit = f"limit {live - 1:.3g}"
+    assert f"{live:.3g} cell columns (its states that price alike merged; {limit})" in cert.message
     # without a memory limit the plan is the exact DP's on the requested grid
     assert split == frontier_dp(sp, PlanOptions())[1]
     assert "the exact DP on the share grid of 1/16" in cert.message
@@ -359,11 +362,13 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built(monkeypatch):
         sp, "highs", PlanOptions(), memory=MemoryLimit((need / 2, need / 2))
     )
     assert cert.status.value == "error" and "parplan plan --memory-limit" in cert.message
+    assert f"{cells:.3g} cell columns" in cert.message  # the DP's plan does not fit: all states
     # a limit the DP's plan (planned without memory) fits: that plan, not the local search's
     fits, cert = solve_split_exact(
         sp, "highs", PlanOptions(), memory=MemoryLimit((2 * need, 2 * need))
     )
     assert fits == split and "the exact DP on the share grid of 1/16" in cert.message
+    assert f"{live:.3g} cell columns" in cert.message
     # the whole problem's certificate says how its split was planned (`certify` prints it)
     whole = solve_exact(p, "highs", PlanOptions()).certificate
     assert whole.status == "feasible" and whole.message == cert.message

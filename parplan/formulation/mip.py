@@ -396,11 +396,14 @@ def build_mip(
     options: PlanOptions | None = None,
     memory: MemoryLimit | None = None,
     discrete: bool = False,
+    tables=None,
 ) -> tuple[MipModel, SplitDecoder]:
     """The MIP of split ``sp`` and its decoder.
 
     ``options``: objective, share mode, allowed choices, share grid; ``memory``: per-side
-    capacity; ``discrete``: the integer model for CP-SAT.
+    capacity; ``discrete``: the integer model for CP-SAT; ``tables``: the nodes' state tables
+    (default :func:`~parplan.costmodel.split.split_tables`'; the exact solvers pass those of
+    the states an optimum may have, docs/costmodel.md section 8).
     """
     options = PlanOptions() if options is None else options
     time_obj = options.objective is Objective.TIME
@@ -408,7 +411,7 @@ def build_mip(
     if discrete:
         scale *= INTEGER_UNITS / TIME_UNITS
     pg = sp.planning
-    tables = split_tables(sp, options)
+    tables = split_tables(sp, options) if tables is None else tables
     cells, factors = _sized(sp, tables, options)
     if cells > MAX_MODEL_CELLS:
         raise TableTooLarge(

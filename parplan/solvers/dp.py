@@ -246,7 +246,12 @@ def min_states(
 
 
 def live_states(
-    sp: SplitProblem, options: PlanOptions, tables, max_cells: int = MAX_CELLS
+    sp: SplitProblem,
+    options: PlanOptions,
+    tables,
+    max_cells: int = MAX_CELLS,
+    force: bool = False,
+    upper: float | None = None,
 ) -> list[np.ndarray | None] | None:
     """Per node, the indices of the states an optimal assignment may have (None: all of them),
     or None where nothing is dropped or the split's factors are small
@@ -260,9 +265,11 @@ def live_states(
     assignment, and dropping it changes neither the optimum nor the assignment the DP returns
     (every step of the elimination on the way back chooses among states of optimal
     assignments, in the same order). On ResNet-50 / ``h100:8`` the root split keeps a third of
-    its states and an eighth of its factors' cells."""
+    its states and an eighth of its factors' cells. ``force``: whatever the factors' size and
+    however few go (the exact MIP's columns, :func:`parplan.solvers.exact.solve_split_exact`);
+    ``upper``: the value of an assignment known already, instead of the small DP's."""
     per_node = factor_cells(sp, tables)
-    if not len(per_node) or per_node.max() < PRUNE_MIN_CELLS:
+    if not len(per_node) or (per_node.max() < PRUNE_MIN_CELLS and not force):
         return None
     cells = per_node.sum()
     limit = min(max_cells, MAX_FACTOR_CELLS)
@@ -272,9 +279,10 @@ def live_states(
     low = [float(x.min()) if x.size else 0.0 for x in own]
     if not all(math.isfinite(x) for x in low):
         return None
-    picks = [np.sort(np.argsort(x, kind="stable")[:PRUNE_CANDIDATES]) for x in own]
-    small = [t if len(p) == t.size else t.subset(p) for t, p in zip(tables, picks)]
-    upper = min_states(sp, options, small, max_cells, prune=False)[0]
+    if upper is None:
+        picks = [np.sort(np.argsort(x, kind="stable")[:PRUNE_CANDIDATES]) for x in own]
+        small = [t if len(p) == t.size else t.subset(p) for t, p in zip(tables, picks)]
+        upper = min_states(sp, options, small, max_cells, prune=False)[0]
     if not math.isfinite(upper):
         return None
     slack = upper - math.fsum(low) + PRUNE_TOL * abs(upper)
@@ -284,7 +292,9 @@ def live_states(
         live = np.flatnonzero(x - m <= slack)
         kept.append(None if len(live) == len(x) else live)
         counts.append(len(live))
-    if all(k is None for k in kept) or factor_cells(sp, counts).sum() > PRUNE_KEEP * cells:
+    if all(k is None for k in kept):
+        return None
+    if not force and factor_cells(sp, counts).sum() > PRUNE_KEEP * cells:
         return None  # too few dropped to be worth new tables (the memo knows the whole ones)
     return kept
 

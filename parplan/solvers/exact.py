@@ -58,9 +58,9 @@ from parplan.formulation.mip import (
 )
 from parplan.solvers.backends.base import SolveOptions, Termination, solve_after_build
 from parplan.solvers.backends.registry import available_backends, backend_spec, get_backend
-from parplan.costmodel.split import PlanOptions, SplitProblem
+from parplan.costmodel.split import PlanOptions, SplitProblem, split_tables
 from parplan.solvers.continuous import continuous_plan, continuous_split
-from parplan.solvers.dp import fallback_split, frontier_dp
+from parplan.solvers.dp import fallback_split, frontier_dp, live_states
 from parplan.solvers.certificate import (
     GAP_TOL,
     Certificate,
@@ -104,14 +104,15 @@ def solve_split_exact(
     spec = backend_spec(backend)
     discrete = not spec.supports_continuous
     started = time.perf_counter()
+    tables, dropped = _live_tables(sp, options, memory)
     try:
-        model, decoder = build_mip(sp, options, memory=memory, discrete=discrete)
+        model, decoder = build_mip(sp, options, memory=memory, discrete=discrete, tables=tables)
     except TableTooLarge as exc:
         return _fallback(sp, spec, options, memory, str(exc))
     build_s = time.perf_counter() - started
     solver = get_backend(spec.name)
     raw = solve_after_build(solver, model, solve_options, build_s)
-    notes = list(model.notes)
+    notes = list(model.notes) + ([dropped] if dropped else [])
     scale = model.objective_scale
     split = decoder(raw) if raw.has_solution else None
     price = price_split(sp, split, options) if split is not None else None
@@ -172,6 +173,43 @@ def solve_split_exact(
         continuous_value=continuous_value,
     )
     return split, cert
+
+
+def _live_tables(sp: SplitProblem, options: PlanOptions, memory) -> tuple[list | None, str]:
+    """(the state tables of the states an optimal assignment may have, a certificate note), or
+    (None, "") for the whole tables: docs/costmodel.md section 8, "States no optimum has"
+    (:func:`~parplan.solvers.dp.live_states`; each state dropped has a lower bound above the
+    price of the DP's plan, re-priced by the cost model). Under a memory limit only where that
+    plan fits it (its memory re-checked by the cost model): then no plan that fits and is
+    cheaper has a state dropped either."""
+    tables = split_tables(sp, options)
+    try:  # the DP's plan, priced by the cost model, is the assignment to beat
+        split = frontier_dp(sp, options, tables=tables)[1]
+    except TableTooLarge:
+        if memory is not None:
+            return None, ""
+        upper = None  # live_states' own small DP
+    else:
+        if memory is not None and any(
+            u > c * (1 - MEMORY_TOL)
+            for u, c in zip(plan_memory_bytes(sp, split), memory.capacity_bytes)
+        ):
+            return None, ""  # the plan to beat must fit
+        upper = price_split(sp, split, options)
+    try:
+        kept = live_states(sp, options, tables, force=True, upper=upper)
+    except TableTooLarge:
+        kept = None
+    if kept is None:
+        return None, ""
+    total = sum(t.size for t in tables)
+    left = sum(t.size if k is None else len(k) for t, k in zip(tables, kept))
+    note = (
+        f"{total - left} of {total} states dropped before the model: each one's bound (its own "
+        "terms with nothing sent, and every other node at its cheapest) exceeds the price of a "
+        "plan (the DP's), so no optimum has it"
+    )
+    return [t if k is None else t.subset(k) for t, k in zip(tables, kept)], note
 
 
 def _continuous_note(found, price: float | None, grid: int) -> str:
