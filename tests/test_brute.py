@@ -411,3 +411,52 @@ def test_the_dp_drops_most_states_of_resnet50():
     assert sum(sizes) < 0.4 * sum(t.size for t in tables)
     assert factor_cells(sp, sizes).sum() < 0.15 * factor_cells(sp, tables).sum()
     assert min_states(sp, options, tables) == min_states(sp, options, tables, prune=False)
+
+
+@fast(40)
+@given(problems(), OPTIONS, st.data())
+def test_a_group_with_nothing_to_price_gets_the_dps_split(p, options, data):
+    """``solve_split`` skips the DP where every factor is 0 at the nodes' first states (a group
+    with no work: every node on the other side of the split above), and returns what the DP
+    over the whole tables returns, there and everywhere else."""
+    from parplan.costmodel.split import split_tables
+    from parplan.solvers.dp import _first_states_free, solve_split
+    from parplan.solvers.hierarchy import child_dims
+
+    top = SplitProblem.root(p)
+    nothing = Split(tuple(n.choices[0] for n in p.planning.nodes), (0.0,) * len(top.dims))
+    left, _ = child_dims(top.dims, nothing)
+    regions, _ = top.child_regions(nothing)
+    floors = tuple(data.draw(st.sampled_from([0.0, 1e-5])) for _ in left)
+    idle = SplitProblem(
+        top.planning, left, top.side, "L", floors, None, regions, top.dims, False, None
+    )
+    for sp in _split_problems(p, data) + [idle]:
+        tables = split_tables(sp, options)
+        assert solve_split(sp, options) == frontier_dp(sp, options, tables=tables)[1]
+    if options.memory_price == 0.0 and any(t.size > 1 for t in split_tables(idle, options)):
+        assert _first_states_free(idle, options, split_tables(idle, options))
+
+
+def test_alexnet_on_128_devices_skips_the_dp_at_idle_groups():
+    """AlexNet / ``h100:128`` plans many splits at groups with no work; they are taken without
+    a DP, and the plan is the one the DP at every split makes."""
+    from unittest import mock
+
+    from parplan.solvers import dp
+    from parplan.solvers.planners import make_plan
+
+    p = Problem(get_model("alexnet"), parse_array("h100:128"), batch=64)
+    taken = []
+    free = dp._first_states_free
+
+    def spy(*args):
+        taken.append(free(*args))
+        return taken[-1]
+
+    with mock.patch.object(dp, "_first_states_free", spy):
+        fast_plan = make_plan(p, "accpar-topdown")
+    with mock.patch.object(dp, "_first_states_free", lambda *args: False):
+        slow_plan = make_plan(p, "accpar-topdown")
+    assert sum(taken) >= 10 and not all(taken)
+    assert fast_plan.splits == slow_plan.splits

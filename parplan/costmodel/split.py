@@ -408,20 +408,27 @@ def own_values(sp: SplitProblem, tables, options: PlanOptions) -> list[np.ndarra
     it receives (docs/costmodel.md section 4), so this is at most its factor's value in every
     cell where it has that state: the lower bound the DP prunes states with
     (:func:`parplan.solvers.dp.min_states`). Nodes with the same table share one pricing."""
-    key = (sp.side, sp.frames[1], options.objective)
     out = []
-    for u, t in enumerate(tables):
-        own = t.own_values.get(key)
-        if own is None:  # what it reads: the table, the sides, leaf_pair, the objective
-            own = t.own_values[key] = node_values(
-                tables, sp.side, (), u, {u: np.arange(t.size)}, None, key[1], key[2]
-            )
-            own.setflags(write=False)
-        value = floored_time(own, sp.floor(u, options))
+    for u in range(len(tables)):
+        value = floored_time(own_raw(sp, tables, u, options), sp.floor(u, options))
         if options.memory_price > 0.0:
             value = value + memory_price(sp, tables, u, options)
         out.append(np.asarray(value, dtype=float).reshape(-1))
     return out
+
+
+def own_raw(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.ndarray:
+    """Node ``u``'s :func:`own_values` before the split's floor and memory price, memoised with
+    its table (what it reads: the table, the sides, leaf_pair and the objective)."""
+    t = tables[u]
+    key = (sp.side, sp.frames[1], options.objective)
+    own = t.own_values.get(key)
+    if own is None:
+        own = t.own_values[key] = node_values(
+            tables, sp.side, (), u, {u: np.arange(t.size)}, None, key[1], key[2]
+        )
+        own.setflags(write=False)
+    return own
 
 
 def updated_factor(
@@ -788,6 +795,7 @@ __all__ = [
     "node_classes",
     "split_factors",
     "node_factor",
+    "own_raw",
     "own_values",
     "price_split",
     "split_tables",
