@@ -339,7 +339,7 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built(monkeypatch):
     its plan fails it, and the message points to the memory search (issue 30: `solve
     --memory-limit` on an 8 B model ran out of memory building the model)."""
     import parplan.formulation.mip as mip
-    from parplan.solvers.exact import _live_tables
+    from parplan.solvers.exact import _dp_split, _live_tables
 
     p = Problem(get_model("lenet"), parse_array("tpu-v2:1,tpu-v3:1"), batch=64)
     sp = SplitProblem.root(p)
@@ -347,7 +347,8 @@ def test_a_model_too_large_to_build_is_refused_before_it_is_built(monkeypatch):
     cells = mip.model_cells(sp, tables, PlanOptions())  # its states that price alike merged
     assert 1000 < cells < mip.model_cells(sp, tables)
     # without a memory limit only the states an optimum may have are modelled
-    live = mip.model_cells(sp, _live_tables(sp, PlanOptions(), None)[0], PlanOptions())
+    live_tables = _live_tables(sp, PlanOptions(), None, _dp_split(sp, PlanOptions()))[0]
+    live = mip.model_cells(sp, live_tables, PlanOptions())
     assert 10 < live < cells / 2
     monkeypatch.setattr(mip, "MAX_MODEL_CELLS", live - 1)
     split, cert = solve_split_exact(sp, "highs", PlanOptions())

@@ -411,9 +411,9 @@ class StateTable:
         return {}
 
     @functools.cached_property
-    def own_values(self) -> dict:
+    def own_memo(self) -> dict:
         """(sides, leaf pair, objective) -> the node's values over these states with nothing
-        sent (:func:`parplan.costmodel.split.own_values`' memo, kept with the table)."""
+        sent (:func:`parplan.costmodel.split.own_raw`' memo, kept with the table)."""
         return {}
 
     def subset(self, states: np.ndarray) -> "StateTable":

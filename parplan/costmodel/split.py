@@ -422,9 +422,9 @@ def own_raw(sp: SplitProblem, tables, u: int, options: PlanOptions) -> np.ndarra
     its table (what it reads: the table, the sides, leaf_pair and the objective)."""
     t = tables[u]
     key = (sp.side, sp.frames[1], options.objective)
-    own = t.own_values.get(key)
+    own = t.own_memo.get(key)
     if own is None:
-        own = t.own_values[key] = node_values(
+        own = t.own_memo[key] = node_values(
             tables, sp.side, (), u, {u: np.arange(t.size)}, None, key[1], key[2]
         )
         own.setflags(write=False)

@@ -104,11 +104,12 @@ def solve_split_exact(
     spec = backend_spec(backend)
     discrete = not spec.supports_continuous
     started = time.perf_counter()
-    tables, dropped = _live_tables(sp, options, memory)
+    dp = _dp_split(sp, options)
+    tables, dropped = _live_tables(sp, options, memory, dp)
     try:
         model, decoder = build_mip(sp, options, memory=memory, discrete=discrete, tables=tables)
     except TableTooLarge as exc:
-        return _fallback(sp, spec, options, memory, str(exc))
+        return _fallback(sp, spec, options, memory, str(exc), dp)
     build_s = time.perf_counter() - started
     solver = get_backend(spec.name)
     raw = solve_after_build(solver, model, solve_options, build_s)
@@ -175,27 +176,38 @@ def solve_split_exact(
     return split, cert
 
 
-def _live_tables(sp: SplitProblem, options: PlanOptions, memory) -> tuple[list | None, str]:
+def _dp_split(sp: SplitProblem, options: PlanOptions) -> Split | None:
+    """The exact DP's split on the share grid (planned without memory limits), or None where its
+    tables are too large: the plan the exact model must beat, and a too-large model's plan."""
+    try:
+        return frontier_dp(sp, options)[1]
+    except TableTooLarge:
+        return None
+
+
+def _fits(sp: SplitProblem, split: Split, memory: MemoryLimit | None, tol: float) -> bool:
+    """Whether ``split`` needs at most ``(1 + tol)`` of each side's memory limit (the cost model's
+    :func:`~parplan.formulation.mip.plan_memory_bytes`, not the solver's rows)."""
+    if memory is None:
+        return True
+    used = plan_memory_bytes(sp, split)
+    return all(u <= c * (1 + tol) for u, c in zip(used, memory.capacity_bytes))
+
+
+def _live_tables(
+    sp: SplitProblem, options: PlanOptions, memory, dp: Split | None
+) -> tuple[list | None, str]:
     """(the state tables of the states an optimal assignment may have, a certificate note), or
     (None, "") for the whole tables: docs/costmodel.md section 8, "States no optimum has"
     (:func:`~parplan.solvers.dp.live_states`; each state dropped has a lower bound above the
-    price of the DP's plan, re-priced by the cost model). Under a memory limit only where that
-    plan fits it (its memory re-checked by the cost model): then no plan that fits and is
-    cheaper has a state dropped either."""
+    price of ``dp``, the DP's plan, re-priced by the cost model; without one, the bound of
+    live_states' own small DP). Under a memory limit only where that plan fits it (its memory
+    re-checked by the cost model): then no plan that fits and is cheaper has a state dropped
+    either."""
+    if memory is not None and (dp is None or not _fits(sp, dp, memory, -MEMORY_TOL)):
+        return None, ""  # the plan to beat must fit
     tables = split_tables(sp, options)
-    try:  # the DP's plan, priced by the cost model, is the assignment to beat
-        split = frontier_dp(sp, options, tables=tables)[1]
-    except TableTooLarge:
-        if memory is not None:
-            return None, ""
-        upper = None  # live_states' own small DP
-    else:
-        if memory is not None and any(
-            u > c * (1 - MEMORY_TOL)
-            for u, c in zip(plan_memory_bytes(sp, split), memory.capacity_bytes)
-        ):
-            return None, ""  # the plan to beat must fit
-        upper = price_split(sp, split, options)
+    upper = None if dp is None else price_split(sp, dp, options)
     try:
         kept = live_states(sp, options, tables, force=True, upper=upper)
     except TableTooLarge:
@@ -252,28 +264,29 @@ def _default_message(status, raw, solve_options: SolveOptions) -> str:
 
 
 def _fallback(
-    sp: SplitProblem, spec, options: PlanOptions, memory: MemoryLimit | None, reason: str
+    sp: SplitProblem,
+    spec,
+    options: PlanOptions,
+    memory: MemoryLimit | None,
+    reason: str,
+    dp: Split | None,
 ) -> tuple[Split | None, Certificate]:
     """A split too large for the exact model (a node read by many consumers: DenseNet; a large
     transformer's cells) still gets a plan: the exact DP's where its tables fit (and, under a
     memory limit, its plan fits: the DP plans without memory), else
     :func:`~parplan.solvers.dp.fallback_split`'s; re-priced and memory re-checked, certified as
-    feasible only (no solver bound)."""
+    feasible only (no solver bound). ``dp``: the exact DP's split, or None where its tables
+    are too large."""
     t0 = time.perf_counter()
     split = None
-    if options.memory_price == 0:
-        try:  # the exact DP where its tables fit: optimal for the grid (no solver bound)
-            _, split = frontier_dp(sp, options)
-            how = (
-                f"the exact DP on the share grid of 1/{options.share_grid} (variable elimination: "
-                "optimal for the grid; not a solver's proof)"
-            )
-        except TableTooLarge:
-            split = None
-        if split is not None and memory is not None:
-            used = plan_memory_bytes(sp, split)  # planned without memory: kept where it fits
-            if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
-                split = None
+    # the exact DP where its tables fit (optimal for the grid, no solver bound), planned without
+    # memory: kept where it fits
+    if options.memory_price == 0 and dp is not None and _fits(sp, dp, memory, MEMORY_TOL):
+        split = dp
+        how = (
+            f"the exact DP on the share grid of 1/{options.share_grid} (variable elimination: "
+            "optimal for the grid; not a solver's proof)"
+        )
     if split is None:
         _, split, how = fallback_split(sp, options)
     price = price_split(sp, split, options)
@@ -281,14 +294,12 @@ def _fallback(
         Status.FEASIBLE,
         f"{reason.split('; use')[0]}: no exact model; planned by {how}, no bound",
     )
-    if memory is not None:
-        used = plan_memory_bytes(sp, split)
-        if any(u > c * (1 + MEMORY_TOL) for u, c in zip(used, memory.capacity_bytes)):
-            status, message = (
-                Status.ERROR,
-                message + "; the plan exceeds the memory limit (`parplan plan --memory-limit` "
-                "searches ZeRO stages, recomputation and micro-batches for one that fits)",
-            )
+    if not _fits(sp, split, memory, MEMORY_TOL):
+        status, message = (
+            Status.ERROR,
+            message + "; the plan exceeds the memory limit (`parplan plan --memory-limit` "
+            "searches ZeRO stages, recomputation and micro-batches for one that fits)",
+        )
     cert = Certificate(
         status=status,
         termination=Termination.NOT_SOLVED,
